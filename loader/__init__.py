@@ -1,0 +1,1 @@
+"""gfxasm: hand-written gfx950 kernels, their loader, and a strict gfx950 emulator."""
