@@ -1,0 +1,2 @@
+"""Instruction families; importing this package registers every handler."""
+from . import ds, mem, smem, sop, vop  # noqa: F401

@@ -1,0 +1,238 @@
+"""Vector memory: global_* and buffer_* (MUBUF) loads and stores, and LDS DMA.
+
+Loads read memory at issue and land when `s_waitcnt vmcnt` retires them (in issue
+order). Stores write at issue and count against vmcnt. LDS DMA (`... lds`) writes LDS
+when its vmcnt retires; lane i's bytes go to M0 + inst_offset + i * size.
+
+Buffer range checking (raw buffers, the only kind our kernels and the conformance
+objects use): a dword at voffset + inst_offset + 4j is in range iff it ends at or below
+num_records; soffset is not range-checked (fact sheet §3, LLVM's relaxed buffer OOB
+mode). Out-of-range loads return 0 and stores are dropped. Descriptor features we do
+not model (swizzle, add_tid, idxen, a dword straddling num_records) are rejected.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import lds
+from ..errors import UnsupportedInstruction
+from ..memory import OutOfBounds
+from ..registry import handles
+from ..state import LANES, M0
+from .ds import store_bytes
+
+SIZES = {"dword": 4, "dwordx2": 8, "dwordx3": 12, "dwordx4": 16, "ubyte": 1, "sbyte": 1,
+         "ushort": 2, "sshort": 2, "byte": 1, "short": 2}
+
+
+def _size(name: str, prefix: str) -> tuple[int, str]:
+    kind = name[len(prefix):]
+    if kind not in SIZES:
+        raise UnsupportedInstruction(f"{name} is not implemented by the emulator")
+    return SIZES[kind], kind
+
+
+def _to_regs(data: np.ndarray, kind: str) -> np.ndarray:
+    """uint8[m, nbytes] -> uint32[m, k] register values (sub-dword loads extended)."""
+    nbytes = data.shape[1]
+    if nbytes >= 4:
+        return np.ascontiguousarray(data).view(np.uint32)
+    raw = np.zeros((data.shape[0], 4), np.uint8)
+    raw[:, :nbytes] = data
+    value = raw.view(np.uint32)[:, :1]
+    if kind.startswith("s"):
+        bits = 8 * nbytes
+        value = ((value.astype(np.int64) ^ (1 << (bits - 1))) - (1 << (bits - 1))).astype(np.uint32)
+    return value
+
+
+def _read_lanes(ex, w, addr: np.ndarray, ok: np.ndarray, nbytes: int, what: str) -> np.ndarray:
+    """uint8[n,64,nbytes]: memory at addr[n,64] for lanes `ok`, zero elsewhere."""
+    out = np.zeros(addr.shape + (nbytes,), np.uint8)
+    flat = np.flatnonzero(ok)
+    try:
+        out.reshape(-1, nbytes)[flat] = ex.memory.read(addr.reshape(-1)[flat], nbytes)
+    except OutOfBounds as err:
+        err.position = int(flat[err.position])
+        ex.fault(w, err, what)
+    return out
+
+
+def _write_lanes(ex, w, addr: np.ndarray, ok: np.ndarray, data: np.ndarray, what: str):
+    flat = np.flatnonzero(ok)
+    try:
+        ex.memory.write(addr.reshape(-1)[flat], data.reshape(-1, data.shape[2])[flat])
+    except OutOfBounds as err:
+        err.position = int(flat[err.position])
+        ex.fault(w, err, what)
+
+
+def _land_load(ex, w, dst, data: np.ndarray, ok_bytes: np.ndarray, mask: np.ndarray, kind: str):
+    """Queue a VGPR/AGPR load result: data uint8[n,64,nbytes]."""
+    n, _, nbytes = data.shape
+    regs = _to_regs(data.reshape(-1, nbytes), kind).reshape(n, LANES, -1).transpose(0, 2, 1)
+    count = regs.shape[1]
+    if dst.count < count:
+        raise UnsupportedInstruction(f"destination {dst.text} is narrower than the load ({ex.where()})")
+    waves = ex.wave_ids(w)
+    file = ex.waves.file(dst.kind)
+
+    def land(rows):
+        r = waves[rows]
+        cur = file[r, dst.index:dst.index + count]
+        file[r, dst.index:dst.index + count] = np.where(mask[rows][:, None, :], regs[rows], cur)
+    ex.issue(w, "vm", land, dest=(dst.kind, dst.index, count))
+
+
+def _lds_dma(ex, inst, w, data: np.ndarray, mask: np.ndarray, size: int):
+    """LDS DMA: queue data[n,64,size] to land at M0 + inst_offset + lane*size."""
+    from ..decode import Operand
+    ex.role = "m0_dma"
+    m0 = ex.s32(Operand("s", M0, 1, text="m0"), w).astype(np.int64)
+    ex.role = None
+    lane_addr = m0[:, None] + int(inst.mods.get("offset", 0)) + size * np.arange(LANES)
+    land_lds = lds.dma_reserve(ex, w, lane_addr, size, mask, inst.name)
+    ex.issue(w, "vm", lambda rows: land_lds(rows, data))
+
+
+# ------------------------------------------------------------------ global
+def _global_address(ex, inst, w, vaddr, saddr) -> np.ndarray:
+    offset = np.int64(int(inst.mods.get("offset", 0)))
+    if saddr.kind == "off":
+        base = ex.v64(vaddr, w)
+    else:
+        base = ex.s64(saddr, w)[:, None] + ex.v32(vaddr, w).astype(np.uint64)
+    return (base.astype(np.int64) + offset).astype(np.uint64)
+
+
+GLOBAL_LOADS = [f"global_load_{k}" for k in SIZES if k not in ("byte", "short")]
+GLOBAL_STORES = [f"global_store_{k}" for k in ("dword", "dwordx2", "dwordx3", "dwordx4", "byte", "short")]
+GLOBAL_LDS = ["global_load_lds_dword", "global_load_lds_dwordx3", "global_load_lds_dwordx4",
+              "global_load_lds_ubyte", "global_load_lds_sbyte", "global_load_lds_ushort", "global_load_lds_sshort"]
+
+
+@handles(*GLOBAL_LOADS, klass="vmem")
+def global_load(ex, inst, w):
+    dst, vaddr, saddr = inst.ops
+    nbytes, kind = _size(inst.name, "global_load_")
+    mask = ex.exec_bits(w)
+    addr = _global_address(ex, inst, w, vaddr, saddr)
+    data = _read_lanes(ex, w, addr, mask, nbytes, inst.name)
+    _land_load(ex, w, dst, data, None, mask, kind)
+
+
+@handles(*GLOBAL_STORES, klass="vmem")
+def global_store(ex, inst, w):
+    vaddr, vdata, saddr = inst.ops
+    nbytes, _ = _size(inst.name, "global_store_")
+    mask = ex.exec_bits(w)
+    addr = _global_address(ex, inst, w, vaddr, saddr)
+    data = store_bytes(ex, w, vdata, nbytes)
+    _write_lanes(ex, w, addr, mask, data, inst.name)
+    ex.issue(w, "vm", lambda rows: None)
+
+
+@handles(*GLOBAL_LDS, klass="lds_dma")
+def global_load_lds(ex, inst, w):
+    vaddr, saddr = inst.ops
+    nbytes, _ = _size(inst.name, "global_load_lds_")
+    if nbytes < 4:
+        raise UnsupportedInstruction(f"{inst.name}: sub-dword LDS DMA is not modelled ({ex.where()})")
+    mask = ex.exec_bits(w)
+    addr = _global_address(ex, inst, w, vaddr, saddr)
+    _lds_dma(ex, inst, w, _read_lanes(ex, w, addr, mask, nbytes, inst.name), mask, nbytes)
+
+
+# ------------------------------------------------------------------ buffer
+def _buffer_address(ex, inst, w, vaddr, srsrc, soffset, nbytes):
+    """(address[n,64] uint64, in_range[n,64]) for a raw-buffer access."""
+    if inst.mods.get("idxen") or inst.mods.get("addr64"):
+        raise UnsupportedInstruction(f"idxen/addr64 buffer addressing is not modelled ({ex.where()})")
+    desc = ex.sregs(srsrc, w, 4).astype(np.uint64)
+    if ((desc[:, 1] >> np.uint64(31)) & np.uint64(1)).any():
+        raise UnsupportedInstruction(f"swizzled buffer descriptors are not modelled ({ex.where()})")
+    if ((desc[:, 3] >> np.uint64(23)) & np.uint64(1)).any():
+        raise UnsupportedInstruction(f"ADD_TID_ENABLE buffer descriptors are not modelled ({ex.where()})")
+    base = desc[:, 0] | ((desc[:, 1] & np.uint64(0xFFFF)) << np.uint64(32))
+    num_records = desc[:, 2].astype(np.int64)
+    soff = ex.s32(soffset, w).astype(np.int64) if soffset.kind != "off" else np.zeros(ex._n(w), np.int64)
+    voff = ex.v32(vaddr, w).astype(np.int64) if inst.mods.get("offen") else np.zeros((ex._n(w), LANES), np.int64)
+    offset = voff + int(inst.mods.get("offset", 0))
+    # Range-check dword by dword (sub-dword accesses by their own size).
+    unit = min(nbytes, 4)
+    ends = offset[:, :, None] + unit * np.arange(1, max(1, nbytes // 4) + 1)
+    starts = ends - unit
+    limit = num_records[:, None, None]
+    straddle = (starts < limit) & (ends > limit)
+    if straddle.any():
+        raise UnsupportedInstruction(f"a buffer access straddles num_records ({int(limit.flat[0])}); the "
+                                     f"hardware's per-byte behaviour there is not modelled ({ex.where()})")
+    in_range = ends <= limit          # [n, 64, dwords]
+    addr = (base[:, None].astype(np.int64) + soff[:, None] + offset).astype(np.uint64)
+    return addr, in_range
+
+
+def _buffer_bytes_ok(in_range: np.ndarray, nbytes: int) -> np.ndarray:
+    unit = min(nbytes, 4)
+    return np.repeat(in_range, unit, axis=2)[:, :, :nbytes]
+
+
+def _buffer_read(ex, inst, w, addr, in_range, mask, nbytes):
+    """uint8[n,64,nbytes]; out-of-range dwords read 0."""
+    ok_bytes = _buffer_bytes_ok(in_range, nbytes) & mask[:, :, None]
+    lanes_touching = ok_bytes.any(axis=2)
+    data = np.zeros(addr.shape + (nbytes,), np.uint8)
+    if lanes_touching.any():
+        # Read each lane's in-range prefix; in-range dwords of one lane are contiguous
+        # from the start because range grows with the offset.
+        full = in_range.all(axis=2) & mask
+        data[full] = _read_lanes(ex, w, addr, full, nbytes, inst.name)[full]
+        partial = lanes_touching & ~full
+        if partial.any():
+            for k in range(1, in_range.shape[2]):
+                sel = partial & (in_range.sum(axis=2) == k)
+                if sel.any():
+                    got = _read_lanes(ex, w, addr, sel, 4 * k, inst.name)
+                    data[sel, :4 * k] = got[sel]
+    return data
+
+
+BUFFER_LOADS = [f"buffer_load_{k}" for k in SIZES if k not in ("byte", "short")]
+BUFFER_STORES = [f"buffer_store_{k}" for k in ("dword", "dwordx2", "dwordx3", "dwordx4", "byte", "short")]
+
+
+@handles(*BUFFER_LOADS, klass="vmem")
+def buffer_load(ex, inst, w):
+    nbytes, kind = _size(inst.name, "buffer_load_")
+    mask = ex.exec_bits(w)
+    if inst.mods.get("lds"):
+        ex.klass = "lds_dma"
+        vaddr, srsrc, soffset = inst.ops
+        if nbytes < 4:
+            raise UnsupportedInstruction(f"{inst.name} lds: sub-dword LDS DMA is not modelled ({ex.where()})")
+        addr, in_range = _buffer_address(ex, inst, w, vaddr, srsrc, soffset, nbytes)
+        # Out-of-range lanes deliver zeros to LDS (the fwd kernels' tails rely on it).
+        _lds_dma(ex, inst, w, _buffer_read(ex, inst, w, addr, in_range, mask, nbytes), mask, nbytes)
+        return
+    dst, vaddr, srsrc, soffset = inst.ops
+    addr, in_range = _buffer_address(ex, inst, w, vaddr, srsrc, soffset, nbytes)
+    _land_load(ex, w, dst, _buffer_read(ex, inst, w, addr, in_range, mask, nbytes), None, mask, kind)
+
+
+@handles(*BUFFER_STORES, klass="vmem")
+def buffer_store(ex, inst, w):
+    vdata, vaddr, srsrc, soffset = inst.ops
+    nbytes, _ = _size(inst.name, "buffer_store_")
+    mask = ex.exec_bits(w)
+    addr, in_range = _buffer_address(ex, inst, w, vaddr, srsrc, soffset, nbytes)
+    data = store_bytes(ex, w, vdata, nbytes)
+    ok_bytes = _buffer_bytes_ok(in_range, nbytes) & mask[:, :, None]
+    full = ok_bytes.all(axis=2)
+    _write_lanes(ex, w, addr, full, data, inst.name)
+    partial = ok_bytes.any(axis=2) & ~full
+    if partial.any():
+        for k in range(1, in_range.shape[2]):
+            sel = partial & (in_range.sum(axis=2) == k)
+            if sel.any():
+                _write_lanes(ex, w, addr, sel, np.ascontiguousarray(data[:, :, :4 * k]), inst.name)
+    ex.issue(w, "vm", lambda rows: None)

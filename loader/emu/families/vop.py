@@ -1,0 +1,469 @@
+"""Vector ALU: VOP1, VOP2, VOP3 and VOPC, with EXEC masking, VCC and modifiers.
+
+Every simple op is one entry of a table keyed by its ISA name:
+    name: (destination type, source types, lane function)
+The family driver (`valu`) is the one place that reads operands by type (neg/abs,
+op_sel halves, DPP lane moves, f32 denormal flushing), calls the lane function on
+whole [waves, 64] arrays, applies clamp/omod, and writes the lanes EXEC enables.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import hazards
+from ..errors import UnsupportedInstruction
+from ..registry import handles
+from ..state import LANES, bits_to_mask
+from . import dpp
+
+F32, F16, F64, U32, I32, U64, U16, I16 = "f32", "f16", "f64", "u32", "i32", "u64", "u16", "i16"
+M32 = np.uint64(0xFFFFFFFF)
+F32_MIN_NORMAL = np.float32(1.1754944e-38)
+TRANS_OPS = {"v_exp_f32", "v_log_f32", "v_rcp_f32", "v_rcp_iflag_f32", "v_rsq_f32", "v_sqrt_f32",
+             "v_sin_f32", "v_cos_f32", "v_exp_f16", "v_log_f16", "v_rcp_f16", "v_rsq_f16",
+             "v_sqrt_f16", "v_sin_f16", "v_cos_f16"}
+
+
+def _f64(x):
+    return np.asarray(x, dtype=np.float64)
+
+
+def _fma_f32(a, b, c):
+    # The f32 product is exact in f64; rounding the f64 sum to f32 can differ from a single
+    # rounding only when the f64 sum itself was a tie-breaking rounding (rare, documented).
+    return (_f64(a) * _f64(b) + _f64(c)).astype(np.float32)
+
+
+def _cvt_u32(x):
+    x = np.nan_to_num(_f64(x), nan=0.0)
+    return np.clip(np.trunc(x), 0, 0xFFFFFFFF).astype(np.uint64)
+
+
+def _cvt_i32(x):
+    x = np.nan_to_num(_f64(x), nan=0.0)
+    return (np.clip(np.trunc(x), -(1 << 31), (1 << 31) - 1).astype(np.int64)).astype(np.uint64) & M32
+
+
+def _sx32(a):
+    a = np.asarray(a, dtype=np.uint64) & M32
+    return a.astype(np.int64) - ((a >> np.uint64(31)).astype(np.int64) << 32)
+
+
+def _u24(a):
+    return np.asarray(a, dtype=np.uint64) & np.uint64(0xFFFFFF)
+
+
+def _i24(a):
+    v = (np.asarray(a, dtype=np.uint64) & np.uint64(0xFFFFFF)).astype(np.int64)
+    return np.where(v >= 1 << 23, v - (1 << 24), v)
+
+
+def _bfe_u(a, off, width):
+    off, width = off & np.uint64(31), width & np.uint64(31)
+    return (a >> off) & ((np.uint64(1) << width) - np.uint64(1))
+
+
+def _bfe_i(a, off, width):
+    field = _bfe_u(a, off, width).astype(np.int64)
+    wid = (width & np.uint64(31)).astype(np.int64)
+    sign = np.where(wid > 0, (field >> np.maximum(wid - 1, 0)) & 1, 0)
+    return np.where(sign == 1, field - (np.int64(1) << wid), field).astype(np.uint64) & M32
+
+
+def _perm(a, b, sel):
+    """v_perm_b32: each selector byte picks a byte of {a:b} (b is bytes 0-3), 12 = 0x00,
+    >= 13 = 0xFF, 8..11 replicate the sign bit of bytes 1, 3, 5, 7."""
+    combined = (np.asarray(a, np.uint64) << np.uint64(32)) | np.asarray(b, np.uint64)
+    out = np.zeros(np.broadcast(a, b, sel).shape, np.uint64)
+    for i in range(4):
+        s = (np.asarray(sel, np.uint64) >> np.uint64(8 * i)) & np.uint64(0xFF)
+        byte = (combined >> (np.minimum(s, np.uint64(7)) * np.uint64(8))) & np.uint64(0xFF)
+        sign_bit = (combined >> (np.uint64(16) * (s & np.uint64(3)) + np.uint64(15))) & np.uint64(1)
+        byte = np.where(s >= 13, 0xFF, np.where(s == 12, 0, np.where(s >= 8, sign_bit * np.uint64(0xFF), byte)))
+        out |= byte.astype(np.uint64) << np.uint64(8 * i)
+    return out
+
+
+def _alignbit(a, b, c):
+    return (((np.asarray(a, np.uint64) << np.uint64(32)) | b) >> (c & np.uint64(31))) & M32
+
+
+def _med3(a, b, c):
+    return np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c))
+
+
+def _fmin(a, b):
+    return np.fmin(a, b)   # IEEE minNum: a NaN operand yields the other operand
+
+
+def _fmax(a, b):
+    return np.fmax(a, b)
+
+
+def _exp2(x):
+    return np.exp2(_f64(x)).astype(np.float32)
+
+
+def _popcount32(a):
+    a = np.asarray(a, np.uint64)
+    return np.bitwise_count(a) if hasattr(np, "bitwise_count") else np.vectorize(lambda v: bin(int(v)).count("1"))(a).astype(np.uint64)
+
+
+# name: (dst type, source types, lane function)
+VOP = {
+    # f32 arithmetic
+    "v_add_f32": (F32, (F32, F32), lambda a, b: a + b),
+    "v_sub_f32": (F32, (F32, F32), lambda a, b: a - b),
+    "v_subrev_f32": (F32, (F32, F32), lambda a, b: b - a),
+    "v_mul_f32": (F32, (F32, F32), lambda a, b: a * b),
+    "v_mul_legacy_f32": (F32, (F32, F32), lambda a, b: np.where((a == 0) | (b == 0), np.float32(0), a * b)),
+    "v_fma_f32": (F32, (F32, F32, F32), _fma_f32),
+    "v_fmac_f32": (F32, (F32, F32, "dst:f32"), _fma_f32),
+    "v_mac_f32": (F32, (F32, F32, "dst:f32"), lambda a, b, c: (a * b) + c),
+    "v_mad_f32": (F32, (F32, F32, F32), lambda a, b, c: (a * b) + c),
+    "v_min_f32": (F32, (F32, F32), _fmin),
+    "v_max_f32": (F32, (F32, F32), _fmax),
+    "v_min3_f32": (F32, (F32, F32, F32), lambda a, b, c: _fmin(_fmin(a, b), c)),
+    "v_max3_f32": (F32, (F32, F32, F32), lambda a, b, c: _fmax(_fmax(a, b), c)),
+    "v_med3_f32": (F32, (F32, F32, F32), _med3),
+    "v_ldexp_f32": (F32, (F32, I32), lambda a, b: np.ldexp(_f64(a), np.clip(b, -1000, 1000)).astype(np.float32)),
+    "v_fract_f32": (F32, (F32,), lambda a: (a - np.floor(a)).astype(np.float32)),
+    "v_floor_f32": (F32, (F32,), np.floor),
+    "v_ceil_f32": (F32, (F32,), np.ceil),
+    "v_trunc_f32": (F32, (F32,), np.trunc),
+    "v_rndne_f32": (F32, (F32,), np.rint),
+    # transcendentals (hardware is ~1 ulp; computed exactly here, see TRANS_OPS for hazards)
+    "v_exp_f32": (F32, (F32,), _exp2),
+    "v_log_f32": (F32, (F32,), lambda a: np.log2(_f64(a)).astype(np.float32)),
+    "v_rcp_f32": (F32, (F32,), lambda a: (1.0 / _f64(a)).astype(np.float32)),
+    "v_rcp_iflag_f32": (F32, (F32,), lambda a: (1.0 / _f64(a)).astype(np.float32)),
+    "v_rsq_f32": (F32, (F32,), lambda a: (1.0 / np.sqrt(_f64(a))).astype(np.float32)),
+    "v_sqrt_f32": (F32, (F32,), lambda a: np.sqrt(_f64(a)).astype(np.float32)),
+    "v_sin_f32": (F32, (F32,), lambda a: np.sin(2 * np.pi * _f64(a)).astype(np.float32)),
+    "v_cos_f32": (F32, (F32,), lambda a: np.cos(2 * np.pi * _f64(a)).astype(np.float32)),
+    # conversions
+    "v_cvt_f32_u32": (F32, (U32,), lambda a: a.astype(np.float32)),
+    "v_cvt_f32_i32": (F32, (I32,), lambda a: a.astype(np.float32)),
+    "v_cvt_u32_f32": (U32, (F32,), _cvt_u32),
+    "v_cvt_i32_f32": (U32, (F32,), _cvt_i32),
+    "v_cvt_f32_f16": (F32, (F16,), lambda a: a),
+    "v_cvt_f16_f32": (F16, (F32,), lambda a: a),
+    "v_cvt_f32_ubyte0": (F32, (U32,), lambda a: (a & np.uint64(0xFF)).astype(np.float32)),
+    "v_cvt_f32_ubyte1": (F32, (U32,), lambda a: ((a >> np.uint64(8)) & np.uint64(0xFF)).astype(np.float32)),
+    "v_cvt_f32_ubyte2": (F32, (U32,), lambda a: ((a >> np.uint64(16)) & np.uint64(0xFF)).astype(np.float32)),
+    "v_cvt_f32_ubyte3": (F32, (U32,), lambda a: (a >> np.uint64(24)).astype(np.float32)),
+    # 32-bit integer
+    "v_mov_b32": (U32, (U32,), lambda a: a),
+    "v_add_u32": (U32, (U32, U32), lambda a, b: a + b),
+    "v_sub_u32": (U32, (U32, U32), lambda a, b: a - b),
+    "v_subrev_u32": (U32, (U32, U32), lambda a, b: b - a),
+    "v_add_i32": (U32, (U32, U32), lambda a, b: a + b),
+    "v_sub_i32": (U32, (U32, U32), lambda a, b: a - b),
+    "v_add3_u32": (U32, (U32, U32, U32), lambda a, b, c: a + b + c),
+    "v_mul_lo_u32": (U32, (U32, U32), lambda a, b: a * b),
+    "v_mul_hi_u32": (U32, (U32, U32), lambda a, b: (a * b) >> np.uint64(32)),
+    "v_mul_hi_i32": (U32, (I32, I32), lambda a, b: ((a * b) >> 32)),
+    "v_mul_u32_u24": (U32, (U32, U32), lambda a, b: _u24(a) * _u24(b)),
+    "v_mul_hi_u32_u24": (U32, (U32, U32), lambda a, b: (_u24(a) * _u24(b)) >> np.uint64(32)),
+    "v_mul_i32_i24": (U32, (U32, U32), lambda a, b: _i24(a) * _i24(b)),
+    "v_mul_hi_i32_i24": (U32, (U32, U32), lambda a, b: (_i24(a) * _i24(b)) >> 32),
+    "v_mad_u32_u24": (U32, (U32, U32, U32), lambda a, b, c: _u24(a) * _u24(b) + c),
+    "v_mad_i32_i24": (U32, (U32, U32, U32), lambda a, b, c: _i24(a) * _i24(b) + _sx32(c)),
+    "v_and_b32": (U32, (U32, U32), lambda a, b: a & b),
+    "v_or_b32": (U32, (U32, U32), lambda a, b: a | b),
+    "v_xor_b32": (U32, (U32, U32), lambda a, b: a ^ b),
+    "v_not_b32": (U32, (U32,), lambda a: ~a),
+    "v_or3_b32": (U32, (U32, U32, U32), lambda a, b, c: a | b | c),
+    "v_and_or_b32": (U32, (U32, U32, U32), lambda a, b, c: (a & b) | c),
+    "v_lshlrev_b32": (U32, (U32, U32), lambda a, b: b << (a & np.uint64(31))),
+    "v_lshrrev_b32": (U32, (U32, U32), lambda a, b: (b & M32) >> (a & np.uint64(31))),
+    "v_ashrrev_i32": (U32, (U32, I32), lambda a, b: b >> (a & np.uint64(31)).astype(np.int64)),
+    "v_lshl_add_u32": (U32, (U32, U32, U32), lambda a, b, c: (a << (b & np.uint64(31))) + c),
+    "v_add_lshl_u32": (U32, (U32, U32, U32), lambda a, b, c: ((a + b) & M32) << (c & np.uint64(31))),
+    "v_lshl_or_b32": (U32, (U32, U32, U32), lambda a, b, c: (a << (b & np.uint64(31))) | c),
+    "v_xad_u32": (U32, (U32, U32, U32), lambda a, b, c: (a ^ b) + c),
+    "v_bfe_u32": (U32, (U32, U32, U32), _bfe_u),
+    "v_bfe_i32": (U32, (U32, U32, U32), _bfe_i),
+    "v_bfi_b32": (U32, (U32, U32, U32), lambda a, b, c: (a & b) | (~a & c)),
+    "v_bfm_b32": (U32, (U32, U32), lambda a, b: ((np.uint64(1) << (a & np.uint64(31))) - np.uint64(1)) << (b & np.uint64(31))),
+    "v_perm_b32": (U32, (U32, U32, U32), _perm),
+    "v_alignbit_b32": (U32, (U32, U32, U32), _alignbit),
+    "v_alignbyte_b32": (U32, (U32, U32, U32), lambda a, b, c: _alignbit(a, b, (c & np.uint64(3)) * np.uint64(8))),
+    "v_min_u32": (U32, (U32, U32), np.minimum),
+    "v_max_u32": (U32, (U32, U32), np.maximum),
+    "v_min_i32": (U32, (I32, I32), np.minimum),
+    "v_max_i32": (U32, (I32, I32), np.maximum),
+    "v_min3_u32": (U32, (U32, U32, U32), lambda a, b, c: np.minimum(np.minimum(a, b), c)),
+    "v_max3_u32": (U32, (U32, U32, U32), lambda a, b, c: np.maximum(np.maximum(a, b), c)),
+    "v_min3_i32": (U32, (I32, I32, I32), lambda a, b, c: np.minimum(np.minimum(a, b), c)),
+    "v_max3_i32": (U32, (I32, I32, I32), lambda a, b, c: np.maximum(np.maximum(a, b), c)),
+    "v_med3_u32": (U32, (U32, U32, U32), _med3),
+    "v_med3_i32": (U32, (I32, I32, I32), _med3),
+    "v_bcnt_u32_b32": (U32, (U32, U32), lambda a, b: _popcount32(a) + b),
+    # 64-bit
+    "v_lshlrev_b64": (U64, (U32, U64), lambda a, b: b << (a & np.uint64(63))),
+    "v_lshrrev_b64": (U64, (U32, U64), lambda a, b: b >> (a & np.uint64(63))),
+    "v_lshl_add_u64": (U64, (U64, U32, U64), lambda a, b, c: (a << (b & np.uint64(7))) + c),
+    "v_mov_b64": (U64, (U64,), lambda a: a),
+}
+
+
+def _read(ex, inst, w, op, ty: str, slot: int):
+    """Source operand `op` as the lane values the lane function expects."""
+    if ty in (U64, F64):
+        v = ex.v64(op, w)
+        return v.view(np.float64) if ty == F64 else v
+    bits = ex.v32(op, w, fp16=ty == F16)
+    if slot == 0 and inst.enc == "dpp":
+        bits = dpp.apply_source(ex, inst, w, bits)
+    if ty in (F16, U16, I16):
+        op_sel = inst.mods.get("op_sel", (0, 0, 0, 0))
+        if slot < len(op_sel) and op_sel[slot]:
+            bits = bits >> np.uint32(16)
+        half = (bits & np.uint32(0xFFFF)).astype(np.uint16)
+        if ty == F16:
+            x = half.view(np.float16).astype(np.float32)
+            return _float_mods(x, op)
+        return half.astype(np.uint64) if ty == U16 else half.view(np.int16).astype(np.int64)
+    if ty == F32:
+        x = bits.view(np.float32)
+        if not ex.denorm_f32:
+            x = _flush(x)
+        return _float_mods(x, op)
+    if ty == I32:
+        return bits.view(np.int32).astype(np.int64)
+    return bits.astype(np.uint64)
+
+
+def _float_mods(x, op):
+    if op.abs:
+        x = np.abs(x)
+    if op.neg:
+        x = -x
+    return x
+
+
+def _flush(x: np.ndarray) -> np.ndarray:
+    return np.where(np.abs(x) < F32_MIN_NORMAL, np.copysign(np.float32(0), x), x).astype(np.float32)
+
+
+def _result_bits(ex, inst, ty: str, r, old_bits):
+    """Lane results as uint32 (or uint64 for 64-bit types), after clamp/omod/flush."""
+    if ty == F32:
+        r = np.asarray(r, dtype=np.float32)
+        scale = {None: 1, 2: 2, 4: 4}.get(inst.mods.get("mul"), None)
+        if inst.mods.get("div") == 2:
+            scale = 0.5
+        if scale is None:
+            raise UnsupportedInstruction(f"output modifier {inst.mods} ({ex.where()})")
+        if scale != 1:
+            r = (r * np.float32(scale)).astype(np.float32)
+        if inst.mods.get("clamp"):
+            r = np.clip(np.nan_to_num(r, nan=0.0), 0.0, 1.0).astype(np.float32)
+        if not ex.denorm_f32:
+            r = _flush(r)
+        return r.view(np.uint32)
+    if ty == F16:
+        if inst.mods.get("clamp"):
+            r = np.clip(np.nan_to_num(r, nan=0.0), 0.0, 1.0)
+        half = np.asarray(r, dtype=np.float32).astype(np.float16).view(np.uint16).astype(np.uint32)
+        op_sel = inst.mods.get("op_sel", (0, 0, 0, 0))
+        if len(op_sel) == 4 and op_sel[3]:
+            return (old_bits & np.uint32(0xFFFF)) | (half << np.uint32(16))
+        # gfx9 16-bit VALU ops zero the upper half of the destination (UNVERIFIED for
+        # every opcode; LLVM models it as zeroesHigh16BitsOfDest on gfx9).
+        return half
+    if ty in (U64, F64):
+        return np.asarray(r).view(np.uint64) if ty == F64 else np.asarray(r, dtype=np.uint64)
+    return (np.asarray(r).astype(np.int64).astype(np.uint64) & M32).astype(np.uint32)
+
+
+def valu(ex, inst, w):
+    dst_ty, src_tys, fn = VOP[inst.name]
+    ex.role = "dpp" if inst.enc == "dpp" else None
+    dst = inst.ops[0]
+    srcs = []
+    for slot, ty in enumerate(src_tys):
+        if ty.startswith("dst:"):
+            srcs.append(_read(ex, inst, w, dst, ty[4:], slot))
+        else:
+            srcs.append(_read(ex, inst, w, inst.ops[1 + slot], ty, slot))
+    ex.role = None
+    with np.errstate(all="ignore"):
+        r = fn(*srcs)
+    mask = ex.exec_bits(w)
+    if inst.enc == "dpp":
+        mask &= dpp.write_mask(ex, inst, w)
+    writer = hazards.TRANS if inst.name in TRANS_OPS else hazards.VALU
+    if dst_ty in (U64, F64):
+        ex.set_v64(dst, w, _result_bits(ex, inst, dst_ty, r, None), mask, writer)
+        return
+    old = ex.waves.file(dst.kind)[w, dst.index] if dst_ty == F16 else None
+    ex.set_v(dst, w, _result_bits(ex, inst, dst_ty, r, old), mask, writer)
+
+
+for _name in VOP:
+    handles(_name, klass="trans" if _name in TRANS_OPS else "valu")(valu)
+
+
+# ------------------------------------------------------------- carry ops
+CARRY = {
+    "v_add_co_u32": lambda a, b, c: a + b,
+    "v_sub_co_u32": lambda a, b, c: a - b,
+    "v_subrev_co_u32": lambda a, b, c: b - a,
+    "v_addc_co_u32": lambda a, b, c: a + b + c,
+    "v_subb_co_u32": lambda a, b, c: a - b - c,
+    "v_subbrev_co_u32": lambda a, b, c: b - a - c,
+}
+
+
+@handles(*CARRY, klass="valu")
+def carry_op(ex, inst, w):
+    """vdst, sdst(carry out), src0, src1 [, carry in]: 33-bit results; the carry/borrow
+    bit lands in sdst for the lanes EXEC enables and 0 elsewhere."""
+    vdst, sdst, a_op, b_op = inst.ops[:4]
+    a = _read(ex, inst, w, a_op, U32, 0).astype(np.int64)
+    b = _read(ex, inst, w, b_op, U32, 1).astype(np.int64)
+    c = ex.lane_mask(inst.ops[4], w).astype(np.int64) if len(inst.ops) > 4 else 0
+    r = CARRY[inst.name](a, b, c)
+    mask = ex.exec_bits(w)
+    carry = ((r < 0) | (r > 0xFFFFFFFF)) & mask
+    ex.set_v(vdst, w, (r & 0xFFFFFFFF).astype(np.uint32), mask)
+    lo, hi = bits_to_mask(carry)
+    ex.set_s64(sdst, w, lo.astype(np.uint64) | (hi.astype(np.uint64) << np.uint64(32)), hazards.VALU)
+
+
+@handles("v_cndmask_b32", klass="valu")
+def cndmask(ex, inst, w):
+    dst, a_op, b_op, sel = inst.ops
+    if inst.enc == "dpp":
+        raise UnsupportedInstruction(f"DPP v_cndmask_b32 is not modelled ({ex.where()})")
+    a = _read(ex, inst, w, a_op, F32 if (a_op.neg or a_op.abs) else U32, 0)
+    b = _read(ex, inst, w, b_op, F32 if (b_op.neg or b_op.abs) else U32, 1)
+    choose = ex.lane_mask(sel, w)
+    a = a.view(np.uint32) if a.dtype == np.float32 else a.astype(np.uint32)
+    b = b.view(np.uint32) if b.dtype == np.float32 else b.astype(np.uint32)
+    ex.set_v(dst, w, np.where(choose, b, a), ex.exec_bits(w))
+
+
+# ------------------------------------------------------------- lane access
+@handles("v_readfirstlane_b32", klass="valu")
+def readfirstlane(ex, inst, w):
+    dst, src = inst.ops
+    ex.role = "readlane"
+    v = ex.v32(src, w)
+    mask = ex.exec_bits(w)
+    first = np.where(mask.any(axis=1), mask.argmax(axis=1), 0)
+    ex.set_s32(dst, w, v[np.arange(v.shape[0]), first], hazards.VALU)
+
+
+@handles("v_readlane_b32", klass="valu")
+def readlane(ex, inst, w):
+    dst, src, lane_op = inst.ops
+    ex.role = "lane_select"
+    lane = (ex.s32(lane_op, w) & np.uint32(63)).astype(np.int64)
+    ex.role = "readlane"
+    v = ex.v32(src, w)
+    ex.set_s32(dst, w, v[np.arange(v.shape[0]), lane], hazards.VALU)
+
+
+@handles("v_writelane_b32", klass="valu")
+def writelane(ex, inst, w):
+    dst, src, lane_op = inst.ops
+    ex.role = "lane_select"
+    lane = (ex.s32(lane_op, w) & np.uint32(63)).astype(np.int64)
+    value = ex.s32(src, w)
+    ex.role = None
+    mask = np.zeros((len(value), LANES), bool)
+    mask[np.arange(len(value)), lane] = True      # writes regardless of EXEC
+    ex.set_v(dst, w, np.repeat(value[:, None], LANES, axis=1), mask)
+
+
+@handles("v_mbcnt_lo_u32_b32", "v_mbcnt_hi_u32_b32", klass="valu")
+def mbcnt(ex, inst, w):
+    dst, a_op, b_op = inst.ops
+    a = ex.v32(a_op, w).astype(np.uint64)
+    b = ex.v32(b_op, w).astype(np.uint64)
+    base = 0 if inst.name.endswith("lo_u32_b32") else 32
+    lanes = np.arange(LANES, dtype=np.uint64)
+    shift = np.clip(lanes.astype(np.int64) - base, 0, 32).astype(np.uint64)
+    below = np.where(shift >= 32, a, a & ((np.uint64(1) << shift) - np.uint64(1)))
+    ex.set_v(dst, w, ((_popcount32(below) + b) & M32).astype(np.uint32), ex.exec_bits(w))
+
+
+@handles("v_nop", klass="valu")
+def v_nop(ex, inst, w):
+    pass
+
+
+# ------------------------------------------------------------- compares
+FLOAT_CMP = {
+    "f": lambda a, b: np.zeros(a.shape, bool), "lt": np.less, "eq": np.equal, "le": np.less_equal,
+    "gt": np.greater, "lg": lambda a, b: (a < b) | (a > b), "ge": np.greater_equal,
+    "o": lambda a, b: ~np.isnan(a) & ~np.isnan(b), "u": lambda a, b: np.isnan(a) | np.isnan(b),
+    "nge": lambda a, b: ~(a >= b), "nlg": lambda a, b: ~((a < b) | (a > b)), "ngt": lambda a, b: ~(a > b),
+    "nle": lambda a, b: ~(a <= b), "neq": lambda a, b: ~(a == b), "nlt": lambda a, b: ~(a < b),
+    "tru": lambda a, b: np.ones(a.shape, bool),
+}
+INT_CMP = {
+    "f": lambda a, b: np.zeros(a.shape, bool), "lt": np.less, "eq": np.equal, "le": np.less_equal,
+    "gt": np.greater, "ne": np.not_equal, "lg": np.not_equal, "ge": np.greater_equal,
+    "t": lambda a, b: np.ones(a.shape, bool),
+}
+CMP_TYPES = {"f32": F32, "f16": F16, "f64": F64, "i32": I32, "u32": U32, "i64": "i64", "u64": U64,
+             "i16": I16, "u16": U16}
+
+
+def _cmp_names():
+    for x in ("cmp", "cmpx"):
+        for t in ("f32", "f16", "f64"):
+            for c in FLOAT_CMP:
+                yield f"v_{x}_{c}_{t}"
+        for t in ("i32", "u32", "i64", "u64", "i16", "u16"):
+            for c in INT_CMP:
+                yield f"v_{x}_{c}_{t}"
+
+
+@handles(*_cmp_names(), klass="valu")
+def vopc(ex, inst, w):
+    _, kind, cond, t = inst.name.split("_")
+    sdst, a_op, b_op = inst.ops
+    ty = CMP_TYPES[t]
+    if ty == "i64":
+        a, b = ex.v64(a_op, w).view(np.int64), ex.v64(b_op, w).view(np.int64)
+    else:
+        a, b = _read(ex, inst, w, a_op, ty, 0), _read(ex, inst, w, b_op, ty, 1)
+    with np.errstate(invalid="ignore"):
+        res = (FLOAT_CMP if t.startswith("f") else INT_CMP)[cond](a, b)
+    mask = ex.exec_bits(w)
+    lo, hi = bits_to_mask(res & mask)
+    value = lo.astype(np.uint64) | (hi.astype(np.uint64) << np.uint64(32))
+    ex.set_s64(sdst, w, value, hazards.VALU)
+    if kind == "cmpx":
+        from ..decode import SPECIAL_SGPRS, Operand
+        ex.set_s64(Operand("s", *SPECIAL_SGPRS["exec"]), w, value, hazards.VALU)
+
+
+@handles("v_cmp_class_f32", "v_cmpx_class_f32", klass="valu")
+def cmp_class(ex, inst, w):
+    sdst, a_op, b_op = inst.ops
+    a = _read(ex, inst, w, a_op, F32, 0)
+    classes = ex.v32(b_op, w)
+    bits = np.asarray(a, np.float32).view(np.uint32)
+    neg = (bits >> np.uint32(31)) == 1
+    isnan, isinf = np.isnan(a), np.isinf(a)
+    snan = isnan & ((bits & np.uint32(0x400000)) == 0)
+    zero, denorm = a == 0, (a != 0) & (np.abs(a) < F32_MIN_NORMAL)
+    normal = ~isnan & ~isinf & ~zero & ~denorm
+    tests = [snan, isnan & ~snan, isinf & neg, normal & neg, denorm & neg, zero & neg,
+             zero & ~neg, denorm & ~neg, normal & ~neg, isinf & ~neg]
+    res = np.zeros(a.shape, bool)
+    for bit, t in enumerate(tests):
+        res |= t & (((classes >> np.uint32(bit)) & np.uint32(1)) == 1)
+    mask = ex.exec_bits(w)
+    lo, hi = bits_to_mask(res & mask)
+    value = lo.astype(np.uint64) | (hi.astype(np.uint64) << np.uint64(32))
+    ex.set_s64(sdst, w, value, hazards.VALU)
+    if inst.name.startswith("v_cmpx"):
+        from ..decode import SPECIAL_SGPRS, Operand
+        ex.set_s64(Operand("s", *SPECIAL_SGPRS["exec"]), w, value, hazards.VALU)

@@ -1,0 +1,278 @@
+"""Public emulator API: load a code object, pick a kernel, launch it on CPU buffers.
+
+    import gfxasm.emu as emu
+    mod = emu.load("build/x.co")          # a path or bytes; any gfx950 code object
+    k = mod.kernel("symbol_name")
+    res = k.launch(grid=(gx, gy, gz), block=(bx, by, bz), kernarg=kernarg_bytes,
+                   buffers=[t0, t1])      # the kernarg holds their data_ptr() values
+    res.wave_instructions
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..codeobj import CodeObject, KernelInfo, load_code_object
+from . import families  # noqa: F401  (registers every instruction handler)
+from .decode import Program, decode
+from .errors import EmulatorError, LaunchError
+from .machine import Executor
+from .memory import Memory
+from .state import EXEC_LO, LANES, Waves, bits_to_mask
+
+MAX_WORKGROUP_SIZE = 1024
+LDS_LIMIT = 160 * 1024
+HIDDEN_ARGS_BYTES = 256
+# Waves resident at once in one emulated batch (memory: 128 KiB of registers per wave).
+BATCH_WAVES = 512
+
+
+@dataclass
+class LaunchResult:
+    wave_instructions: int
+    workgroups: int
+    waves: int
+
+
+class Module:
+    def __init__(self, code_object: CodeObject):
+        self.code_object = code_object
+        insts = decode(code_object.data)
+        self._insts = insts
+
+    def kernel(self, name: str | None = None) -> "Kernel":
+        info = self.code_object.kernel(name)
+        return Kernel(self, info)
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return list(self.code_object.kernels)
+
+
+def load(src) -> Module:
+    return Module(load_code_object(src))
+
+
+def _dims(value, what: str) -> tuple[int, int, int]:
+    dims = tuple(int(v) for v in (value if isinstance(value, (tuple, list)) else (value,)))
+    if not 1 <= len(dims) <= 3 or any(d < 1 for d in dims):
+        raise LaunchError(f"{what} must be 1 to 3 positive integers, got {value!r}")
+    return dims + (1,) * (3 - len(dims))
+
+
+class Kernel:
+    def __init__(self, module: Module, info: KernelInfo):
+        self.module = module
+        self.info = info
+        self.name = info.name
+        insts = [i for i in module._insts if i.pc >= info.entry]
+        self.program = Program(insts, {i.pc: n for n, i in enumerate(insts)}, info.entry)
+
+    # ------------------------------------------------------------------ checks
+    def _check_launch(self, grid, block):
+        kd = self.info.descriptor
+        threads = block[0] * block[1] * block[2]
+        limit = self.info.max_workgroup_size or MAX_WORKGROUP_SIZE
+        if threads > min(limit, MAX_WORKGROUP_SIZE):
+            raise LaunchError(f"block {block} has {threads} threads; kernel {self.name} allows {limit}")
+        if kd.wavefront_size32:
+            raise LaunchError(f"kernel {self.name} is wave32; gfx950 runs wave64 only")
+        dims = kd.workitem_id_dims
+        if (dims < 2 and block[1] > 1) or (dims < 3 and block[2] > 1):
+            raise LaunchError(f"kernel {self.name} receives work-item ids for {dims} dimension(s) "
+                              f"but block is {block}")
+        if kd.private_segment_fixed_size or kd.user_sgpr_enabled("flat_scratch_init"):
+            raise LaunchError(f"kernel {self.name} uses scratch memory, which the emulator does not model")
+        if kd.user_sgpr_enabled("queue_ptr"):
+            raise LaunchError(f"kernel {self.name} asks for the queue pointer, which the emulator does not model")
+        if kd.workgroup_info_enabled:
+            raise LaunchError(f"kernel {self.name} asks for workgroup info SGPR, which the emulator does not model")
+        if self.info.lds_bytes > LDS_LIMIT:
+            raise LaunchError(f"kernel {self.name} needs {self.info.lds_bytes} B of LDS; gfx950 has {LDS_LIMIT}")
+
+    def _kernarg_segment(self, kernarg: bytes, grid, block) -> np.ndarray:
+        size = max(self.info.kernarg_size, len(kernarg))
+        if len(kernarg) > size:
+            raise LaunchError(f"kernarg is {len(kernarg)} B; kernel {self.name} takes {size}")
+        raw = np.zeros(size + HIDDEN_ARGS_BYTES + 64, dtype=np.uint8)
+        start = (-raw.__array_interface__["data"][0]) % 64     # 64-byte aligned like HIP's
+        seg = raw[start:start + size + HIDDEN_ARGS_BYTES]
+        seg[:len(kernarg)] = np.frombuffer(bytes(kernarg), dtype=np.uint8)
+        self._fill_hidden_args(seg, grid, block)
+        return seg
+
+    def _fill_hidden_args(self, seg: np.ndarray, grid, block) -> None:
+        values = {}
+        for i, axis in enumerate("xyz"):
+            values[f"hidden_block_count_{axis}"] = ("<I", grid[i])
+            values[f"hidden_group_size_{axis}"] = ("<H", block[i])
+            values[f"hidden_remainder_{axis}"] = ("<H", 0)
+            values[f"hidden_global_offset_{axis}"] = ("<Q", 0)
+        values["hidden_grid_dims"] = ("<H", sum(1 for g, b in zip(grid, block) if g * b > 1) or 1)
+        for arg in self.info.metadata.get(".args", []):
+            kind = arg.get(".value_kind", "")
+            if not kind.startswith("hidden_"):
+                continue
+            if kind not in values:
+                raise LaunchError(f"kernel {self.name} declares hidden argument {kind}, "
+                                  f"which the emulator does not model")
+            fmt, value = values[kind]
+            struct.pack_into(fmt, seg, int(arg[".offset"]), value)
+
+    def _dispatch_packet(self, grid, block, kernarg_addr: int) -> np.ndarray:
+        packet = np.zeros(64, dtype=np.uint8)
+        struct.pack_into("<HHHH", packet, 2, 0, *block)  # setup, workgroup_size_x/y/z
+        struct.pack_into("<III", packet, 12, *(g * b for g, b in zip(grid, block)))
+        struct.pack_into("<II", packet, 24, 0, self.info.lds_bytes)
+        struct.pack_into("<Q", packet, 40, kernarg_addr)
+        return packet
+
+    # ------------------------------------------------------------------ launch
+    def launch(self, grid, block, kernarg: bytes = b"", buffers=(), *, strict: bool = True,
+               max_wave_instructions: int = 2_000_000_000, trace=None) -> LaunchResult:
+        grid, block = _dims(grid, "grid"), _dims(block, "block")
+        self._check_launch(grid, block)
+        memory = Memory()
+        for n, buf in enumerate(buffers):
+            memory.register(buf, name=f"buffers[{n}]")
+        seg = self._kernarg_segment(kernarg, grid, block)
+        kernarg_addr = memory.register(seg, name="kernarg segment")
+        packet = self._dispatch_packet(grid, block, kernarg_addr)
+        packet_addr = memory.register(packet, name="dispatch packet")
+
+        threads = block[0] * block[1] * block[2]
+        waves_per_group = math.ceil(threads / LANES)
+        groups = list(itertools.product(range(grid[2]), range(grid[1]), range(grid[0])))
+        per_batch = max(1, BATCH_WAVES // waves_per_group)
+        total = 0
+        for start in range(0, len(groups), per_batch):
+            batch = [(x, y, z) for z, y, x in groups[start:start + per_batch]]
+            total += self._run_batch(batch, block, waves_per_group, memory, seg, kernarg_addr,
+                                     packet_addr, strict, max_wave_instructions - total, trace)
+        return LaunchResult(total, len(groups), len(groups) * waves_per_group)
+
+    def _init_waves(self, batch, block, waves_per_group, seg, kernarg_addr, packet_addr) -> Waves:
+        kd = self.info.descriptor
+        waves = Waves(len(batch) * waves_per_group, len(batch), self.info.lds_bytes)
+        threads = block[0] * block[1] * block[2]
+        tid = np.arange(waves_per_group * LANES)
+        x, y, z = tid % block[0], (tid // block[0]) % block[1], tid // (block[0] * block[1])
+        packed = (x | (y << 10) | (z << 20)).astype(np.uint32).reshape(waves_per_group, LANES)
+        active = (tid < threads).reshape(waves_per_group, LANES)
+        exec_lo, exec_hi = bits_to_mask(active)
+
+        user = []
+        if kd.user_sgpr_enabled("private_segment_buffer"):
+            user += [0, 0, 0, 0]
+        if kd.user_sgpr_enabled("dispatch_ptr"):
+            user += [packet_addr & 0xFFFFFFFF, packet_addr >> 32]
+        if kd.user_sgpr_enabled("kernarg_segment_ptr"):
+            user += [kernarg_addr & 0xFFFFFFFF, kernarg_addr >> 32]
+        if kd.user_sgpr_enabled("dispatch_id"):
+            user += [0, 0]
+        if kd.user_sgpr_enabled("private_segment_size"):
+            user += [0]
+        preload = kd.kernarg_preload & 0x7F
+        if preload:
+            offset = (kd.kernarg_preload >> 7) * 4
+            dwords = seg[:len(seg) // 4 * 4].view(np.uint32)
+            user += [int(v) for v in dwords[offset // 4: offset // 4 + preload]]
+        if len(user) > kd.user_sgpr_count:
+            raise LaunchError(f"kernel {self.name}: enabled user SGPRs need {len(user)} registers but "
+                              f"USER_SGPR_COUNT is {kd.user_sgpr_count}")
+        for n, (gx, gy, gz) in enumerate(batch):
+            rows = slice(n * waves_per_group, (n + 1) * waves_per_group)
+            waves.slot[rows] = n
+            waves.wave_in_group[rows] = np.arange(waves_per_group)
+            waves.sgpr[rows, :len(user)] = np.array(user, dtype=np.uint32)
+            sys_index = kd.user_sgpr_count
+            for enabled, gid in zip(kd.workgroup_id_enabled, (gx, gy, gz)):
+                if enabled:
+                    waves.sgpr[rows, sys_index] = gid
+                    sys_index += 1
+            if kd.private_segment_enabled:
+                waves.sgpr[rows, sys_index] = 0
+            waves.vgpr[rows, 0] = packed
+            waves.sgpr[rows, EXEC_LO] = exec_lo
+            waves.sgpr[rows, EXEC_LO + 1] = exec_hi
+        waves.pc[:] = self.program.entry
+        return waves
+
+    def _run_batch(self, batch, block, waves_per_group, memory, seg, kernarg_addr, packet_addr,
+                   strict, budget, trace) -> int:
+        waves = self._init_waves(batch, block, waves_per_group, seg, kernarg_addr, packet_addr)
+        kd = self.info.descriptor
+
+        def wave_name(i: int) -> str:
+            gx, gy, gz = batch[int(waves.slot[i])]
+            return f"workgroup ({gx},{gy},{gz}) wave {int(waves.wave_in_group[i])}"
+
+        ex = Executor(self.program, self.name, waves, memory, strict=strict,
+                      denorm_f32=kd.float_denorm_mode_32 == 3, denorm_f16=kd.float_denorm_mode_16_64 == 3,
+                      wave_names=wave_name)
+        ex.trace = trace
+        return run(ex, budget)
+
+
+def run(ex: Executor, budget: int) -> int:
+    """Schedule the waves of `ex` to completion; returns the wave-instructions executed."""
+    waves = ex.waves
+    all_waves = np.arange(waves.count)
+    groups: dict[int, np.ndarray] = {int(ex.program.entry): all_waves}
+    at_barrier = np.zeros(waves.count, dtype=bool)
+    executed = 0
+    while groups:
+        pc = min(groups)
+        w = groups.pop(pc)
+        sel = slice(None) if len(w) == waves.count else w
+        inst = ex.program.at(pc)
+        ex.next_pc = None
+        ex.control = None
+        ex.role = None
+        ex.srcc_is_dst = False
+        try:
+            ex.step(sel, inst)
+        except EmulatorError:
+            raise
+        except (ValueError, IndexError, TypeError, OverflowError) as exc:
+            raise EmulatorError(f"internal error executing `{inst.text}` at pc {inst.pc:#x}: {exc}") from exc
+        executed += len(w)
+        if executed > budget:
+            raise EmulatorError(f"kernel {ex.kernel_name} exceeded {budget} wave-instructions "
+                                f"(runaway loop?) at pc {pc:#x}")
+        if ex.control == "end":
+            ex.drain(sel)
+            waves.done[w] = True
+        elif ex.control == "barrier":
+            at_barrier[w] = True
+            waves.pc[w] = pc + inst.size
+        else:
+            new_pc = np.full(len(w), pc + inst.size, np.int64) if ex.next_pc is None else ex.next_pc
+            waves.pc[w] = new_pc
+            for target in np.unique(new_pc):
+                members = w[new_pc == target]
+                t = int(target)
+                groups[t] = np.union1d(groups[t], members) if t in groups else members
+        if ex.control in ("end", "barrier"):
+            _release_barriers(waves, at_barrier, groups)
+        if not groups and at_barrier.any():
+            raise EmulatorError(f"kernel {ex.kernel_name}: waves wait at s_barrier forever "
+                                f"(the other waves of their workgroup ended)")
+    ex.wave_instructions = executed
+    return executed
+
+
+def _release_barriers(waves: Waves, at_barrier: np.ndarray, groups: dict) -> None:
+    for slot in np.unique(waves.slot[at_barrier]):
+        members = np.flatnonzero(waves.slot == slot)
+        live = members[~waves.done[members]]
+        if live.size and at_barrier[live].all():
+            at_barrier[live] = False
+            for target in np.unique(waves.pc[live]):
+                sel = live[waves.pc[live] == target]
+                t = int(target)
+                groups[t] = np.union1d(groups[t], sel) if t in groups else sel

@@ -1,0 +1,286 @@
+"""The executor: launch state, the scheduler, operand access and the in-flight model.
+
+Waves that stand at the same pc — across the waves of a workgroup and across
+workgroups — execute each instruction as one numpy operation. The scheduler always
+advances the group at the lowest pc, so waves that fell behind catch up and merge.
+
+Strict mode (the default) reports as `HazardError`:
+  * reading or overwriting a register while a load into it is still in flight
+    (results land only when the `s_waitcnt` that covers them retires);
+  * LDS bytes touched by another wave (or read at all, for LDS DMA) while a write to
+    them is still in flight;
+  * the wait-state hazards of hazards.py.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import hazards
+from .decode import Inst, Operand, SGPR_FILE
+from .errors import EmulatorError, HazardError, MemoryFault
+from .lds import LdsTracker
+from .memory import Memory, OutOfBounds
+from .registry import lookup
+from .state import EXEC_LO, LANES, Pending, Waves, mask_to_bits
+
+_F32_INLINE = {"0.5": 0x3F000000, "-0.5": 0xBF000000, "1.0": 0x3F800000, "-1.0": 0xBF800000,
+               "2.0": 0x40000000, "-2.0": 0xC0000000, "4.0": 0x40800000, "-4.0": 0xC0800000,
+               "0.15915494": 0x3E22F983}
+_F16_INLINE = {"0.5": 0x3800, "-0.5": 0xB800, "1.0": 0x3C00, "-1.0": 0xBC00, "2.0": 0x4000,
+               "-2.0": 0xC000, "4.0": 0x4400, "-4.0": 0xC400, "0.15915494": 0x3118}
+_F64_INLINE = {"0.5": 0x3FE0000000000000, "-0.5": 0xBFE0000000000000, "1.0": 0x3FF0000000000000,
+               "-1.0": 0xBFF0000000000000, "2.0": 0x4000000000000000, "-2.0": 0xC000000000000000,
+               "4.0": 0x4010000000000000, "-4.0": 0xC010000000000000,
+               "0.15915494": 0x3FC45F306DC9C882}
+
+
+def imm_bits(op: Operand, width: int = 32, fp16: bool = False) -> int:
+    """The bit pattern an immediate operand supplies to a `width`-bit operand."""
+    text = op.text
+    if text in _F32_INLINE:
+        if fp16:
+            return _F16_INLINE[text]
+        return _F64_INLINE[text] if width == 64 else _F32_INLINE[text]
+    value = int(text, 0)
+    # Inline integers (-16..64) sign-extend; 32-bit literals zero-extend into 64 bits.
+    if width == 64 and -16 <= value < 0:
+        return value & 0xFFFFFFFFFFFFFFFF
+    return value & 0xFFFFFFFF
+
+
+class Executor:
+    def __init__(self, program, kernel_name: str, waves: Waves, memory: Memory, *,
+                 strict: bool, denorm_f32: bool, denorm_f16: bool, wave_names):
+        self.program = program
+        self.kernel_name = kernel_name
+        self.waves = waves
+        self.memory = memory
+        self.strict = strict
+        self.denorm_f32 = denorm_f32          # True: f32 denormals kept; False: flushed
+        self.denorm_f16 = denorm_f16
+        self.wave_names = wave_names          # callable(wave index) -> "workgroup (x,y,z) wave i"
+        self.lds = LdsTracker(waves.lds.shape[0], waves.lds_bytes)
+        self.inst: Inst | None = None
+        self.klass = ""
+        self.wave_instructions = 0
+        self.trace = None                     # optional callable(inst, w) for the timing model
+
+    # ----------------------------------------------------------------- errors
+    def where(self, wave: int | None = None) -> str:
+        inst = self.inst
+        at = f"kernel {self.kernel_name}"
+        if wave is not None:
+            at += f", {self.wave_names(wave)}"
+        if inst is not None:
+            at += f", pc {inst.pc:#x} `{inst.text}`"
+        return at
+
+    def hazard(self, w, rows: np.ndarray, message: str):
+        if not self.strict:
+            return
+        waves = self.wave_ids(w)
+        first = int(waves[int(np.flatnonzero(rows)[0])]) if rows.any() else None
+        raise HazardError(f"{message} ({self.where(first)})")
+
+    def wave_ids(self, w) -> np.ndarray:
+        return np.arange(self.waves.count)[w]
+
+    def fault(self, w, err: OutOfBounds, what: str, lanes: int = LANES):
+        waves = self.wave_ids(w)
+        row, lane = divmod(err.position, lanes)
+        raise MemoryFault(f"{what} at address {err.address:#x} ({err.nbytes} bytes, lane {lane}) "
+                          f"is outside every registered buffer ({self.where(int(waves[row]))})")
+
+    # ------------------------------------------------------------ exec / masks
+    def exec_bits(self, w) -> np.ndarray:
+        return self.waves.exec_bits(w)
+
+    def lane_mask(self, op: Operand, w) -> np.ndarray:
+        """bool[n,64] from a 64-bit SGPR-pair operand (vcc, s[2:3], or an inline constant)."""
+        if op.kind == "imm":
+            v = imm_bits(op, 64)
+            lo = np.full(self._n(w), v & 0xFFFFFFFF, np.uint32)
+            hi = np.full(self._n(w), v >> 32, np.uint32)
+            return mask_to_bits(lo, hi)
+        self.check_read("s", w, op.index, 2)
+        return mask_to_bits(self.waves.sgpr[w, op.index], self.waves.sgpr[w, op.index + 1])
+
+    def _n(self, w) -> int:
+        return len(self.wave_ids(w))
+
+    # ------------------------------------------------------------ scalar access
+    def s32(self, op: Operand, w, fp16: bool = False) -> np.ndarray:
+        if op.kind == "s":
+            self.check_read("s", w, op.index, 1)
+            return self.waves.sgpr[w, op.index].copy()
+        if op.kind == "imm":
+            return np.full(self._n(w), imm_bits(op, 32, fp16), np.uint32)
+        if op.kind == "scc":
+            return self.waves.scc[w].astype(np.uint32)
+        raise EmulatorError(f"operand {op.text} is not a scalar source ({self.where()})")
+
+    def s64(self, op: Operand, w) -> np.ndarray:
+        if op.kind == "s":
+            self.check_read("s", w, op.index, 2)
+            lo = self.waves.sgpr[w, op.index].astype(np.uint64)
+            hi = self.waves.sgpr[w, op.index + 1].astype(np.uint64)
+            return lo | (hi << np.uint64(32))
+        if op.kind == "imm":
+            return np.full(self._n(w), imm_bits(op, 64), np.uint64)
+        if op.kind == "scc":
+            return self.waves.scc[w].astype(np.uint64)
+        raise EmulatorError(f"operand {op.text} is not a scalar source ({self.where()})")
+
+    def sregs(self, op: Operand, w, count: int) -> np.ndarray:
+        """uint32[n, count]: consecutive SGPRs (buffer descriptors, address pairs)."""
+        if op.kind != "s" or op.count < count:
+            raise EmulatorError(f"operand {op.text} is not {count} SGPRs ({self.where()})")
+        self.check_read("s", w, op.index, count)
+        return self.waves.sgpr[w, op.index:op.index + count].copy()
+
+    def set_s32(self, op: Operand, w, value: np.ndarray, writer: int = hazards.SALU):
+        self.write_regs("s", w, op.index, 1)
+        self.waves.sgpr[w, op.index] = value
+        self.record_write("s", w, op.index, 1, writer)
+
+    def set_s64(self, op: Operand, w, value: np.ndarray, writer: int = hazards.SALU):
+        value = np.asarray(value, dtype=np.uint64)
+        self.write_regs("s", w, op.index, 2)
+        self.waves.sgpr[w, op.index] = (value & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        self.waves.sgpr[w, op.index + 1] = (value >> np.uint64(32)).astype(np.uint32)
+        self.record_write("s", w, op.index, 2, writer)
+        if op.index == EXEC_LO and writer == hazards.VALU:
+            self.waves.exec_written_at[w] = self.waves.clock[w]
+
+    # ------------------------------------------------------------ vector access
+    def v32(self, op: Operand, w, fp16: bool = False) -> np.ndarray:
+        """uint32[n, 64] from a VGPR/AGPR, or an SGPR/constant broadcast to all lanes."""
+        if op.kind in ("v", "a"):
+            self.check_read(op.kind, w, op.index, 1)
+            return self.waves.file(op.kind)[w, op.index].copy()
+        return np.repeat(self.s32(op, w, fp16)[:, None], LANES, axis=1)
+
+    def v64(self, op: Operand, w) -> np.ndarray:
+        """uint64[n, 64] from a register pair or a 64-bit scalar/constant."""
+        if op.kind in ("v", "a"):
+            self.check_read(op.kind, w, op.index, 2)
+            f = self.waves.file(op.kind)
+            lo = f[w, op.index].astype(np.uint64)
+            hi = f[w, op.index + 1].astype(np.uint64)
+            return lo | (hi << np.uint64(32))
+        return np.repeat(self.s64(op, w)[:, None], LANES, axis=1)
+
+    def vregs(self, op: Operand, w, count: int) -> np.ndarray:
+        """uint32[n, count, 64]: consecutive VGPRs or AGPRs (MFMA operands, store data)."""
+        if op.kind not in ("v", "a") or op.count != count:
+            raise EmulatorError(f"operand {op.text} is not {count} vector registers ({self.where()})")
+        self.check_read(op.kind, w, op.index, count)
+        return self.waves.file(op.kind)[w, op.index:op.index + count].copy()
+
+    def set_v(self, op: Operand, w, value: np.ndarray, mask: np.ndarray, writer: int = hazards.VALU):
+        """Write uint32[n,64] (one register) or [n,k,64] (k registers) where mask[n,64]."""
+        if op.kind not in ("v", "a"):
+            raise EmulatorError(f"operand {op.text} is not a vector register ({self.where()})")
+        value = np.asarray(value, dtype=np.uint32)
+        k = 1 if value.ndim == 2 else value.shape[1]
+        self.write_regs(op.kind, w, op.index, k)
+        f = self.waves.file(op.kind)
+        if value.ndim == 2:
+            f[w, op.index] = np.where(mask, value, f[w, op.index])
+        else:
+            cur = f[w, op.index:op.index + k]
+            f[w, op.index:op.index + k] = np.where(mask[:, None, :], value, cur)
+        self.record_write(op.kind, w, op.index, k, writer)
+
+    def set_v64(self, op: Operand, w, value: np.ndarray, mask: np.ndarray, writer: int = hazards.VALU):
+        value = np.asarray(value, dtype=np.uint64)
+        parts = np.stack([(value & np.uint64(0xFFFFFFFF)).astype(np.uint32),
+                          (value >> np.uint64(32)).astype(np.uint32)], axis=1)
+        self.set_v(op, w, parts, mask, writer)
+
+    # ------------------------------------------------------ in-flight tracking
+    def check_read(self, kind: str, w, index: int, count: int):
+        if index + count > self.waves.busy[kind].shape[1]:
+            raise EmulatorError(f"register {kind}{index + count - 1} does not exist ({self.where()})")
+        busy = self.waves.busy[kind][w, index:index + count]
+        if busy.any():
+            rows = busy.any(axis=1)
+            reg = index + int(np.flatnonzero(busy[np.flatnonzero(rows)[0]])[0])
+            self.hazard(w, rows, f"{kind}{reg} read while a load into it is still in flight "
+                                 f"(missing s_waitcnt)")
+        hazards.check_read(self, kind, w, index, count)
+
+    def write_regs(self, kind: str, w, index: int, count: int):
+        """Check a register write: it may not race a load still landing in it."""
+        if index + count > self.waves.busy[kind].shape[1]:
+            raise EmulatorError(f"register {kind}{index + count - 1} does not exist ({self.where()})")
+        busy = self.waves.busy[kind][w, index:index + count]
+        if busy.any():
+            rows = busy.any(axis=1)
+            reg = index + int(np.flatnonzero(busy[np.flatnonzero(rows)[0]])[0])
+            self.hazard(w, rows, f"{kind}{reg} overwritten while a load into it is still in flight")
+        hazards.check_write(self, kind, w, index, count)
+
+    def record_write(self, kind: str, w, index: int, count: int, writer: int):
+        self.waves.written_at[kind][w, index:index + count] = self.waves.clock[w][:, None]
+        self.waves.written_by[kind][w, index:index + count] = writer
+
+    def issue(self, w, counter: str, land, *, dest: tuple[str, int, int] | None = None,
+              smem: bool = False) -> Pending:
+        """Queue a memory op for the waves `w`; `land(rows)` runs when it retires."""
+        waves = self.wave_ids(w)
+        op = Pending(waves, counter, smem, self.inst.pc, self.inst.text, land)
+        queues = self.waves.queues[counter]
+        for wave in waves:
+            queues[wave].append(op)
+        if dest is not None:
+            kind, index, count = dest
+            self.write_regs(kind, w, index, count)
+            self.waves.busy[kind][w, index:index + count] += 1
+
+            def land_and_release(rows, _land=land):
+                _land(rows)
+                self.waves.busy[kind][waves[rows], index:index + count] -= 1
+                self.record_write(kind, waves[rows], index, count, hazards.NONE)
+            op.land = land_and_release
+        return op
+
+    def retire(self, w, counter: str, keep: int):
+        """s_waitcnt: retire the oldest ops of each wave until at most `keep` remain."""
+        queues = self.waves.queues[counter]
+        waves = self.wave_ids(w)
+        if counter == "lgkm" and keep > 0 and self.strict:
+            for wave in waves:
+                if any(op.smem for op in queues[wave]) and len(queues[wave]) > keep:
+                    self.hazard([wave], np.array([True]),
+                                f"s_waitcnt lgkmcnt({keep}) with scalar loads in flight: scalar "
+                                f"memory returns out of order, only lgkmcnt(0) is safe")
+        while True:
+            # Retire one op per wave per round; ops shared by several waves land together.
+            due: dict[int, tuple[Pending, list[int]]] = {}
+            for wave in waves:
+                q = queues[wave]
+                if len(q) > keep:
+                    op = q.popleft()
+                    due.setdefault(id(op), (op, []))[1].append(wave)
+            if not due:
+                return
+            for op, members in due.values():
+                rows = np.flatnonzero(np.isin(op.waves, members))
+                op.land(rows)
+
+    def drain(self, w):
+        for counter in ("vm", "lgkm"):
+            self.retire(w, counter, 0)
+
+    # ---------------------------------------------------------------- running
+    def step(self, w, inst: Inst) -> None:
+        self.inst = inst
+        if inst.handler is None:
+            inst.handler = lookup(inst)
+        self.klass = inst.handler.klass
+        hazards.before_issue(self, w)
+        inst.handler.fn(self, inst, w)
+        self.waves.clock[w] += hazards.wait_states(inst)
+        if self.trace is not None:
+            self.trace(inst, w)

@@ -1,0 +1,107 @@
+"""Global memory as seen by the emulator: only registered buffers are addressable.
+
+A buffer is a CPU torch tensor or a contiguous numpy array; the emulator reads and
+writes its storage in place at its real host address, so the kernarg can hold
+`tensor.data_ptr()` values exactly as the HIP backend would pass device pointers.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class OutOfBounds(Exception):
+    """Raised with the flat lane position and address of the first bad access."""
+
+    def __init__(self, position: int, address: int, nbytes: int):
+        super().__init__(position, address, nbytes)
+        self.position, self.address, self.nbytes = position, address, nbytes
+
+
+def _storage_bytes(buf) -> tuple[int, np.ndarray, str]:
+    """(base address, uint8 view of the whole storage, description) of a buffer."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency
+        torch = None
+    if torch is not None and isinstance(buf, torch.Tensor):
+        if buf.device.type != "cpu":
+            raise TypeError(f"emulator buffers must be CPU tensors, got one on {buf.device}")
+        storage = buf.untyped_storage()
+        view = torch.empty(0, dtype=torch.uint8).set_(storage).numpy()
+        return storage.data_ptr(), view, f"tensor{tuple(buf.shape)} {buf.dtype}"
+    if isinstance(buf, np.ndarray):
+        if not buf.flags.c_contiguous:
+            raise TypeError("emulator numpy buffers must be C-contiguous")
+        view = buf.reshape(-1).view(np.uint8)
+        return buf.__array_interface__["data"][0], view, f"ndarray{buf.shape} {buf.dtype}"
+    raise TypeError(f"emulator buffers must be torch tensors or numpy arrays, got {type(buf).__name__}")
+
+
+class Memory:
+    def __init__(self):
+        self._bases = np.zeros(0, dtype=np.uint64)
+        self._ends = np.zeros(0, dtype=np.uint64)
+        self._views: list[np.ndarray] = []
+        self.names: list[str] = []
+
+    def register(self, buf, name: str | None = None) -> int:
+        base, view, desc = _storage_bytes(buf)
+        end = base + view.size
+        for b, e, n in zip(self._bases, self._ends, self.names):
+            if base < int(e) and int(b) < end:
+                if int(b) == base and int(e) == end:
+                    return base   # the same storage registered twice (e.g. two views)
+                raise ValueError(f"buffer {name or desc} overlaps registered buffer {n}")
+        order = np.searchsorted(self._bases, base)
+        self._bases = np.insert(self._bases, order, np.uint64(base))
+        self._ends = np.insert(self._ends, order, np.uint64(end))
+        self._views.insert(order, view)
+        self.names.insert(order, name or desc)
+        return base
+
+    def _locate(self, addr: np.ndarray, nbytes: int) -> np.ndarray:
+        """Region index of each address; raises OutOfBounds for the first bad one."""
+        region = np.searchsorted(self._bases, addr, side="right").astype(np.int64) - 1
+        ok = region >= 0
+        safe = np.where(ok, region, 0)
+        if self._ends.size:
+            ok &= addr + np.uint64(nbytes) <= self._ends[safe]
+        else:
+            ok[:] = False
+        if not ok.all():
+            bad = int(np.argmin(ok))
+            raise OutOfBounds(bad, int(addr[bad]), nbytes)
+        return safe
+
+    def read(self, addr: np.ndarray, nbytes: int) -> np.ndarray:
+        """Bytes [len(addr), nbytes] at the given addresses (uint64)."""
+        addr = np.asarray(addr, dtype=np.uint64).reshape(-1)
+        out = np.empty((addr.size, nbytes), dtype=np.uint8)
+        if addr.size == 0:
+            return out
+        region = self._locate(addr, nbytes)
+        span = np.arange(nbytes, dtype=np.int64)
+        for r in np.unique(region):
+            sel = region == r
+            off = (addr[sel] - self._bases[r]).astype(np.int64)
+            out[sel] = self._views[r][off[:, None] + span]
+        return out
+
+    def write(self, addr: np.ndarray, data: np.ndarray) -> None:
+        """Store rows of bytes; later rows win where addresses repeat (lane order)."""
+        addr = np.asarray(addr, dtype=np.uint64).reshape(-1)
+        if addr.size == 0:
+            return
+        nbytes = data.shape[1]
+        region = self._locate(addr, nbytes)
+        span = np.arange(nbytes, dtype=np.int64)
+        for r in np.unique(region):
+            sel = region == r
+            off = (addr[sel] - self._bases[r]).astype(np.int64)
+            self._views[r][off[:, None] + span] = data[sel]
+
+    def view_at(self, addr: int, nbytes: int) -> np.ndarray:
+        """A writable uint8 view of [addr, addr+nbytes) inside one registered buffer."""
+        region = self._locate(np.array([addr], dtype=np.uint64), nbytes)[0]
+        off = addr - int(self._bases[region])
+        return self._views[region][off:off + nbytes]

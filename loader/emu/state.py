@@ -1,0 +1,93 @@
+"""Architectural state of a set of waves, as numpy arrays indexed by wave.
+
+Every array's first axis is the wave. Instruction handlers receive `w` — an index array
+or a slice selecting the waves that stand at the same pc — and operate on all of them
+in one numpy operation.
+
+Register files (per wave): 128 SGPRs (vcc = s106:107, m0 = s124, exec = s126:127 as
+the encodings number them), 256 VGPRs and 256 AGPRs of 64 lanes each. VGPRs and AGPRs
+are modelled as two separate files: shipped kernels declare accum_offset 160 yet use
+v160..v255 with no AGPRs (../shared/conformance/CASES.md §0).
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from .decode import SGPR_FILE
+
+NUM_VGPRS = 256
+LANES = 64
+EXEC_LO, VCC_LO, M0 = 126, 106, 124
+
+# Register contents at launch that the ABI leaves undefined: a pattern that is a NaN as
+# f32 and a wild pointer as an address, so a kernel that forgets to initialise fails.
+UNDEFINED = 0xFFBADBAD
+
+# What last wrote a register, for the wait-state hazard checks (see hazards.py).
+W_NONE, W_VALU, W_TRANS, W_SALU, W_MFMA, W_CVT_SCALE_HI, W_ACCW = range(7)
+
+_LANE_BITS = np.arange(32, dtype=np.uint32)
+
+
+def mask_to_bits(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """bool[n, 64] lane mask from the low and high 32-bit halves of a 64-bit mask."""
+    lo_bits = (lo[:, None] >> _LANE_BITS) & 1
+    hi_bits = (hi[:, None] >> _LANE_BITS) & 1
+    return np.concatenate([lo_bits, hi_bits], axis=1).astype(bool)
+
+
+def bits_to_mask(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse of mask_to_bits: (lo, hi) uint32 halves from bool[n, 64]."""
+    weights = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))
+    packed = (bits.astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64)
+    return (packed & np.uint64(0xFFFFFFFF)).astype(np.uint32), (packed >> np.uint64(32)).astype(np.uint32)
+
+
+@dataclass
+class Pending:
+    """A memory operation issued but not yet retired by s_waitcnt.
+
+    `land(rows)` makes its results architecturally visible for the given rows (positions
+    into `waves`); `release(rows)` clears its in-flight marks. Ops are shared by all the
+    waves of the group that issued them.
+    """
+    waves: np.ndarray
+    counter: str            # 'vm' or 'lgkm'
+    smem: bool
+    pc: int
+    text: str
+    land: object            # callable(rows) -> None
+
+
+class Waves:
+    def __init__(self, count: int, lds_slots: int, lds_bytes: int):
+        self.count = count
+        self.sgpr = np.full((count, SGPR_FILE), UNDEFINED, dtype=np.uint32)
+        self.vgpr = np.full((count, NUM_VGPRS, LANES), UNDEFINED, dtype=np.uint32)
+        self.agpr = np.full((count, NUM_VGPRS, LANES), UNDEFINED, dtype=np.uint32)
+        self.scc = np.zeros(count, dtype=bool)
+        self.pc = np.zeros(count, dtype=np.int64)
+        self.slot = np.zeros(count, dtype=np.int64)       # workgroup slot (LDS, barrier)
+        self.wave_in_group = np.zeros(count, dtype=np.int64)
+        self.done = np.zeros(count, dtype=bool)
+        # In-flight tracking for strict waitcnt checking: count of pending writes per register.
+        self.busy = {"s": np.zeros((count, SGPR_FILE), np.int16),
+                     "v": np.zeros((count, NUM_VGPRS), np.int16),
+                     "a": np.zeros((count, NUM_VGPRS), np.int16)}
+        self.queues = {"vm": [deque() for _ in range(count)], "lgkm": [deque() for _ in range(count)]}
+        # Wait-state clock and last writer per register, for hazard checks.
+        self.clock = np.zeros(count, dtype=np.int64)
+        self.written_at = {k: np.full(v.shape, -(1 << 40), np.int64) for k, v in self.busy.items()}
+        self.written_by = {k: np.zeros(v.shape, np.int16) for k, v in self.busy.items()}
+        self.exec_written_at = np.full(count, -(1 << 40), np.int64)
+        self.lds = np.zeros((lds_slots, max(lds_bytes, 1)), dtype=np.uint8)
+        self.lds_bytes = lds_bytes
+
+    def file(self, kind: str) -> np.ndarray:
+        return {"s": self.sgpr, "v": self.vgpr, "a": self.agpr}[kind]
+
+    def exec_bits(self, w) -> np.ndarray:
+        return mask_to_bits(self.sgpr[w, EXEC_LO], self.sgpr[w, EXEC_LO + 1])
