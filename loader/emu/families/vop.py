@@ -467,3 +467,16 @@ def cmp_class(ex, inst, w):
     if inst.name.startswith("v_cmpx"):
         from ..decode import SPECIAL_SGPRS, Operand
         ex.set_s64(Operand("s", *SPECIAL_SGPRS["exec"]), w, value, hazards.VALU)
+
+
+# ------------------------------------------------------------- AGPR moves
+@handles("v_accvgpr_write_b32", klass="valu")
+def accvgpr_write(ex, inst, w):
+    dst, src = inst.ops
+    ex.set_v(dst, w, ex.v32(src, w), ex.exec_bits(w), hazards.ACCVGPR_WRITE)
+
+
+@handles("v_accvgpr_read_b32", "v_accvgpr_mov_b32", klass="valu")
+def accvgpr_read(ex, inst, w):
+    dst, src = inst.ops
+    ex.set_v(dst, w, ex.v32(src, w), ex.exec_bits(w))
