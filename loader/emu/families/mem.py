@@ -87,9 +87,10 @@ def _land_load(ex, w, dst, data: np.ndarray, ok_bytes: np.ndarray, mask: np.ndar
 def _lds_dma(ex, inst, w, data: np.ndarray, mask: np.ndarray, size: int):
     """LDS DMA: queue data[n,64,size] to land at M0 + inst_offset + lane*size."""
     from ..decode import Operand
-    ex.role = "m0_dma"
+    # No wait state is required between a SALU write of M0 and the LDS DMA that reads it:
+    # LLVM models one, but every LDS DMA in aiter's hardware-proven gfx950 GEMMs follows
+    # its `s_add_u32 m0, ...` directly (docs/isa-notes.md, "M0 -> LDS DMA").
     m0 = ex.s32(Operand("s", M0, 1, text="m0"), w).astype(np.int64)
-    ex.role = None
     lane_addr = m0[:, None] + int(inst.mods.get("offset", 0)) + size * np.arange(LANES)
     land_lds = lds.dma_reserve(ex, w, lane_addr, size, mask, inst.name)
     ex.issue(w, "vm", lambda rows: land_lds(rows, data))

@@ -297,7 +297,7 @@ def _sopc_names():
 
 @handles(*_sopc_names(), klass="salu")
 def sopc(ex, inst, w):
-    _, cond, t = inst.name.split("_")
+    cond, t = inst.name.split("_")[2:]
     a, b = inst.ops
     if t == "u64":
         x, y = ex.s64(a, w), ex.s64(b, w)
