@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import lds
+from .. import lds, numerics
 from ..errors import UnsupportedInstruction
 from ..memory import OutOfBounds
 from ..registry import handles
@@ -237,3 +237,65 @@ def buffer_store(ex, inst, w):
             if sel.any():
                 _write_lanes(ex, w, addr, sel, np.ascontiguousarray(data[:, :, :4 * k]), inst.name)
     ex.issue(w, "vm", lambda rows: None)
+
+
+# ------------------------------------------------------------------ global atomics
+def _pk_add_16(old: np.ndarray, add: np.ndarray, to_f32, from_f32) -> np.ndarray:
+    """Two 16-bit float adds per dword (each half rounded to nearest even)."""
+    out = np.empty_like(old)
+    for shift in (0, 16):
+        a = to_f32(((old >> np.uint32(shift)) & np.uint32(0xFFFF)).astype(np.uint16))
+        b = to_f32(((add >> np.uint32(shift)) & np.uint32(0xFFFF)).astype(np.uint16))
+        with np.errstate(all="ignore"):
+            r = from_f32((a + b).astype(np.float32)).astype(np.uint32)
+        out = (out & ~np.uint32(0xFFFF << shift)) | (r << np.uint32(shift)) if shift else r
+    return out
+
+
+ATOMICS = {
+    "global_atomic_add": lambda old, v: old + v,
+    "global_atomic_sub": lambda old, v: old - v,
+    "global_atomic_add_f32": lambda old, v: (old.view(np.float32) + v.view(np.float32)).view(np.uint32),
+    "global_atomic_pk_add_bf16": lambda old, v: _pk_add_16(old, v, numerics.bf16_to_f32, numerics.f32_to_bf16_rne),
+    "global_atomic_pk_add_f16": lambda old, v: _pk_add_16(old, v, numerics.f16_to_f32, numerics.f32_to_f16_rne),
+    "global_atomic_smax": lambda old, v: np.maximum(old.view(np.int32), v.view(np.int32)).view(np.uint32),
+    "global_atomic_umax": lambda old, v: np.maximum(old, v),
+    "global_atomic_smin": lambda old, v: np.minimum(old.view(np.int32), v.view(np.int32)).view(np.uint32),
+    "global_atomic_umin": lambda old, v: np.minimum(old, v),
+    "global_atomic_swap": lambda old, v: v,
+}
+
+
+@handles(*ATOMICS, klass="vmem")
+def global_atomic(ex, inst, w):
+    """32-bit atomics, applied lane by lane in lane order (so equal addresses combine).
+
+    With glc ("return") the pre-op value lands in vdst like a load. f32 adds keep
+    denormals (the atomic unit is not governed by the wave's MODE; UNVERIFIED)."""
+    returns = bool(inst.mods.get("glc") or inst.mods.get("sc0"))
+    if returns:
+        vdst, vaddr, vdata, saddr = inst.ops
+    else:
+        vaddr, vdata, saddr = inst.ops
+    mask = ex.exec_bits(w)
+    addr = _global_address(ex, inst, w, vaddr, saddr)
+    ex.role = "store"
+    values = ex.v32(vdata, w)
+    ex.role = None
+    old_values = np.zeros(addr.shape, np.uint32)
+    fn = ATOMICS[inst.name]
+    for row, lane in zip(*np.nonzero(mask)):
+        a = addr[row, lane:lane + 1]
+        try:
+            old = ex.memory.read(a, 4).view(np.uint32).reshape(1)
+        except OutOfBounds as err:
+            err.position = row * LANES + lane
+            ex.fault(w, err, inst.name)
+        old_values[row, lane] = old[0]
+        new = np.asarray(fn(old.copy(), values[row, lane:lane + 1]), np.uint32)
+        ex.memory.write(a, new.view(np.uint8).reshape(1, 4))
+    if returns:
+        data = old_values.view(np.uint8).reshape(old_values.shape + (4,))
+        _land_load(ex, w, vdst, data, None, mask, "dword")
+    else:
+        ex.issue(w, "vm", lambda rows: None)
