@@ -82,6 +82,11 @@ class KernelDescriptor:
     def ieee_mode(self) -> bool:
         return bool(_bits(self.rsrc1, 23, 1))
 
+    @property
+    def fp16_overflow(self) -> bool:
+        """MODE.FP16_OVFL at launch: f32->fp8/bf8 conversions saturate instead of NaN/Inf."""
+        return bool(_bits(self.rsrc1, 26, 1))
+
     # compute_pgm_rsrc2
     @property
     def private_segment_enabled(self) -> bool:

@@ -91,6 +91,11 @@ class Kernel:
             raise LaunchError(f"kernel {self.name} asks for the queue pointer, which the emulator does not model")
         if kd.workgroup_info_enabled:
             raise LaunchError(f"kernel {self.name} asks for workgroup info SGPR, which the emulator does not model")
+        if kd.float_denorm_mode_32 in (1, 2) or kd.float_denorm_mode_16_64 in (1, 2):
+            raise LaunchError(f"kernel {self.name}: denormal modes that flush only inputs or only "
+                              f"outputs are not modelled (use 0 or 3)")
+        if kd.float_round_mode_32 or kd.float_round_mode_16_64:
+            raise LaunchError(f"kernel {self.name}: only round-to-nearest-even is modelled")
         if self.info.lds_bytes > LDS_LIMIT:
             raise LaunchError(f"kernel {self.name} needs {self.info.lds_bytes} B of LDS; gfx950 has {LDS_LIMIT}")
 
@@ -213,7 +218,7 @@ class Kernel:
 
         ex = Executor(self.program, self.name, waves, memory, strict=strict,
                       denorm_f32=kd.float_denorm_mode_32 == 3, denorm_f16=kd.float_denorm_mode_16_64 == 3,
-                      wave_names=wave_name)
+                      wave_names=wave_name, fp16_ovfl=kd.fp16_overflow)
         ex.trace = trace
         return run(ex, budget)
 
