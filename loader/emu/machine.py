@@ -223,6 +223,8 @@ class Executor:
         hazards.check_write(self, kind, w, index, count)
 
     def record_write(self, kind: str, w, index: int, count: int, writer: int):
+        if kind == "s":
+            self.waves.invalidate_exec(index, count)
         self.waves.written_at[kind][w, index:index + count] = self.waves.clock[w][:, None]
         self.waves.written_by[kind][w, index:index + count] = writer
 

@@ -85,9 +85,19 @@ class Waves:
         self.exec_written_at = np.full(count, -(1 << 40), np.int64)
         self.lds = np.zeros((lds_slots, max(lds_bytes, 1)), dtype=np.uint8)
         self.lds_bytes = lds_bytes
+        self._exec_stale = True
+        self._exec = None
 
     def file(self, kind: str) -> np.ndarray:
         return {"s": self.sgpr, "v": self.vgpr, "a": self.agpr}[kind]
 
     def exec_bits(self, w) -> np.ndarray:
-        return mask_to_bits(self.sgpr[w, EXEC_LO], self.sgpr[w, EXEC_LO + 1])
+        """bool[n, 64] EXEC of the waves `w`, cached until EXEC is written (invalidate_exec)."""
+        if self._exec_stale:
+            self._exec = mask_to_bits(self.sgpr[:, EXEC_LO], self.sgpr[:, EXEC_LO + 1])
+            self._exec_stale = False
+        return self._exec[w]
+
+    def invalidate_exec(self, index: int, count: int) -> None:
+        if index <= EXEC_LO + 1 and index + count > EXEC_LO:
+            self._exec_stale = True

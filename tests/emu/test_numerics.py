@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from loader.emu import numerics as nm
+from gfxasm.emu import numerics as nm
 
 RNG = np.random.default_rng(20250901)
 
