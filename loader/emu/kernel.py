@@ -138,7 +138,12 @@ class Kernel:
 
     # ------------------------------------------------------------------ launch
     def launch(self, grid, block, kernarg: bytes = b"", buffers=(), *, strict: bool = True,
-               max_wave_instructions: int = 2_000_000_000, trace=None) -> LaunchResult:
+               max_wave_instructions: int = 2_000_000_000, trace=None,
+               workgroups=None) -> LaunchResult:
+        """Run the kernel. `trace(inst, w)` is called after every executed instruction; if
+        it has an `attach(executor)` method, that is called first for every batch.
+        `workgroups` (an iterable of (x, y, z)) runs only those workgroups of `grid` — the
+        timing model (gfxasm.perf) runs one compute unit's share of a large grid."""
         grid, block = _dims(grid, "grid"), _dims(block, "block")
         self._check_launch(grid, block)
         memory = Memory()
@@ -152,6 +157,12 @@ class Kernel:
         threads = block[0] * block[1] * block[2]
         waves_per_group = math.ceil(threads / LANES)
         groups = list(itertools.product(range(grid[2]), range(grid[1]), range(grid[0])))
+        if workgroups is not None:
+            chosen = [tuple(int(v) for v in g) for g in workgroups]
+            for g in chosen:
+                if len(g) != 3 or not all(0 <= v < n for v, n in zip(g, grid)):
+                    raise LaunchError(f"workgroup {g} is outside grid {grid}")
+            groups = [(z, y, x) for x, y, z in chosen]
         per_batch = max(1, BATCH_WAVES // waves_per_group)
         total = 0
         for start in range(0, len(groups), per_batch):
@@ -220,6 +231,8 @@ class Kernel:
                       denorm_f32=kd.float_denorm_mode_32 == 3, denorm_f16=kd.float_denorm_mode_16_64 == 3,
                       wave_names=wave_name, fp16_ovfl=kd.fp16_overflow)
         ex.trace = trace
+        if trace is not None and hasattr(trace, "attach"):
+            trace.attach(ex)
         return run(ex, budget)
 
 
