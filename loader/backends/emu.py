@@ -1,0 +1,27 @@
+"""Emulator backend: runs a built `.co` on CPU tensors through gfxasm.emu.
+
+Strict mode is on: a register read while its load is still in flight, or a missing wait
+state, is an error rather than a silently different answer.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+
+@functools.lru_cache(maxsize=64)
+def _module(co_path: Path, mtime_ns: int, size: int):
+    # Keyed by mtime and size as well, so a rebuilt .co is decoded afresh.
+    from .. import emu   # imported on first use: a HIP-only process never pays for it
+    return emu.load(co_path)
+
+
+def launch(co_path: Path, symbol: str, grid: tuple[int, int, int], block: tuple[int, int, int],
+           kernarg: bytes, tensors: Sequence[torch.Tensor]):
+    """Run the kernel to completion; returns the emulator's LaunchResult."""
+    stat = co_path.stat()
+    kernel = _module(co_path, stat.st_mtime_ns, stat.st_size).kernel(symbol)
+    return kernel.launch(grid=grid, block=block, kernarg=kernarg, buffers=list(tensors), strict=True)

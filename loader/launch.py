@@ -1,0 +1,147 @@
+"""`gfxasm.launch`: run one manifest kernel on torch tensors.
+
+    gfxasm.launch("axpb", a=a, b=b, out=out, alpha=2.0, n=a.numel())
+
+manifest → argument checks (names, dtype, rank, shape, contiguity, device) → kernarg bytes
+→ grid from the manifest's expressions → backend. Tensors on a ROCm GPU go to HIP (they
+must be on a gfx950), CPU tensors to the emulator; GFXASM_BACKEND=hip|emu insists on one
+and is an error when the tensors do not fit it. Nothing falls back silently.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from . import kernarg
+from .backends import emu as emu_backend
+from .backends.hip import HipBackend, HipUnavailable
+from .manifest import Kernel, Variant, default_manifest
+
+BACKEND_ENV = "GFXASM_BACKEND"
+ELEMENT_DTYPES: dict[str, torch.dtype] = {
+    "bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,
+    "fp8e4m3": torch.float8_e4m3fn, "fp8e5m2": torch.float8_e5m2, "e8m0": torch.float8_e8m0fnu,
+    "u8": torch.uint8, "i32": torch.int32, "u32": torch.uint32,
+}
+MAX_GRID_DIM = 2**32 - 1
+
+hip_backend = HipBackend()
+
+
+def launch(kernel: str | Kernel, /, variant: str | None = None, **args: Any):
+    """Run `kernel` (a name in kernels.yaml, or a manifest Kernel) on the given arguments.
+
+    Returns the emulator's LaunchResult on CPU tensors; on a GPU the launch is queued on
+    torch's current stream and None is returned. A grid with a zero dimension (an empty
+    problem) launches nothing.
+    """
+    chosen = (kernel if isinstance(kernel, Kernel) else default_manifest().kernel(kernel)).variant(variant)
+    check_argument_names(chosen, args)
+    device, sizes = check_tensors(chosen, args)
+    values = {a.name: args[a.name].data_ptr() if a.type.is_pointer else args[a.name] for a in chosen.args}
+    kernarg_bytes = kernarg.pack(chosen.args, chosen.kernarg_size, values)
+    bind_scalars(chosen, args, sizes)
+    grid = launch_grid(chosen, sizes)
+    if 0 in grid:
+        return None
+    backend = choose_backend(device)   # before the .co check: a wrong device is the more useful error
+    co_path, symbol, block = chosen.co_path, chosen.kernel.symbol, chosen.kernel.workgroup
+    if not co_path.is_file():
+        raise FileNotFoundError(f"{co_path} is not built: run ./build.sh")
+    tensors = [args[a.name] for a in chosen.args if a.type.is_pointer]
+    if backend == "emu":
+        return emu_backend.launch(co_path, symbol, grid, block, kernarg_bytes, tensors)
+    hip_backend.launch(co_path, symbol, grid, block, kernarg_bytes, device.index or 0, current_stream(device))
+    return None
+
+
+def check_argument_names(variant: Variant, args: dict[str, Any]) -> None:
+    expected = [a.name for a in variant.args]
+    missing = [a for a in variant.args if a.name not in args]
+    if missing:
+        raise TypeError(f"{variant.name}: missing argument{'s' * (len(missing) > 1)} "
+                        f"{'; '.join(a.describe() for a in missing)}")
+    unexpected = sorted(set(args) - set(expected))
+    if unexpected:
+        raise TypeError(f"{variant.name}: unexpected argument{'s' * (len(unexpected) > 1)} "
+                        f"{', '.join(unexpected)}; it takes {', '.join(expected)}")
+
+
+def check_tensors(variant: Variant, args: dict[str, Any]) -> tuple[torch.device, dict[str, int]]:
+    """Check every pointer argument; return the tensors' device and the shape names' sizes."""
+    device, device_arg = torch.device("cpu"), None
+    sizes: dict[str, int] = {}
+    bound_by: dict[str, str] = {}
+    for arg in (a for a in variant.args if a.type.is_pointer):
+        value, where = args[arg.name], f"{variant.name}: argument '{arg.name}' ({arg.type.name})"
+        dtype = ELEMENT_DTYPES[arg.type.pointee]
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{where}: expected a torch.Tensor of dtype {dtype}, got {type(value).__name__}")
+        if value.dtype != dtype:
+            raise TypeError(f"{where}: expected dtype {dtype}, got {value.dtype}")
+        if arg.rank is not None and value.dim() != arg.rank:
+            wanted = f"[{', '.join(map(str, arg.shape))}]" if arg.shape is not None else f"rank {arg.rank}"
+            raise ValueError(f"{where}: expected rank {arg.rank} ({wanted}), got shape {tuple(value.shape)}")
+        if arg.contiguous and not value.is_contiguous():
+            raise ValueError(f"{where}: expected a contiguous tensor, got strides {value.stride()}")
+        if device_arg is None:
+            device, device_arg = value.device, arg.name
+        elif value.device != device:
+            raise ValueError(f"{where}: on {value.device}, but '{device_arg}' is on {device}")
+        for axis, (dim, size) in enumerate(zip(arg.shape or (), value.shape)):
+            here = f"{arg.name}.shape[{axis}]"
+            if isinstance(dim, int) and size != dim:
+                raise ValueError(f"{where}: {here} must be {dim}, got {size}")
+            if isinstance(dim, str):
+                if dim in sizes and sizes[dim] != size:
+                    raise ValueError(f"{where}: {here} = {size}, but {bound_by[dim]} = {sizes[dim]} "
+                                     f"(both are '{dim}')")
+                sizes.setdefault(dim, size)
+                bound_by.setdefault(dim, here)
+    return device, sizes
+
+
+def bind_scalars(variant: Variant, args: dict[str, Any], sizes: dict[str, int]) -> None:
+    """Add integer scalars to `sizes`; one that shares a shape name must equal that size."""
+    for arg in (a for a in variant.args if a.type.is_integer):
+        value = int(args[arg.name])
+        if arg.name in sizes and sizes[arg.name] != value:
+            raise ValueError(f"{variant.name}: argument '{arg.name}' = {value}, but the tensors' shape "
+                             f"name '{arg.name}' is {sizes[arg.name]}")
+        sizes[arg.name] = value
+
+
+def launch_grid(variant: Variant, sizes: dict[str, int]) -> tuple[int, int, int]:
+    grid = tuple(expr.evaluate(sizes) for expr in variant.kernel.grid)
+    for axis, (expr, value) in enumerate(zip(variant.kernel.grid, grid)):
+        if not 0 <= value <= MAX_GRID_DIM:
+            raise ValueError(f"{variant.name}: grid[{axis}] = '{expr.text}' = {value} with these arguments; "
+                             f"expected 0 to {MAX_GRID_DIM} workgroups")
+    return grid
+
+
+def choose_backend(device: torch.device) -> str:
+    forced = os.environ.get(BACKEND_ENV, "")
+    if forced not in ("", "hip", "emu"):
+        raise ValueError(f"{BACKEND_ENV}={forced!r}: expected 'hip' or 'emu'")
+    if device.type == "cpu":
+        if forced == "hip":
+            raise ValueError(f"{BACKEND_ENV}=hip, but the tensors are on the CPU: move them to the gfx950 "
+                             f"or unset {BACKEND_ENV} to run on the emulator")
+        return "emu"
+    if device.type == "cuda":
+        if forced == "emu":
+            raise ValueError(f"{BACKEND_ENV}=emu, but the tensors are on {device}: the emulator runs on "
+                             f"CPU tensors")
+        if torch.version.hip is None:
+            raise HipUnavailable(f"no HIP runtime: the tensors are on {device}, but this PyTorch is not a ROCm "
+                                 f"build (torch.version.hip is None); gfxasm launches only on AMD gfx950")
+        return "hip"
+    raise ValueError(f"tensors on {device}: gfxasm runs on CPU tensors (emulator) or on a ROCm gfx950 GPU")
+
+
+def current_stream(device: torch.device) -> int:
+    """torch's current stream on `device`, as the raw handle HIP takes."""
+    return torch.cuda.current_stream(device).cuda_stream
