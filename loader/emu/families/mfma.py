@@ -1,0 +1,262 @@
+"""Dense MFMA (matrix fused multiply-add) instructions of gfx950.
+
+Covered: f16/bf16 (16x16x32, 32x32x16 and the legacy 16x16x16 / 32x32x8), fp8/bf8
+(16x16x32 and 32x32x16, every A/B format pair), and the f8f6f4 instructions
+v_mfma_f32_{16x16x128,32x32x64}_f8f6f4 and v_mfma_scale_f32_{16x16x128,32x32x64}_f8f6f4
+with FP8/BF8 operands (CBSZ selects A's format, BLGP B's). FP6/FP4 operands are
+rejected with UnsupportedInstruction, as are the broadcast controls (non-zero
+CBSZ/ABID/BLGP) of the other MFMAs, whose semantics are unverified.
+
+Lane layouts (../shared/docs/gfx950-isa-facts.md §2), lane l, G = 64 / M lane groups:
+  * A row i = l % M, B column j = l % N (M = N here), g = l // M;
+  * non-f8f6f4: lane element e (16-bit: half e%2 of VGPR e/2; 8-bit: byte e%4 of VGPR
+    e/4) holds k = E*g + e, E = elements per lane;
+  * f8f6f4 FP8/BF8: byte t = 0..31 holds k = 16*g + t%16 + 16*G*(t/16), i.e.
+    32x32x64: 16*(l/32) + t%16 + 32*(t/16); 16x16x128: 16*(l/16) + t%16 + 64*(t/16);
+  * C/D 16x16: D[4*(l/16) + r][l%16]; 32x32: D[8*(r/4) + 4*(l/32) + r%4][l%32].
+  * Block scales (scale form): 32-element K blocks b = k/32; the E8M0 byte for A row
+    i, block b comes from lane i + M*b of the scaleA VGPR (B likewise), byte
+    2*op_sel_hi[n] + op_sel[n] of it (n = 0 for A, 1 for B). The probe dumps of
+    ROCm/composable_kernel pin this together with the K order (tests/emu/data/).
+
+Numerics (the hardware's internal accumulation order and precision are not
+documented). Each 32-element block dot product (the whole K for the non-f8f6f4
+instructions) is formed in float64 — exactly whenever the products' exponents span
+fewer than ~53 - 2*p bits, which always holds for FP8 E4M3, and to float64 precision
+otherwise — multiplied exactly by the block's power-of-two scales, the blocks are
+summed in float64, C is added in float64 and the sum is rounded once to f32 (RNE).
+Denormal inputs and results are kept: the MODE denormal flags are not applied to
+MFMAs (UNVERIFIED; LLVM does not model any MODE dependence for them). An E8M0 scale of
+0xFF makes its blocks NaN. NaN results carry numpy's payload (UNVERIFIED).
+
+EXEC must be all ones: what an MFMA does for lanes EXEC disables is unverified, so a
+partial EXEC is rejected rather than guessed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from .. import hazards, numerics
+from ..errors import UnsupportedInstruction
+from ..registry import handles
+from ..state import LANES
+
+F16, BF16, FP8, BF8 = "f16", "bf16", "fp8", "bf8"
+F8F6F4_FORMATS = {0: FP8, 1: BF8, 2: "fp6 (e2m3)", 3: "bf6 (e3m2)", 4: "fp4 (e2m1)"}
+
+
+@dataclass(frozen=True)
+class Spec:
+    m: int              # M = N
+    k: int              # K of one instruction
+    a_fmt: str | None   # None: chosen by CBSZ/BLGP (f8f6f4)
+    b_fmt: str | None
+    ab_regs: int        # VGPRs per lane of A (and of B)
+    c_regs: int
+    passes: int
+    f8f6f4: bool = False
+    scaled: bool = False
+
+
+def _dense_table() -> dict[str, Spec]:
+    t: dict[str, Spec] = {}
+    for ty in (F16, BF16):
+        t[f"v_mfma_f32_16x16x32_{ty}"] = Spec(16, 32, ty, ty, 4, 4, 4)
+        t[f"v_mfma_f32_32x32x16_{ty}"] = Spec(32, 16, ty, ty, 4, 16, 8)
+        t[f"v_mfma_f32_16x16x16_{ty}"] = Spec(16, 16, ty, ty, 2, 4, 4)
+        t[f"v_mfma_f32_32x32x8_{ty}"] = Spec(32, 8, ty, ty, 2, 16, 8)
+    for a in (FP8, BF8):
+        for b in (FP8, BF8):
+            t[f"v_mfma_f32_16x16x32_{a}_{b}"] = Spec(16, 32, a, b, 2, 4, 4)
+            t[f"v_mfma_f32_32x32x16_{a}_{b}"] = Spec(32, 16, a, b, 2, 16, 8)
+    # Passes for FP8/BF8 operands (the only f8f6f4 formats modelled).
+    t["v_mfma_f32_16x16x128_f8f6f4"] = Spec(16, 128, None, None, 8, 4, 8, f8f6f4=True)
+    t["v_mfma_f32_32x32x64_f8f6f4"] = Spec(32, 64, None, None, 8, 16, 16, f8f6f4=True)
+    t["v_mfma_scale_f32_16x16x128_f8f6f4"] = Spec(16, 128, None, None, 8, 4, 8, f8f6f4=True, scaled=True)
+    t["v_mfma_scale_f32_32x32x64_f8f6f4"] = Spec(32, 64, None, None, 8, 16, 16, f8f6f4=True, scaled=True)
+    return t
+
+
+MFMA = _dense_table()
+
+
+# ---------------------------------------------------------------- layouts
+def element_k(spec: Spec) -> np.ndarray:
+    """int[64, E]: the K index that lane l's element e holds (A and B alike)."""
+    lanes = np.arange(LANES)[:, None]
+    g = lanes // spec.m
+    if spec.f8f6f4:
+        t = np.arange(32)[None, :]
+        groups = LANES // spec.m
+        return 16 * g + t % 16 + 16 * groups * (t // 16)
+    per_lane = spec.k * spec.m // LANES
+    return per_lane * g + np.arange(per_lane)[None, :]
+
+
+@lru_cache(maxsize=None)
+def _gather_index(name: str) -> np.ndarray:
+    """int[M, K]: position (lane * E + e) of operand element (row/column i, k)."""
+    spec = MFMA[name]
+    ks = element_k(spec)
+    per_lane = ks.shape[1]
+    idx = np.full((spec.m, spec.k), -1, np.int64)
+    lanes = np.arange(LANES)
+    for e in range(per_lane):
+        idx[lanes % spec.m, ks[:, e]] = lanes * per_lane + e
+    assert (idx >= 0).all(), name
+    return idx
+
+
+@lru_cache(maxsize=None)
+def _d_index(m: int) -> tuple[np.ndarray, np.ndarray]:
+    """(row[R, 64], col[R, 64]): the D element lane l's result register r holds."""
+    lanes = np.arange(LANES)[None, :]
+    if m == 16:
+        r = np.arange(4)[:, None]
+        return np.broadcast_to(4 * (lanes // 16) + r, (4, LANES)), np.broadcast_to(lanes % 16, (4, LANES))
+    r = np.arange(16)[:, None]
+    return (np.broadcast_to(8 * (r // 4) + 4 * (lanes // 32) + r % 4, (16, LANES)),
+            np.broadcast_to(lanes % 32, (16, LANES)))
+
+
+@lru_cache(maxsize=None)
+def _fp8_table(fmt: str) -> np.ndarray:
+    codes = np.arange(256, dtype=np.uint8)
+    f = numerics.fp8_e4m3_to_f32 if fmt == FP8 else numerics.fp8_e5m2_to_f32
+    return f(codes).astype(np.float64)
+
+
+def decode_elements(regs: np.ndarray, fmt: str) -> np.ndarray:
+    """uint32[n, R, 64] operand registers -> float64[n, 64 * E] element values in
+    (lane, element) order."""
+    n = regs.shape[0]
+    per_lane = np.ascontiguousarray(regs.transpose(0, 2, 1))      # [n, 64, R]
+    if fmt in (F16, BF16):
+        halves = per_lane.view(np.uint16).reshape(n, -1)          # little-endian: e = 2r + h
+        if fmt == F16:
+            return halves.view(np.float16).astype(np.float64)
+        return (halves.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
+    codes = per_lane.view(np.uint8).reshape(n, -1)
+    return _fp8_table(fmt)[codes]
+
+
+# ---------------------------------------------------------------- handler
+def _formats(ex, inst, spec: Spec) -> tuple[str, str]:
+    cbsz = int(inst.mods.get("cbsz", 0))
+    abid = int(inst.mods.get("abid", 0))
+    blgp = int(inst.mods.get("blgp", 0))
+    if not spec.f8f6f4:
+        if cbsz or abid or blgp:
+            raise UnsupportedInstruction(
+                f"{inst.name} with cbsz:{cbsz} abid:{abid} blgp:{blgp}: the broadcast controls of "
+                f"non-f8f6f4 MFMAs are unverified and not modelled ({ex.where()})")
+        return spec.a_fmt, spec.b_fmt
+    if abid:
+        raise UnsupportedInstruction(f"{inst.name} with abid:{abid} is not modelled ({ex.where()})")
+    fmts = []
+    for what, code in (("A (cbsz)", cbsz), ("B (blgp)", blgp)):
+        fmt = F8F6F4_FORMATS.get(code)
+        if fmt not in (FP8, BF8):
+            raise UnsupportedInstruction(
+                f"{inst.name}: operand {what} format {code} ({fmt or 'reserved'}) is not modelled; "
+                f"only FP8 (0) and BF8 (1) operands are supported ({ex.where()})")
+        fmts.append(fmt)
+    return fmts[0], fmts[1]
+
+
+def _scale_bytes(ex, inst, op, w, operand: int) -> np.ndarray:
+    """uint8[n, 64]: the E8M0 byte each lane supplies (byte 2*op_sel_hi + op_sel)."""
+    op_sel = inst.mods.get("op_sel", (0, 0, 0))
+    op_sel_hi = inst.mods.get("op_sel_hi", (0, 0, 0))
+    if len(op_sel) > 2 and op_sel[2] or len(op_sel_hi) > 2 and op_sel_hi[2]:
+        raise UnsupportedInstruction(f"{inst.name}: op_sel/op_sel_hi bit 2 is not defined ({ex.where()})")
+    byte = 2 * int(op_sel_hi[operand]) + int(op_sel[operand])
+    if op.kind != "v" or op.count != 1:
+        raise UnsupportedInstruction(f"{inst.name}: scale operand {op.text} must be one VGPR ({ex.where()})")
+    bits = ex.v32(op, w)
+    return ((bits >> np.uint32(8 * byte)) & np.uint32(0xFF)).astype(np.uint8)
+
+
+def _check_reg_operand(ex, inst, op, count: int, what: str):
+    if op.kind not in ("v", "a") or op.count != count:
+        raise UnsupportedInstruction(f"{inst.name}: {what} {op.text} must be {count} VGPRs or AGPRs "
+                                     f"({ex.where()})")
+
+
+def mfma(ex, inst, w):
+    spec = MFMA[inst.name]
+    a_fmt, b_fmt = _formats(ex, inst, spec)
+    ops = inst.ops
+    if len(ops) != (6 if spec.scaled else 4):
+        raise UnsupportedInstruction(f"{inst.name}: unexpected operand list ({ex.where()})")
+    dst, a_op, b_op, c_op = ops[:4]
+    _check_reg_operand(ex, inst, dst, spec.c_regs, "vdst")
+    _check_reg_operand(ex, inst, a_op, spec.ab_regs, "src A")
+    _check_reg_operand(ex, inst, b_op, spec.ab_regs, "src B")
+    if any(k in inst.mods for k in ("neg", "neg_lo", "neg_hi", "clamp")):
+        raise UnsupportedInstruction(f"{inst.name}: modifiers {inst.mods} are not modelled ({ex.where()})")
+    exec_bits = ex.exec_bits(w)
+    if not exec_bits.all():
+        raise UnsupportedInstruction(f"{inst.name} with a partial EXEC mask: MFMA behaviour for "
+                                     f"disabled lanes is unverified ({ex.where()})")
+
+    # Operand reads (hazard role: A/B/scales default, srcC 'c').
+    ex.role = None
+    a_regs = ex.vregs(a_op, w, spec.ab_regs)
+    b_regs = ex.vregs(b_op, w, spec.ab_regs)
+    if spec.scaled:
+        sa = _scale_bytes(ex, inst, ops[4], w, 0)
+        sb = _scale_bytes(ex, inst, ops[5], w, 1)
+    n = a_regs.shape[0]
+    if c_op.kind == "imm":
+        if c_op.text != "0":
+            raise UnsupportedInstruction(f"{inst.name}: srcC constant {c_op.text} is not modelled, only 0 "
+                                         f"({ex.where()})")
+        c = np.zeros((n, spec.m, spec.m), np.float64)
+    else:
+        _check_reg_operand(ex, inst, c_op, spec.c_regs, "srcC")
+        if c_op.kind != dst.kind:
+            raise UnsupportedInstruction(f"{inst.name}: srcC and vdst must be the same register file "
+                                         f"({ex.where()})")
+        ex.role = "c"
+        ex.srcc_is_dst = c_op.index == dst.index and c_op.count == dst.count
+        c_regs = ex.vregs(c_op, w, spec.c_regs)
+        ex.role = None
+        ex.srcc_is_dst = False
+        rows, cols = _d_index(spec.m)
+        c = np.zeros((n, spec.m, spec.m), np.float64)
+        c[:, rows, cols] = c_regs.view(np.float32).astype(np.float64)
+
+    idx = _gather_index(inst.name)
+    a = decode_elements(a_regs, a_fmt)[:, idx]                    # [n, M, K]
+    b = decode_elements(b_regs, b_fmt)[:, idx]                    # [n, N, K]
+    with np.errstate(all="ignore"):
+        if spec.scaled:
+            nb = spec.k // 32
+            blocks = np.einsum("nibk,njbk->nbij", a.reshape(n, spec.m, nb, 32), b.reshape(n, spec.m, nb, 32))
+            # Scale of A row i / B column j for block b sits in lane i + M*b.
+            lane = np.arange(spec.m)[:, None] + spec.m * np.arange(nb)[None, :]       # [M, nb]
+            sa_blk = sa[:, lane]                                                       # [n, M, nb]
+            sb_blk = sb[:, lane]
+            factor = numerics.mfma_scale_factor(sa_blk.transpose(0, 2, 1)[:, :, :, None],
+                                                sb_blk.transpose(0, 2, 1)[:, :, None, :])  # [n, nb, M, N]
+            dot = (blocks * factor).sum(axis=1)
+        else:
+            dot = np.matmul(a, b.transpose(0, 2, 1))
+        d = (c + dot).astype(np.float32)
+    rows, cols = _d_index(spec.m)
+    out = d[:, rows, cols].view(np.uint32)                         # [n, R, 64]
+    ex.set_v(dst, w, out, exec_bits, _writer(inst.name, spec.passes))
+
+
+def _writer(name: str, passes: int) -> int:
+    """Writer code of the destination for the wait-state checks (all MFMAs here are XDL)."""
+    make = getattr(hazards, "mfma_writer", None)
+    return make(name, passes) if make is not None else hazards.MFMA_BASE + passes
+
+
+for _name in MFMA:
+    handles(_name, klass="mfma")(mfma)
