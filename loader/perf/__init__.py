@@ -1,0 +1,12 @@
+"""gfxasm.perf: static analysis of gfx950 code objects and an MI355X timing model.
+
+    gfxasm.perf.analyze(path)             -> stats.Stats (registers, occupancy, mix, loops)
+    gfxasm.perf.estimate(path, grid=..., block=..., kernarg=..., buffers=[...])
+                                          -> estimate.Estimate (modelled seconds, FLOP, DRAM bytes)
+CLI hooks for `gfxasm stats` / `gfxasm bench`: cli.stats_main(argv), cli.bench_main(argv).
+"""
+from .estimate import Estimate, estimate
+from .params import DEFAULT, Params
+from .stats import Stats, analyze, format_stats
+
+__all__ = ["analyze", "format_stats", "Stats", "estimate", "Estimate", "Params", "DEFAULT"]

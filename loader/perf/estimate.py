@@ -1,0 +1,194 @@
+"""`gfxasm.perf.estimate`: what a launch costs on one MI355X, from the code object alone.
+
+    est = gfxasm.perf.estimate("x.co", grid=(gx, gy, gz), block=(512, 1, 1),
+                               kernarg=kernarg_bytes, buffers=[q, k, v, o, lse])
+    est.seconds, est.mfma_flops, est.dram_bytes, est.pct_peak_flops, est.pct_hbm
+
+The launch arguments are those of `gfxasm.emu` (CPU tensors whose data_ptr() values the
+kernarg holds). Only one compute unit's share is executed: occupancy (stats.occupancy)
+says how many workgroups a CU holds at once; the workgroups compute unit 0 would run in
+the first `sample_rounds` rounds (dispatch assumed round-robin over the 256 CUs in
+linear workgroup order) run in the emulator's timing mode (trace.py); their wave
+streams are replayed on the CU model (model.py); the CU's time per round is multiplied
+by the number of rounds, ceil(ceil(workgroups / 256) / workgroups_per_cu). Workgroups
+must do similar work for that to hold (true for the non-causal kernels we model; a
+causal kernel needs more sample rounds).
+
+DRAM traffic: the distinct 128-byte lines the sampled workgroups touched in each buffer,
+scaled to the whole grid and capped at the buffer's size (caches are assumed to catch
+all reuse across workgroups — a lower bound on DRAM bytes).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import params as P
+from .model import WaveStream, prepare, simulate_cu
+from .stats import analyze_kernel, classify, mfma_dtype, mfma_flops
+from .trace import LINE, record
+
+
+@dataclass
+class Estimate:
+    kernel: str
+    seconds: float
+    cycles_per_round: float
+    rounds: int
+    workgroups: int
+    workgroups_per_cu: int
+    simulated_workgroups: int
+    mfma_flops: float                  # executed MFMA work (FLOP) over the whole grid
+    mfma_dtype: str
+    dram_bytes: float                  # estimated HBM traffic (distinct bytes touched)
+    requested_global_bytes: float      # bytes all loads/stores request (before caches)
+    lds_bytes: float
+    mfma_utilization: float            # matrix-pipe busy fraction on the simulated CU
+    valu_utilization: float
+    dynamic_mix: dict                  # class -> executed wave-instructions (whole grid)
+    loop_iterations: dict              # loop head pc -> executed iterations per wave (max)
+    stubbed: list                      # instructions the emulator lacks (timing stubs)
+    launch_overhead_s: float
+    params: P.Params = field(repr=False, default=None)
+    modelled: bool = True
+
+    @property
+    def tflops(self) -> float:
+        return self.mfma_flops / self.seconds / 1e12 if self.seconds else 0.0
+
+    @property
+    def pct_peak_flops(self) -> float:
+        peak = P.PEAK_FLOPS.get(self.mfma_dtype)
+        return 100.0 * self.mfma_flops / self.seconds / peak if peak and self.seconds else 0.0
+
+    @property
+    def pct_hbm(self) -> float:
+        return 100.0 * self.dram_bytes / self.seconds / P.HBM_BYTES_PER_S if self.seconds else 0.0
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k != "params"}
+        d.update(tflops=self.tflops, pct_peak_flops=self.pct_peak_flops, pct_hbm=self.pct_hbm)
+        return d
+
+    def summary(self) -> str:
+        return (f"{self.kernel}: {self.seconds * 1e6:.1f} us (modelled), {self.tflops:.0f} TFLOP/s "
+                f"({self.pct_peak_flops:.1f}% of {self.mfma_dtype} peak), DRAM {self.dram_bytes / 1e9:.3f} GB "
+                f"({self.pct_hbm:.1f}% of HBM), MFMA pipe busy {100 * self.mfma_utilization:.1f}%, "
+                f"{self.rounds} round(s) x {self.cycles_per_round:.0f} cycles, "
+                f"{self.workgroups_per_cu} WG/CU")
+
+
+def _dims(v) -> tuple[int, int, int]:
+    d = tuple(int(x) for x in (v if isinstance(v, (tuple, list)) else (v,)))
+    return d + (1,) * (3 - len(d))
+
+
+def representative_workgroups(grid, per_cu: int, rounds: int) -> list[tuple[int, int, int]]:
+    """The workgroups compute unit 0 runs in its first `rounds` rounds."""
+    gx, gy, gz = grid
+    total = gx * gy * gz
+    ids = []
+    for r in range(rounds):
+        for j in range(per_cu):
+            n = (r * per_cu + j) * P.NUM_CUS
+            if n < total:
+                ids.append(n)
+    return [(n % gx, (n // gx) % gy, n // (gx * gy)) for n in ids]
+
+
+def _buffer_bytes(buf) -> int:
+    try:
+        return int(buf.untyped_storage().nbytes())
+    except AttributeError:
+        return int(np.asarray(buf).nbytes)
+
+
+def estimate(co, grid, block, kernarg: bytes = b"", buffers=(), kernel: str | None = None, *,
+             params: P.Params | None = None, sample_rounds: int = 1,
+             workgroups_per_cu: int | None = None) -> Estimate:
+    """Model one launch on an MI355X (see the module docstring)."""
+    from .. import emu
+    prm = params or P.DEFAULT
+    grid, block = _dims(grid), _dims(block)
+    k = co.kernel(kernel) if hasattr(co, "kernel") and not isinstance(co, (str, bytes)) else \
+        emu.load(co).kernel(kernel)
+    threads = block[0] * block[1] * block[2]
+    st = analyze_kernel(k, threads)
+    per_cu = workgroups_per_cu or max(1, st.occupancy.workgroups_per_cu)
+    total = grid[0] * grid[1] * grid[2]
+    per_cu_share = math.ceil(total / P.NUM_CUS)
+    rounds = math.ceil(per_cu_share / per_cu)
+    sample = max(1, min(sample_rounds, rounds))
+    chosen = representative_workgroups(grid, per_cu, sample)
+    tr = record(k, grid, block, kernarg, buffers, chosen)
+
+    # wave streams grouped by workgroup, in dispatch order
+    gindex = {g: n for n, g in enumerate(chosen)}
+    streams = [WaveStream(w["stream"], tr.mem_lanes[n], gindex[w["group"]], w["wave"])
+               for n, w in enumerate(tr.waves)]
+    insts = tr.insts
+    static = prepare(insts, prm)
+
+    # executed work of the sample
+    counts = np.zeros(len(insts), np.int64)
+    for w in tr.waves:
+        counts += np.bincount(w["stream"], minlength=len(insts))
+    flops_per = np.array([mfma_flops(i) if classify(i) == "mfma" else 0 for i in insts], np.float64)
+    sim_flops = float(counts @ flops_per)
+    dtypes: dict[str, float] = {}
+    for n in np.flatnonzero(flops_per * counts):
+        dt = mfma_dtype(insts[n])
+        dtypes[dt] = dtypes.get(dt, 0.0) + flops_per[n] * counts[n]
+    dtype = max(dtypes, key=dtypes.get) if dtypes else "bf16"
+    mix: dict[str, int] = {}
+    for n in np.flatnonzero(counts):
+        c = classify(insts[n])
+        mix[c] = mix.get(c, 0) + int(counts[n])
+
+    scale = total / len(chosen)
+    sizes = {f"buffers[{n}]": _buffer_bytes(b) for n, b in enumerate(buffers)}
+    dram = 0.0
+    for name, lines in tr.touched.items():
+        dram += min(sizes.get(name, float("inf")), lines * LINE * scale)
+    requested = 0.0
+    for n in np.flatnonzero(counts):
+        s = static[n]
+        if s.klass in ("vmem", "lds_dma"):
+            requested += counts[n] * 64 * (s.bytes[0] + s.bytes[1])
+    requested *= scale
+    dram_fraction = min(1.0, dram / requested) if requested else 0.0
+    active_cus = min(P.NUM_CUS, math.ceil(total / 1))
+
+    cu = simulate_cu(streams, insts, waves_per_group=st.occupancy.waves_per_workgroup,
+                     groups_resident=per_cu, prm=prm, dram_fraction=dram_fraction,
+                     active_cus=min(P.NUM_CUS, active_cus), static=static)
+    per_round = cu.cycles / sample
+    overhead = prm.launch_overhead_us * 1e-6
+    seconds = rounds * per_round / P.CLOCK_HZ + overhead
+
+    # loops: iterations = times the back edge was taken + 1, per wave (max over waves)
+    from .stats import find_loops
+    loops = find_loops(insts)
+    pc_index = {i.pc: n for n, i in enumerate(insts)}
+    iters = {}
+    for lp in loops:
+        be = pc_index[lp.end]
+        head = pc_index[lp.start]
+        best = 0
+        for w in tr.waves:
+            s = w["stream"]
+            taken = int(np.count_nonzero((s[:-1] == be) & (s[1:] == head)))
+            if taken or np.any(s == head):
+                best = max(best, taken + 1 if np.any(s == head) else 0)
+        iters[f"{lp.start:#x}"] = best
+
+    return Estimate(
+        kernel=k.name, seconds=seconds, cycles_per_round=per_round, rounds=rounds, workgroups=total,
+        workgroups_per_cu=per_cu, simulated_workgroups=len(chosen), mfma_flops=sim_flops * scale,
+        mfma_dtype=dtype, dram_bytes=dram, requested_global_bytes=requested,
+        lds_bytes=cu.lds_bytes * scale, mfma_utilization=cu.mfma_utilization,
+        valu_utilization=sum(cu.valu_busy) / (len(cu.valu_busy) * cu.cycles) if cu.cycles else 0.0,
+        dynamic_mix={k_: int(v * scale) for k_, v in mix.items()}, loop_iterations=iters,
+        stubbed=tr.stubbed, launch_overhead_s=overhead, params=prm)

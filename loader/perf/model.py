@@ -1,0 +1,434 @@
+"""Cycle-approximate model of one MI355X compute unit running recorded wave streams.
+
+Input: the instruction stream each wave executed (trace.py: real control flow from the
+emulator) and which SIMD/workgroup it belongs to. The model replays the streams on one
+CU and returns the cycles the CU needs.
+
+The machine (every number from params.Params):
+  * 4 SIMDs. Each SIMD is offered one issue slot every `issue_quantum` (4) cycles. In a
+    slot it issues at most one instruction per category — vector (VALU, transcendental,
+    MFMA), scalar (SALU, SMEM), vector memory (global/buffer, LDS DMA), LDS (ds_*),
+    branch — each from a different wave, and a wave issues at most one instruction per
+    slot (GCN/CDNA issue rules). Internal instructions (s_waitcnt, s_nop, s_setprio,
+    s_barrier) use the wave's slot but no unit. Waves compete in the order
+    (s_setprio priority, then age).
+  * In-order issue per wave: an instruction waits for its source registers (register
+    scoreboard with producer latencies), and s_waitcnt waits for the modelled completion
+    of the memory operations it covers (vmcnt / lgkmcnt, in issue order).
+  * VALU ops keep the SIMD's vector ALU busy `valu_cycles` (transcendentals
+    `trans_cycles`, 32-bit integer multiplies `imul_cycles`). An MFMA takes one vector
+    issue slot and then occupies the SIMD's matrix pipe for 4 x passes cycles; VALU ops
+    (of any wave) run alongside. An MFMA issues only when the matrix pipe is free; its
+    result is readable by non-accumulating consumers (P + 4 wait states after issue).
+  * LDS: one pipe per CU (read and write bandwidths); global memory: one pipe per CU at
+    the smaller of the CU's L2 bandwidth and its share of HBM bandwidth (scaled by the
+    fraction of requested bytes that must come from DRAM), plus a fixed latency.
+  * s_barrier releases `barrier_cycles` after the last live wave of the workgroup arrives.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from ..emu.decode import waitcnt_fields
+from . import params as P
+from .stats import classify, lane_bytes, mfma_passes
+
+INF = float("inf")
+
+# issue categories
+VEC, SCAL, VMEM, LDS, BR, INTERNAL = range(6)
+_CATEGORY = {"valu": VEC, "trans": VEC, "mfma": VEC, "salu": SCAL, "smem": SCAL, "vmem": VMEM,
+             "lds_dma": VMEM, "ds": LDS, "branch": BR, "waitcnt": INTERNAL, "barrier": INTERNAL,
+             "nop": INTERNAL, "end": INTERNAL}
+_IMUL = {"v_mul_lo_u32", "v_mul_hi_u32", "v_mul_hi_i32", "v_mul_lo_i32", "v_mad_u64_u32", "v_mad_i64_i32",
+         "v_mad_u32_u24_hi"}
+_TWO_DST = re.compile(r"^v_(add|sub|subrev|addc|subb|subbrev)_co_|^v_div_scale|^v_mad_(u|i)64")
+
+SGPR_BASE, AGPR_BASE = 512, 256
+NREGS = 640
+
+
+def _regs(op) -> range | None:
+    if op.kind == "v":
+        return range(op.index, op.index + op.count)
+    if op.kind == "a":
+        return range(AGPR_BASE + op.index, AGPR_BASE + op.index + op.count)
+    if op.kind == "s" and op.index < 128:
+        return range(SGPR_BASE + op.index, SGPR_BASE + op.index + op.count)
+    return None
+
+
+@dataclass
+class StaticInst:
+    klass: str
+    cat: int
+    busy: int = 0                 # vector ALU cycles (VEC) / 0
+    passes: int = 0
+    srcs: tuple = ()              # register numbers read
+    srcs_c: tuple = ()            # MFMA srcC registers
+    dsts: tuple = ()
+    vmcnt: int = 63
+    lgkmcnt: int = 15
+    nop: int = 0
+    prio: int = 0
+    bytes: tuple = (0, 0, 0, 0)   # per active lane: global read, global write, LDS read, LDS write
+    is_load: bool = False
+    is_setprio: bool = False
+
+
+def prepare(insts, prm: P.Params) -> list[StaticInst]:
+    out = []
+    for inst in insts:
+        k = classify(inst)
+        s = StaticInst(k, _CATEGORY.get(k, VEC))
+        ops = inst.ops
+        regs = [_regs(o) for o in ops]
+        name = inst.name
+        dst_idx: set[int] = set()
+        if k in ("valu", "trans", "mfma", "salu", "smem"):
+            if ops and not name.startswith(("s_cmp", "s_bitcmp", "s_setprio", "s_nop")):
+                dst_idx.add(0)
+            if _TWO_DST.match(name):
+                dst_idx.add(1)
+            if "permlane" in name and "swap" in name:
+                dst_idx.update({0, 1})
+        elif k in ("vmem", "lds_dma", "ds"):
+            gr, gw, lr, lw = lane_bytes(inst)
+            s.bytes = (gr, gw, lr, lw)
+            loads = (k == "vmem" and gr and not gw) or (k == "ds" and lr and not lw)
+            atomic_ret = ("atomic" in name and inst.mods.get("glc")) or ("_rtn" in name)
+            if (loads or atomic_ret) and ops:
+                dst_idx.add(0)
+                s.is_load = True
+        dsts, srcs = [], []
+        for n, r in enumerate(regs):
+            if r is None:
+                continue
+            if n in dst_idx:
+                dsts.extend(r)
+                if "permlane" in name:
+                    srcs.extend(r)
+            elif not (k == "mfma" and n == 3):
+                srcs.extend(r)
+        if k == "mfma":
+            s.passes = mfma_passes(inst)
+            if len(ops) > 3 and regs[3] is not None:
+                s.srcs_c = tuple(regs[3])
+            s.busy = prm.issue_quantum
+        elif k == "trans":
+            s.busy = prm.trans_cycles
+        elif k == "valu":
+            s.busy = prm.imul_cycles if name in _IMUL else prm.valu_cycles
+        s.srcs, s.dsts = tuple(srcs), tuple(dsts)
+        if k == "waitcnt":
+            s.vmcnt, _, s.lgkmcnt = waitcnt_fields(inst)
+        elif name == "s_nop":
+            s.nop = int(ops[0].text, 0) if ops else 0
+        elif name == "s_setprio":
+            s.prio = int(ops[0].text, 0) if ops else 0
+            s.is_setprio = True
+        out.append(s)
+    return out
+
+
+@dataclass
+class WaveStream:
+    stream: object              # int array of instruction indices
+    mem_lanes: object           # active lanes per memory instruction, in order
+    group: int                  # index of its workgroup in the CU's queue
+    wave: int                   # wave index in the workgroup
+
+
+@dataclass
+class CuResult:
+    cycles: float
+    mfma_busy: list              # per SIMD, cycles the matrix pipe was busy
+    valu_busy: list              # per SIMD, cycles the vector ALU was busy
+    issued: dict                 # class -> dynamic instruction count (all waves)
+    global_bytes: float
+    lds_bytes: float
+    barrier_wait: float          # wave-cycles spent waiting at barriers
+    group_done: list = field(default_factory=list)   # completion cycle of each workgroup
+
+    @property
+    def mfma_utilization(self) -> float:
+        return sum(self.mfma_busy) / (len(self.mfma_busy) * self.cycles) if self.cycles else 0.0
+
+
+class _Wave:
+    __slots__ = ("ws", "pos", "simd", "prio", "age", "earliest", "ready", "ready_m", "ready_c",
+                 "vm", "lgkm", "mem_i", "done", "group", "at_barrier", "last_slot")
+
+    def __init__(self, ws, simd, age, start):
+        self.ws = ws
+        self.pos = 0
+        self.simd = simd
+        self.prio = 0
+        self.age = age
+        self.earliest = start
+        self.ready = [0.0] * NREGS      # for VALU/SALU/memory consumers
+        self.ready_m = [0.0] * NREGS    # for MFMA srcA/srcB
+        self.ready_c = [0.0] * NREGS    # for MFMA srcC
+        self.vm = []                    # completion times of outstanding vmcnt ops (issue order)
+        self.lgkm = []
+        self.mem_i = 0
+        self.done = False
+        self.group = ws.group
+        self.at_barrier = False
+        self.last_slot = -1
+
+
+def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, groups_resident: int,
+                prm: P.Params = P.DEFAULT, dram_fraction: float = 1.0,
+                active_cus: int = P.NUM_CUS, static: list[StaticInst] | None = None) -> CuResult:
+    """Replay the wave streams of one CU's workgroups; at most `groups_resident` at once."""
+    st = static or prepare(insts, prm)
+    Q = prm.issue_quantum
+    hbm_per_cu = P.HBM_BYTES_PER_S * prm.hbm_efficiency / P.CLOCK_HZ / max(1, active_cus)
+    cost_global = max(1.0 / prm.l2_bytes_per_clk_per_cu, dram_fraction / hbm_per_cu)
+    cost_lds_r = 1.0 / prm.lds_read_bytes_per_clk
+    cost_lds_w = 1.0 / prm.lds_write_bytes_per_clk
+
+    by_group: dict[int, list[WaveStream]] = {}
+    for ws in streams:
+        by_group.setdefault(ws.group, []).append(ws)
+    order = sorted(by_group)
+    pending = list(order)
+    group_slot: dict[int, int] = {}
+    free_slots = list(range(groups_resident))
+    live: list[_Wave] = []
+    waves_of: dict[int, list[_Wave]] = {}
+    group_done: dict[int, float] = {}
+    age = [0]
+
+    def launch(g, t):
+        slot = free_slots.pop(0)
+        group_slot[g] = slot
+        ws_list = sorted(by_group[g], key=lambda w: w.wave)
+        ws_ = []
+        for w in ws_list:
+            simd = (w.wave + slot * waves_per_group) % P.SIMDS_PER_CU
+            wv = _Wave(w, simd, age[0], t)
+            age[0] += 1
+            ws_.append(wv)
+            live.append(wv)
+        waves_of[g] = ws_
+
+    while pending and free_slots:
+        launch(pending.pop(0), 0.0)
+
+    nsimd = P.SIMDS_PER_CU
+    valu_free = [0.0] * nsimd
+    mfma_free = [0.0] * nsimd
+    mfma_busy = [0.0] * nsimd
+    valu_busy = [0.0] * nsimd
+    gpipe = [0.0]
+    lpipe = [0.0]
+    issued: dict[str, int] = {}
+    totals = {"global": 0.0, "lds": 0.0, "barrier": 0.0}
+    now = 0.0
+
+    def head_ready(wv: _Wave) -> float:
+        """Earliest time the wave's next instruction may issue (dependencies, waits)."""
+        i = wv.ws.stream[wv.pos]
+        s = st[i]
+        t = wv.earliest
+        if s.cat == VEC and s.klass == "mfma":
+            rm = wv.ready_m
+            for r in s.srcs:
+                if rm[r] > t:
+                    t = rm[r]
+            rc = wv.ready_c
+            for r in s.srcs_c:
+                if rc[r] > t:
+                    t = rc[r]
+        else:
+            rd = wv.ready
+            for r in s.srcs:
+                if rd[r] > t:
+                    t = rd[r]
+        if s.klass == "waitcnt":
+            if len(wv.vm) > s.vmcnt:
+                t = max(t, wv.vm[len(wv.vm) - s.vmcnt - 1])
+            if len(wv.lgkm) > s.lgkmcnt:
+                t = max(t, max(wv.lgkm[:len(wv.lgkm) - s.lgkmcnt]))
+        return t
+
+    def issue(wv: _Wave, t: float):
+        stream = wv.ws.stream
+        i = stream[wv.pos]
+        s = st[i]
+        k = s.klass
+        issued[k] = issued.get(k, 0) + 1
+        simd = wv.simd
+        nxt = t + Q
+        if k == "mfma":
+            start = t
+            dur = P.CYCLES_PER_PASS * s.passes
+            mfma_free[simd] = start + dur
+            mfma_busy[simd] += dur
+            valu_free[simd] = max(valu_free[simd], t + Q)
+            valu_busy[simd] += Q
+            rdy = start + dur + prm.mfma_read_extra_slots * Q
+            for r in s.dsts:
+                wv.ready[r] = rdy
+                wv.ready_m[r] = rdy
+                wv.ready_c[r] = start + dur - Q      # in-place accumulation: pipe order
+        elif k in ("valu", "trans"):
+            valu_free[simd] = t + s.busy
+            valu_busy[simd] += s.busy
+            r1 = t + s.busy
+            r2 = max(r1, t + prm.valu_to_mfma_slots * Q)
+            for r in s.dsts:
+                wv.ready[r] = r1
+                wv.ready_m[r] = r2
+                wv.ready_c[r] = r2
+        elif k == "salu":
+            for r in s.dsts:
+                wv.ready[r] = t + Q
+                wv.ready_m[r] = t + Q
+                wv.ready_c[r] = t + Q
+        elif k == "smem":
+            done = t + prm.smem_latency
+            wv.lgkm.append(done)
+            for r in s.dsts:
+                wv.ready[r] = wv.ready_m[r] = wv.ready_c[r] = done
+        elif k in ("vmem", "lds_dma"):
+            lanes = int(wv.ws.mem_lanes[wv.mem_i]) if wv.mem_i < len(wv.ws.mem_lanes) else 64
+            wv.mem_i += 1
+            nbytes = lanes * (s.bytes[0] + s.bytes[1])
+            start = max(t, gpipe[0])
+            gpipe[0] = start + nbytes * cost_global
+            done = gpipe[0] + prm.global_latency
+            if wv.vm and wv.vm[-1] > done:
+                done = wv.vm[-1]
+            wv.vm.append(done)
+            totals["global"] += nbytes
+            if s.is_load:
+                for r in s.dsts:
+                    wv.ready[r] = wv.ready_m[r] = wv.ready_c[r] = done
+        elif k == "ds":
+            lanes = int(wv.ws.mem_lanes[wv.mem_i]) if wv.mem_i < len(wv.ws.mem_lanes) else 64
+            wv.mem_i += 1
+            rb, wb = lanes * s.bytes[2], lanes * s.bytes[3]
+            start = max(t, lpipe[0])
+            lpipe[0] = start + rb * cost_lds_r + wb * cost_lds_w
+            done = lpipe[0] + prm.lds_latency
+            if wv.lgkm and wv.lgkm[-1] > done:
+                done = wv.lgkm[-1]
+            wv.lgkm.append(done)
+            totals["lds"] += rb + wb
+            if s.is_load:
+                for r in s.dsts:
+                    wv.ready[r] = wv.ready_m[r] = wv.ready_c[r] = done
+        elif k == "waitcnt":
+            if len(wv.vm) > s.vmcnt:
+                del wv.vm[:len(wv.vm) - s.vmcnt]
+            if len(wv.lgkm) > s.lgkmcnt:
+                del wv.lgkm[:len(wv.lgkm) - s.lgkmcnt]
+        elif k == "nop":
+            if s.nop:
+                nxt = t + (s.nop + 1) * Q
+            if s.is_setprio:
+                wv.prio = s.prio
+        wv.pos += 1
+        if k == "branch" and wv.pos < len(stream) and stream[wv.pos] != i + 1:
+            nxt += prm.branch_taken_cycles
+        wv.earliest = nxt
+        wv.last_slot = t
+        if k == "barrier":
+            wv.at_barrier = True
+            wv.earliest = INF
+            _try_release(wv.group, t)
+        elif k == "end" or wv.pos >= len(stream):
+            finish = max([t + Q] + wv.vm + wv.lgkm)
+            wv.done = True
+            wv.earliest = finish
+            _try_release(wv.group, t)
+            _group_finished(wv.group, finish)
+
+    arrive: dict[int, float] = {}
+
+    def _try_release(g, t):
+        ws_ = waves_of[g]
+        arrive[g] = max(arrive.get(g, 0.0), t)
+        alive = [w for w in ws_ if not w.done]
+        if alive and all(w.at_barrier for w in alive):
+            rel = arrive[g] + prm.barrier_cycles
+            for w in alive:
+                totals["barrier"] += rel - w.last_slot
+                w.at_barrier = False
+                w.earliest = rel
+            arrive[g] = 0.0
+
+    def _group_finished(g, finish):
+        ws_ = waves_of[g]
+        if all(w.done for w in ws_):
+            end = max(w.earliest for w in ws_)
+            group_done[g] = end
+            free_slots.append(group_slot[g])
+            free_slots.sort()
+            if pending:
+                launch(pending.pop(0), end)
+
+    # priorities: s_setprio changes wv.prio when issued (handled below)
+    while True:
+        active = [w for w in live if not w.done]
+        if not active:
+            break
+        issued_any = False
+        next_t = INF
+        # arbitration per SIMD
+        by_simd: list[list[_Wave]] = [[] for _ in range(nsimd)]
+        for w in active:
+            by_simd[w.simd].append(w)
+        for simd in range(nsimd):
+            cands = by_simd[simd]
+            if not cands:
+                continue
+            cands.sort(key=lambda w: (-w.prio, w.age))
+            used = set()
+            for w in cands:
+                if w.at_barrier or w.done:
+                    continue
+                t = head_ready(w)
+                i = w.ws.stream[w.pos]
+                s = st[i]
+                cat = s.cat
+                if cat == VEC:
+                    unit = valu_free[simd]
+                    if s.klass == "mfma" and mfma_free[simd] > unit:
+                        unit = mfma_free[simd]
+                    if unit > t:
+                        t = unit
+                if t > now:
+                    if t < next_t:
+                        next_t = t
+                    continue
+                if cat != INTERNAL and cat in used:
+                    if now + Q < next_t:
+                        next_t = now + Q
+                    continue
+                if cat != INTERNAL:
+                    used.add(cat)
+                issue(w, now)
+                issued_any = True
+                w_next = w.earliest
+                if w_next < next_t and not w.done and not w.at_barrier:
+                    next_t = w_next
+        # waves released from barriers / new launches may be ready earlier
+        for w in live:
+            if not w.done and not w.at_barrier and w.earliest < next_t:
+                next_t = w.earliest
+        if next_t == INF:
+            if any(not w.done for w in live):
+                raise RuntimeError("timing model deadlock: waves wait at a barrier that cannot release")
+            break
+        now = math.ceil(max(next_t, now + Q) / Q) * Q
+
+    cycles = max(group_done.values()) if group_done else now
+    return CuResult(cycles, mfma_busy, valu_busy, issued, totals["global"], totals["lds"],
+                    totals["barrier"], [group_done[g] for g in order if g in group_done])
+

@@ -1,0 +1,128 @@
+"""Every number the static analysis and the MI355X timing model use, written once.
+
+Each parameter carries its source: a public document, a published measurement, the
+project's fact sheet (../shared/docs/gfx950-isa-facts.md), an explicit derivation, or
+the word ASSUMED (an engineering estimate not pinned by a source) or FITTED (set by the
+calibration against ../shared/conformance/README.md's published MI355X results; there
+is one parameter set for every kernel). `PARAMS` lists them all for the README table;
+`Params` is the mutable set the timing model reads, so tests can build variants.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+# ----------------------------------------------------------------- machine (MI355X)
+CLOCK_HZ = 2.4e9            # peak engine clock; conformance README, AMD MI355X spec (2400 MHz)
+NUM_CUS = 256               # 8 XCDs x 32 CUs; ROCm GPU specifications table (MI355X)
+SIMDS_PER_CU = 4            # LLVM AMDGPUBaseInfo getEUsPerCU (gfx9: 4)
+WAVE_SIZE = 64              # gfx950 is wave64 only (fact sheet §1)
+
+# occupancy (LLVM llvm/lib/Target/AMDGPU/Utils/AMDGPUBaseInfo.cpp, gfx90a-class targets,
+# which include gfx950: FeatureGFX90AInsts) and ROCm's GPU specification table for MI355X
+MAX_WAVES_PER_SIMD = 8      # getMaxWavesPerEU: isGFX90A -> 8
+VGPRS_PER_SIMD_LANE = 512   # getTotalNumVGPRs: FeatureGFX90AInsts -> 512 (unified VGPR+AGPR);
+                            # ROCm table: VGPR file 512 KiB/CU = 4 SIMD x 512 x 64 lanes x 4 B
+VGPR_GRANULE = 8            # getVGPRAllocGranule / encoding granule on gfx90a+: 8
+SGPRS_PER_SIMD = 800        # getTotalNumSGPRs (gfx8+): 800; ROCm table: SGPR file 12.5 KiB/CU
+SGPR_GRANULE = 16           # getSGPRAllocGranule (gfx8-gfx9): 16
+MAX_WORKGROUPS_PER_CU = 16  # getMaxWorkGroupsPerCU: MaxBarriers = 16 (multi-wave workgroups)
+LDS_BYTES_PER_CU = 163840   # ROCm table: LDS 160 KiB (MI355X); fact sheet §1 (llc accepts 163840)
+LDS_GRANULE = 512           # LDS allocation unit: 128 dwords (AMDGPUUsage, GRANULATED_LDS_SIZE, GFX7+)
+
+# peaks (conformance README "MI355X peaks")
+PEAK_FLOPS = {"bf16": 2.5e15, "fp8": 5.0e15, "fp4/fp6": 10.0e15}
+HBM_BYTES_PER_S = 8.0e12
+
+# ----------------------------------------------------------------- issue and execution
+CYCLES_PER_PASS = 4         # MFMA cycles = 4 x passes (fact sheet §2; ROCm matrix-core blog)
+
+
+@dataclass
+class Params:
+    """The timing model's tunable parameters (cycles unless named otherwise)."""
+    # A SIMD is offered one issue slot every 4 cycles (4 SIMDs share the sequencer round-robin)
+    # and a wave64 VALU op occupies the SIMD16 ALU for 4 cycles. Derivation: MI355X vector
+    # FP32 157.3 TFLOP/s (AMD spec) = 256 CU x 4 SIMD x 16 lanes x 2 (FMA) x 2 (packed) x 2.4 GHz.
+    issue_quantum: int = 4
+    # One instruction per wave per issue slot; "wait states" (s_nop N = N+1) count issue slots.
+    # (GCN/CDNA issue rule; the wait-state unit = one issue slot is our reading of it.)
+    valu_cycles: int = 4
+    # Transcendentals (v_exp/v_log/v_rcp/...): quarter rate on GCN/CDNA, i.e. a wave64 op
+    # keeps the ALU 16 cycles. ASSUMED carried over to gfx950 (no CDNA4 throughput table).
+    trans_cycles: int = 16
+    # 32-bit integer multiplies (v_mul_lo/hi_u32, v_mul_hi_i32): quarter rate on GCN. ASSUMED.
+    imul_cycles: int = 16
+    # A consumer of an MFMA result (VALU, store, MFMA srcA/B) may issue P+4 wait states after
+    # the MFMA (LLVM 22 gfx950 hazard table, fact sheet §4); in cycles: (P + 4 + 1) x 4.
+    mfma_read_extra_slots: int = 5
+    # VALU result -> MFMA operand: 2 wait states (fact sheet §4); VALU -> VALU: back to back.
+    valu_to_mfma_slots: int = 3
+    # A taken branch refetches: one issue slot lost. ASSUMED.
+    branch_taken_cycles: int = 4
+    # Memory latencies. ASSUMED, order of magnitude of published MI300X pointer-chase
+    # measurements (Chips and Cheese "Testing AMD's Giant MI300X"; Tee et al., SC'25 MEMO
+    # workshop "The MALL is Open"): L2 hit ~ 120 ns, MALL ~ 220 ns, HBM ~ 350+ ns.
+    global_latency: int = 600       # ~250 ns at 2.4 GHz: a mix of L2 and MALL hits
+    lds_latency: int = 64           # ASSUMED (LDS load-to-use, GCN ~ 64 cycles)
+    smem_latency: int = 200         # ASSUMED (scalar cache / kernarg)
+    # LDS bandwidth per CU. CDNA3: 128 B/clk (AMD CDNA3 white paper). CDNA4 raised LDS
+    # capacity and bandwidth (Chips and Cheese, "AMD's CDNA 4 Architecture Announcement");
+    # the doubling of read bandwidth to 256 B/clk is ASSUMED from that. Writes: 128 B/clk.
+    lds_read_bytes_per_clk: int = 256
+    lds_write_bytes_per_clk: int = 128
+    # Global memory per CU. Requests stream through the CU's path to L2 at this rate:
+    # MI355X L2 is 4 MB per XCD with 16 channels x 128 B/clk (CDNA3 white paper figure,
+    # kept for CDNA4) shared by 32 CUs -> 64 B/clk/CU.
+    l2_bytes_per_clk_per_cu: float = 64.0
+    # DRAM bytes share the HBM: 8 TB/s over the CUs that run (conformance README).
+    # Achievable fraction of the HBM peak. ASSUMED (streaming kernels reach ~85-90% on
+    # HBM3/HBM3E parts).
+    hbm_efficiency: float = 0.85
+    # s_barrier: release this many cycles after the last wave arrives. ASSUMED.
+    barrier_cycles: int = 16
+    # Kernel launch + first-wave dispatch + drain per launch, in microseconds. ASSUMED.
+    launch_overhead_us: float = 3.0
+
+
+DEFAULT = Params()
+
+# name -> (value, source) for the README's parameter table.
+SOURCES = {
+    "CLOCK_HZ": (CLOCK_HZ, "conformance README; AMD MI355X spec"),
+    "NUM_CUS": (NUM_CUS, "ROCm GPU specifications (MI355X: 256 CUs, 32 per XCD)"),
+    "MAX_WAVES_PER_SIMD": (MAX_WAVES_PER_SIMD, "LLVM AMDGPUBaseInfo.cpp getMaxWavesPerEU (gfx90a-class)"),
+    "VGPRS_PER_SIMD_LANE": (VGPRS_PER_SIMD_LANE, "LLVM getTotalNumVGPRs (GFX90AInsts); ROCm table VGPR file 512 KiB/CU"),
+    "VGPR_GRANULE": (VGPR_GRANULE, "LLVM getVGPRAllocGranule (GFX90AInsts); fact sheet §1"),
+    "SGPRS_PER_SIMD": (SGPRS_PER_SIMD, "LLVM getTotalNumSGPRs; ROCm table SGPR file 12.5 KiB/CU"),
+    "SGPR_GRANULE": (SGPR_GRANULE, "LLVM getSGPRAllocGranule (gfx8-9)"),
+    "MAX_WORKGROUPS_PER_CU": (MAX_WORKGROUPS_PER_CU, "LLVM getMaxWorkGroupsPerCU (MaxBarriers)"),
+    "LDS_BYTES_PER_CU": (LDS_BYTES_PER_CU, "ROCm table (160 KiB); fact sheet §1"),
+    "LDS_GRANULE": (LDS_GRANULE, "AMDGPUUsage GRANULATED_LDS_SIZE (128 dwords, GFX7+)"),
+    "CYCLES_PER_PASS": (CYCLES_PER_PASS, "fact sheet §2 (cycles = 4 x passes)"),
+    "PEAK_FLOPS": (PEAK_FLOPS, "conformance README"),
+    "HBM_BYTES_PER_S": (HBM_BYTES_PER_S, "conformance README"),
+}
+PARAM_SOURCES = {
+    "issue_quantum": "derived: MI355X FP32 vector peak = 256x4x16x2x2x2.4 GHz -> SIMD16, wave64 in 4 cycles",
+    "valu_cycles": "same derivation (one wave64 VALU op = 4 cycles; packed FP32 does 2 ops/lane in them)",
+    "trans_cycles": "ASSUMED: GCN/CDNA quarter-rate transcendentals",
+    "imul_cycles": "ASSUMED: GCN quarter-rate 32-bit integer multiply",
+    "mfma_read_extra_slots": "fact sheet §4: consumer P+4 wait states after an MFMA (LLVM 22 gfx950)",
+    "valu_to_mfma_slots": "fact sheet §4: VALU write -> MFMA read 2 wait states",
+    "branch_taken_cycles": "ASSUMED",
+    "global_latency": "ASSUMED ~250 ns (MI300X pointer-chase: L2 ~120 ns, MALL ~220 ns, HBM 350+ ns)",
+    "lds_latency": "ASSUMED",
+    "smem_latency": "ASSUMED",
+    "lds_read_bytes_per_clk": "CDNA3 white paper 128 B/clk; x2 for CDNA4 ASSUMED from Chips and Cheese CDNA4 article",
+    "lds_write_bytes_per_clk": "CDNA3 white paper 128 B/clk",
+    "l2_bytes_per_clk_per_cu": "CDNA3 white paper: 16 ch x 128 B/clk per XCD L2, / 32 CUs per XCD (MI355X)",
+    "hbm_efficiency": "ASSUMED",
+    "barrier_cycles": "ASSUMED",
+    "launch_overhead_us": "ASSUMED",
+}
+
+
+def param_table(p: Params = DEFAULT) -> list[tuple[str, object, str]]:
+    rows = [(k, v, s) for k, (v, s) in SOURCES.items()]
+    rows += [(f.name, getattr(p, f.name), PARAM_SOURCES.get(f.name, "")) for f in fields(p)]
+    return rows

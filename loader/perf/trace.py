@@ -1,0 +1,163 @@
+"""Timing mode of the emulator: run chosen workgroups for real, record what each wave did.
+
+The timing model (model.py) needs, for every wave of one compute unit's share of a
+launch, the sequence of instructions it executed — real control flow, from the real
+emulator — plus the lanes active at each memory instruction and the global-memory bytes
+the workgroups touched (to estimate DRAM traffic). `record()` gets them by running
+`Kernel.launch(..., workgroups=..., trace=Recorder)` on a private copy of the decoded
+program in which:
+
+  * MFMA instructions skip their arithmetic (the result registers keep their values):
+    MFMA results never feed addresses or branches in the kernels we model, and skipping
+    them makes a long run fast;
+  * instructions the emulator does not implement yet are stubs of the same class (a
+    VALU stub writes nothing; a DS/VMEM stub moves no data). The run is then a timing
+    run only — its numerical output is meaningless — and `Trace.stubbed` lists them.
+
+Strict hazard checking is off in timing mode (the functional tests own it).
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..emu import kernel as emu_kernel
+from ..emu.decode import Program
+from ..emu.registry import HANDLERS, Handler
+from .stats import classify
+
+LINE = 128          # bytes: the L2 line size used to count distinct DRAM bytes (CDNA3 L2 line)
+
+MEMORY_CLASSES = ("vmem", "lds_dma", "ds")
+
+
+def _stub(ex, inst, w):
+    """Timing-mode stand-in: no architectural effect."""
+    return None
+
+
+def _stub_end(ex, inst, w):
+    ex.control = "end"
+
+
+def timing_program(program: Program, skip_mfma: bool = True) -> tuple[Program, list[str]]:
+    """A private copy of `program` whose MFMAs (and unimplemented instructions) are stubs."""
+    stubbed: set[str] = set()
+    insts = []
+    for inst in program.insts:
+        copy = dataclasses.replace(inst, handler=None)
+        handler = HANDLERS.get(inst.name)
+        klass = classify(inst)
+        if handler is None:
+            if klass == "branch":
+                raise NotImplementedError(f"branch {inst.name} at {inst.pc:#x} is not implemented; "
+                                          f"timing mode needs real control flow")
+            stubbed.add(inst.name)
+            copy.handler = Handler(_stub_end if klass == "end" else _stub, klass, inst.name)
+        elif klass == "mfma" and skip_mfma:
+            copy.handler = Handler(_stub, "mfma", inst.name)
+        insts.append(copy)
+    return Program(insts, dict(program.by_pc), program.entry), sorted(stubbed)
+
+
+@dataclass
+class Trace:
+    """What one timed run executed."""
+    insts: list                          # the decoded program (index space of `streams`)
+    waves: list                          # per wave: dict(group=(x,y,z), wave=i, stream=int32[])
+    mem_lanes: list                      # per wave: int16[] active lanes of each memory op, in order
+    touched: dict = field(default_factory=dict)    # buffer name -> distinct LINE-byte lines read/written
+    stubbed: list = field(default_factory=list)
+    wave_instructions: int = 0
+
+
+class Recorder:
+    """The `trace` hook: appends the executed instruction index to each executing wave."""
+
+    def __init__(self, program: Program):
+        self.index = {inst.pc: n for n, inst in enumerate(program.insts)}
+        self.mem = np.array([classify(i) in MEMORY_CLASSES for i in program.insts])
+        self.batches = []                 # (executor, per-wave lists, per-wave lane lists)
+        self.lines: dict[str, list] = {}
+
+    def attach(self, ex):
+        n = ex.waves.count
+        streams = [[] for _ in range(n)]
+        lanes = [[] for _ in range(n)]
+        self.batches.append((ex, streams, lanes))
+        self._cur = (ex, streams, lanes)
+        self._all = np.arange(n)
+        self._wrap_memory(ex.memory)
+
+    def _wrap_memory(self, memory):
+        if getattr(memory, "_perf_wrapped", False):
+            return
+        read, write = memory.read, memory.write
+        lines = self.lines
+
+        def note(addr, nbytes):
+            addr = np.asarray(addr, dtype=np.uint64).reshape(-1)
+            if addr.size == 0 or memory._bases.size == 0:
+                return
+            region = np.searchsorted(memory._bases, addr, side="right").astype(np.int64) - 1
+            ok = region >= 0
+            for r in np.unique(region[ok]):
+                name = memory.names[r]
+                if not name.startswith("buffers["):
+                    continue
+                off = (addr[region == r] - memory._bases[r]).astype(np.int64)
+                first = off // LINE
+                last = (off + nbytes - 1) // LINE
+                ids = np.unique(np.concatenate([first, last]))
+                lines.setdefault(name, []).append(ids)
+
+        def traced_read(addr, nbytes):
+            note(addr, nbytes)
+            return read(addr, nbytes)
+
+        def traced_write(addr, data):
+            note(addr, data.shape[1])
+            return write(addr, data)
+
+        memory.read, memory.write = traced_read, traced_write
+        memory._perf_wrapped = True
+
+    def __call__(self, inst, w):
+        ex, streams, lanes = self._cur
+        idx = self.index[inst.pc]
+        waves = self._all[w]
+        for wave in waves:
+            streams[wave].append(idx)
+        if self.mem[idx]:
+            active = ex.waves.exec_bits(w).sum(axis=1)
+            for wave, a in zip(waves, active):
+                lanes[wave].append(int(a))
+
+
+def record(kernel, grid, block, kernarg=b"", buffers=(), workgroups=None, *,
+           skip_mfma: bool = True, max_wave_instructions: int = 200_000_000) -> Trace:
+    """Run `workgroups` of a launch in timing mode and return their Trace."""
+    program, stubbed = timing_program(kernel.program, skip_mfma)
+    saved = kernel.program
+    kernel.program = program
+    rec = Recorder(program)
+    try:
+        with np.errstate(all="ignore"):
+            res = kernel.launch(grid, block, kernarg, buffers, strict=False, trace=rec,
+                                workgroups=workgroups, max_wave_instructions=max_wave_instructions)
+    finally:
+        kernel.program = saved
+    waves, mem_lanes = [], []
+    for ex, streams, lanes in rec.batches:
+        names = ex.wave_names
+        for n, stream in enumerate(streams):
+            m = re.match(r"workgroup \((\d+),(\d+),(\d+)\) wave (\d+)", names(n))
+            group = tuple(int(v) for v in m.groups()[:3]) if m else (0, 0, 0)
+            waves.append({"group": group, "wave": int(m.group(4)) if m else n,
+                          "stream": np.asarray(stream, dtype=np.int32)})
+            mem_lanes.append(np.asarray(lanes[n], dtype=np.int16))
+    touched = {name: int(np.unique(np.concatenate(parts)).size) for name, parts in rec.lines.items()}
+    return Trace(program.insts, waves, mem_lanes, touched, stubbed, res.wave_instructions)
