@@ -1,0 +1,116 @@
+"""Microkernels whose cost on the timing model is known by construction.
+
+Each is a few lines of gfx950 assembly assembled with clang (LLVM >= 20). Register
+contents are irrelevant: the timing mode skips MFMA arithmetic.
+"""
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from pathlib import Path
+
+from gfxasm.toolchain import find_tool
+
+_TEMPLATE = """
+.amdgcn_target "amdgcn-amd-amdhsa--gfx950"
+.amdhsa_code_object_version 5
+.text
+.globl {name}
+.p2align 8
+.type {name},@function
+{name}:
+{body}
+  s_endpgm
+.rodata
+.p2align 6
+.amdhsa_kernel {name}
+  .amdhsa_user_sgpr_kernarg_segment_ptr 1
+  .amdhsa_system_sgpr_workgroup_id_x 1
+  .amdhsa_next_free_vgpr {vgprs}
+  .amdhsa_next_free_sgpr 16
+  .amdhsa_accum_offset {vgprs}
+  .amdhsa_float_denorm_mode_32 3
+  .amdhsa_kernarg_size 16
+.end_amdhsa_kernel
+.amdgpu_metadata
+---
+amdhsa.version: [1, 2]
+amdhsa.kernels:
+  - .name: {name}
+    .symbol: {name}.kd
+    .kernarg_segment_size: 16
+    .kernarg_segment_align: 8
+    .group_segment_fixed_size: 0
+    .private_segment_fixed_size: 0
+    .wavefront_size: 64
+    .sgpr_count: 16
+    .vgpr_count: {vgprs}
+    .max_flat_workgroup_size: {threads}
+    .args:
+      - {{.name: src, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global}}
+      - {{.name: dst, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global}}
+...
+.end_amdgpu_metadata
+"""
+
+_cache: dict[str, bytes] = {}
+
+
+def assemble(name: str, body: str, vgprs: int = 32, threads: int = 512) -> bytes:
+    src = _TEMPLATE.format(name=name, body=body, vgprs=vgprs, threads=threads)
+    if src in _cache:
+        return _cache[src]
+    with tempfile.TemporaryDirectory() as d:
+        s, co = Path(d) / "k.s", Path(d) / "k.co"
+        s.write_text(src)
+        subprocess.run([find_tool("clang"), "-x", "assembler", "-target", "amdgcn-amd-amdhsa",
+                        "-mcpu=gfx950", str(s), "-o", str(co)], check=True, capture_output=True)
+        _cache[src] = co.read_bytes()
+    return _cache[src]
+
+
+def mfma_chain(n: int) -> bytes:
+    """n 8-pass MFMAs accumulating in place into one tile (srcC == vdst): back to back."""
+    body = "\n".join(["  v_mfma_f32_32x32x16_bf16 v[0:15], v[16:19], v[20:23], v[0:15]"] * n)
+    return assemble("mfma_chain", body)
+
+
+def mfma_dependent(n: int) -> bytes:
+    """n 4-pass MFMAs, each reading the previous result as srcA (a true data dependency)."""
+    body = "\n".join(["  v_mfma_f32_16x16x32_bf16 v[0:3], v[0:3], v[4:7], 0"] * n)
+    return assemble("mfma_dependent", body)
+
+
+def valu_stream(n: int, op: str = "v_add_f32 v{d}, v20, v21") -> bytes:
+    """n independent VALU ops (destinations rotate over v0..v15)."""
+    body = "\n".join("  " + op.format(d=i % 16) for i in range(n))
+    return assemble("valu_stream", body)
+
+
+def copy(iterations: int = 16) -> bytes:
+    """Each 1-wave workgroup copies iterations x 4 KiB: 4 x 16-B loads per lane, wait, 4 stores."""
+    body = f"""
+  s_load_dwordx4 s[4:7], s[0:1], 0x0
+  v_and_b32 v0, 0x3ff, v0
+  v_lshlrev_b32 v1, 4, v0
+  s_mul_i32 s8, s2, {iterations * 4096}
+  v_add_u32 v1, s8, v1
+  s_mov_b32 s9, {iterations}
+  s_waitcnt lgkmcnt(0)
+L_loop:
+  global_load_dwordx4 v[4:7], v1, s[4:5]
+  global_load_dwordx4 v[8:11], v1, s[4:5] offset:1024
+  global_load_dwordx4 v[12:15], v1, s[4:5] offset:2048
+  global_load_dwordx4 v[16:19], v1, s[4:5] offset:3072
+  s_waitcnt vmcnt(0)
+  global_store_dwordx4 v1, v[4:7], s[6:7]
+  global_store_dwordx4 v1, v[8:11], s[6:7] offset:1024
+  global_store_dwordx4 v1, v[12:15], s[6:7] offset:2048
+  global_store_dwordx4 v1, v[16:19], s[6:7] offset:3072
+  s_nop 1
+  v_add_u32 v1, 0x1000, v1
+  s_sub_u32 s9, s9, 1
+  s_cmp_lg_u32 s9, 0
+  s_cbranch_scc1 L_loop
+  s_waitcnt vmcnt(0)"""
+    return assemble("copy", body, threads=64)

@@ -1,0 +1,63 @@
+"""Static analysis on the hardware-proven code objects and on a microkernel."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gfxasm import perf
+from gfxasm.perf import cli, stats
+
+from . import microkernels as mk
+
+CONFORMANCE = Path(__file__).resolve().parents[3] / "shared" / "conformance"
+needs_conformance = pytest.mark.skipif(not CONFORMANCE.is_dir(), reason="../shared/conformance absent")
+
+
+def test_copy_loop_found_with_its_traffic():
+    s = perf.analyze(mk.copy(4))
+    assert len(s.loops) == 1 and s.hottest is s.loops[0]
+    m = s.hottest.mix
+    assert m.counts["vmem"] == 8 and m.mfma == 0
+    assert m.global_read_bytes == 4 * 1024 and m.global_write_bytes == 4 * 1024
+    assert s.occupancy.workgroups_per_cu == 32          # 1-wave groups: 8 waves x 4 SIMDs
+
+
+def test_mfma_cycles_are_passes_times_four():
+    s = perf.analyze(mk.mfma_chain(10))
+    assert s.mix.mfma == 10 and s.mix.mfma_cycles == 10 * 8 * 4
+    assert s.mix.mfma_flops == 10 * 2 * 32 * 32 * 16
+
+
+@needs_conformance
+def test_fmha_fwd_static_facts():
+    s = perf.analyze(str(CONFORMANCE / "fwd_hd128_bf16.co"))
+    r, o = s.registers, s.occupancy
+    assert (r.vgpr_alloc, r.accum_offset, r.agpr_count, s.lds_bytes) == (256, 160, 0, 163840)
+    assert (o.waves_per_workgroup, o.limit_vgpr, o.workgroups_per_cu, o.waves_per_simd) == (8, 2, 1, 2)
+    assert len(s.loops) == 2                            # one loop per half of the waves
+    h = s.hottest.mix
+    # two 64-key KV tiles per iteration: 32 QK + 32 PV v_mfma_f32_32x32x16_bf16 per wave
+    assert (h.mfma, h.mfma_cycles) == (64, 64 * 32)
+    assert h.lds_dma_bytes == 8 * 1024                  # K and V tiles: 8 LDS-DMA dwordx4 per wave
+    assert h.lds_read_bytes == 64 * 1024
+    assert h.counts["trans"] == 66
+
+
+@needs_conformance
+def test_gemm_uses_agprs_and_one_wave_per_simd():
+    s = perf.analyze(str(CONFORMANCE / "bf16gemm_bf16_tn_256x256.co"))
+    assert s.registers.vgpr_alloc == 512 and s.registers.highest_a == 255
+    assert s.occupancy.limit_vgpr == 1 and s.occupancy.workgroups_per_cu == 1
+    assert s.hottest.mix.mfma == 256 and s.hottest.mix.mfma_cycles == 256 * 16
+
+
+@needs_conformance
+@pytest.mark.parametrize("co", ["fwd_hd128_bf16.co", "bf16gemm_bf16_tn_256x256.co",
+                                "pa_bf16_noquant_gqa8_1tg_4w.co",
+                                "fp8gemm_bf16_blockscale_BpreShuffle_128x128.co"])
+def test_stats_cli_runs_on_every_conformance_object(co, capsys):
+    assert cli.stats_main([str(CONFORMANCE / co)]) == 0
+    out = capsys.readouterr().out
+    assert "occupancy" in out and "hottest loop" in out
+    assert cli.stats_main([str(CONFORMANCE / co), "--json"]) == 0
