@@ -212,6 +212,11 @@ def _read(ex, inst, w, op, ty: str, slot: int):
     """Source operand `op` as the lane values the lane function expects."""
     if ty in (U64, F64):
         v = ex.v64(op, w)
+        if slot == 0 and inst.enc == "dpp":
+            # gfx90a+ DP-ALU DPP (v_mov_b64_dpp): LLVM accepts only row_newbcast here.
+            if not dpp.is_newbcast(inst):
+                raise UnsupportedInstruction(f"64-bit DPP supports only row_newbcast ({ex.where()})")
+            v = dpp.apply_source(ex, inst, w, v)
         return v.view(np.float64) if ty == F64 else v
     bits = ex.v32(op, w, fp16=ty == F16)
     if slot == 0 and inst.enc == "dpp":
@@ -293,7 +298,7 @@ def valu(ex, inst, w):
         r = fn(*srcs)
     mask = ex.exec_bits(w)
     if inst.enc == "dpp":
-        mask &= dpp.write_mask(ex, inst, w)
+        mask = mask & dpp.write_mask(ex, inst, w)   # exec_bits may be a cached view: never in place
     writer = hazards.TRANS if inst.name in TRANS_OPS else hazards.VALU
     if dst_ty in (U64, F64):
         ex.set_v64(dst, w, _result_bits(ex, inst, dst_ty, r, None), mask, writer)
