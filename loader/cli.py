@@ -5,10 +5,11 @@
     gfxasm check                    every built .co against the manifest
     gfxasm run KERNEL | --all       random inputs → emulator → compare with the reference
     gfxasm dis KERNEL               disassemble a built variant
+    gfxasm stats | bench ...        gfxasm.perf's commands (they parse their own arguments)
 
-Every command takes --manifest/-m (repeatable; default: kernels.yaml of this checkout).
-A subcommand is one function registered with @command: its name, a help line, and a
-function adding its options — add one the same way.
+These commands take --manifest/-m (repeatable; default: kernels.yaml of this checkout).
+A subcommand is one entry of COMMANDS: a function registered with @command (its name, a
+help line, a function adding its options), or one implemented elsewhere, by delegate().
 
 `gfxasm run` needs a reference for each kernel: a factory registered with @run_case that
 makes fresh inputs and the expected outputs (RunCase). Op modules register theirs when
@@ -97,8 +98,10 @@ def compare(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: flo
 @dataclass(frozen=True)
 class Command:
     help: str
-    run: Callable[[argparse.Namespace], int]                  # returns the exit status
-    options: Callable[[argparse.ArgumentParser], None]        # adds the command's own options
+    # Returns the exit status. Takes the parsed namespace — or, when `options` is None, the
+    # raw argument list: such a command parses its own arguments (and its own --help).
+    run: Callable[[Any], int]
+    options: Callable[[argparse.ArgumentParser], None] | None   # adds the command's options
 
 
 COMMANDS: dict[str, Command] = {}
@@ -113,6 +116,11 @@ def command(name: str, help: str, options: Callable[[argparse.ArgumentParser], N
         COMMANDS[name] = Command(help, run, options)
         return run
     return register
+
+
+def delegate(name: str, help: str, module: str, function: str) -> None:
+    """A command implemented elsewhere as function(argv) -> status, imported when used."""
+    COMMANDS[name] = Command(help, lambda argv: getattr(importlib.import_module(module), function)(argv), None)
 
 
 def shown(path: Path) -> str:
@@ -243,14 +251,24 @@ def cmd_dis(ns: argparse.Namespace) -> int:
     return subprocess.run([find_tool("llvm-objdump"), "-d", "--mcpu=gfx950", str(variant.co_path)]).returncode
 
 
+delegate("stats", "static analysis of gfx950 code objects (gfxasm stats FILE.co --help)",
+         "gfxasm.perf.cli", "stats_main")
+delegate("bench", "benchmark every kernel in bench/ (measured on a gfx950, modelled elsewhere)",
+         "gfxasm.perf.cli", "bench_main")
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in COMMANDS and COMMANDS[argv[0]].options is None:
+        return COMMANDS[argv[0]].run(argv[1:])
     parser = argparse.ArgumentParser(prog="gfxasm", description="gfx950 assembly kernels: build, check, run")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name, cmd in COMMANDS.items():
         sub = subparsers.add_parser(name, help=cmd.help, description=cmd.help)
-        sub.add_argument("-m", "--manifest", action="append", type=Path,
-                         help=f"manifest file (repeatable; default {shown(DEFAULT_MANIFEST)})")
-        cmd.options(sub)
+        if cmd.options is not None:
+            sub.add_argument("-m", "--manifest", action="append", type=Path,
+                             help=f"manifest file (repeatable; default {shown(DEFAULT_MANIFEST)})")
+            cmd.options(sub)
     ns = parser.parse_args(argv)
     from .build import BuildError
     from .toolchain import ToolchainError

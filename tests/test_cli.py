@@ -98,6 +98,13 @@ def test_a_subcommand_is_one_table_entry(capsys, monkeypatch):
     assert status == 3 and seen == [("world", [REPO_ROOT / "kernels.yaml"])]
 
 
+def test_a_delegated_command_parses_its_own_arguments(monkeypatch):
+    seen = []
+    monkeypatch.setitem(cli.COMMANDS, "echo", cli.Command("echo argv", lambda argv: seen.append(argv) or 0, None))
+    assert cli.main(["echo", "--json", "-m", "x.co", "--help"]) == 0
+    assert seen == [["--json", "-m", "x.co", "--help"]]
+
+
 def test_run_case_registration_refuses_duplicates(monkeypatch):
     monkeypatch.setattr(cli, "RUN_CASES", {})
     cli.run_case("k")(lambda variant, gen: None)
@@ -108,5 +115,5 @@ def test_run_case_registration_refuses_duplicates(monkeypatch):
 def test_the_console_script_is_installed():
     completed = subprocess.run(["gfxasm", "--help"], capture_output=True, text=True)
     assert completed.returncode == 0
-    for name in ("build", "list", "check", "run", "dis"):
+    for name in ("build", "list", "check", "run", "dis", "stats", "bench"):
         assert name in completed.stdout
