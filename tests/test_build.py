@@ -9,7 +9,7 @@ from gfxasm import build
 from gfxasm.build import BuildError, build_manifest
 from gfxasm.check import verify
 from gfxasm.codeobj import load_code_object
-from gfxasm.manifest import REPO_ROOT, Manifest
+from gfxasm.manifest import DEFAULT_MANIFEST, REPO_ROOT, Manifest
 from gfxasm.toolchain import find_tool
 
 from conftest import STORE_N_KERNEL, STORE_N_SOURCE, write_manifest
@@ -18,6 +18,13 @@ from conftest import STORE_N_KERNEL, STORE_N_SOURCE, write_manifest
 def built_kernel(manifest: Manifest, name: str):
     variant = manifest.kernel(name).variant()
     return variant, load_code_object(variant.co_path).kernel(variant.kernel.symbol)
+
+
+def test_the_product_kernels_build_and_match_the_manifest():
+    manifest = Manifest.load(DEFAULT_MANIFEST)
+    results = build_manifest(manifest)               # raises on any assembler error or mismatch
+    assert [r.variant.name for r in results] == [v.name for v in manifest.variants()]
+    assert all(r.co_path.is_file() for r in results)
 
 
 def test_build_generates_descriptor_and_metadata_from_the_manifest(store_n_manifest):
