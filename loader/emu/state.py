@@ -96,7 +96,7 @@ class Waves:
         if self._exec_stale:
             self._exec = mask_to_bits(self.sgpr[:, EXEC_LO], self.sgpr[:, EXEC_LO + 1])
             self._exec_stale = False
-        return self._exec[w]
+        return self._exec[w].copy()   # callers may narrow their mask in place
 
     def invalidate_exec(self, index: int, count: int) -> None:
         if index <= EXEC_LO + 1 and index + count > EXEC_LO:
