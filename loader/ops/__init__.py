@@ -1,0 +1,4 @@
+"""User-facing ops: validation, kernel launch, references."""
+from .fmha import fmha_fwd
+
+__all__ = ["fmha_fwd"]
