@@ -76,6 +76,7 @@ class StaticInst:
     bytes: tuple = (0, 0, 0, 0)   # per active lane: global read, global write, LDS read, LDS write
     is_load: bool = False
     is_setprio: bool = False
+    dram_fraction: float | None = None   # share of this op's bytes that come from DRAM (None: launch-wide)
 
 
 def prepare(insts, prm: P.Params) -> list[StaticInst]:
@@ -186,7 +187,7 @@ def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, group
     """Replay the wave streams of one CU's workgroups; at most `groups_resident` at once."""
     st = static or prepare(insts, prm)
     Q = prm.issue_quantum
-    hbm_per_cu = P.HBM_BYTES_PER_S * prm.hbm_efficiency / P.CLOCK_HZ / max(1, active_cus)
+    hbm_per_cu = P.HBM_BYTES_PER_S * prm.hbm_efficiency / prm.clock_hz / max(1, active_cus)
     cost_global = max(1.0 / prm.l2_bytes_per_clk_per_cu, dram_fraction / hbm_per_cu)
     cost_lds_r = 1.0 / prm.lds_read_bytes_per_clk
     cost_lds_w = 1.0 / prm.lds_write_bytes_per_clk
@@ -300,7 +301,9 @@ def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, group
             wv.mem_i += 1
             nbytes = lanes * (s.bytes[0] + s.bytes[1])
             start = max(t, gpipe[0])
-            gpipe[0] = start + nbytes * cost_global
+            cost = cost_global if s.dram_fraction is None else \
+                max(1.0 / prm.l2_bytes_per_clk_per_cu, s.dram_fraction / hbm_per_cu)
+            gpipe[0] = start + nbytes * cost
             done = gpipe[0] + prm.global_latency
             if wv.vm and wv.vm[-1] > done:
                 done = wv.vm[-1]
@@ -343,7 +346,7 @@ def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, group
             wv.earliest = INF
             _try_release(wv.group, t)
         elif k == "end" or wv.pos >= len(stream):
-            finish = max([t + Q] + wv.vm + wv.lgkm)
+            finish = max([t + Q] + wv.lgkm)     # stores drain after the wave ends (vm not waited)
             wv.done = True
             wv.earliest = finish
             _try_release(wv.group, t)
@@ -429,6 +432,7 @@ def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, group
         now = math.ceil(max(next_t, now + Q) / Q) * Q
 
     cycles = max(group_done.values()) if group_done else now
+    cycles = max(cycles, gpipe[0], lpipe[0])       # stores still draining after the last wave
     return CuResult(cycles, mfma_busy, valu_busy, issued, totals["global"], totals["lds"],
                     totals["barrier"], [group_done[g] for g in order if g in group_done])
 

@@ -70,6 +70,8 @@ class Trace:
     waves: list                          # per wave: dict(group=(x,y,z), wave=i, stream=int32[])
     mem_lanes: list                      # per wave: int16[] active lanes of each memory op, in order
     touched: dict = field(default_factory=dict)    # buffer name -> distinct LINE-byte lines read/written
+    requested: dict = field(default_factory=dict)  # buffer name -> bytes requested by all accesses
+    inst_buffers: dict = field(default_factory=dict)  # instruction index -> buffer names it accessed
     stubbed: list = field(default_factory=list)
     wave_instructions: int = 0
 
@@ -82,6 +84,8 @@ class Recorder:
         self.mem = np.array([classify(i) in MEMORY_CLASSES for i in program.insts])
         self.batches = []                 # (executor, per-wave lists, per-wave lane lists)
         self.lines: dict[str, list] = {}
+        self.requested: dict[str, int] = {}
+        self.inst_buffers: dict[int, set] = {}
 
     def attach(self, ex):
         n = ex.waves.count
@@ -96,7 +100,8 @@ class Recorder:
         if getattr(memory, "_perf_wrapped", False):
             return
         read, write = memory.read, memory.write
-        lines = self.lines
+        lines, requested, inst_buffers, index = self.lines, self.requested, self.inst_buffers, self.index
+        rec = self
 
         def note(addr, nbytes):
             addr = np.asarray(addr, dtype=np.uint64).reshape(-1)
@@ -109,6 +114,10 @@ class Recorder:
                 if not name.startswith("buffers["):
                     continue
                 off = (addr[region == r] - memory._bases[r]).astype(np.int64)
+                requested[name] = requested.get(name, 0) + int(off.size) * int(nbytes)
+                inst = rec._cur[0].inst
+                if inst is not None:
+                    inst_buffers.setdefault(index[inst.pc], set()).add(name)
                 first = off // LINE
                 last = (off + nbytes - 1) // LINE
                 ids = np.unique(np.concatenate([first, last]))
@@ -160,4 +169,5 @@ def record(kernel, grid, block, kernarg=b"", buffers=(), workgroups=None, *,
                           "stream": np.asarray(stream, dtype=np.int32)})
             mem_lanes.append(np.asarray(lanes[n], dtype=np.int16))
     touched = {name: int(np.unique(np.concatenate(parts)).size) for name, parts in rec.lines.items()}
-    return Trace(program.insts, waves, mem_lanes, touched, stubbed, res.wave_instructions)
+    return Trace(program.insts, waves, mem_lanes, touched, dict(rec.requested),
+                 {k: sorted(v) for k, v in rec.inst_buffers.items()}, stubbed, res.wave_instructions)
