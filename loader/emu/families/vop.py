@@ -127,7 +127,9 @@ VOP = {
     "v_max3_f32": (F32, (F32, F32, F32), lambda a, b, c: _fmax(_fmax(a, b), c)),
     "v_med3_f32": (F32, (F32, F32, F32), _med3),
     "v_ldexp_f32": (F32, (F32, I32), lambda a, b: np.ldexp(_f64(a), np.clip(b, -1000, 1000)).astype(np.float32)),
-    "v_fract_f32": (F32, (F32,), lambda a: (a - np.floor(a)).astype(np.float32)),
+    # LLVM ConstantFolding (amdgcn_fract): v_fract is OpenCL fract, fmin(x - floor(x), 0x1.fffffep-1).
+    "v_fract_f32": (F32, (F32,), lambda a: np.minimum((a - np.floor(a)).astype(np.float32),
+                                                      np.float32(0.99999994))),
     "v_floor_f32": (F32, (F32,), np.floor),
     "v_ceil_f32": (F32, (F32,), np.ceil),
     "v_trunc_f32": (F32, (F32,), np.trunc),
@@ -283,8 +285,16 @@ def _result_bits(ex, inst, ty: str, r, old_bits):
     return (np.asarray(r).astype(np.int64).astype(np.uint64) & M32).astype(np.uint32)
 
 
+def _reject_sdwa(ex, inst):
+    if inst.enc == "sdwa":
+        raise UnsupportedInstruction(f"SDWA forms are not modelled ({ex.where()})")
+
+
 def valu(ex, inst, w):
     dst_ty, src_tys, fn = VOP[inst.name]
+    _reject_sdwa(ex, inst)
+    if inst.mods.get("clamp") and dst_ty not in (F32, F16, F64):
+        raise UnsupportedInstruction(f"integer clamp (saturation) is not modelled ({ex.where()})")
     ex.role = "dpp" if inst.enc == "dpp" else None
     dst = inst.ops[0]
     srcs = []
@@ -327,6 +337,9 @@ def carry_op(ex, inst, w):
     """vdst, sdst(carry out), src0, src1 [, carry in]: 33-bit results; the carry/borrow
     bit lands in sdst for the lanes EXEC enables and 0 elsewhere."""
     vdst, sdst, a_op, b_op = inst.ops[:4]
+    _reject_sdwa(ex, inst)
+    if inst.enc == "dpp" or inst.mods.get("clamp"):
+        raise UnsupportedInstruction(f"DPP or clamp forms of carry ops are not modelled ({ex.where()})")
     a = _read(ex, inst, w, a_op, U32, 0).astype(np.int64)
     b = _read(ex, inst, w, b_op, U32, 1).astype(np.int64)
     c = ex.lane_mask(inst.ops[4], w).astype(np.int64) if len(inst.ops) > 4 else 0
@@ -341,6 +354,7 @@ def carry_op(ex, inst, w):
 @handles("v_cndmask_b32", klass="valu")
 def cndmask(ex, inst, w):
     dst, a_op, b_op, sel = inst.ops
+    _reject_sdwa(ex, inst)
     if inst.enc == "dpp":
         raise UnsupportedInstruction(f"DPP v_cndmask_b32 is not modelled ({ex.where()})")
     a = _read(ex, inst, w, a_op, F32 if (a_op.neg or a_op.abs) else U32, 0)
@@ -432,6 +446,7 @@ def _cmp_names():
 @handles(*_cmp_names(), klass="valu")
 def vopc(ex, inst, w):
     _, kind, cond, t = inst.name.split("_")
+    _reject_sdwa(ex, inst)
     sdst, a_op, b_op = inst.ops
     ty = CMP_TYPES[t]
     if ty == "i64":
@@ -451,6 +466,7 @@ def vopc(ex, inst, w):
 
 @handles("v_cmp_class_f32", "v_cmpx_class_f32", klass="valu")
 def cmp_class(ex, inst, w):
+    _reject_sdwa(ex, inst)
     sdst, a_op, b_op = inst.ops
     a = _read(ex, inst, w, a_op, F32, 0)
     classes = ex.v32(b_op, w)
