@@ -60,6 +60,8 @@ def test_bandwidth_bound_copy_runs_at_the_hbm_share():
     assert est.dram_bytes == pytest.approx(2 * n)
     ideal = 2 * n / (P.HBM_BYTES_PER_S * prm.hbm_efficiency)
     modelled = est.seconds - est.launch_overhead_s
-    # by construction: bytes over the HBM share, plus one memory latency per dependent round trip
-    assert ideal <= modelled <= ideal * 1.03
+    # by construction: the bytes over the HBM share, plus the start-up round trips (kernarg
+    # load, first loads) and the last stores' drain: a few memory latencies in all
+    slack = (2 * prm.global_latency + prm.smem_latency + 64) / prm.clock_hz
+    assert ideal <= modelled <= ideal + slack
     assert est.loop_iterations and max(est.loop_iterations.values()) == iters
