@@ -16,6 +16,7 @@ toolchain.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -23,6 +24,7 @@ import re
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,12 +77,12 @@ def ensure_toolchain() -> Toolchain:
         raise BuildError(str(still_missing)) from None
 
 
-@dataclass(frozen=True)
+@dataclass
 class Listing:
     """The assembler's listing of a code part: one instruction per line, symbols resolved."""
     text: str
 
-    @property
+    @functools.cached_property
     def instructions(self) -> list[str]:
         lines = (line.split(";", 1)[0].strip() for line in self.text.splitlines())
         return [line for line in lines if line and not line.startswith(".") and not line.endswith(":")]
@@ -91,7 +93,7 @@ class Listing:
         # The assembler tracks VGPRs and SGPRs but not AGPRs: take the highest a-register named.
         agprs = 0
         for instruction in self.instructions:
-            for first, last, single in _AGPR.findall(instruction):
+            for _, last, single in _AGPR.findall(instruction):
                 agprs = max(agprs, int(last or single) + 1)
         return codegen.RegisterCounts(vgprs=vgprs, sgprs=sgprs, agprs=agprs)
 
@@ -153,7 +155,9 @@ def build_variant(variant: Variant, toolchain: Toolchain, force: bool = False) -
         return BuildResult(variant, co_path, assembled=False)
 
     gen_dir.mkdir(parents=True, exist_ok=True)
+    # Until this build succeeds there is no .co: a failed build must not leave a stale one to launch.
     stamp.unlink(missing_ok=True)
+    co_path.unlink(missing_ok=True)
     generated.write_text(code)
     # Absolute paths throughout, so the assembler's messages name the file unambiguously
     # ("/.../tests/fixtures/x.s:12:3: error: ...") wherever the build was started.
@@ -178,7 +182,9 @@ def build_variant(variant: Variant, toolchain: Toolchain, force: bool = False) -
 def build_manifest(manifest: Manifest, force: bool = False, toolchain: Toolchain | None = None) -> list[BuildResult]:
     """Build every variant (only what changed unless `force`), then verify each `.co`."""
     toolchain = toolchain or ensure_toolchain()
-    results = [build_variant(variant, toolchain, force) for variant in manifest.variants()]
+    # The work is in the assembler processes, so threads build variants in parallel.
+    with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
+        results = list(pool.map(lambda variant: build_variant(variant, toolchain, force), manifest.variants()))
     problems = [p for r in results for p in check.verify(r.co_path, r.variant)]
     if problems:
         raise BuildError("built code objects disagree with the manifest:\n" + "\n".join(problems))

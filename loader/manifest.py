@@ -71,7 +71,10 @@ class Variant:
         return self.kernel.manifest.build_dir / f"{self.name}.co"
 
     def arg(self, name: str) -> Arg:
-        return next(a for a in self.args if a.name == name)
+        for arg in self.args:
+            if arg.name == name:
+                return arg
+        raise KeyError(f"variant '{self.name}' has no argument '{name}'")
 
 
 @dataclass(eq=False)

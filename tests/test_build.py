@@ -113,7 +113,8 @@ def test_defines_select_code(tmp_path):
     assert counts == {"narrow": 1, "wide": 10}
 
 
-def test_an_assembler_error_names_file_and_line(store_n_manifest):
+def test_an_assembler_error_names_file_and_line_and_leaves_no_stale_co(store_n_manifest):
+    build_manifest(Manifest.load(store_n_manifest))
     source = store_n_manifest.parent / "store_n.s"
     lines = source.read_text().splitlines()
     lines.insert(6, "    v_frobnicate_b32 v1, v2")
