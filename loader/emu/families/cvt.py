@@ -1,0 +1,340 @@
+"""Conversions: bf16/f16 packing, OCP fp8/bf8 <-> f32, and the v_cvt_scalef32_* family.
+
+Instruction semantics (fact sheet §3; ISA via numerics.py's sources; LLVM 22 intrinsic
+lowering checked with llc for every select bit below):
+  v_cvt_pk_bf16_f32 d, a, b      d = {bf16(b), bf16(a)}, RNE
+  v_cvt_pk_f16_f32 d, a, b       d = {f16(b), f16(a)}, RNE (MODE.FP16_OVFL saturates)
+  v_cvt_pkrtz_f16_f32 d, a, b    d = {f16(b), f16(a)}, round toward zero
+  v_cvt_f32_bf16 d, s            d = s[15:0] << 16 (SDWA src0_sel WORD_1 takes the high half)
+  v_cvt_pk_{fp8,bf8}_f32 d, a, b  bytes {fp8(a), fp8(b)} into word op_sel[3] of d; the
+                                 other word of d is kept
+  v_cvt_f32_{fp8,bf8} d, s       byte 0 of s (SDWA src0_sel BYTE_n / WORD_n selects)
+  v_cvt_pk_f32_{fp8,bf8} d[2], s  bytes 0, 1 of s (SDWA src0_sel WORD_1: bytes 2, 3)
+  v_cvt_scalef32_pk_{fp8,bf8}_f32 d, a, b, scale
+                                 bytes {fp8(a / 2^s), fp8(b / 2^s)} into word op_sel[3]
+  v_cvt_scalef32_f32_{fp8,bf8} d, s, scale
+                                 f32(fp8(byte op_sel[1:0] of s)) * 2^s
+  v_cvt_scalef32_pk_f32_{fp8,bf8} d[2], s, scale
+                                 the two bytes of word op_sel[0] of s, times 2^s
+  where 2^s = 2^(E - 127) with E the exponent field of the f32 scale operand.
+op_sel is read from the raw VOP3 word (bits 11..14 = op_sel[0..3]); LLVM prints the
+destination bit as the last list entry whatever the operand count.
+
+Numerics: f32 sources follow the f32 denormal mode (flushed when it says so:
+"Conversion from F32 supports MODE-based denormal control"); fp8 results may be
+denormal regardless of MODE. Saturation of fp8/bf8 results is MODE.FP16_OVFL
+(`ex.fp16_ovfl`, from the kernel descriptor's rsrc1 bit 26). Rejected as unverified
+(UnsupportedInstruction): an fp8/bf8 NaN result (its exact byte is unknown — numerics
+rejects by default), a scale operand with exponent field 0xFF, an up-conversion whose
+f32 result would overflow, or would be an f32 denormal under a flushing denormal mode,
+clamp/omod on any of these, and the stochastic-rounding converts (not registered).
+f16/bf16 NaN payloads and the f32 NaN decoded from an fp8 NaN follow numerics.py
+(UNVERIFIED payload bits).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import hazards, numerics
+from ..errors import UnsupportedInstruction
+from ..registry import handles
+from . import dpp
+
+F32_MIN_NORMAL = np.float32(1.1754944e-38)
+_DST_SEL = getattr(hazards, "DST_SEL", hazards.CVT_SCALE_HI)
+
+
+# ------------------------------------------------------------------ encoding helpers
+def vop3_op_sel(inst) -> tuple[int, int, int, int]:
+    """op_sel[0..3] from a VOP3 (gfx9) word; zeros for other encodings."""
+    if inst.words and (inst.words[0] >> 26) == 0x34 and (inst.words[0] >> 23) != 0x1A7:
+        d0 = inst.words[0]
+        return tuple((d0 >> (11 + i)) & 1 for i in range(4))
+    return (0, 0, 0, 0)
+
+
+def _no_output_mods(ex, inst):
+    mods = inst.mods
+    if mods.get("clamp") or mods.get("mul") or mods.get("div"):
+        raise UnsupportedInstruction(f"{inst.name} with clamp/omod is not modelled ({ex.where()})")
+
+
+def _unverified(ex, inst, err):
+    return UnsupportedInstruction(f"{inst.name}: {err} ({ex.where()})")
+
+
+_SDWA_SEL = {"BYTE_0": (0, 0xFF), "BYTE_1": (8, 0xFF), "BYTE_2": (16, 0xFF), "BYTE_3": (24, 0xFF),
+             "WORD_0": (0, 0xFFFF), "WORD_1": (16, 0xFFFF), "DWORD": (0, 0xFFFFFFFF)}
+
+
+def _vop1_source(ex, inst, w, op):
+    """uint32[n, 64] src0 of a VOP1 conversion in any encoding (e32, e64, SDWA, DPP)."""
+    if inst.enc == "sdwa":
+        mods = inst.mods
+        if mods.get("dst_sel", "DWORD") != "DWORD" or mods.get("clamp") or mods.get("mul") or mods.get("div"):
+            raise UnsupportedInstruction(f"{inst.name}: SDWA dst_sel/clamp/omod are not modelled "
+                                         f"({ex.where()})")
+        sel = mods.get("src0_sel", "DWORD")
+        if sel not in _SDWA_SEL:
+            raise UnsupportedInstruction(f"{inst.name}: SDWA src0_sel {sel} ({ex.where()})")
+        bits = ex.v32(op, w)
+        shift, mask = _SDWA_SEL[sel]
+        return (bits >> np.uint32(shift)) & np.uint32(mask)
+    if inst.enc == "dpp":
+        ex.role = "dpp"
+        bits = dpp.apply_source(ex, inst, w, ex.v32(op, w))
+        ex.role = None
+        return bits
+    return ex.v32(op, w)
+
+
+def _write_mask(ex, inst, w):
+    mask = ex.exec_bits(w)
+    if inst.enc == "dpp":
+        mask = mask & dpp.write_mask(ex, inst, w)
+    return mask
+
+
+def _f32_source(ex, op, bits):
+    """f32 source value after the denormal mode and the neg/abs modifiers (float64)."""
+    x = bits.view(np.float32)
+    if not ex.denorm_f32:
+        x = np.where(np.abs(x) < F32_MIN_NORMAL, np.copysign(np.float32(0), x), x).astype(np.float32)
+    with np.errstate(invalid="ignore"):          # signaling NaNs quieten, as on the ALU
+        x = x.astype(np.float64)
+    if op.abs:
+        x = np.abs(x)
+    if op.neg:
+        x = -x
+    return x
+
+
+def _dst1(ex, inst):
+    dst = inst.ops[0]
+    if dst.kind != "v" or dst.count != 1:
+        raise UnsupportedInstruction(f"{inst.name}: vdst {dst.text} must be one VGPR ({ex.where()})")
+    return dst
+
+
+def _flush_f32_result(ex, r):
+    if ex.denorm_f32:
+        return r
+    return np.where(np.abs(r) < F32_MIN_NORMAL, np.copysign(np.float32(0), r), r).astype(np.float32)
+
+
+# ------------------------------------------------------------------ bf16 / f16 packing
+def _pk16(ex, inst, w, encode):
+    _no_output_mods(ex, inst)
+    if any(vop3_op_sel(inst)):
+        raise UnsupportedInstruction(f"{inst.name} with op_sel is not modelled ({ex.where()})")
+    ex.role = None
+    dst, a_op, b_op = inst.ops
+    _dst1(ex, inst)
+    halves = [encode(_f32_source(ex, op, ex.v32(op, w))).astype(np.uint32) for op in (a_op, b_op)]
+    ex.set_v(dst, w, halves[0] | (halves[1] << np.uint32(16)), ex.exec_bits(w), hazards.VALU)
+
+
+@handles("v_cvt_pk_bf16_f32", klass="valu")
+def cvt_pk_bf16_f32(ex, inst, w):
+    _pk16(ex, inst, w, numerics.f32_to_bf16_rne)
+
+
+def _f16_out(ex, bits):
+    return bits if ex.denorm_f16 else numerics.flush_f16_denorm_bits(bits)
+
+
+@handles("v_cvt_pk_f16_f32", klass="valu")
+def cvt_pk_f16_f32(ex, inst, w):
+    ovfl = bool(getattr(ex, "fp16_ovfl", False))
+    _pk16(ex, inst, w, lambda x: _f16_out(ex, numerics.f32_to_f16_rne(x, ovfl_saturate=ovfl)))
+
+
+def f32_to_f16_rtz(x):
+    """f16 bits of x (float64 holding f32 values) rounded toward zero: finite values never
+    round up to Inf, Inf stays Inf, NaN stays NaN."""
+    bits = numerics.f32_to_f16_rne(x).astype(np.int64)
+    back = numerics.f16_to_f32(bits.astype(np.uint16)).astype(np.float64)
+    away = np.isfinite(x) & (np.abs(back) > np.abs(x))     # RNE rounded away from zero
+    return np.where(away, bits - 1, bits).astype(np.uint16)
+
+
+@handles("v_cvt_pkrtz_f16_f32", klass="valu")
+def cvt_pkrtz_f16_f32(ex, inst, w):
+    if inst.enc == "e32":
+        raise UnsupportedInstruction(f"{inst.name}_e32 does not exist on gfx950 ({ex.where()})")
+    _pk16(ex, inst, w, lambda x: _f16_out(ex, f32_to_f16_rtz(x)))
+
+
+@handles("v_cvt_f32_bf16", klass="valu")
+def cvt_f32_bf16(ex, inst, w):
+    _no_output_mods(ex, inst)
+    ex.role = None
+    dst, src = inst.ops
+    _dst1(ex, inst)
+    bits = _vop1_source(ex, inst, w, src) & np.uint32(0xFFFF)
+    x = numerics.bf16_to_f32(bits.astype(np.uint16))
+    if src.abs:
+        x = np.abs(x)
+    if src.neg:
+        x = -x
+    ex.set_v(dst, w, _flush_f32_result(ex, x).view(np.uint32), _write_mask(ex, inst, w), hazards.VALU)
+
+
+# ------------------------------------------------------------------ fp8 / bf8
+def _fmt(name: str) -> str:
+    return "bf8" if "bf8" in name else "fp8"
+
+
+def _encode(ex, inst, fmt: str, x):
+    sat = bool(getattr(ex, "fp16_ovfl", False))
+    enc = numerics.f32_to_fp8_e5m2 if fmt == "bf8" else numerics.f32_to_fp8_e4m3
+    try:
+        return enc(x, sat)
+    except numerics.UnverifiedNumericsError as err:
+        raise _unverified(ex, inst, err) from err
+
+
+def _decode(fmt: str, codes):
+    dec = numerics.fp8_e5m2_to_f32 if fmt == "bf8" else numerics.fp8_e4m3_to_f32
+    return dec(np.asarray(codes, np.uint8))
+
+
+def _write_word(ex, inst, w, dst, hi: bool, word16):
+    """Write 16 bits into the low or high word of dst, keeping the other word."""
+    old = ex.v32(dst, w)
+    word16 = word16.astype(np.uint32)
+    if hi:
+        value = (old & np.uint32(0xFFFF)) | (word16 << np.uint32(16))
+    else:
+        value = (old & np.uint32(0xFFFF0000)) | word16
+    ex.set_v(dst, w, value, ex.exec_bits(w), _DST_SEL if hi else hazards.VALU)
+
+
+@handles("v_cvt_pk_fp8_f32", "v_cvt_pk_bf8_f32", klass="valu")
+def cvt_pk_fp8_f32(ex, inst, w):
+    _no_output_mods(ex, inst)
+    sel = vop3_op_sel(inst)
+    if sel[0] or sel[1] or sel[2]:
+        raise UnsupportedInstruction(f"{inst.name}: source op_sel is not defined ({ex.where()})")
+    ex.role = None
+    dst, a_op, b_op = inst.ops
+    _dst1(ex, inst)
+    fmt = _fmt(inst.name)
+    lo = _encode(ex, inst, fmt, _f32_source(ex, a_op, ex.v32(a_op, w)))
+    hi = _encode(ex, inst, fmt, _f32_source(ex, b_op, ex.v32(b_op, w)))
+    _write_word(ex, inst, w, dst, bool(sel[3]), lo.astype(np.uint32) | (hi.astype(np.uint32) << np.uint32(8)))
+
+
+@handles("v_cvt_f32_fp8", "v_cvt_f32_bf8", klass="valu")
+def cvt_f32_fp8(ex, inst, w):
+    _no_output_mods(ex, inst)
+    ex.role = None
+    dst, src = inst.ops
+    _dst1(ex, inst)
+    if src.neg or src.abs:
+        raise UnsupportedInstruction(f"{inst.name}: source modifiers are not modelled ({ex.where()})")
+    code = _vop1_source(ex, inst, w, src) & np.uint32(0xFF)
+    x = _decode(_fmt(inst.name), code)
+    ex.set_v(dst, w, x.view(np.uint32), _write_mask(ex, inst, w), hazards.VALU)
+
+
+def _dst2(ex, inst):
+    dst = inst.ops[0]
+    if dst.kind != "v" or dst.count != 2:
+        raise UnsupportedInstruction(f"{inst.name}: vdst {dst.text} must be a VGPR pair ({ex.where()})")
+    return dst
+
+
+@handles("v_cvt_pk_f32_fp8", "v_cvt_pk_f32_bf8", klass="valu")
+def cvt_pk_f32_fp8(ex, inst, w):
+    _no_output_mods(ex, inst)
+    ex.role = None
+    dst, src = inst.ops
+    _dst2(ex, inst)
+    if src.neg or src.abs:
+        raise UnsupportedInstruction(f"{inst.name}: source modifiers are not modelled ({ex.where()})")
+    bits = _vop1_source(ex, inst, w, src)
+    fmt = _fmt(inst.name)
+    pair = [_decode(fmt, (bits >> np.uint32(8 * b)) & np.uint32(0xFF)).view(np.uint32) for b in (0, 1)]
+    ex.set_v(dst, w, np.stack(pair, axis=1), _write_mask(ex, inst, w), hazards.VALU)
+
+
+# ------------------------------------------------------------------ scaled converts
+def _scale(ex, inst, w, op):
+    """E8M0 exponent byte taken from the exponent field of the f32 scale operand."""
+    bits = ex.v32(op, w)
+    e = numerics.scale_exponent_from_f32_bits(bits)
+    if (e == 0xFF).any():
+        raise UnsupportedInstruction(f"{inst.name}: scale operand with exponent field 0xFF (Inf/NaN): "
+                                     f"gfx950 behaviour unverified ({ex.where()})")
+    return e
+
+
+@handles("v_cvt_scalef32_pk_fp8_f32", "v_cvt_scalef32_pk_bf8_f32", klass="valu")
+def cvt_scalef32_pk_fp8_f32(ex, inst, w):
+    _no_output_mods(ex, inst)
+    sel = vop3_op_sel(inst)
+    if sel[0] or sel[1] or sel[2]:
+        raise UnsupportedInstruction(f"{inst.name}: source op_sel is not defined ({ex.where()})")
+    ex.role = None
+    dst, a_op, b_op, s_op = inst.ops
+    _dst1(ex, inst)
+    fmt = _fmt(inst.name)
+    scale = _scale(ex, inst, w, s_op)
+    out = []
+    for op in (a_op, b_op):
+        x = numerics.scale_down(_f32_source(ex, op, ex.v32(op, w)), scale)
+        out.append(_encode(ex, inst, fmt, x).astype(np.uint32))
+    _write_word(ex, inst, w, dst, bool(sel[3]), out[0] | (out[1] << np.uint32(8)))
+
+
+def _scale_up_f32(ex, inst, codes, fmt, scale):
+    x = numerics.scale_up(_decode(fmt, codes).astype(np.float64), scale)
+    with np.errstate(over="ignore"):
+        r = x.astype(np.float32)
+    finite = np.isfinite(x)
+    if (finite & ~np.isfinite(r)).any():
+        raise UnsupportedInstruction(f"{inst.name}: the scaled result overflows f32; saturation or "
+                                     f"Inf is unverified ({ex.where()})")
+    tiny = finite & (r != 0) & (np.abs(r) < F32_MIN_NORMAL)
+    if not ex.denorm_f32 and tiny.any():
+        raise UnsupportedInstruction(f"{inst.name}: the scaled result is an f32 denormal while the f32 "
+                                     f"denormal mode flushes; the hardware behaviour is unverified "
+                                     f"({ex.where()})")
+    return r
+
+
+@handles("v_cvt_scalef32_f32_fp8", "v_cvt_scalef32_f32_bf8", klass="valu")
+def cvt_scalef32_f32_fp8(ex, inst, w):
+    _no_output_mods(ex, inst)
+    sel = vop3_op_sel(inst)
+    if sel[2] or sel[3]:
+        raise UnsupportedInstruction(f"{inst.name}: op_sel[2]/op_sel[3] are not defined ({ex.where()})")
+    ex.role = None
+    dst, src, s_op = inst.ops
+    _dst1(ex, inst)
+    if src.neg or src.abs:
+        raise UnsupportedInstruction(f"{inst.name}: source modifiers are not modelled ({ex.where()})")
+    byte = sel[0] + 2 * sel[1]
+    codes = (ex.v32(src, w) >> np.uint32(8 * byte)) & np.uint32(0xFF)
+    r = _scale_up_f32(ex, inst, codes, _fmt(inst.name), _scale(ex, inst, w, s_op))
+    ex.set_v(dst, w, r.view(np.uint32), ex.exec_bits(w), hazards.VALU)
+
+
+@handles("v_cvt_scalef32_pk_f32_fp8", "v_cvt_scalef32_pk_f32_bf8", klass="valu")
+def cvt_scalef32_pk_f32_fp8(ex, inst, w):
+    _no_output_mods(ex, inst)
+    sel = vop3_op_sel(inst)
+    if sel[1] or sel[2] or sel[3]:
+        raise UnsupportedInstruction(f"{inst.name}: op_sel[1..3] are not defined ({ex.where()})")
+    ex.role = None
+    dst, src, s_op = inst.ops
+    _dst2(ex, inst)
+    if src.neg or src.abs:
+        raise UnsupportedInstruction(f"{inst.name}: source modifiers are not modelled ({ex.where()})")
+    word = ex.v32(src, w) >> np.uint32(16 * sel[0])
+    scale = _scale(ex, inst, w, s_op)
+    fmt = _fmt(inst.name)
+    pair = [_scale_up_f32(ex, inst, (word >> np.uint32(8 * b)) & np.uint32(0xFF), fmt, scale).view(np.uint32)
+            for b in (0, 1)]
+    ex.set_v(dst, w, np.stack(pair, axis=1), ex.exec_bits(w), hazards.VALU)

@@ -1,0 +1,335 @@
+"""Known-answer tests for the conversions (loader/emu/families/cvt.py).
+
+References come from torch's own dtype conversions (bfloat16, float16,
+float8_e4m3fn, float8_e5m2, all round-to-nearest-even) or from brute-force searches
+over every value of the small format — never from the emulator or from numerics.py.
+Most tests are exhaustive over the small format's codes.
+"""
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+import torch
+
+from gfxasm.emu.errors import HazardError, UnsupportedInstruction
+from asm_harness import run_snippet
+from mfma_batch import run_batch
+
+
+def seed(*key) -> int:
+    return zlib.crc32(repr(key).encode())
+
+
+FP8_DTYPE = {"fp8": torch.float8_e4m3fn, "bf8": torch.float8_e5m2}
+
+
+def t_decode_fp8(codes, fmt):
+    return torch.from_numpy(np.ascontiguousarray(codes, np.uint8)).view(FP8_DTYPE[fmt]).float().numpy()
+
+
+def t_encode_fp8(x, fmt):
+    return torch.from_numpy(np.ascontiguousarray(x, np.float32)).to(FP8_DTYPE[fmt]).view(torch.uint8).numpy()
+
+
+def lanes(values: np.ndarray) -> np.ndarray:
+    """Split a flat uint32 array into [G, 1, 64] per-wave inputs."""
+    values = np.asarray(values, np.uint32)
+    pad = (-len(values)) % 64
+    return np.concatenate([values, np.zeros(pad, np.uint32)]).reshape(-1, 1, 64)
+
+
+def run1(body, values, *, outputs=(("v", 10),), **kw):
+    """One input register v0 (values spread over as many waves as needed)."""
+    data = lanes(values)
+    out = run_batch(body, [("v", 0)], data, list(outputs), **kw)
+    return [out[:, k, :].reshape(-1)[:len(values)] for k in range(len(outputs))]
+
+
+def random_f32_bits(rng, n):
+    """Every class: random bit patterns plus zeros, denormals, Infs, NaNs, extremes."""
+    special = np.array([0, 0x80000000, 1, 0x807FFFFF, 0x00800000, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F800000,
+                        0xFF800000, 0x7FC00000, 0xFFC00001, 0x3F800000, 0x477FE000, 0x477FF000,
+                        0x477FEFFF, 0x33800000, 0x33000000], np.uint32)
+    return np.concatenate([special, rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)])
+
+
+# ---------------------------------------------------------------------------- bf16 / f16
+def flush(bits):
+    bits = np.asarray(bits, np.uint32)
+    den = ((bits & 0x7F800000) == 0) & ((bits & 0x7FFFFF) != 0)
+    return np.where(den, bits & 0x80000000, bits).astype(np.uint32)
+
+
+@pytest.mark.parametrize("denorm", [3, 0])
+def test_cvt_pk_bf16_f32(denorm):
+    rng = np.random.default_rng(seed("bf16", denorm))
+    x = random_f32_bits(rng, 4000)
+    y = np.roll(x, 7)
+    data = np.stack([lanes(x)[:, 0], lanes(y)[:, 0]], axis=1)
+    out = run_batch("  v_cvt_pk_bf16_f32 v10, v0, -v1", [("v", 0), ("v", 1)], data, [("v", 10)],
+                    denorm=denorm)[:, 0].reshape(-1)[:len(x)]
+    src_a, src_b = (flush(x), flush(y)) if denorm == 0 else (x, y)
+    want_a = torch.from_numpy(src_a.view(np.float32).copy()).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    want_b = torch.from_numpy(-(src_b.view(np.float32))).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    for got, want in ((out & 0xFFFF, want_a), (out >> 16, want_b)):
+        got = got.astype(np.uint16)
+        nan = (want & 0x7FFF) > 0x7F80
+        assert np.array_equal((got & 0x7FFF) > 0x7F80, nan)
+        np.testing.assert_array_equal(got[~nan], want[~nan])
+
+
+@pytest.mark.parametrize("ovfl", [0, 1])
+def test_cvt_pk_f16_f32(ovfl):
+    rng = np.random.default_rng(seed("f16", ovfl))
+    x = random_f32_bits(rng, 3000)
+    out = run1("  v_cvt_pk_f16_f32 v10, v0, |v0|", x, fp16_ovfl=ovfl)[0]
+    xf = x.view(np.float32)
+    for got, src in ((out & 0xFFFF, xf), (out >> 16, np.abs(xf))):
+        want = torch.from_numpy(src.copy()).to(torch.float16).numpy().view(np.uint16)
+        if ovfl:   # MODE.FP16_OVFL: finite overflow clamps to +-65504, true Infs stay
+            over = np.isfinite(src) & ((want & 0x7FFF) == 0x7C00)
+            want = np.where(over, (want & 0x8000) | 0x7BFF, want).astype(np.uint16)
+        got = got.astype(np.uint16)
+        nan = np.isnan(src)
+        assert np.array_equal((got & 0x7FFF) > 0x7C00, nan)
+        np.testing.assert_array_equal(got[~nan], want[~nan])
+
+
+def test_cvt_pkrtz_f16_f32():
+    """Round toward zero: the largest-magnitude f16 not above |x| (brute force over all f16)."""
+    rng = np.random.default_rng(seed("rtz"))
+    x = random_f32_bits(rng, 3000)
+    x = x[~np.isnan(x.view(np.float32))]
+    out = run1("  v_cvt_pkrtz_f16_f32 v10, v0, -v0", x)[0]
+    mags = np.arange(0x7C01, dtype=np.uint16)                 # +0 .. +Inf, increasing
+    mag_vals = mags.view(np.float16).astype(np.float64)
+    xf = x.view(np.float32).astype(np.float64)
+    for got, src in ((out & 0xFFFF, xf), (out >> 16, -xf)):
+        a = np.abs(src)
+        idx = np.searchsorted(mag_vals, a, side="right") - 1   # largest |f16| <= |x|
+        idx = np.where(np.isinf(a), 0x7C00, np.minimum(idx, 0x7BFF))
+        want = (mags[idx] | np.where(np.signbit(src), 0x8000, 0)).astype(np.uint16)
+        np.testing.assert_array_equal(got.astype(np.uint16), want)
+
+
+def test_cvt_f32_bf16_exhaustive():
+    codes = np.arange(1 << 16, dtype=np.uint32)
+    words = codes << 16 | ((codes * 7919) & 0xFFFF)           # high half: the codes; low: junk
+    body = ("  v_lshrrev_b32 v1, 16, v0\n  s_nop 1\n  v_cvt_f32_bf16 v10, v1\n"
+            "  v_cvt_f32_bf16_sdwa v11, v0 src0_sel:WORD_1\n  v_cvt_f32_bf16_e64 v12, -v1")
+    out_lo, out_hi, out_neg = run1(body, words, outputs=[("v", 10), ("v", 11), ("v", 12)])
+    want = torch.from_numpy(codes.astype(np.uint16).view(np.int16)).view(torch.bfloat16).float().numpy()
+    for got, sign in ((out_lo, 1), (out_hi, 1), (out_neg, -1)):
+        g = got.view(np.float32)
+        with np.errstate(invalid="ignore"):
+            w = want * sign
+        assert np.array_equal(np.isnan(g), np.isnan(w))
+        ok = ~np.isnan(w)
+        np.testing.assert_array_equal(g[ok].view(np.uint32), w[ok].view(np.uint32))
+
+
+# ---------------------------------------------------------------------------- fp8 -> f32
+@pytest.mark.parametrize("fmt", ["fp8", "bf8"])
+def test_cvt_f32_fp8_every_code_and_byte_select(fmt):
+    codes = np.arange(256, dtype=np.uint32)
+    words = (codes << 24) | (((codes + 85) & 0xFF) << 16) | (((codes + 170) & 0xFF) << 8) | ((codes + 3) & 0xFF)
+    sels = ["e32", "BYTE_1", "BYTE_2", "BYTE_3", "WORD_1"]
+    lines = [f"  v_cvt_f32_{fmt}_e32 v10, v0"]
+    lines += [f"  v_cvt_f32_{fmt}_sdwa v{10 + n}, v0 src0_sel:{s}" for n, s in enumerate(sels) if n]
+    outs = run1("\n".join(lines), words, outputs=[("v", 10 + n) for n in range(len(sels))])
+    byte_of = {"e32": 0, "BYTE_1": 1, "BYTE_2": 2, "BYTE_3": 3, "WORD_1": 2}
+    for sel, got in zip(sels, outs):
+        src = (words >> (8 * byte_of[sel])) & 0xFF
+        want = t_decode_fp8(src, fmt)
+        g = got.view(np.float32)
+        assert np.array_equal(np.isnan(g), np.isnan(want)), sel
+        ok = ~np.isnan(want)
+        np.testing.assert_array_equal(g[ok].view(np.uint32), want[ok].view(np.uint32), err_msg=sel)
+
+
+def test_cvt_f32_fp8_dpp():
+    codes = np.arange(64, dtype=np.uint32) * 3 + 0x20
+    regs = {0: codes}
+    out = run_snippet("  v_cvt_f32_fp8_dpp v10, v0 quad_perm:[1,0,3,2] row_mask:0xf bank_mask:0xf",
+                      vgprs=regs, outputs=["v10"])
+    want = t_decode_fp8(codes[np.arange(64) ^ 1], "fp8")
+    np.testing.assert_array_equal(out["v10"].view(np.float32), want)
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf8"])
+def test_cvt_pk_f32_fp8_word_select(fmt):
+    rng = np.random.default_rng(seed("pkf32", fmt))
+    words = rng.integers(0, 2**32, 640, dtype=np.uint64).astype(np.uint32)
+    body = (f"  v_cvt_pk_f32_{fmt} v[10:11], v0\n"
+            f"  v_cvt_pk_f32_{fmt}_sdwa v[12:13], v0 src0_sel:WORD_1")
+    outs = run1(body, words, outputs=[("v", r) for r in (10, 11, 12, 13)])
+    for got, byte in zip(outs, (0, 1, 2, 3)):
+        want = t_decode_fp8((words >> (8 * byte)) & 0xFF, fmt)
+        g = got.view(np.float32)
+        assert np.array_equal(np.isnan(g), np.isnan(want))
+        ok = ~np.isnan(want)
+        np.testing.assert_array_equal(g[ok].view(np.uint32), want[ok].view(np.uint32))
+
+
+# ---------------------------------------------------------------------------- f32 -> fp8
+def representable_f32(rng, n, fmt):
+    """f32 values whose fp8 rounding stays finite: |x| up to the format's max, including
+    fp8 denormals and exact ties, plus f32 denormals (flushed or kept per MODE)."""
+    top = 448.0 if fmt == "fp8" else 57344.0
+    mags = np.concatenate([
+        np.exp2(rng.uniform(-22, np.log2(top), n)),                         # any magnitude
+        t_decode_fp8(np.arange(0x7F if fmt == "fp8" else 0x7C), fmt).astype(np.float64),  # exact codes
+    ])
+    codes = np.arange(0x7E if fmt == "fp8" else 0x7B)
+    lo, hi = t_decode_fp8(codes, fmt), t_decode_fp8(codes + 1, fmt)
+    mags = np.concatenate([mags, (lo.astype(np.float64) + hi) / 2, [1e-40, 0.0]])  # ties, f32 denormal
+    x = (mags * rng.choice([-1.0, 1.0], len(mags))).astype(np.float32)
+    return x
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf8"])
+@pytest.mark.parametrize("denorm", [3, 0])
+def test_cvt_pk_fp8_f32(fmt, denorm):
+    rng = np.random.default_rng(seed("pkfp8", fmt, denorm))
+    x = representable_f32(rng, 1500, fmt)
+    y = np.roll(x, 11)
+    old = rng.integers(0, 2**32, len(x), dtype=np.uint64).astype(np.uint32)
+    data = np.stack([lanes(x.view(np.uint32))[:, 0], lanes(y.view(np.uint32))[:, 0], lanes(old)[:, 0],
+                     lanes(old)[:, 0]], axis=1)
+    body = (f"  v_cvt_pk_{fmt}_f32 v10, v0, v1\n"
+            f"  v_cvt_pk_{fmt}_f32 v11, v0, -v1 op_sel:[0,0,1]")
+    out = run_batch(body, [("v", 0), ("v", 1), ("v", 10), ("v", 11)], data, [("v", 10), ("v", 11)],
+                    denorm=denorm)
+    lo_word, hi_word = (out[:, k].reshape(-1)[:len(x)] for k in (0, 1))
+    src_x = x if denorm else flush(x.view(np.uint32)).view(np.float32)
+    src_y = y if denorm else flush(y.view(np.uint32)).view(np.float32)
+    ex, ey = t_encode_fp8(src_x, fmt).astype(np.uint32), t_encode_fp8(src_y, fmt).astype(np.uint32)
+    eny = t_encode_fp8(-src_y, fmt).astype(np.uint32)
+    np.testing.assert_array_equal(lo_word, (old & 0xFFFF0000) | ex | (ey << 8))
+    np.testing.assert_array_equal(hi_word, (old & 0xFFFF) | ((ex | (eny << 8)) << 16))
+
+
+@pytest.mark.parametrize("fmt,ovfl,value,want", [
+    ("fp8", 1, 1000.0, 0x7E), ("fp8", 1, -np.inf, 0xFE), ("fp8", 1, 464.0, 0x7E),
+    ("fp8", 0, 464.0, 0x7E),                      # RNE tie to 448 (even): not an overflow
+    ("bf8", 1, 1e6, 0x7B), ("bf8", 0, 1e6, 0x7C), ("bf8", 0, -np.inf, 0xFC), ("bf8", 1, np.inf, 0x7B),
+    ("bf8", 0, 61440.0, 0x7C),                    # tie between 57344 and Inf rounds to even (Inf)
+])
+def test_cvt_pk_fp8_f32_overflow_follows_fp16_ovfl(fmt, ovfl, value, want):
+    """ISA §7.3 FP16_OVFL table (numerics.py docstring): FP8 saturates only with FP16_OVFL,
+    BF8 overflows to Inf without it."""
+    x = np.full(64, value, np.float32).view(np.uint32)
+    out = run1(f"  v_cvt_pk_{fmt}_f32 v10, v0, v0", x, fp16_ovfl=ovfl)[0]
+    assert (out & 0xFF == want).all() and ((out >> 8) & 0xFF == want).all()
+
+
+@pytest.mark.parametrize("value", [1000.0, np.nan, np.inf])
+def test_fp8_nan_result_is_rejected(value):
+    """FP8 without FP16_OVFL turns overflow into NaN; the NaN byte is unverified."""
+    x = np.full(64, value, np.float32).view(np.uint32)
+    with pytest.raises(UnsupportedInstruction, match="NaN"):
+        run1("  v_cvt_pk_fp8_f32 v10, v0, v0", x)
+
+
+# ---------------------------------------------------------------------------- scalef32
+def scale_operands(rng, n, lo=118, hi=137):
+    """f32 scale operands: exponent field in [lo, hi), random sign and mantissa (ignored)."""
+    e = rng.integers(lo, hi, n).astype(np.uint32)
+    bits = (rng.integers(0, 2, n).astype(np.uint32) << 31) | (e << 23) | rng.integers(0, 1 << 23, n).astype(np.uint32)
+    return bits, e
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf8"])
+def test_cvt_scalef32_pk_fp8_f32(fmt):
+    rng = np.random.default_rng(seed("scalepk", fmt))
+    x = representable_f32(rng, 1200, fmt)
+    x = x[np.abs(x) > 1e-30]                           # keep x / 2^s a normal f32
+    y = np.roll(x, 5)
+    s_bits, e = scale_operands(rng, len(x))
+    old = rng.integers(0, 2**32, len(x), dtype=np.uint64).astype(np.uint32)
+    factor = np.exp2(e.astype(np.float64) - 127)
+    xs, ys = x * factor, y * factor                    # so that x_scaled / 2^s == x exactly
+    ok = np.isfinite(xs.astype(np.float32)) & np.isfinite(ys.astype(np.float32))
+    xs, ys, s_bits, old, x, y = (a[ok] for a in (xs.astype(np.float32), ys.astype(np.float32), s_bits, old, x, y))
+    data = np.stack([lanes(xs.view(np.uint32))[:, 0], lanes(ys.view(np.uint32))[:, 0], lanes(s_bits)[:, 0],
+                     lanes(old)[:, 0], lanes(old)[:, 0]], axis=1)
+    body = (f"  v_cvt_scalef32_pk_{fmt}_f32 v10, v0, v1, v2\n"
+            f"  v_cvt_scalef32_pk_{fmt}_f32 v11, v0, v1, v2 op_sel:[0,0,0,1]")
+    out = run_batch(body, [("v", 0), ("v", 1), ("v", 2), ("v", 10), ("v", 11)], data,
+                    [("v", 10), ("v", 11)])
+    lo_word, hi_word = (out[:, k].reshape(-1)[:len(x)] for k in (0, 1))
+    bytes_ = t_encode_fp8(x, fmt).astype(np.uint32) | (t_encode_fp8(y, fmt).astype(np.uint32) << 8)
+    np.testing.assert_array_equal(lo_word, (old & 0xFFFF0000) | bytes_)
+    np.testing.assert_array_equal(hi_word, (old & 0xFFFF) | (bytes_ << 16))
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf8"])
+def test_cvt_scalef32_f32_fp8_every_code_and_byte(fmt):
+    rng = np.random.default_rng(seed("scaleup", fmt))
+    codes = np.tile(np.arange(256, dtype=np.uint32), 4)
+    junk = rng.integers(0, 2**32, len(codes), dtype=np.uint64).astype(np.uint32)
+    s_bits, e = scale_operands(rng, len(codes), 100, 150)
+    byte = np.repeat(np.arange(4), 256)
+    # Each wave tests one byte position: place the code there, junk elsewhere.
+    words = (junk & ~(np.uint32(0xFF) << (8 * byte).astype(np.uint32))) | (codes << (8 * byte).astype(np.uint32))
+    data = np.stack([lanes(words)[:, 0], lanes(s_bits)[:, 0]], axis=1)
+    body = "\n".join(f"  v_cvt_scalef32_f32_{fmt} v{10 + b}, v0, v1 op_sel:[{b & 1},{b >> 1},0]"
+                     for b in range(4))
+    out = run_batch(body, [("v", 0), ("v", 1)], data, [("v", 10 + b) for b in range(4)])
+    got = np.stack([out[:, b].reshape(-1) for b in range(4)])[byte, np.arange(len(codes))].view(np.float32)
+    want = (t_decode_fp8(codes, fmt).astype(np.float64) * np.exp2(e.astype(np.float64) - 127)).astype(np.float32)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    np.testing.assert_array_equal(got[ok].view(np.uint32), want[ok].view(np.uint32))
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf8"])
+def test_cvt_scalef32_pk_f32_fp8(fmt):
+    rng = np.random.default_rng(seed("scaleuppk", fmt))
+    words = rng.integers(0, 2**32, 640, dtype=np.uint64).astype(np.uint32)
+    s_bits, e = scale_operands(rng, len(words))
+    data = np.stack([lanes(words)[:, 0], lanes(s_bits)[:, 0]], axis=1)
+    body = (f"  v_cvt_scalef32_pk_f32_{fmt} v[10:11], v0, v1\n"
+            f"  v_cvt_scalef32_pk_f32_{fmt} v[12:13], v0, v1 op_sel:[1,0,0]")
+    out = run_batch(body, [("v", 0), ("v", 1)], data, [("v", r) for r in (10, 11, 12, 13)])
+    for k, byte in enumerate((0, 1, 2, 3)):
+        got = out[:, k].reshape(-1).view(np.float32)
+        want = (t_decode_fp8((words >> (8 * byte)) & 0xFF, fmt).astype(np.float64)
+                * np.exp2(e.astype(np.float64) - 127)).astype(np.float32)
+        assert np.array_equal(np.isnan(got), np.isnan(want))
+        ok = ~np.isnan(want)
+        np.testing.assert_array_equal(got[ok].view(np.uint32), want[ok].view(np.uint32))
+
+
+@pytest.mark.parametrize("body,inputs", [
+    ("  v_cvt_scalef32_pk_fp8_f32 v10, v0, v0, v1", {0: 0x3F800000, 1: 0x7F800000}),   # Inf scale
+    ("  v_cvt_scalef32_f32_fp8 v10, v0, v1", {0: 0x7E, 1: 0x7F000000}),                # 448 * 2^127
+    ("  v_cvt_sr_fp8_f32 v10, v0, v1", {0: 0x3F800000, 1: 0}),                          # stochastic
+    ("  v_cvt_f32_fp8_e64 v10, v0 clamp", {0: 0x38}),
+])
+def test_unverified_conversions_are_rejected(body, inputs):
+    with pytest.raises(UnsupportedInstruction):
+        run_snippet(body, vgprs={r: np.full(64, v, np.uint32) for r, v in inputs.items()})
+
+
+def test_scaled_f32_denormal_result_under_flush_mode_is_rejected():
+    data = np.array([[np.full(64, 0x08, np.uint32), np.full(64, 0x00800000, np.uint32)]])  # 2^-6 * 2^-126
+    body = "  v_cvt_scalef32_f32_fp8 v10, v0, v1"
+    kept = run_batch(body, [("v", 0), ("v", 1)], data, [("v", 10)], denorm=3)[0, 0]
+    assert (kept.view(np.float32) == np.float32(2.0 ** -132)).all()
+    with pytest.raises(UnsupportedInstruction, match="denormal"):
+        run_batch(body, [("v", 0), ("v", 1)], data, [("v", 10)], denorm=0)
+
+
+def test_cvt_scale_high_half_write_forwarding_hazard():
+    """v_cvt_scalef32_* writing the high half (op_sel[3]) -> a read of that VGPR needs 1
+    wait state (fact sheet §4, LLVM CvtScaleForwarding)."""
+    regs = {0: np.full(64, 0x3F800000, np.uint32), 1: np.full(64, 0x3F800000, np.uint32),
+            10: np.zeros(64, np.uint32)}
+    body = "  v_cvt_scalef32_pk_fp8_f32 v10, v0, v0, v1 op_sel:[0,0,0,1]\n{nop}  v_mov_b32 v11, v10"
+    with pytest.raises(HazardError):
+        run_snippet(body.format(nop=""), vgprs=regs)
+    out = run_snippet(body.format(nop="  s_nop 0\n"), vgprs=regs, outputs=["v11"])
+    assert (out["v11"] == 0x38380000).all()
