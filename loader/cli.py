@@ -212,11 +212,11 @@ def _run_one(variant: Variant, seed: int) -> bool:
         print(f"{variant.name:<24} FAIL  {type(exc).__name__}: {exc}")
         return False
     seconds = time.perf_counter() - started
+    instructions = getattr(result, "wave_instructions", "-")
     ok = True
     for name, expected in case.expected.items():
         largest, off = compare(case.args[name], expected, case.atol, case.rtol)
         ok &= off == 0
-        instructions = getattr(result, "wave_instructions", "-")
         print(f"{variant.name:<24} {'ok  ' if off == 0 else 'FAIL'}  {name}: max|err| {largest:.3g}, "
               f"{off}/{expected.numel()} off (atol {case.atol:.3g}, rtol {case.rtol:.3g})  "
               f"{instructions} wave-instructions  {seconds:.2f} s  {case.note}")

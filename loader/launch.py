@@ -1,6 +1,7 @@
 """`gfxasm.launch`: run one manifest kernel on torch tensors.
 
-    gfxasm.launch("axpb", a=a, b=b, out=out, alpha=2.0, n=a.numel())
+    gfxasm.launch("name", variant="...", q=q, out=out, n=n)   # a kernel of kernels.yaml
+    gfxasm.launch(manifest.kernel("name"), ...)                # or of any loaded Manifest
 
 manifest → argument checks (names, dtype, rank, shape, contiguity, device) → kernarg bytes
 → grid from the manifest's expressions → backend. Tensors on a ROCm GPU go to HIP (they
