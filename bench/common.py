@@ -146,3 +146,23 @@ def run(cases: list[BenchCase], out: str | Path = "bench/results.json", png: str
         else:
             print("roofline PNG skipped: matplotlib is not installed (pip install matplotlib)")
     return rows
+
+
+def manifest_case(kernel: str, variant: str | None, label: str, group: str, flops: float, nbytes: float,
+                  dtype: str = "bf16", **args) -> BenchCase:
+    """A BenchCase for one of our manifest kernels: kernarg and grid exactly as
+    gfxasm.launch would build them (same checks), without launching."""
+    from gfxasm import kernarg as ka
+    from gfxasm.launch import bind_scalars, check_argument_names, check_tensors, launch_grid
+    from gfxasm.manifest import default_manifest
+    chosen = default_manifest().kernel(kernel).variant(variant)
+    check_argument_names(chosen, args)
+    _, sizes = check_tensors(chosen, args)
+    values = {a.name: args[a.name].data_ptr() if a.type.is_pointer else args[a.name] for a in chosen.args}
+    kernarg_bytes = ka.pack(chosen.args, chosen.kernarg_size, values)
+    bind_scalars(chosen, args, sizes)
+    grid = launch_grid(chosen, sizes)
+    tensors = [args[a.name] for a in chosen.args if a.type.is_pointer]
+    return BenchCase(label, group, str(chosen.co_path), chosen.kernel.symbol, tuple(grid),
+                     tuple(chosen.kernel.workgroup) + (1,) * (3 - len(chosen.kernel.workgroup)),
+                     kernarg_bytes, tensors, flops, nbytes, dtype)
