@@ -1,0 +1,287 @@
+"""FMHA forward benchmark: gfxasm's fmha_fwd_d128 on the issue's shapes.
+
+    python3 bench/fmha.py [--static-only] [--only TEXT] [--out bench/out/fmha.json]
+
+Configurations (bf16, head dim 128, Sq = Sk, causal and not): B4 Hq64/Hk8 with
+S in {1k, 4k, 8k, 16k}, and B16 H64 (MHA) with S 8192.
+
+Three kinds of numbers, each labelled:
+
+* static (from the built code object, no model): registers, LDS, occupancy, and the
+  steady-state KV tile of one wave — the instructions a wave issues for one 64-key tile
+  that needs neither masking nor an O rescale (the common case), found by walking the
+  loop body from L_loop with those branches resolved. MFMA count and MFMA cycles
+  (4 x passes) against the issue cycles of everything else (VALU 4, transcendental and
+  32-bit integer multiply 16, s_nop N (N+1) x 4, any other instruction one 4-cycle issue
+  slot: gfxasm.perf.params). "MFMA share" = MFMA cycles / (MFMA + other) for one wave
+  with nothing overlapped; two waves share each SIMD, so the SIMD's MFMA pipe can be
+  kept busy only if the other cycles of one wave hide under the MFMAs of the other.
+* measured: TFLOP/s from device events, only on a gfx950.
+* modelled: gfxasm.perf's MI355X timing model (calibrated on aiter's published FMHA
+  numbers). Non-causal: gfxasm.perf.estimate of the launch. Causal: work differs per Q
+  tile, so each Q tile class t (keys 0..256(t+1)) is modelled as its own launch (causal,
+  Sq = 256, Sk = 256(t+1): the same mask), at three t with linear interpolation between,
+  and the grid's workgroups are list-scheduled on 256 CUs in dispatch order (one
+  workgroup per CU at a time) — the makespan is the kernel time.
+
+Buffers are torch.empty (untouched pages read as zeros): the model needs addresses and
+control flow; zero scores never trigger the rare rescale path, as in the steady state.
+FLOP counts are the problem's: 4 B Hq Sq Sk D, causal counting only visible (q, k) pairs.
+"""
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import math
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from gfxasm import kernarg                                    # noqa: E402
+from gfxasm.build import build_manifest                       # noqa: E402
+from gfxasm.manifest import default_manifest                  # noqa: E402
+from gfxasm.ops import fmha                                   # noqa: E402
+from gfxasm.perf import params as P                           # noqa: E402
+
+from bench.common import BenchCase, has_gfx950, measure       # noqa: E402
+
+D = fmha.HEAD_DIM
+CONFIGS = [(4, 64, 8, 1024), (4, 64, 8, 4096), (4, 64, 8, 8192), (4, 64, 8, 16384), (16, 64, 64, 8192)]
+PUBLISHED = {  # aiter asm fwd v3 on MI355X (issue 5): B4 H64/8 S8192
+    (4, 64, 8, 8192, False): (1390, "aiter fmha fwd v3 asm, issue 5"),
+    (4, 64, 8, 8192, True): (1278, "aiter fmha fwd v3 asm, issue 5"),
+}
+
+
+# ------------------------------------------------------------------ static facts
+
+def _symbols(co_path: Path) -> dict[str, int]:
+    from elftools.elf.elffile import ELFFile
+    with open(co_path, "rb") as f:
+        elf = ELFFile(f)
+        tab = elf.get_section_by_name(".symtab")
+        return {s.name: s["st_value"] for s in tab.iter_symbols() if s.name.startswith("L_")}
+
+
+def _issue_cycles(inst, klass: str, prm: P.Params) -> int:
+    if klass == "valu":
+        from gfxasm.perf.model import _IMUL
+        return prm.imul_cycles if inst.name in _IMUL else prm.valu_cycles
+    if klass == "trans":
+        return prm.trans_cycles
+    if inst.name == "s_nop":
+        return (int(inst.ops[0].text, 0) + 1) * prm.issue_quantum
+    return prm.issue_quantum
+
+
+def steady_tile(co_path: Path, mask: bool = False, rescale: bool = False) -> dict:
+    """Instruction mix and cycles of one wave's KV tile (buffer 0), walking from L_loop to
+    L_tile_done_0 with prefetch on, the mask and rescale branches as asked."""
+    import gfxasm.emu as emu
+    from gfxasm.perf.stats import classify, mfma_flops, mfma_passes
+    prm = P.DEFAULT
+    labels = _symbols(co_path)
+    kern = emu.load(co_path).kernel()
+    insts = kern.program.insts if hasattr(kern.program, "insts") else kern.program[0]
+    by_pc = {i.pc: n for n, i in enumerate(insts)}
+    take = {labels["L_no_mask_0"]: not mask, labels["L_no_rescale_0"]: not rescale,
+            labels["L_no_prefetch_0"]: False, labels["L_tile_done_0"]: False}
+    n, end = by_pc[labels["L_loop"]], labels["L_tile_done_0"]
+    counts, cycles = Counter(), Counter()
+    mfma = dict(count=0, cycles=0, flops=0)
+    while insts[n].pc != end:
+        inst = insts[n]
+        klass = classify(inst)
+        if klass == "mfma":
+            mfma["count"] += 1
+            mfma["cycles"] += 4 * mfma_passes(inst)
+            mfma["flops"] += mfma_flops(inst)
+        else:
+            counts[klass] += 1
+            cycles[klass] += _issue_cycles(inst, klass, prm)
+        if klass == "branch":
+            target = next((op for op in inst.ops if op.kind == "label"), None)
+            dest = int(target.text, 0) if target is not None and target.text.startswith("0x") else None
+            if dest is None:
+                dest = _branch_dest(inst)
+            if dest in take and take[dest]:
+                n = by_pc[dest]
+                continue
+        n += 1
+    other = sum(cycles.values())
+    return dict(mfma=mfma["count"], mfma_cycles=mfma["cycles"], mfma_flops=mfma["flops"],
+                other_instructions=dict(counts), other_cycles_by_class=dict(cycles), other_cycles=other,
+                mfma_share=mfma["cycles"] / (mfma["cycles"] + other))
+
+
+def _branch_dest(inst) -> int:
+    """Target pc of a SOPP branch: pc + 4 + 4 * simm16."""
+    simm = inst.words[0] & 0xFFFF
+    simm = simm - 0x10000 if simm & 0x8000 else simm
+    return inst.pc + 4 + 4 * simm
+
+
+def static_facts(variant_name: str) -> dict:
+    from gfxasm.perf import analyze
+    variant = default_manifest().kernel(fmha.KERNEL).variant(variant_name)
+    st = analyze(str(variant.co_path))
+    regs, occ = st.registers, st.occupancy
+    return dict(
+        variant=variant_name, vgprs=regs.vgpr_count, agprs=regs.agpr_count, sgprs=regs.sgpr_count,
+        lds_bytes=st.lds_bytes, workgroups_per_cu=occ.workgroups_per_cu, waves_per_simd=occ.waves_per_simd,
+        occupancy_limited_by=occ.limited_by,
+        steady_tile=steady_tile(variant.co_path),
+        masked_tile=steady_tile(variant.co_path, mask=True),
+        rescale_tile=steady_tile(variant.co_path, rescale=True),
+    )
+
+
+# ------------------------------------------------------------------ launches
+
+def _launch_parts(B, Hq, Hk, Sq, Sk, causal):
+    q = torch.empty(B, Sq, Hq, D, dtype=torch.bfloat16)
+    k = torch.empty(B, Sk, Hk, D, dtype=torch.bfloat16)
+    v = torch.empty(B, Sk, Hk, D, dtype=torch.bfloat16)
+    o = torch.empty(B, Sq, Hq, D, dtype=torch.bfloat16)
+    lse = torch.empty(B, Hq, Sq, dtype=torch.float32)
+    args = fmha.kernel_args(q, k, v, o, lse, 1.0 / math.sqrt(D))
+    variant = default_manifest().kernel(fmha.KERNEL).variant(fmha.variant_name(torch.bfloat16, causal))
+    values = {a.name: args[a.name].data_ptr() if a.type.is_pointer else args[a.name] for a in variant.args}
+    raw = kernarg.pack(variant.args, variant.kernarg_size, values)
+    grid = (math.ceil(Sq / fmha.Q_TILE), Hq, B)
+    return variant, grid, raw, [args[a.name] for a in variant.args if a.type.is_pointer]
+
+
+def flops(B, Hq, S, causal) -> float:
+    pairs = S * (S + 1) / 2 if causal else S * S
+    return 4.0 * B * Hq * pairs * D
+
+
+def bench_case(B, Hq, Hk, S, causal) -> BenchCase:
+    variant, grid, raw, buffers = _launch_parts(B, Hq, Hk, S, S, causal)
+    nbytes = sum(t.numel() * t.element_size() for t in buffers)
+    pub = PUBLISHED.get((B, Hq, Hk, S, causal))
+    return BenchCase(f"fmha_fwd_d128 bf16{' causal' if causal else ''} B{B} H{Hq}/{Hk} S{S}", "fmha fwd bf16 d128",
+                     str(variant.co_path), variant.kernel.symbol, grid, (512, 1, 1), raw, buffers,
+                     flops(B, Hq, S, causal), nbytes, "bf16", pub[0] if pub else None, pub[1] if pub else "")
+
+
+def cases(full: bool = True) -> list[BenchCase]:
+    """For `gfxasm bench` (bench.common.run). Its modelled figures sample one round of CU 0,
+    which for causal launches is the longest Q tile: main() models causal properly."""
+    configs = CONFIGS if full else [(1, 4, 1, 1024)]
+    return [bench_case(*c, causal) for c in configs for causal in (False, True)]
+
+
+def _estimate(B, Hq, Hk, Sq, Sk, causal):
+    from gfxasm.perf import estimate
+    variant, grid, raw, buffers = _launch_parts(B, Hq, Hk, Sq, Sk, causal)
+    return estimate(str(variant.co_path), grid, (512, 1, 1), raw, buffers, variant.kernel.symbol)
+
+
+def modelled_seconds(B, Hq, Hk, S, causal) -> tuple[float, dict]:
+    if not causal:
+        est = _estimate(B, Hq, Hk, S, S, False)
+        return est.seconds, dict(cycles_per_workgroup=est.cycles_per_round, rounds=est.rounds,
+                                 mfma_pipe_busy=est.mfma_utilization, clock_hz=P.DEFAULT.clock_hz)
+    tiles = math.ceil(S / fmha.Q_TILE)
+    probe = sorted({0, tiles // 2, tiles - 1})
+    measured = {t: _estimate(B, Hq, Hk, fmha.Q_TILE, fmha.Q_TILE * (t + 1), True).cycles_per_round for t in probe}
+
+    def cycles(t):
+        lo = max(p for p in probe if p <= t)
+        hi = min(p for p in probe if p >= t)
+        if lo == hi:
+            return measured[lo]
+        return measured[lo] + (measured[hi] - measured[lo]) * (t - lo) / (hi - lo)
+
+    # dispatch order: x fastest; workgroup x runs Q tile tiles-1-x (longest first)
+    per_wg = [cycles(tiles - 1 - x) for _ in range(B * Hq) for x in range(tiles)]
+    free = [0.0] * P.NUM_CUS
+    heapq.heapify(free)
+    end = 0.0
+    for c in per_wg:
+        start = heapq.heappop(free)
+        heapq.heappush(free, start + c)
+        end = max(end, start + c)
+    seconds = end / P.DEFAULT.clock_hz + P.DEFAULT.launch_overhead_us * 1e-6
+    return seconds, dict(cycles_per_q_tile={str(t): measured[t] for t in probe}, makespan_cycles=end,
+                         clock_hz=P.DEFAULT.clock_hz)
+
+
+# ------------------------------------------------------------------ main
+
+def _static_table(facts: list[dict]) -> str:
+    lines = [f"{'variant':28} {'VGPR':>4} {'SGPR':>4} {'LDS KiB':>7} {'WG/CU':>5} {'waves/SIMD':>10}  "
+             f"{'tile':9} {'MFMA':>4} {'MFMA cyc':>8} {'other cyc':>9} {'MFMA share':>10}"]
+    lines.append("-" * len(lines[0]))
+    for f in facts:
+        for kind in ("steady_tile", "masked_tile", "rescale_tile"):
+            t = f[kind]
+            head = (f"{f['variant']:28} {f['vgprs']:4} {f['sgprs']:4} {f['lds_bytes'] / 1024:7.0f} "
+                    f"{f['workgroups_per_cu']:5} {f['waves_per_simd']:10}" if kind == "steady_tile" else " " * 64)
+            lines.append(f"{head}  {kind.split('_')[0]:9} {t['mfma']:4} {t['mfma_cycles']:8} {t['other_cycles']:9} "
+                         f"{100 * t['mfma_share']:9.1f}%")
+    t = facts[0]["steady_tile"]
+    mix = ", ".join(f"{k} {v}" for k, v in sorted(t["other_instructions"].items()))
+    lines.append(f"steady tile, other instructions per wave: {mix}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--static-only", action="store_true", help="only the static facts (seconds, no timing)")
+    ap.add_argument("--only", help="only configurations whose label contains this text")
+    ap.add_argument("--out", default=str(REPO / "bench" / "out" / "fmha.json"))
+    args = ap.parse_args(argv)
+    build_manifest(default_manifest())
+
+    facts = [static_facts(fmha.variant_name(torch.bfloat16, c)) for c in (False, True)]
+    print("static facts (per wave, one 64-key tile; cycles at 4/VALU, 16/transcendental, MFMA 4 x passes)")
+    print(_static_table(facts))
+    print()
+    rows = []
+    device = has_gfx950()
+    if not args.static_only:
+        head = f"{'configuration':42} {'source':9} {'time':>10} {'TFLOP/s':>8} {'%peak':>6}  published"
+        print(head)
+        print("-" * len(head))
+        for B, Hq, Hk, S in CONFIGS:
+            for causal in (False, True):
+                case = bench_case(B, Hq, Hk, S, causal)
+                if args.only and args.only not in case.label:
+                    continue
+                t0 = time.time()
+                if device:
+                    seconds, detail, source = measure(case), {}, "measured"
+                else:
+                    seconds, detail = modelled_seconds(B, Hq, Hk, S, causal)
+                    source = "modelled"
+                tflops = case.flops / seconds / 1e12
+                row = dict(label=case.label, B=B, Hq=Hq, Hk=Hk, S=S, causal=causal, source=source, seconds=seconds,
+                           flops=case.flops, tflops=tflops, pct_peak=100 * tflops * 1e12 / P.PEAK_FLOPS["bf16"],
+                           published_tflops=case.published_tflops, published_source=case.published_source,
+                           detail=detail, wall_s=round(time.time() - t0, 1))
+                rows.append(row)
+                pub = f"{case.published_tflops:.0f} ({case.published_source})" if case.published_tflops else ""
+                print(f"{case.label:42} {source:9} {seconds * 1e3:8.3f}ms {tflops:8.0f} {row['pct_peak']:6.1f}  {pub}",
+                      flush=True)
+        if any(r["source"] == "modelled" for r in rows):
+            print("modelled = gfxasm.perf MI355X timing model (no gfx950 here); not a measurement")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(dict(static=facts, runs=rows), indent=1, default=str))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
