@@ -232,6 +232,14 @@ set_log2 R_SHIFT, R
         v_mov_b32 v[v_acc+o_], 0
         .set o_, o_ + 1
     .endr
+    ; Lanes switched off in a partial chunk never load: give their scale and data registers
+    ; finite contents (0), so nothing undefined ever reaches a conversion, even in a lane
+    ; whose result EXEC discards.
+    .set o_, 0
+    .rept v_bf - v_sb
+        v_mov_b32 v[v_sb+o_], 0
+        .set o_, o_ + 1
+    .endr
     s_waitcnt lgkmcnt(0)                                    ; in flight: 6 pointers, M, N, K, splits → wait for all
     s_lshr_b32 s[s_KB], s[s_K], 5
     s_mul_i32 s[s_tmp], s[s_M], s[s_K]
