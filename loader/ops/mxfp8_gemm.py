@@ -1,0 +1,348 @@
+"""MX-FP8 GEMM for the decode regime: `gfxasm.mxfp8_gemm` on the mxfp8_gemv / mxfp8_gemm kernels.
+
+    out = gfxasm.mxfp8_gemm(a, a_scale, b, b_scale)            # [M, N] bf16
+    out[m, n] = sum_k a[m, k] 2^(a_scale[m, k/32] - 127) * b[n, k] 2^(b_scale[n, k/32] - 127)
+
+a [M, K] and b [N, K] (the weights, row-major: out = A @ B^T) are `torch.float8_e4m3fn`;
+a_scale [M, K/32] and b_scale [N, K/32] are OCP MX E8M0 scales, one per 32 elements along K,
+as `torch.float8_e8m0fnu` or as raw `torch.uint8` exponent bytes (0xFF is NaN). K % 32 == 0,
+any M >= 1 and N >= 1 (tails are handled inside the kernels). Output bf16 or fp16.
+
+Two kernel families (kernels.yaml, asm/):
+  * "gemv": mxfp8_gemv_m{1,2,4,8,16}, M <= 16. VALU: v_cvt_scalef32_pk_f32_fp8 applies each
+    E8M0 scale through the f32 exponent field, v_pk_fma_f32 accumulates; 16-byte weight loads.
+  * "mfma": mxfp8_gemm_m{16,32,64}, M >= 8 (any size; M > 64 takes several M blocks).
+    v_mfma_scale_f32_16x16x128_f8f6f4 with the block scales in the instruction.
+`kernel="auto"` takes the GEMV for M <= 4 and the MFMA kernel above (bench/mxfp8_gemm.py has
+the static numbers behind that choice). Both split K over the 4 waves of a workgroup and,
+when the grid would be too small for the GPU, over `splits` workgroups along grid z; then
+each split writes f32 partials into a workspace and mxfp8_splitk_reduce adds them (a second,
+deterministic pass — see `choose_splits`).
+
+Every buffer is addressed with 32-bit offsets, so each tensor must be smaller than 2^31 bytes;
+a and b must be 16-byte aligned and every tensor contiguous. All of it is checked here before
+anything is launched: a violation is a ValueError/TypeError naming the argument, what was
+expected and what was given.
+
+`reference` computes the exact product of the same quantized values (float64, returned as
+float32); `error_bound` is the per-element tolerance the tests use.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from ..gridexpr import cdiv
+
+E4M3 = torch.float8_e4m3fn
+E8M0 = torch.float8_e8m0fnu
+SCALE_DTYPES = (E8M0, torch.uint8)
+OUT_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
+BLOCK = 32                         # elements per E8M0 scale along K
+KERNELS = ("auto", "gemv", "mfma")
+GEMV_MAX_M = 16                    # the GEMV holds at most 16 activation rows in registers
+MFMA_MIN_M = 8                     # below this the 16-row MFMA tile is mostly padding
+AUTO_GEMV_MAX_M = 4                # auto: GEMV up to here (VALU work per weight byte grows with M)
+GEMV_M_TILES = (1, 2, 4, 8, 16)    # mxfp8_gemv_m<M_T>
+MFMA_M_TILES = (16, 32, 64)        # mxfp8_gemm_m<16*MT>
+MAX_SPLITS = 16                    # the reduce kernel's batched offsets stay below 2^32 up to here
+TARGET_WORKGROUPS = 512            # 2 per CU of an MI355X (256 CUs): enough to fill the GPU
+_MAX_BYTES = 2**31                 # every buffer offset must fit in 31 bits (OOB_OFFSET = 2^31)
+_MAX_K = 2**24                     # (rows + 64) * K stays below 2^32 in the kernels' offsets
+_ALIGN = 16                        # a and b are read with 16-byte loads
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one call launches: the kernel, its variant, the split-K factor and the tile sizes."""
+    kernel: str                    # manifest kernel name
+    variant: str
+    splits: int
+    rows_m: int                    # activation rows per workgroup (GEMV: M_T; MFMA: 16*MT)
+    rows_n: int                    # weight rows per workgroup (GEMV: R; MFMA: 16*NT)
+    kind: str                      # "gemv" or "mfma"
+
+
+# ------------------------------------------------------------------ validation
+
+def _name(value) -> str:
+    return type(value).__name__
+
+
+def _tensor(name: str, value, what: str) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"mxfp8_gemm: '{name}' must be a torch.Tensor ({what}), got {_name(value)}")
+    if value.dim() != 2:
+        raise ValueError(f"mxfp8_gemm: '{name}' must be 2-D ({what}), got shape {tuple(value.shape)}")
+    return value
+
+
+def _contiguous(name: str, t: torch.Tensor, what: str) -> None:
+    rows, cols = t.shape
+    row_ok = rows <= 1 or t.stride(0) == cols
+    col_ok = cols <= 1 or t.stride(1) == 1
+    if not (row_ok and col_ok):
+        raise ValueError(f"mxfp8_gemm: '{name}' must be contiguous (row-major {what}, strides ({cols}, 1)), "
+                         f"got strides {t.stride()}")
+
+
+def _small(name: str, t: torch.Tensor) -> None:
+    nbytes = t.numel() * t.element_size()
+    if nbytes >= _MAX_BYTES:
+        raise ValueError(f"mxfp8_gemm: '{name}' is {nbytes} bytes; the kernels address buffers with 32-bit "
+                         f"offsets and need every tensor below 2^31 bytes (shape {tuple(t.shape)})")
+
+
+def validate(a, a_scale, b, b_scale, out, out_dtype, kernel) -> tuple[int, int, int]:
+    """Check every argument; return (M, N, K). Raises before anything is launched."""
+    if not isinstance(kernel, str) or kernel not in KERNELS:
+        raise ValueError(f"mxfp8_gemm: 'kernel' must be one of {', '.join(map(repr, KERNELS))}, got {kernel!r}")
+    if out_dtype not in OUT_DTYPES:
+        raise TypeError(f"mxfp8_gemm: 'out_dtype' must be torch.bfloat16 or torch.float16, got {out_dtype}")
+    a = _tensor("a", a, "[M, K] activations")
+    b = _tensor("b", b, "[N, K] weights")
+    a_scale = _tensor("a_scale", a_scale, "[M, K/32] E8M0 scales")
+    b_scale = _tensor("b_scale", b_scale, "[N, K/32] E8M0 scales")
+    for name, t in (("a", a), ("b", b)):
+        if t.dtype != E4M3:
+            raise TypeError(f"mxfp8_gemm: '{name}' dtype must be torch.float8_e4m3fn, got {t.dtype}")
+    for name, t in (("a_scale", a_scale), ("b_scale", b_scale)):
+        if t.dtype not in SCALE_DTYPES:
+            raise TypeError(f"mxfp8_gemm: '{name}' dtype must be torch.float8_e8m0fnu or torch.uint8 (E8M0 "
+                            f"exponent bytes), got {t.dtype}")
+    (M, K), (N, Kb) = a.shape, b.shape
+    if M < 1:
+        raise ValueError(f"mxfp8_gemm: 'a' must have M >= 1 rows, got shape {tuple(a.shape)}")
+    if N < 1:
+        raise ValueError(f"mxfp8_gemm: 'b' must have N >= 1 rows, got shape {tuple(b.shape)}")
+    if K < BLOCK or K % BLOCK:
+        raise ValueError(f"mxfp8_gemm: K (a.shape[1]) must be a positive multiple of {BLOCK}, got {K}")
+    if K >= _MAX_K:
+        raise ValueError(f"mxfp8_gemm: K (a.shape[1]) must be below 2^24, got {K}")
+    if Kb != K:
+        raise ValueError(f"mxfp8_gemm: 'b' must be [N, K] with K = {K} (a's), got shape {tuple(b.shape)}")
+    for name, t, rows in (("a_scale", a_scale, M), ("b_scale", b_scale, N)):
+        if tuple(t.shape) != (rows, K // BLOCK):
+            raise ValueError(f"mxfp8_gemm: '{name}' must be [{rows}, {K // BLOCK}] (one scale per {BLOCK} "
+                             f"elements of K = {K}), got shape {tuple(t.shape)}")
+    if out is not None:
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"mxfp8_gemm: 'out' must be a torch.Tensor or None, got {_name(out)}")
+        if out.dtype != out_dtype:
+            raise TypeError(f"mxfp8_gemm: 'out' dtype must be out_dtype ({out_dtype}), got {out.dtype}")
+        if tuple(out.shape) != (M, N):
+            raise ValueError(f"mxfp8_gemm: 'out' must be [M, N] = [{M}, {N}], got shape {tuple(out.shape)}")
+    named = [("a", a, "[M, K]"), ("a_scale", a_scale, "[M, K/32]"), ("b", b, "[N, K]"),
+             ("b_scale", b_scale, "[N, K/32]")] + ([("out", out, "[M, N]")] if out is not None else [])
+    for name, t, what in named:
+        _contiguous(name, t, what)
+    for name, t, _ in named:
+        _small(name, t)
+    out_bytes = M * N * 2
+    if out is None and out_bytes >= _MAX_BYTES:
+        raise ValueError(f"mxfp8_gemm: the output [M, N] = [{M}, {N}] would be {out_bytes} bytes; the kernels need "
+                         f"every tensor below 2^31 bytes")
+    device = a.device
+    for name, t, _ in named[1:]:
+        if t.device != device:
+            raise ValueError(f"mxfp8_gemm: '{name}' must be on a's device ({device}), got {t.device}")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"mxfp8_gemm: tensors must be on the CPU (emulator) or a ROCm gfx950 GPU, got {device}")
+    for name, t in (("a", a), ("b", b)):
+        if t.data_ptr() % _ALIGN:
+            raise ValueError(f"mxfp8_gemm: '{name}' data must be {_ALIGN}-byte aligned (16-byte loads), got "
+                             f"address {t.data_ptr():#x}")
+    if kernel == "gemv" and M > GEMV_MAX_M:
+        raise ValueError(f"mxfp8_gemm: kernel='gemv' takes M <= {GEMV_MAX_M}, got M = {M} (use 'mfma' or 'auto')")
+    if kernel == "mfma" and M < MFMA_MIN_M:
+        raise ValueError(f"mxfp8_gemm: kernel='mfma' takes M >= {MFMA_MIN_M}, got M = {M} (use 'gemv' or 'auto')")
+    return M, N, K
+
+
+# ------------------------------------------------------------------ planning
+
+@functools.lru_cache(maxsize=None)
+def _tiles(kernel: str) -> tuple[int, int]:
+    """(activation rows, weight rows) per workgroup, from the kernel's manifest defines."""
+    from ..manifest import default_manifest
+    defines = next(iter(default_manifest().kernel(kernel).variants.values())).defines
+    if kernel.startswith("mxfp8_gemv"):
+        return defines["M_T"], defines["R"]
+    return 16 * defines["MT"], 16 * defines["NT"]
+
+
+def choose_kind(M: int, kernel: str = "auto") -> str:
+    if kernel != "auto":
+        return kernel
+    return "gemv" if M <= AUTO_GEMV_MAX_M else "mfma"
+
+
+def choose_splits(kind: str, M: int, N: int, K: int, rows_m: int, rows_n: int) -> int:
+    """Split-K factor along grid z: the smallest power of two that gives TARGET_WORKGROUPS
+    workgroups, as long as
+      * every one of the 4*splits K workers still gets work (GEMV: a 1 KiB chunk; MFMA: two
+        128-byte steps, so its double buffer is used), and
+      * the second pass stays cheap: the workspace round trip, 8*splits*M*N bytes, at most
+        1/8 of the N*K weight bytes the kernel must stream anyway (splits <= K / (64 M)).
+    The reduction is a second pass rather than atomics: deterministic, no zeroed buffer to
+    prepare, and nothing to make coherent across the 8 XCDs' L2s (the last-arriving-workgroup
+    scheme would need that); its cost is bounded by the second rule."""
+    workgroups = cdiv(M, rows_m) * cdiv(N, rows_n) if kind == "mfma" else cdiv(N, rows_n)
+    work_units = cdiv(K, 1024) if kind == "gemv" else cdiv(K, 128) // 2
+    splits = 1
+    while (splits * 2 <= MAX_SPLITS and workgroups * splits < TARGET_WORKGROUPS
+           and 4 * splits * 2 <= work_units and 64 * M * splits * 2 <= K):
+        splits *= 2
+    return splits
+
+
+def plan(M: int, N: int, K: int, kernel: str = "auto", out_dtype: torch.dtype = torch.bfloat16,
+         splits: int | None = None) -> Plan:
+    kind = choose_kind(M, kernel)
+    if kind == "gemv":
+        m_tile = next(t for t in GEMV_M_TILES if t >= M)
+        name = f"mxfp8_gemv_m{m_tile}"
+    else:
+        m_tile = next((t for t in MFMA_M_TILES if t >= M), MFMA_M_TILES[-1])
+        name = f"mxfp8_gemm_m{m_tile}"
+    rows_m, rows_n = _tiles(name)
+    if splits is None:
+        splits = choose_splits(kind, M, N, K, rows_m, rows_n)
+    return Plan(name, f"{name}_{OUT_DTYPES[out_dtype]}", splits, rows_m, rows_n, kind)
+
+
+# ------------------------------------------------------------------ the op
+
+def _scales(t: torch.Tensor) -> torch.Tensor:
+    return t if t.dtype == E8M0 else t.view(E8M0)
+
+
+def mxfp8_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, *,
+               out: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16,
+               kernel: str = "auto", splits: int | None = None) -> torch.Tensor:
+    """out[M, N] = (a * 2^(a_scale - 127)) @ (b * 2^(b_scale - 127))^T in bf16 (or fp16).
+
+    kernel: "auto", "gemv" (M <= 16) or "mfma" (M >= 8). splits: split-K factor along the
+    grid (1..16; None chooses, see choose_splits)."""
+    M, N, K = validate(a, a_scale, b, b_scale, out, out_dtype, kernel)
+    if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int)
+                               or not 1 <= splits <= MAX_SPLITS):
+        raise ValueError(f"mxfp8_gemm: 'splits' must be an int in [1, {MAX_SPLITS}] or None, got {splits!r}")
+    chosen = plan(M, N, K, kernel, out_dtype, splits)
+    if chosen.splits > 1 and chosen.splits * M * N * 4 >= _MAX_BYTES:
+        raise ValueError(f"mxfp8_gemm: the split-K workspace ({chosen.splits} x {M} x {N} f32) would exceed 2^31 "
+                         f"bytes; pass splits=1")
+    if out is None:
+        out = torch.empty((M, N), dtype=out_dtype, device=a.device)
+    launch(chosen, a, _scales(a_scale), b, _scales(b_scale), out)
+    return out
+
+
+def launch(chosen: Plan, a, a_scale, b, b_scale, out) -> None:
+    """Launch the plan's kernel (and the split-K reduction) on checked arguments."""
+    from ..launch import launch as launch_kernel
+    M, K = a.shape
+    N = b.shape[0]
+    workspace = torch.empty(chosen.splits * M * N if chosen.splits > 1 else 1, dtype=torch.float32,
+                            device=a.device)
+    launch_kernel(chosen.kernel, variant=chosen.variant, a=a, a_scale=a_scale, b=b, b_scale=b_scale, out=out,
+                  ws=workspace, M=M, N=N, K=K, splits=chosen.splits)
+    if chosen.splits > 1:
+        launch_kernel("mxfp8_splitk_reduce", variant=f"mxfp8_splitk_reduce_{OUT_DTYPES[out.dtype]}", ws=workspace,
+                      out=out, M=M, N=N, splits=chosen.splits)
+
+
+# ------------------------------------------------------------------ reference
+
+def dequantize(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x * 2^(scale - 127) as exact float64 ([rows, K]); a scale byte 0xFF gives NaN."""
+    e = (scale if scale.dtype == torch.uint8 else scale.view(torch.uint8)).to(torch.int64)
+    factor = torch.ldexp(torch.ones_like(e, dtype=torch.float64), e - 127)
+    factor = torch.where(e == 0xFF, torch.full_like(factor, float("nan")), factor)
+    return x.to(torch.float32).to(torch.float64) * factor.repeat_interleave(BLOCK, dim=1)
+
+
+def reference(a, a_scale, b, b_scale) -> torch.Tensor:
+    """The exact product of the quantized operands (float64 — every fp8 x E8M0 value and
+    product is exact there; only the sum over K rounds, ~2^-53), returned as float32."""
+    return (dequantize(a, a_scale) @ dequantize(b, b_scale).T).to(torch.float32)
+
+
+def error_bound(a, a_scale, b, b_scale, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """Per-element tolerance (float64 [M, N]) for a kernel result against `reference`:
+        |out - ref| <= u_out |ref| + tiny_out / 2 + (K/16 + 128) u_f32 sum_k |a_k b_k|
+    The first term is the final rounding to bf16 (u = 2^-8, half an ulp at worst) or fp16
+    (2^-11), plus half the smallest subnormal step (fp16: 2^-25) for results that round
+    into the subnormal range. The last bounds the f32 accumulation: no product travels through more than
+    K/16 + 128 f32 additions on its way to the output in either kernel (per lane at most
+    K/16 packed FMAs in the GEMV, K/128 MFMA steps in the GEMM, then the reductions)."""
+    K = a.shape[1]
+    magnitude = dequantize(a, a_scale).abs() @ dequantize(b, b_scale).abs().T
+    exact = dequantize(a, a_scale) @ dequantize(b, b_scale).T
+    u_out, half_tiny = (2.0 ** -8, 2.0 ** -134) if out_dtype == torch.bfloat16 else (2.0 ** -11, 2.0 ** -25)
+    return u_out * exact.abs() + half_tiny + (K / 16 + 128) * 2.0 ** -24 * magnitude
+
+
+# ------------------------------------------------------------------ `gfxasm run` cases
+
+# Scale centres that keep the results well inside the output format's range (fp16 tops out
+# at 65504; bf16 has f32's range).
+OPERAND_RANGES = {torch.bfloat16: dict(a_center=127, b_center=120), torch.float16: dict(a_center=120, b_center=110)}
+
+
+def random_operands(M: int, N: int, K: int, gen: torch.Generator, *, a_center: int = 127, b_center: int = 120,
+                    spread: int = 6):
+    """Random e4m3 codes (every finite code: zeros, subnormals, +-448; no NaN) and NON-uniform
+    E8M0 scales per 32-block in [center - spread, center + spread] — a wrong K order or a
+    scale applied to the wrong block changes the answer."""
+    def codes(rows: int) -> torch.Tensor:
+        c = torch.randint(0, 254, (rows, K), generator=gen, dtype=torch.int32)
+        c = c + (c >= 0x7F).int()                      # skip 0x7F; 0xFF is never drawn
+        return c.to(torch.uint8).view(E4M3)
+
+    def scales(rows: int, center: int) -> torch.Tensor:
+        e = torch.randint(center - spread, center + spread + 1, (rows, K // BLOCK), generator=gen, dtype=torch.int32)
+        return e.to(torch.uint8).view(E8M0)
+    return codes(M), scales(M, a_center), codes(N), scales(N, b_center)
+
+
+def _register_run_cases() -> None:
+    from ..cli import RunCase, run_case
+
+    def make(variant, gen: torch.Generator, M: int, N: int, K: int) -> RunCase:
+        out_dtype = torch.float16 if variant.defines["OUT_F16"] else torch.bfloat16
+        a, a_scale, b, b_scale = random_operands(M, N, K, gen, **OPERAND_RANGES[out_dtype])
+        expected = reference(a, a_scale, b, b_scale)
+        bound = error_bound(a, a_scale, b, b_scale, out_dtype)
+        out = torch.full((M, N), float("nan"), dtype=out_dtype)
+        # isclose(atol, rtol) with the bound's two parts at their largest: a looser, uniform form
+        atol = float((bound - (2.0 ** -8 if out_dtype == torch.bfloat16 else 2.0 ** -11) * expected.double().abs()).max())
+        rtol = 2.0 ** -8 if out_dtype == torch.bfloat16 else 2.0 ** -11
+        return RunCase(args=dict(a=a, a_scale=a_scale, b=b, b_scale=b_scale, out=out,
+                                 ws=torch.empty(1), M=M, N=N, K=K, splits=1),
+                       expected={"out": expected}, atol=atol, rtol=rtol, note=f"M={M} N={N} K={K}")
+
+    for m_tile in GEMV_M_TILES:
+        def gemv_case(variant, gen, M=None, N=37, K=1056, _m=m_tile):
+            return make(variant, gen, M if M is not None else (_m - 1 if _m > 2 else _m), N, K)
+        run_case(f"mxfp8_gemv_m{m_tile}")(gemv_case)
+    for m_tile in MFMA_M_TILES:
+        def gemm_case(variant, gen, M=None, N=75, K=608, _m=m_tile):
+            return make(variant, gen, M or _m - 3, N, K)
+        run_case(f"mxfp8_gemm_m{m_tile}")(gemm_case)
+
+    @run_case("mxfp8_splitk_reduce")
+    def reduce_case(variant, gen, M=5, N=37, splits=11) -> RunCase:
+        ws = torch.randn(splits * M * N, generator=gen)
+        out_dtype = torch.float16 if variant.defines["OUT_F16"] else torch.bfloat16
+        expected = ws.double().view(splits, M, N).sum(0).float()
+        out = torch.full((M, N), float("nan"), dtype=out_dtype)
+        return RunCase(args=dict(ws=ws, out=out, M=M, N=N, splits=splits), expected={"out": expected},
+                       atol=splits * splits * 2.0 ** -24 * float(ws.abs().max()),
+                       rtol=2.0 ** -8 if out_dtype == torch.bfloat16 else 2.0 ** -11,
+                       note=f"M={M} N={N} splits={splits}")
+
+
+_register_run_cases()
