@@ -20,14 +20,16 @@ Lane layouts (../shared/docs/gfx950-isa-facts.md §2), lane l, G = 64 / M lane g
     ROCm/composable_kernel pin this together with the K order (tests/emu/data/).
 
 Numerics (the hardware's internal accumulation order and precision are not
-documented). Each 32-element block dot product (the whole K for the non-f8f6f4
-instructions) is formed in float64 — exactly whenever the products' exponents span
-fewer than ~53 - 2*p bits, which always holds for FP8 E4M3, and to float64 precision
-otherwise — multiplied exactly by the block's power-of-two scales, the blocks are
-summed in float64, C is added in float64 and the sum is rounded once to f32 (RNE).
-Denormal inputs and results are kept: the MODE denormal flags are not applied to
-MFMAs (UNVERIFIED; LLVM does not model any MODE dependence for them). An E8M0 scale of
-0xFF makes its blocks NaN. NaN results carry numpy's payload (UNVERIFIED).
+documented): D = C + sum_k A'[i][k] * B'[k][j] is formed in float64 and rounded once to
+f32 (RNE). For the scale form A' and B' are the operands multiplied by their blocks'
+power-of-two E8M0 factors (exact in float64), which equals scaling each 32-element block
+dot product. Products are exact in float64; the sum is exact whenever the products'
+exponents span less than about 53 - 2p bits (always for unscaled FP8 E4M3) and
+float64-accurate otherwise, so D is the correctly rounded f32 of the exact result except
+in extreme exponent spreads. Denormal inputs and results are kept: the MODE denormal
+flags are not applied to MFMAs (UNVERIFIED; LLVM models no MODE dependence for them). An
+E8M0 scale of 0xFF makes the affected rows/columns NaN. NaN results carry numpy's payload
+(UNVERIFIED).
 
 EXEC must be all ones: what an MFMA does for lanes EXEC disables is unverified, so a
 partial EXEC is rejected rather than guessed.
@@ -111,6 +113,13 @@ def _gather_index(name: str) -> np.ndarray:
 
 
 @lru_cache(maxsize=None)
+def _flat_indices(name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Flat gather indices of A as [M, K] and of B as [K, N] (both C-contiguous)."""
+    idx = _gather_index(name)
+    return np.ascontiguousarray(idx).ravel(), np.ascontiguousarray(idx.T).ravel()
+
+
+@lru_cache(maxsize=None)
 def _d_index(m: int) -> tuple[np.ndarray, np.ndarray]:
     """(row[R, 64], col[R, 64]): the D element lane l's result register r holds."""
     lanes = np.arange(LANES)[None, :]
@@ -120,6 +129,13 @@ def _d_index(m: int) -> tuple[np.ndarray, np.ndarray]:
     r = np.arange(16)[:, None]
     return (np.broadcast_to(8 * (r // 4) + 4 * (lanes // 32) + r % 4, (16, LANES)),
             np.broadcast_to(lanes % 32, (16, LANES)))
+
+
+@lru_cache(maxsize=None)
+def _d_flat(m: int) -> np.ndarray:
+    """Flat index into D[M, N] of register r, lane l, in (r, l) order."""
+    rows, cols = _d_index(m)
+    return np.ascontiguousarray(rows * m + cols).ravel()
 
 
 @lru_cache(maxsize=None)
@@ -215,7 +231,7 @@ def mfma(ex, inst, w):
         if c_op.text != "0":
             raise UnsupportedInstruction(f"{inst.name}: srcC constant {c_op.text} is not modelled, only 0 "
                                          f"({ex.where()})")
-        c = np.zeros((n, spec.m, spec.m), np.float64)
+        c = None
     else:
         _check_reg_operand(ex, inst, c_op, spec.c_regs, "srcC")
         if c_op.kind != dst.kind:
@@ -223,32 +239,29 @@ def mfma(ex, inst, w):
                                          f"({ex.where()})")
         ex.role = "c"
         ex.srcc_is_dst = c_op.index == dst.index and c_op.count == dst.count
-        c_regs = ex.vregs(c_op, w, spec.c_regs)
+        c = ex.vregs(c_op, w, spec.c_regs).view(np.float32).reshape(n, -1)     # register order
         ex.role = None
         ex.srcc_is_dst = False
-        rows, cols = _d_index(spec.m)
-        c = np.zeros((n, spec.m, spec.m), np.float64)
-        c[:, rows, cols] = c_regs.view(np.float32).astype(np.float64)
 
-    idx = _gather_index(inst.name)
-    a = decode_elements(a_regs, a_fmt)[:, idx]                    # [n, M, K]
-    b = decode_elements(b_regs, b_fmt)[:, idx]                    # [n, N, K]
+    a_idx, b_idx = _flat_indices(inst.name)
+    a = np.take(decode_elements(a_regs, a_fmt), a_idx, axis=1).reshape(n, spec.m, spec.k)
+    b = np.take(decode_elements(b_regs, b_fmt), b_idx, axis=1).reshape(n, spec.k, spec.m)
     with np.errstate(all="ignore"):
         if spec.scaled:
+            # D = sum_b 2^(sa-127) 2^(sb-127) (block-b dot). The power-of-two factors are
+            # exact in float64 over the whole E8M0 range (2^-127..2^127, operands <= 2^16),
+            # so they are applied to the operands: one product over K. 0xFF -> NaN.
             nb = spec.k // 32
-            blocks = np.einsum("nibk,njbk->nbij", a.reshape(n, spec.m, nb, 32), b.reshape(n, spec.m, nb, 32))
-            # Scale of A row i / B column j for block b sits in lane i + M*b.
-            lane = np.arange(spec.m)[:, None] + spec.m * np.arange(nb)[None, :]       # [M, nb]
-            sa_blk = sa[:, lane]                                                       # [n, M, nb]
-            sb_blk = sb[:, lane]
-            factor = numerics.mfma_scale_factor(sa_blk.transpose(0, 2, 1)[:, :, :, None],
-                                                sb_blk.transpose(0, 2, 1)[:, :, None, :])  # [n, nb, M, N]
-            dot = (blocks * factor).sum(axis=1)
-        else:
-            dot = np.matmul(a, b.transpose(0, 2, 1))
-        d = (c + dot).astype(np.float32)
-    rows, cols = _d_index(spec.m)
-    out = d[:, rows, cols].view(np.uint32)                         # [n, R, 64]
+            lane = np.arange(spec.m)[:, None] + spec.m * np.arange(nb)[None, :]    # [M, nb]
+            fa = numerics.e8m0_to_f64(np.take(sa, lane.ravel(), axis=1)).reshape(n, spec.m, nb)
+            fb = numerics.e8m0_to_f64(np.take(sb, lane.ravel(), axis=1)).reshape(n, spec.m, nb)
+            a = (a.reshape(n, spec.m, nb, 32) * fa[..., None]).reshape(n, spec.m, spec.k)
+            b = (b.reshape(n, nb, 32, spec.m) * fb.transpose(0, 2, 1)[:, :, None, :]).reshape(n, spec.k, spec.m)
+        dot = np.matmul(a, b).reshape(n, spec.m * spec.m)
+        d = np.take(dot, _d_flat(spec.m), axis=1)
+        if c is not None:
+            d = d + c
+        out = d.astype(np.float32).view(np.uint32).reshape(n, spec.c_regs, LANES)
     ex.set_v(dst, w, out, exec_bits, _writer(inst.name, spec.passes))
 
 
