@@ -78,28 +78,34 @@ READS = [("ds_read_u8", 1, False), ("ds_read_i8", 1, True), ("ds_read_u16", 2, F
          ("ds_read_b96", 12, False), ("ds_read_b128", 16, False)]
 
 
-@pytest.mark.parametrize("name,nbytes,signed", READS)
-def test_read_every_width(name, nbytes, signed):
-    r = rng(100 + nbytes + 7 * signed)
+def test_read_every_width():
+    """All widths in one kernel: read k lands in v[30+4k..]."""
+    r = rng(100)
     regs, image = fill_inputs(r)
-    align = 16 if nbytes >= 12 else nbytes
-    offset = int(r.integers(0, 64)) * align
-    addr = (r.integers(0, (LDS - offset - 16) // align, 64) * align).astype(np.uint32)
-    regs[20] = addr
-    count = max(1, nbytes // 4)
-    dst = "v30" if count == 1 else f"v[30:{29 + count}]"
-    body = FILL + f"  {name} {dst}, v20 offset:{offset}\n  s_waitcnt lgkmcnt(0)\n"
-    out = run(body, regs, [f"v{30 + i}" for i in range(count)])
-    for lane in range(64):
-        a = int(addr[lane]) + offset
-        if nbytes < 4:
-            v = word(image, a, nbytes)
-            if signed and v >> (8 * nbytes - 1):
-                v -= 1 << (8 * nbytes)
-            assert int(out["v30"][lane]) == v & 0xFFFFFFFF, (name, lane)
-        else:
-            for d in range(count):
-                assert int(out[f"v{30 + d}"][lane]) == word(image, a + 4 * d, 4), (name, lane, d)
+    body, outs, plan = FILL, [], []
+    for k, (name, nbytes, signed) in enumerate(READS):
+        align = 16 if nbytes >= 12 else nbytes
+        offset = int(r.integers(0, 64)) * align
+        addr = (r.integers(0, (LDS - offset - 16) // align, 64) * align).astype(np.uint32)
+        regs[20 + k] = addr
+        count = max(1, nbytes // 4)
+        base = 30 + 4 * k
+        dst = f"v{base}" if count == 1 else f"v[{base}:{base + count - 1}]"
+        body += f"  {name} {dst}, v{20 + k} offset:{offset}\n"
+        outs += [f"v{base + i}" for i in range(count)]
+        plan.append((name, nbytes, signed, addr, offset, base, count))
+    out = run(body + "  s_waitcnt lgkmcnt(0)\n", regs, outs)
+    for name, nbytes, signed, addr, offset, base, count in plan:
+        for lane in range(64):
+            a = int(addr[lane]) + offset
+            if nbytes < 4:
+                v = word(image, a, nbytes)
+                if signed and v >> (8 * nbytes - 1):
+                    v -= 1 << (8 * nbytes)
+                assert int(out[f"v{base}"][lane]) == v & 0xFFFFFFFF, (name, lane)
+            else:
+                for d in range(count):
+                    assert int(out[f"v{base + d}"][lane]) == word(image, a + 4 * d, 4), (name, lane, d)
 
 
 # ------------------------------------------------------------------ writes
@@ -107,26 +113,28 @@ WRITES = [("ds_write_b8", 1), ("ds_write_b16", 2), ("ds_write_b32", 4), ("ds_wri
           ("ds_write_b96", 12), ("ds_write_b128", 16)]
 
 
-@pytest.mark.parametrize("name,nbytes", WRITES)
-def test_write_every_width(name, nbytes):
-    r = rng(200 + nbytes)
+def test_write_every_width():
+    """All widths in one kernel, in program order (later writes win where they overlap)."""
+    r = rng(200)
     regs, image = fill_inputs(r)
-    align = 16 if nbytes >= 12 else nbytes
-    offset = int(r.integers(0, 16)) * align
-    # distinct slots: a random permutation of 64 aligned slots
-    slots = r.permutation((LDS - offset) // 16)[:64]
-    addr = (slots * 16 + (r.integers(0, 16 // align, 64) * align if align < 16 else 0)).astype(np.uint32)
     data = {30 + i: rand_u32(r) for i in range(4)}
-    regs[20] = addr
     regs.update(data)
-    count = max(1, nbytes // 4)
-    src = "v30" if count == 1 else f"v[30:{29 + count}]"
-    out = run(FILL + f"  {name} v20, {src} offset:{offset}\n" + DUMP, regs, DUMP_REGS)
     expect = image.copy()
-    for lane in range(64):
-        raw = b"".join(int(data[30 + d][lane]).to_bytes(4, "little") for d in range(4))
-        a = int(addr[lane]) + offset
-        expect[a:a + nbytes] = np.frombuffer(raw[:nbytes], np.uint8)
+    body = FILL
+    for k, (name, nbytes) in enumerate(WRITES):
+        align = 16 if nbytes >= 12 else nbytes
+        offset = int(r.integers(0, 16)) * align
+        slots = r.permutation((LDS - offset) // 16)[:64]           # distinct 16-byte slots per write
+        addr = (slots * 16 + (r.integers(0, 16 // align, 64) * align if align < 16 else 0)).astype(np.uint32)
+        regs[20 + k] = addr
+        count = max(1, nbytes // 4)
+        src = "v30" if count == 1 else f"v[30:{29 + count}]"
+        body += f"  {name} v{20 + k}, {src} offset:{offset}\n"
+        for lane in range(64):
+            raw = b"".join(int(data[30 + d][lane]).to_bytes(4, "little") for d in range(4))
+            a = int(addr[lane]) + offset
+            expect[a:a + nbytes] = np.frombuffer(raw[:nbytes], np.uint8)
+    out = run(body + DUMP, regs, DUMP_REGS)
     np.testing.assert_array_equal(image_from_dump(out), expect)
 
 
@@ -397,38 +405,46 @@ ATOMIC_OPS = ["add_u32", "sub_u32", "rsub_u32", "inc_u32", "dec_u32", "min_i32",
               "min_u32", "max_u32", "and_b32", "or_b32", "xor_b32"]
 
 
-@pytest.mark.parametrize("op", ATOMIC_OPS)
-def test_atomic_rtn_in_lane_order(op):
-    r = rng(900 + ATOMIC_OPS.index(op))
+def test_atomic_rtn_in_lane_order():
+    """Every op in one kernel, each on its own six LDS words (many lanes collide), under one
+    random EXEC mask; returns and final memory follow (lane order) sequential application."""
+    r = rng(900)
     regs, image = fill_inputs(r)
-    addr = (r.integers(0, 6, 64) * 4 + 64).astype(np.uint32)    # 6 words, many collisions
-    data = rand_u32(r)
-    if op in ("inc_u32", "dec_u32"):
-        data = r.integers(0, 5, 64).astype(np.uint32)
-        for a in range(64, 88, 4):
-            image[a:a + 4] = np.frombuffer(int(r.integers(0, 4)).to_bytes(4, "little"), np.uint8)
+    data, small = rand_u32(r), r.integers(0, 5, 64).astype(np.uint32)
     mask = int(r.integers(0, 2**64, dtype=np.uint64))
-    regs.update({20: addr, 21: data, 22: rand_u32(r)})
-    kind, ty = op.split("_")
-    seed = ""
-    if op in ("inc_u32", "dec_u32"):     # overwrite the six words with small values first
-        regs[23] = np.array([word(image, 64 + 4 * (l % 6), 4) for l in range(64)], np.uint32)
-        seed = "  v_lshlrev_b32 v24, 2, v0\n  v_add_u32 v24, 64, v24\n  v_cmp_gt_u32 vcc, 6, v0\n" \
-               "  s_and_saveexec_b64 s[12:13], vcc\n  ds_write_b32 v24, v23\n  s_mov_b64 exec, s[12:13]\n" \
-               "  s_waitcnt lgkmcnt(0)\n"
-    body = FILL + seed + "  s_mov_b64 exec, s[10:11]\n" + f"  ds_{kind}_rtn_{ty} v22, v20, v21\n" \
-        "  s_mov_b64 exec, -1\n" + DUMP
+    addr = (r.integers(0, 6, 64) * 4).astype(np.uint32)
+    regs.update({20: addr, 21: data, 23: small})
+    # inc/dec regions start from small values (written by lanes 0..5 before the atomics)
+    seeds = r.integers(0, 4, 64).astype(np.uint32)
+    regs[24] = seeds
+    base = {op: 256 + 64 * k for k, op in enumerate(ATOMIC_OPS)}
+    body = FILL + "  v_lshlrev_b32 v25, 2, v0\n  v_cmp_gt_u32 vcc, 6, v0\n  s_and_saveexec_b64 s[12:13], vcc\n"
+    for op in ("inc_u32", "dec_u32"):
+        body += f"  ds_write_b32 v25, v24 offset:{base[op]}\n"
+    body += "  s_mov_b64 exec, s[12:13]\n  s_waitcnt lgkmcnt(0)\n  s_mov_b64 exec, s[10:11]\n"
+    for k, op in enumerate(ATOMIC_OPS):
+        kind, ty = op.split("_")
+        src = "v23" if op in ("inc_u32", "dec_u32") else "v21"
+        regs[40 + k] = rand_u32(r)
+        body += f"  ds_{kind}_rtn_{ty} v{40 + k}, v20, {src} offset:{base[op]}\n"
+    body += "  s_mov_b64 exec, -1\n" + DUMP
     out = run_snippet(body, vgprs=regs, sgprs={10: mask & 0xFFFFFFFF, 11: mask >> 32},
-                      outputs=DUMP_REGS + ["v22"], lds_bytes=LDS)
+                      outputs=DUMP_REGS + [f"v{40 + k}" for k in range(len(ATOMIC_OPS))], lds_bytes=LDS)
     mem = image.copy()
-    for lane in range(64):
-        a = int(addr[lane])
-        if (mask >> lane) & 1:
-            m = word(mem, a, 4)
-            assert int(out["v22"][lane]) == m, lane
-            mem[a:a + 4] = np.frombuffer(_atomic_ref(op, m, int(data[lane])).to_bytes(4, "little"), np.uint8)
-        else:
-            assert out["v22"][lane] == regs[22][lane]
+    for op in ("inc_u32", "dec_u32"):
+        for lane in range(6):
+            a = base[op] + 4 * lane
+            mem[a:a + 4] = np.frombuffer(int(seeds[lane]).to_bytes(4, "little"), np.uint8)
+    for k, op in enumerate(ATOMIC_OPS):
+        d = small if op in ("inc_u32", "dec_u32") else data
+        for lane in range(64):
+            a = int(addr[lane]) + base[op]
+            if (mask >> lane) & 1:
+                m = word(mem, a, 4)
+                assert int(out[f"v{40 + k}"][lane]) == m, (op, lane)
+                mem[a:a + 4] = np.frombuffer(_atomic_ref(op, m, int(d[lane])).to_bytes(4, "little"), np.uint8)
+            else:
+                assert out[f"v{40 + k}"][lane] == regs[40 + k][lane], (op, lane)
     np.testing.assert_array_equal(image_from_dump(out), mem)
 
 

@@ -71,76 +71,96 @@ LOADS = [("dword", 4, False), ("dwordx2", 8, False), ("dwordx3", 12, False), ("d
          ("ubyte", 1, False), ("sbyte", 1, True), ("ushort", 2, False), ("sshort", 2, True)]
 
 
-def _dst(count):
-    return "v10" if count == 1 else f"v[10:{9 + count}]"
+def _dst(count, base=10):
+    return f"v{base}" if count == 1 else f"v[{base}:{base + count - 1}]"
 
 
-def _check_load(out, buf, addr, nbytes, signed, name):
+def _bases(table):
+    """Destination register base per entry of a width table (4 registers each)."""
+    return [10 + 4 * k for k in range(len(table))]
+
+
+def _outs(table):
+    return [f"v{b + d}" for b, (_, n, _) in zip(_bases(table), table) for d in range(max(1, n // 4))]
+
+
+def _check_load(out, buf, addr, nbytes, signed, name, base=10, in_range=None):
     count = max(1, nbytes // 4)
     for lane in range(64):
         a = int(addr[lane])
         if nbytes < 4:
-            v = le(buf, a, nbytes)
+            ok = True if in_range is None else in_range(lane, 0)
+            v = le(buf, a, nbytes) if ok else 0
             if signed and v >> (8 * nbytes - 1):
                 v -= 1 << (8 * nbytes)
-            assert int(out["v10"][lane]) == v & M32, (name, lane)
+            assert int(out[f"v{base}"][lane]) == v & M32, (name, lane)
         else:
             for d in range(count):
-                assert int(out[f"v{10 + d}"][lane]) == le(buf, a + 4 * d, 4), (name, lane, d)
+                ok = True if in_range is None else in_range(lane, d)
+                want = le(buf, a + 4 * d, 4) if ok else 0
+                assert int(out[f"v{base + d}"][lane]) == want, (name, lane, d)
 
 
-@pytest.mark.parametrize("kind,nbytes,signed", LOADS)
-def test_global_load_saddr(kind, nbytes, signed):
-    r = np.random.default_rng(10 + nbytes + signed)
+def test_global_load_saddr_every_width():
+    r = np.random.default_rng(10)
     buf = mem_bytes(r, 8192)
-    align = min(nbytes, 4)
-    voff = (r.integers(64, 7000 // align, 64) * align).astype(np.uint32)
-    imm = -48 if nbytes % 2 == 0 else 37
-    count = max(1, nbytes // 4)
-    body = f"  global_load_{kind} {_dst(count)}, v1, s[86:87] offset:{imm}\n  s_waitcnt vmcnt(0)\n"
-    out = run_mem(body, buf, vgprs={1: voff}, outputs=[f"v{10 + i}" for i in range(count)])
-    _check_load(out, buf, voff.astype(np.int64) + imm, nbytes, signed, kind)
+    aligned = (r.integers(64, 7000 // 4, 64) * 4).astype(np.uint32)
+    odd = aligned + r.integers(0, 4, 64).astype(np.uint32)      # sub-dword loads at any byte
+    imm = -48
+    body = ""
+    for b, (kind, nbytes, _) in zip(_bases(LOADS), LOADS):
+        v = "v2" if nbytes == 1 else "v1"
+        body += f"  global_load_{kind} {_dst(max(1, nbytes // 4), b)}, {v}, s[86:87] offset:{imm}\n"
+    body += "  s_waitcnt vmcnt(0)\n"
+    out = run_mem(body, buf, vgprs={1: aligned, 2: odd}, outputs=_outs(LOADS))
+    for b, (kind, nbytes, signed) in zip(_bases(LOADS), LOADS):
+        addr = (odd if nbytes == 1 else aligned).astype(np.int64) + imm
+        _check_load(out, buf, addr, nbytes, signed, kind, b)
 
 
-@pytest.mark.parametrize("kind,nbytes,signed", [LOADS[0], LOADS[3], LOADS[5]])
-def test_global_load_vaddr64(kind, nbytes, signed):
-    r = np.random.default_rng(30 + nbytes)
+def test_global_load_vaddr64():
+    r = np.random.default_rng(30)
     buf = mem_bytes(r, 8192)
     off = (r.integers(0, 7000 // 4, 64) * 4).astype(np.uint64)
-    count = max(1, nbytes // 4)
-    body = ("  v_mov_b32 v3, s87\n  v_add_co_u32 v2, vcc, s86, v1\n  v_addc_co_u32 v3, vcc, 0, v3, vcc\n"
-            f"  global_load_{kind} {_dst(count)}, v[2:3], off offset:12\n  s_waitcnt vmcnt(0)\n")
-    out = run_mem(body, buf, vgprs={1: off.astype(np.uint32)}, outputs=[f"v{10 + i}" for i in range(count)])
-    _check_load(out, buf, off.astype(np.int64) + 12, nbytes, signed, kind)
+    table = [LOADS[0], LOADS[3], LOADS[5]]
+    body = "  v_mov_b32 v3, s87\n  v_add_co_u32 v2, vcc, s86, v1\n  v_addc_co_u32 v3, vcc, 0, v3, vcc\n"
+    for b, (kind, nbytes, _) in zip(_bases(table), table):
+        body += f"  global_load_{kind} {_dst(max(1, nbytes // 4), b)}, v[2:3], off offset:12\n"
+    body += "  s_waitcnt vmcnt(0)\n"
+    out = run_mem(body, buf, vgprs={1: off.astype(np.uint32)}, outputs=_outs(table))
+    for b, (kind, nbytes, signed) in zip(_bases(table), table):
+        _check_load(out, buf, off.astype(np.int64) + 12, nbytes, signed, kind, b)
 
 
 STORES = [("dword", 4), ("dwordx2", 8), ("dwordx3", 12), ("dwordx4", 16), ("byte", 1), ("short", 2)]
 
 
-@pytest.mark.parametrize("kind,nbytes", STORES)
 @pytest.mark.parametrize("saddr", [True, False])
-def test_global_store(kind, nbytes, saddr):
-    r = np.random.default_rng(50 + nbytes + 100 * saddr)
-    buf = mem_bytes(r, 4096)
+def test_global_store_every_width(saddr):
+    """Each width stores into its own 1 KiB region, under a random EXEC mask."""
+    r = np.random.default_rng(50 + saddr)
+    buf = mem_bytes(r, 1024 * len(STORES) + 64)
     expect = buf.copy()
-    slots = r.permutation(4096 // 32 - 2)[:64] + 1
-    off = (slots * 32 + r.integers(0, 16 // min(nbytes, 4), 64) * min(nbytes, 4)).astype(np.uint32)
+    off = (2048 + r.permutation(64) * 16).astype(np.uint32)      # the imm offset is 13-bit signed
     data = {20 + i: rand_u32(r) for i in range(4)}
-    count = max(1, nbytes // 4)
-    src = "v20" if count == 1 else f"v[20:{19 + count}]"
     mask = int(r.integers(0, 2**64, dtype=np.uint64))
-    if saddr:
-        st = f"  global_store_{kind} v1, {src}, s[86:87] offset:-16\n"
-    else:
-        st = ("  v_mov_b32 v3, s87\n  v_add_co_u32 v2, vcc, s86, v1\n  v_addc_co_u32 v3, vcc, 0, v3, vcc\n"
-              f"  global_store_{kind} v[2:3], {src}, off offset:-16\n")
-    body = "  s_mov_b64 exec, s[10:11]\n" + st + "  s_mov_b64 exec, -1\n  s_waitcnt vmcnt(0)\n"
+    body = "  s_mov_b64 exec, s[10:11]\n"
+    if not saddr:
+        body += "  v_mov_b32 v3, s87\n  v_add_co_u32 v2, vcc, s86, v1\n  v_addc_co_u32 v3, vcc, 0, v3, vcc\n"
+    for k, (kind, nbytes) in enumerate(STORES):
+        count = max(1, nbytes // 4)
+        src = "v20" if count == 1 else f"v[20:{19 + count}]"
+        imm = 1024 * k - 2048
+        body += (f"  global_store_{kind} v1, {src}, s[86:87] offset:{imm}\n" if saddr else
+                 f"  global_store_{kind} v[2:3], {src}, off offset:{imm}\n")
+    body += "  s_mov_b64 exec, -1\n  s_waitcnt vmcnt(0)\n"
     run_mem(body, buf, vgprs={1: off, **data}, sgprs={10: mask & M32, 11: mask >> 32})
-    for lane in range(64):
-        if (mask >> lane) & 1:
-            raw = b"".join(int(data[20 + i][lane]).to_bytes(4, "little") for i in range(4))[:nbytes]
-            a = int(off[lane]) - 16
-            expect[a:a + nbytes] = np.frombuffer(raw, np.uint8)
+    for k, (kind, nbytes) in enumerate(STORES):
+        for lane in range(64):
+            if (mask >> lane) & 1:
+                raw = b"".join(int(data[20 + i][lane]).to_bytes(4, "little") for i in range(4))[:nbytes]
+                a = int(off[lane]) + 1024 * k - 2048
+                expect[a:a + nbytes] = np.frombuffer(raw, np.uint8)
     np.testing.assert_array_equal(buf, expect)
 
 
@@ -162,56 +182,50 @@ DESC = ("  s_mov_b32 s80, s86\n  s_and_b32 s81, s87, 0xffff\n  s_mov_b32 s82, s1
         "  s_mov_b32 s83, 0x20000\n")
 
 
-@pytest.mark.parametrize("kind,nbytes,signed", LOADS)
-def test_buffer_load_out_of_range_reads_zero(kind, nbytes, signed):
-    r = np.random.default_rng(70 + nbytes + signed)
+def test_buffer_load_out_of_range_reads_zero():
+    """Every width at once; lanes whose access starts at or past num_records read 0
+    (soffset is added to the address but not range-checked)."""
+    r = np.random.default_rng(70)
     buf = mem_bytes(r, 4096)
     soff, imm = 64, 12
-    unit = min(nbytes, 4)
-    voff = (np.arange(64) * 16).astype(np.uint32)              # lane l at 16l (+imm)
-    num_records = 16 * 40 + imm + 4 if nbytes >= 4 else 16 * 40 + imm + unit
-    # lane 40's access starts exactly at num_records - 4 (or - unit): its first dword/element is
-    # in range; wider accesses there straddle, so keep those lanes fully in or out.
-    if nbytes > 4:
-        num_records = 16 * 40 + imm     # lanes >= 40 fully out of range
-    count = max(1, nbytes // 4)
-    body = DESC + f"  buffer_load_{kind} {_dst(count)}, v1, s[80:83], s13 offen offset:{imm}\n  s_waitcnt vmcnt(0)\n"
-    old = {10 + i: rand_u32(r) for i in range(count)}
-    out = run_mem(body, buf, vgprs={1: voff, **old}, sgprs={12: num_records, 13: soff},
-                  outputs=[f"v{10 + i}" for i in range(count)])
-    for lane in range(64):
-        start = int(voff[lane]) + imm
-        a = soff + start
-        for d in range(count):
-            in_range = start + unit * (d + 1) <= num_records if nbytes >= 4 else start + unit <= num_records
-            if nbytes < 4:
-                v = le(buf, a, nbytes) if in_range else 0
-                if signed and v >> (8 * nbytes - 1):
-                    v -= 1 << (8 * nbytes)
-                assert int(out["v10"][lane]) == v & M32, (kind, lane)
-            else:
-                want = le(buf, a + 4 * d, 4) if in_range else 0
-                assert int(out[f"v{10 + d}"][lane]) == want, (kind, lane, d)
+    voff = (np.arange(64) * 16).astype(np.uint32)
+    num_records = 16 * 40 + imm
+    body = DESC
+    for b, (kind, nbytes, _) in zip(_bases(LOADS), LOADS):
+        body += f"  buffer_load_{kind} {_dst(max(1, nbytes // 4), b)}, v1, s[80:83], s13 offen offset:{imm}\n"
+    body += "  s_waitcnt vmcnt(0)\n"
+    old = {k: rand_u32(r) for k in range(10, 10 + 4 * len(LOADS))}
+    out = run_mem(body, buf, vgprs={1: voff, **old}, sgprs={12: num_records, 13: soff}, outputs=_outs(LOADS))
+    for b, (kind, nbytes, signed) in zip(_bases(LOADS), LOADS):
+        unit = min(nbytes, 4)
+        _check_load(out, buf, soff + voff.astype(np.int64) + imm, nbytes, signed, kind, b,
+                    in_range=lambda lane, d, unit=unit: int(voff[lane]) + imm + unit * (d + 1) <= num_records)
 
 
-@pytest.mark.parametrize("kind,nbytes", STORES)
-def test_buffer_store_out_of_range_dropped(kind, nbytes):
-    r = np.random.default_rng(90 + nbytes)
-    buf = mem_bytes(r, 4096)
+def test_buffer_store_out_of_range_dropped():
+    """Every width, each into its own 2 KiB window (soffset moves the window; the range check
+    uses voffset + imm only)."""
+    r = np.random.default_rng(90)
+    buf = mem_bytes(r, 2048 * len(STORES))
     expect = buf.copy()
-    soff, imm = 32, 4
+    imm = 4
     voff = (np.arange(64) * 32).astype(np.uint32)
     num_records = 32 * 37 + imm
     data = {20 + i: rand_u32(r) for i in range(4)}
-    count = max(1, nbytes // 4)
-    src = "v20" if count == 1 else f"v[20:{19 + count}]"
-    body = DESC + f"  buffer_store_{kind} {src}, v1, s[80:83], s13 offen offset:{imm}\n  s_waitcnt vmcnt(0)\n"
-    run_mem(body, buf, vgprs={1: voff, **data}, sgprs={12: num_records, 13: soff})
-    for lane in range(64):
-        start = int(voff[lane]) + imm
-        if start + min(nbytes, 4) <= num_records:
-            raw = b"".join(int(data[20 + i][lane]).to_bytes(4, "little") for i in range(4))[:nbytes]
-            expect[soff + start:soff + start + nbytes] = np.frombuffer(raw, np.uint8)
+    body = DESC
+    for k, (kind, nbytes) in enumerate(STORES):
+        count = max(1, nbytes // 4)
+        src = "v20" if count == 1 else f"v[20:{19 + count}]"
+        body += f"  s_mov_b32 s13, {2048 * k}\n  buffer_store_{kind} {src}, v1, s[80:83], s13 offen offset:{imm}\n"
+    body += "  s_waitcnt vmcnt(0)\n"
+    run_mem(body, buf, vgprs={1: voff, **data}, sgprs={12: num_records})
+    for k, (kind, nbytes) in enumerate(STORES):
+        for lane in range(64):
+            start = int(voff[lane]) + imm
+            if start + min(nbytes, 4) <= num_records:
+                raw = b"".join(int(data[20 + i][lane]).to_bytes(4, "little") for i in range(4))[:nbytes]
+                a = 2048 * k + start
+                expect[a:a + nbytes] = np.frombuffer(raw, np.uint8)
     np.testing.assert_array_equal(buf, expect)
 
 
