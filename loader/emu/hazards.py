@@ -1,23 +1,106 @@
-"""Wait-state hazards software must cover on gfx950 (fact sheet §4, LLVM 22's
-GCNHazardRecognizer), checked in strict mode.
+"""Wait-state hazards software must cover on gfx950, checked in strict mode.
 
 Each wave has a wait-state clock: every issued instruction advances it by 1 and
 `s_nop N` by N+1. Every register remembers the clock value and the kind of the
-instruction that last wrote it. A consumer reading (or overwriting) the register then
-needs `clock_now - written_at - 1 >= required(writer, consumer)`.
+instruction that last wrote it (`written_at`, `written_by`). A consumer reading (or
+overwriting) the register then needs `clock_now - written_at - 1 >= required`.
 
-These counts are the compiler's model, not silicon measurements (the fact sheet says
-so); an emulator that ignored them would pass kernels that read stale MFMA results.
+These counts are the compiler's model, not silicon measurements: an emulator that
+ignored them would pass kernels that read stale MFMA results on real hardware.
+
+Rules checked (P = the producing MFMA's passes; sources: [FS] the shared fact sheet
+../shared/docs/gfx950-isa-facts.md §4; [LLVM] llvm/lib/Target/AMDGPU/GCNHazardRecognizer.cpp
+of LLVM 22 with the gfx950 (`IsGFX950`) terms, function named in brackets):
+
+  producer -> consumer                                           wait states
+  XDL MFMA result -> VALU read (incl. v_accvgpr_read), VMEM/DS    P+3+(P!=2): 2-pass 5,
+      read of it (store data, address), MFMA srcA/B/scale          4: 8, 8: 12, 16: 20
+      [FS; LLVM checkMAIVALUHazards GFX940_XDL_N_PassWriteVgprVALUMemExpReadWaitStates,
+      checkMAIHazards90A GFX940_XDL_N_PassWritesVGPROverlappedSrcABWaitStates]
+  XDL MFMA result -> VALU/v_accvgpr_write/VMEM or DS load         same as above
+      overwriting it (WAW) [FS; LLVM checkMAIVALUHazards GFX940_XDL_N_PassWriteVgprVALUWawWaitStates]
+  XDL MFMA -> MFMA srcC, exactly the registers it wrote           0
+      ("FullReg": same first register and size) [FS; LLVM checkMAIHazards90A]
+  XDL MFMA -> XDL MFMA srcC overlapping but not equal             P+2: 4-pass 6, 8: 10, 16: 18
+      [FS; LLVM GFX940_XDL_N_PassWritesVGPROverlappedXDLOrSMFMASrcCWaitStates]
+  XDL MFMA -> non-XDL (f32) MFMA srcC overlapping                 P+1+(P!=2)
+      [LLVM GFX940_XDL_N_PassWritesVGPROverlappedSGEMMDGEMMSrcCWaitStates]
+  non-XDL MFMA result -> VALU/VMEM/DS read, srcA/B, WAW           P+2  [LLVM GFX940_SMFMA_*]
+  non-XDL MFMA -> non-XDL srcC overlapping / XDL srcC             P / 0 (2-pass FullReg: 2)
+  XDL MFMA reads srcC -> VALU or load overwrites it (WAR)         P-1: 2-pass 1, 4: 3, 8: 7, 16: 15
+      [FS; LLVM checkMAIVALUHazards SMFMA*ReadVgprVALUWarWaitStates, GFX940_XDL4Pass...]
+  VALU (incl. trans, v_accvgpr_write) writes VGPR -> MFMA reads it (any operand)   2
+      [FS; LLVM checkMAIHazards90A LegacyVALUNotDotWritesVGPRWaitStates]
+  VALU writes EXEC -> MFMA                                        4  [FS; LLVM VALUWritesExecWaitStates]
+  VALU writes EXEC -> DPP                                         5  [FS; LLVM checkDPPHazards]
+  VALU writes EXEC -> v_readlane/v_readfirstlane/v_writelane      4
+      [LLVM checkVALUHazards VALUWriteEXECRWLane, gfx940+]
+  v_cmpx writes EXEC -> v_permlane16/32_swap                      4  [LLVM checkPermlaneHazards]
+  VALU writes VGPR -> DPP read of it                              2  [FS; LLVM checkDPPHazards]
+  VALU writes VGPR -> v_permlane16/32_swap reads it               2  [FS; LLVM checkPermlaneHazards]
+  VALU writes VGPR -> v_readlane/v_readfirstlane reads it         1
+      [FS; LLVM checkVALUHazards VALUWriteVGPRReadlaneRead]
+  VALU writes SGPR -> VMEM reads it (rsrc, saddr, soffset)        5  [FS; LLVM checkVMEMHazards]
+  VALU writes SGPR/VCC -> VALU reads it                           2
+      [FS; LLVM checkVALUHazards VALUWriteSGPRVALUReadWaitstates, gfx940+]
+      except as the carry-in of v_addc/v_subb/v_subbrev: 0. LLVM counts that read too, but
+      AMD's rocRoller (Scheduling/Observers/WaitState/VALUWriteSGPRVCC94x.hpp: "If the
+      SGPR/VCC is read as a carry in these cases, 0 NOPs are required") does not, and
+      aiter's hardware-proven pa_bf16_noquant_gqa8_1tg_4w.co issues v_addc_co_u32 directly
+      after the v_add_co_u32 that writes its VCC carry (160 times).
+  VALU writes SGPR -> v_readlane/v_writelane lane select          4  [FS; LLVM checkRWLaneHazards]
+  transcendental result -> non-transcendental VALU read           1
+      [FS; LLVM checkVALUHazards TransDefWaitstates]
+  VALU writing part of a dword at a shifted position (VOP3 op_sel[3] = dst high half,
+      SDWA dst_sel != DWORD, fp8 dst byte select, fp4 sr cvt_scalef32; this covers
+      v_cvt_scalef32_* high-half writes) -> VALU reading OR writing that VGPR   1
+      [FS "CvtScaleForwarding"; LLVM checkVALUHazards Shift16DefWaitstates,
+      getDstSelForwardingOperand / consumesDstSelForwardingOperand]
+  >64-bit store data (global/flat x3/x4; buffer x3/x4) -> VALU overwrites it
+      2, or 1 for a buffer store with an SGPR soffset
+      [FS; LLVM checkVALUHazardsHelper / checkSOFFSETWindowVALUHazardsHelper, gfx940+]
+
+Deliberately not checked:
+  * s_mov m0 -> LDS DMA (LLVM: 1): aiter's hardware-proven gfx950 kernels put every
+    LDS DMA directly after the SALU write of m0 (docs/isa-notes.md); the lead removed it.
+  * VALU writes VCC -> v_div_fmas (4), s_setreg -> s_getreg (2): the emulator does not
+    implement those consumers. DGEMM (f64 MFMA) timings: treated as non-XDL.
+  * LLVM's DPP rule also counts any non-VALU writer within 2 wait states (e.g. a load
+    landing); results of loads here become visible only at an s_waitcnt, so they carry
+    no wait-state writer.
+
+Memory ordering (in-flight loads, LDS races) is checked in machine.py and lds.py; this
+module also advances the per-wave barrier epoch that lds.py's race check uses.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
-# Writer codes stored per register. MFMA writers store MFMA_BASE + passes.
-NONE, VALU, TRANS, SALU, CVT_SCALE_HI, ACCVGPR_WRITE = range(6)
+# Writer codes stored per register. MFMA writers store MFMA_BASE + passes (XDL) or
+# SMFMA_BASE + passes (non-XDL: the f32-input and f64 MFMAs); use mfma_writer().
+NONE, VALU, TRANS, SALU, DST_SEL, ACCVGPR_WRITE = range(6)
+CVT_SCALE_HI = DST_SEL      # v_cvt_scalef32_* with op_sel[3]: one case of dst-sel forwarding
 MFMA_BASE = 16
+SMFMA_BASE = 48
 
 VMEM_CLASSES = ("vmem", "lds_dma")
+VALU_CLASSES = ("valu", "trans")
+_VALU_WRITERS = np.array([VALU, TRANS, DST_SEL, ACCVGPR_WRITE])
+_NEVER = -(1 << 40)
+
+_NON_XDL = re.compile(r"^v_mfma_(f64_.*|f32_\d+x\d+x\d+(_\d+b)?_?f32)$")
+
+
+def is_xdl(name: str) -> bool:
+    """gfx940+ runs every MFMA on the XDL pipe except the f32-input and f64 ones."""
+    return not _NON_XDL.match(name)
+
+
+def mfma_writer(name: str, passes: int) -> int:
+    """The writer code an MFMA handler passes to set_v for its destination."""
+    return (MFMA_BASE if is_xdl(name) else SMFMA_BASE) + int(passes)
 
 
 def wait_states(inst) -> int:
@@ -26,51 +109,138 @@ def wait_states(inst) -> int:
     return 1
 
 
-def _required_for_read(ex, kind: str, writer: np.ndarray) -> np.ndarray:
+# ------------------------------------------------------------------ helpers
+def _xdl(writer):
+    return (writer >= MFMA_BASE) & (writer < SMFMA_BASE)
+
+
+def _smfma(writer):
+    return writer >= SMFMA_BASE
+
+
+def _passes(writer):
+    return np.where(writer >= SMFMA_BASE, writer - SMFMA_BASE, writer - MFMA_BASE)
+
+
+def _mfma_result_need(writer):
+    """MFMA result -> VALU/VMEM/DS read, MFMA srcA/B, or WAW (0 where not an MFMA)."""
+    p = _passes(writer)
+    xdl = p + 3 + (p != 2)
+    return np.where(_xdl(writer), xdl, np.where(_smfma(writer), p + 2, 0))
+
+
+def _valu_writer(writer):
+    return np.isin(writer, _VALU_WRITERS)
+
+
+class _Side:
+    """Per-register history beyond the last writer: MFMA srcC reads (for WAR) and
+    >64-bit store data reads. Kept on the Waves object, created on first use."""
+
+    def __init__(self, waves):
+        shape = waves.busy["v"].shape
+        self.srcc_at = {k: np.full(shape, _NEVER, np.int64) for k in ("v", "a")}
+        self.srcc_passes = {k: np.zeros(shape, np.int16) for k in ("v", "a")}
+        self.store_at = {k: np.full(shape, _NEVER, np.int64) for k in ("v", "a")}
+        self.store_window = {k: np.zeros(shape, np.int8) for k in ("v", "a")}
+
+
+def _side(ex) -> _Side:
+    side = getattr(ex.waves, "_hazard_side", None)
+    if side is None:
+        side = ex.waves._hazard_side = _Side(ex.waves)
+    return side
+
+
+def _full_reg(ex, kind, w, index, count, writer, at):
+    """bool[n]: the registers read are exactly the destination of one MFMA."""
+    same = _xdl(writer) | _smfma(writer)
+    same = same.all(axis=1) & (at == at[:, :1]).all(axis=1) & (writer == writer[:, :1]).all(axis=1)
+    waves = ex.waves
+    for nb in (index - 1, index + count):
+        if 0 <= nb < waves.written_at[kind].shape[1]:
+            nb_at = waves.written_at[kind][w, nb]
+            nb_by = waves.written_by[kind][w, nb]
+            same &= ~((nb_at == at[:, 0]) & (nb_by == writer[:, 0]))
+    return same
+
+
+def _required_for_read(ex, kind, w, index, count, writer, at):
     """Wait states the current instruction needs after each register's last writer."""
     klass, role = ex.klass, getattr(ex, "role", None)
     need = np.zeros(writer.shape, np.int64)
-    mfma = writer >= MFMA_BASE
-    passes = writer - MFMA_BASE
+    valu_w = _valu_writer(writer)
     if kind in ("v", "a"):
         if klass == "mfma":
+            need = np.where(valu_w, 2, need)
             if role == "c":
-                # Accumulating in place into the exact registers an MFMA wrote needs none;
-                # other overlaps need passes + 2 (6 for 4-pass, per the fact sheet).
-                same = getattr(ex, "srcc_is_dst", False)
-                need = np.where(mfma, 0 if same else passes + 2, need)
-                need = np.where((writer == VALU) | (writer == TRANS) | (writer == ACCVGPR_WRITE), 2, need)
+                p = _passes(writer)
+                full = _full_reg(ex, kind, w, index, count, writer, at)[:, None]
+                if is_xdl(ex.inst.name):
+                    xdl_c = p + 2                                   # gfx950: XDL -> XDL srcC
+                    smfma_c = np.zeros_like(p)                      # non-XDL -> XDL srcC: none
+                else:
+                    xdl_c = p + 1 + (p != 2)
+                    smfma_c = np.where(full, np.where(p == 2, 2, 0), p)
+                need = np.where(_xdl(writer), np.where(full, 0, xdl_c), need)
+                need = np.where(_smfma(writer), smfma_c, need)
             else:
-                need = np.where(mfma, passes + 4, need)
-                need = np.where((writer == VALU) | (writer == TRANS), 2, need)
+                need = np.maximum(need, _mfma_result_need(writer))
         else:
-            # VALU, accvgpr reads, VMEM/DS store data: an XDL result needs passes + 4.
-            need = np.where(mfma, passes + 4, need)
-            if klass == "valu":
-                need = np.where((writer == TRANS) | (writer == CVT_SCALE_HI), 1, need)
-            if role == "dpp" or role == "permlane":
-                need = np.where(writer == VALU, 2, need)
-            if role == "readlane":
-                need = np.where(writer == VALU, np.maximum(need, 1), need)
+            # VALU (incl. v_accvgpr_read), VMEM/DS store data and addresses.
+            need = _mfma_result_need(writer)
+            if klass in VALU_CLASSES:
+                need = np.where(writer == DST_SEL, np.maximum(need, 1), need)
+                if klass == "valu":
+                    need = np.where(writer == TRANS, np.maximum(need, 1), need)
+            if role in ("dpp", "permlane"):
+                need = np.where(valu_w, np.maximum(need, 2), need)
+            elif role == "readlane":
+                need = np.where(valu_w, np.maximum(need, 1), need)
     else:  # SGPRs
         if klass in VMEM_CLASSES:
-            need = np.where(writer == VALU, 5, need)
-        elif klass in ("valu", "trans"):
-            need = np.where(writer == VALU, 4 if role == "lane_select" else 2, need)
-        if role == "m0_dma":
-            need = np.where(writer == SALU, 1, need)
+            need = np.where(valu_w, 5, need)
+        elif klass in VALU_CLASSES or klass == "mfma":
+            if _is_carry_in(ex.inst, index):
+                return need         # a carry-in read needs none (see the module docstring)
+            need = np.where(valu_w, 4 if role == "lane_select" else 2, need)
     return need
 
 
+_CARRY_IN_OPS = ("v_addc_co_u32", "v_subb_co_u32", "v_subbrev_co_u32")
+
+
+def _is_carry_in(inst, index: int) -> bool:
+    ops = inst.ops
+    return inst.name in _CARRY_IN_OPS and len(ops) > 4 and ops[4].kind == "s" and ops[4].index == index
+
+
+def _writer_name(code: int) -> str:
+    if code >= SMFMA_BASE:
+        return f"a {code - SMFMA_BASE}-pass non-XDL MFMA"
+    if code >= MFMA_BASE:
+        return f"a {code - MFMA_BASE}-pass MFMA"
+    return {VALU: "a VALU op", TRANS: "a transcendental op", SALU: "a SALU op",
+            DST_SEL: "a VALU op writing part of the register (op_sel/SDWA dst_sel/cvt_scalef32 high half)",
+            ACCVGPR_WRITE: "v_accvgpr_write"}.get(code, "?")
+
+
+# ------------------------------------------------------------------ checks
 def check_read(ex, kind: str, w, index: int, count: int) -> None:
     if not ex.strict:
         return
     waves = ex.waves
+    if kind != "s":
+        if ex.klass == "mfma" and getattr(ex, "role", None) == "c":
+            _note_srcc_read(ex, kind, w, index, count)
+        elif getattr(ex, "role", None) == "store" and ex.klass == "vmem" and count > 2:
+            _note_wide_store(ex, kind, w, index, count)
     writer = waves.written_by[kind][w, index:index + count]
     if not writer.any():
         return
-    need = _required_for_read(ex, kind, writer)
-    gap = waves.clock[w][:, None] - waves.written_at[kind][w, index:index + count] - 1
+    at = waves.written_at[kind][w, index:index + count]
+    need = _required_for_read(ex, kind, w, index, count, writer, at)
+    gap = waves.clock[w][:, None] - at - 1
     short = gap < need
     if short.any():
         row, col = np.argwhere(short)[0]
@@ -81,38 +251,134 @@ def check_read(ex, kind: str, w, index: int, count: int) -> None:
 
 
 def check_write(ex, kind: str, w, index: int, count: int) -> None:
-    """WAW: overwriting an MFMA result before the MFMA has finished writing it."""
-    if not ex.strict or kind == "s" or ex.klass == "mfma" or ex.klass in VMEM_CLASSES + ("ds", "smem"):
+    """WAW after an MFMA or a dst-sel VALU write; WAR after an MFMA srcC read or a wide store."""
+    if not ex.strict or kind == "s" or ex.klass not in ("valu", "trans", "vmem", "ds"):
         return
     waves = ex.waves
+    clock = waves.clock[w][:, None]
     writer = waves.written_by[kind][w, index:index + count]
-    mfma = writer >= MFMA_BASE
-    if not mfma.any():
+    if writer.any():
+        gap = clock - waves.written_at[kind][w, index:index + count] - 1
+        need = _mfma_result_need(writer)
+        if ex.klass in VALU_CLASSES:
+            need = np.where(writer == DST_SEL, np.maximum(need, 1), need)
+        short = gap < need
+        if short.any():
+            row, col = np.argwhere(short)[0]
+            ex.hazard(w, short.any(axis=1),
+                      f"{kind}{index + col} overwritten {int(gap[row, col])} wait states after "
+                      f"{_writer_name(int(writer[row, col]))} wrote it; {int(need[row, col])} are "
+                      f"required (insert s_nop)")
+    side = getattr(waves, "_hazard_side", None)
+    if side is None:
         return
-    gap = waves.clock[w][:, None] - waves.written_at[kind][w, index:index + count] - 1
-    short = mfma & (gap < writer - MFMA_BASE + 4)
-    if short.any():
-        row, col = np.argwhere(short)[0]
-        ex.hazard(w, short.any(axis=1),
-                  f"{kind}{index + col} overwritten {int(gap[row, col])} wait states after an MFMA "
-                  f"wrote it; {int(writer[row, col]) - MFMA_BASE + 4} are required")
+    passes = side.srcc_passes[kind][w, index:index + count].astype(np.int64)
+    if passes.any():
+        gap = clock - side.srcc_at[kind][w, index:index + count] - 1
+        need = np.where(passes > 0, passes - 1, 0)
+        short = gap < need
+        if short.any():
+            row, col = np.argwhere(short)[0]
+            ex.hazard(w, short.any(axis=1),
+                      f"{kind}{index + col} overwritten {int(gap[row, col])} wait states after a "
+                      f"{int(passes[row, col])}-pass MFMA read it as srcC; {int(need[row, col])} are "
+                      f"required (insert s_nop)")
+    if ex.klass in VALU_CLASSES:
+        window = side.store_window[kind][w, index:index + count].astype(np.int64)
+        if window.any():
+            gap = clock - side.store_at[kind][w, index:index + count] - 1
+            short = gap < window
+            if short.any():
+                row, col = np.argwhere(short)[0]
+                ex.hazard(w, short.any(axis=1),
+                          f"{kind}{index + col} overwritten {int(gap[row, col])} wait states after a "
+                          f">64-bit store read it as data; {int(window[row, col])} are required "
+                          f"(insert s_nop)")
+
+
+def _note_srcc_read(ex, kind, w, index, count):
+    side = _side(ex)
+    side.srcc_at[kind][w, index:index + count] = ex.waves.clock[w][:, None]
+    side.srcc_passes[kind][w, index:index + count] = 0      # filled in when the MFMA writes
+
+
+def _note_wide_store(ex, kind, w, index, count):
+    inst = ex.inst
+    window = 2
+    if inst.name.startswith("buffer_") and inst.ops and inst.ops[-1].kind == "s":
+        window = 1          # MUBUF with an SGPR soffset: measured 1 on gfx950 (LLVM)
+    side = _side(ex)
+    side.store_at[kind][w, index:index + count] = ex.waves.clock[w][:, None]
+    side.store_window[kind][w, index:index + count] = window
+
+
+def note_write(ex, kind: str, w, index: int, count: int, writer: int) -> int:
+    """Called by the executor for every register write; returns the writer code to record.
+
+    Refines a VALU writer into DST_SEL when the instruction writes part of the dword at a
+    shifted position, and completes the WAR record of an MFMA's srcC read with its passes.
+    """
+    if not ex.strict or kind == "s":
+        return writer
+    if writer == VALU and _dst_sel(ex.inst):
+        return DST_SEL
+    if writer >= MFMA_BASE:
+        side = getattr(ex.waves, "_hazard_side", None)
+        if side is not None:
+            now = ex.waves.clock[w][:, None]
+            passes = writer - MFMA_BASE if writer < SMFMA_BASE else 0   # WAR rule: XDL only
+            for k in ("v", "a"):
+                mine = side.srcc_at[k][w] == now
+                if mine.any():
+                    cur = side.srcc_passes[k][w]
+                    side.srcc_passes[k][w] = np.where(mine, passes, cur)
+    return writer
+
+
+def _dst_sel(inst) -> bool:
+    cached = getattr(inst, "_hazard_dst_sel", None)
+    if cached is not None:
+        return cached
+    name, mods = inst.name, inst.mods
+    sel = False
+    if inst.enc == "sdwa":
+        sel = mods.get("dst_sel", "DWORD") != "DWORD"
+    else:
+        op_sel = mods.get("op_sel")
+        vop3p = bool(inst.words) and (inst.words[0] >> 23) == 0x1A7
+        if isinstance(op_sel, tuple) and not vop3p and name.startswith("v_"):
+            sel = bool(op_sel[-1])
+            if "_sr_" in name and ("fp8" in name or "bf8" in name) and len(op_sel) >= 3:
+                sel = sel or bool(op_sel[-2])              # fp8 dst byte select op_sel[3:2]
+        if "_sr_" in name and ("fp8" in name or "bf8" in name) and mods.get("byte_sel"):
+            sel = True
+        if name.startswith("v_cvt_scalef32_sr_pk_fp4"):
+            sel = True                                      # LLVM: every op_sel value
+    inst._hazard_dst_sel = sel
+    return sel
 
 
 def before_issue(ex, w) -> None:
-    """Hazards on EXEC: a VALU write of EXEC needs 5 wait states before DPP, 4 before MFMA."""
+    """EXEC hazards, and the barrier epoch of the LDS race check."""
     if not ex.strict:
         return
-    need = 5 if getattr(ex.inst, "enc", "") == "dpp" else 4 if ex.klass == "mfma" else 0
+    klass, inst = ex.klass, ex.inst
+    if klass == "barrier":
+        ex.lds.arrive(ex.wave_ids(w))
+        return
+    name = inst.name
+    need, what = 0, ""
+    if getattr(inst, "enc", "") == "dpp":
+        need, what = 5, "DPP"
+    elif klass == "mfma":
+        need, what = 4, "an MFMA"
+    elif name in ("v_readlane_b32", "v_readfirstlane_b32", "v_writelane_b32"):
+        need, what = 4, name
+    elif name.startswith(("v_permlane16_swap", "v_permlane32_swap")):
+        need, what = 4, name
     if need:
         gap = ex.waves.clock[w] - ex.waves.exec_written_at[w] - 1
         short = gap < need
         if short.any():
-            ex.hazard(w, short, f"EXEC written by VALU {int(gap[short][0])} wait states earlier; "
-                                f"{need} are required before {'DPP' if need == 5 else 'MFMA'}")
-
-
-def _writer_name(code: int) -> str:
-    if code >= MFMA_BASE:
-        return f"a {code - MFMA_BASE}-pass MFMA"
-    return {VALU: "a VALU op", TRANS: "a transcendental op", SALU: "a SALU op",
-            CVT_SCALE_HI: "v_cvt_scalef32 (high half)", ACCVGPR_WRITE: "v_accvgpr_write"}.get(code, "?")
+            ex.hazard(w, short, f"EXEC written by a VALU op (v_cmpx) {int(gap[short][0])} wait states "
+                                f"earlier; {need} are required before {what} (insert s_nop)")

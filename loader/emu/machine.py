@@ -60,7 +60,7 @@ class Executor:
         self.denorm_f16 = denorm_f16
         self.fp16_ovfl = fp16_ovfl            # MODE.FP16_OVFL: fp8 conversions saturate
         self.wave_names = wave_names          # callable(wave index) -> "workgroup (x,y,z) wave i"
-        self.lds = LdsTracker(waves.lds.shape[0], waves.lds_bytes)
+        self.lds = LdsTracker(waves.lds.shape[0], waves.lds_bytes, waves.count, strict)
         self.inst: Inst | None = None
         self.klass = ""
         self.wave_instructions = 0
@@ -225,6 +225,7 @@ class Executor:
     def record_write(self, kind: str, w, index: int, count: int, writer: int):
         if kind == "s":
             self.waves.invalidate_exec(index, count)
+        writer = hazards.note_write(self, kind, w, index, count, writer)
         self.waves.written_at[kind][w, index:index + count] = self.waves.clock[w][:, None]
         self.waves.written_by[kind][w, index:index + count] = writer
 

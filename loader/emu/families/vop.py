@@ -391,8 +391,8 @@ def writelane(ex, inst, w):
     dst, src, lane_op = inst.ops
     ex.role = "lane_select"
     lane = (ex.s32(lane_op, w) & np.uint32(63)).astype(np.int64)
-    value = ex.s32(src, w)
     ex.role = None
+    value = ex.s32(src, w)       # the data SGPR is an ordinary VALU read (2 wait states), not a lane select
     mask = np.zeros((len(value), LANES), bool)
     mask[np.arange(len(value)), lane] = True      # writes regardless of EXEC
     ex.set_v(dst, w, np.repeat(value[:, None], LANES, axis=1), mask)
