@@ -239,15 +239,31 @@ class Executor:
             queues[wave].append(op)
         if dest is not None:
             kind, index, count = dest
-            self.write_regs(kind, w, index, count)
+            queue = "smem" if smem else counter
+            self._check_load_dest(w, kind, index, count, queue)
             self.waves.busy[kind][w, index:index + count] += 1
+            self.waves.busy_in[queue][kind][w, index:index + count] += 1
 
             def land_and_release(rows, _land=land):
                 _land(rows)
                 self.waves.busy[kind][waves[rows], index:index + count] -= 1
+                self.waves.busy_in[queue][kind][waves[rows], index:index + count] -= 1
                 self.record_write(kind, waves[rows], index, count, hazards.NONE)
             op.land = land_and_release
         return op
+
+    def _check_load_dest(self, w, kind: str, index: int, count: int, queue: str):
+        """A load may target registers that earlier loads of the same in-order queue
+        (VMEM, or DS) still fill: they land in issue order, so the last one wins as on
+        hardware. Any other pending writer (the other queue, or an out-of-order scalar
+        load) makes the final value unpredictable."""
+        busy = self.waves.busy[kind][w, index:index + count]
+        if busy.any() and queue != "smem":
+            same = self.waves.busy_in[queue][kind][w, index:index + count]
+            if (busy == same).all():
+                hazards.check_write(self, kind, w, index, count)
+                return
+        self.write_regs(kind, w, index, count)
 
     def retire(self, w, counter: str, keep: int):
         """s_waitcnt: retire the oldest ops of each wave until at most `keep` remain."""

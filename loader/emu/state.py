@@ -77,6 +77,9 @@ class Waves:
         self.busy = {"s": np.zeros((count, SGPR_FILE), np.int16),
                      "v": np.zeros((count, NUM_VGPRS), np.int16),
                      "a": np.zeros((count, NUM_VGPRS), np.int16)}
+        # The same counts split by the queue the load sits in: VMEM and DS return in
+        # issue order, scalar loads ('smem') may not.
+        self.busy_in = {q: {k: np.zeros_like(v) for k, v in self.busy.items()} for q in ("vm", "lgkm", "smem")}
         self.queues = {"vm": [deque() for _ in range(count)], "lgkm": [deque() for _ in range(count)]}
         # Wait-state clock and last writer per register, for hazard checks.
         self.clock = np.zeros(count, dtype=np.int64)
