@@ -78,3 +78,20 @@ def test_valu_write_then_permlane_read_needs_two_wait_states(reg):
     with pytest.raises(HazardError, match="2 are required"):
         run_snippet(body.format(n=0), vgprs=vg, outputs=[])
     run_snippet(body.format(n=1), vgprs=vg, outputs=[])
+
+
+def test_permlane_result_read_by_permlane_needs_one_wait_state():
+    """Regression: a v_permlane*_swap result read by the next swap needs 1 wait state, not the
+    2 of an ordinary VALU producer — aiter's hardware-proven fwd_hd128_bf16.co does exactly
+    this (v_permlane32_swap v104, v106; one instruction; v_permlane16_swap v96, v104)."""
+    r = np.random.default_rng(41)
+    a, b, c = rand_u32(r), rand_u32(r), rand_u32(r)
+    body = "  v_permlane32_swap_b32 v1, v2\n{gap}  v_permlane16_swap_b32 v3, v1\n"
+    with pytest.raises(HazardError, match="after a v_permlane\\*_swap wrote it; 1 are required"):
+        run_snippet(body.format(gap=""), vgprs={1: a, 2: b, 3: c}, outputs=[])
+    out = run_snippet(body.format(gap="  v_mov_b32 v9, v9\n"), vgprs={1: a, 2: b, 3: c, 9: c},
+                      outputs=["v1", "v3"])
+    a1, _ = swap_reference(a, b, (2, 3), (0, 1))
+    c2, a2 = swap_reference(c, a1, (1, 3), (0, 2))
+    np.testing.assert_array_equal(out["v1"], a2)
+    np.testing.assert_array_equal(out["v3"], c2)

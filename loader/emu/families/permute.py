@@ -16,12 +16,21 @@ nothing is written. A pair with one lane active and one inactive is what fi/boun
 govern, and that behaviour is not documented anywhere we could find: it is rejected.
 
 Hazard: a VALU write of a VGPR needs 2 wait states before v_permlane*_swap reads it
-(fact sheet §4), checked through ex.role = 'permlane'.
+(fact sheet §4; LLVM 22 checkPermlaneHazards, which counts any VALU producer). One
+exception, from hardware evidence: when the producer is itself a v_permlane*_swap, 1 wait
+state is enough — aiter's hardware-proven fwd_hd128_bf16.co reads a v_permlane32_swap
+result with v_permlane16_swap after exactly 1 wait state 8 times per tile (pc 0x70a8 and
+neighbours), while it keeps 2 (v_nop) after every other VALU producer; LLVM 22 would insert
+an s_nop there. 0 wait states after a permlane producer is unverified and reported. The
+rule is checked here rather than through ex.role = 'permlane' (hazards.py cannot tell a
+permlane writer from other VALU writers); every other read hazard still goes through
+hazards.py.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from .. import hazards
 from ..errors import UnsupportedInstruction
 from ..registry import handles
 
@@ -39,10 +48,9 @@ def permlane_swap(ex, inst, w):
     stride = STRIDE[inst.name]
     partner = LANE ^ stride
     upper = (LANE & stride) != 0          # vdst lanes that are swapped out
-    ex.role = "permlane"
+    _check_sources(ex, w, (vdst, vsrc))
     a = ex.v32(vdst, w)
     b = ex.v32(vsrc, w)
-    ex.role = None
     active = ex.exec_bits(w)
     mixed = active != active[:, partner]
     if mixed.any():
@@ -56,6 +64,39 @@ def permlane_swap(ex, inst, w):
     new_b = a[:, partner]                 # vsrc lower lanes <- vdst upper lanes
     if vdst.index == vsrc.index:          # one register: its paired rows trade places
         ex.set_v(vdst, w, np.where(upper[None, :], new_a, new_b), active)
+    else:
+        ex.set_v(vdst, w, new_a, active & upper[None, :])
+        ex.set_v(vsrc, w, new_b, active & ~upper[None, :])
+    written = _permlane_written_at(ex)
+    for op in (vdst, vsrc):
+        written[ex.wave_ids(w), op.index] = ex.waves.clock[w]
+
+
+_VALU_WRITERS = [hazards.VALU, hazards.TRANS, hazards.DST_SEL, hazards.ACCVGPR_WRITE]
+
+
+def _permlane_written_at(ex) -> np.ndarray:
+    """Clock of the last v_permlane*_swap write of each VGPR (per wave)."""
+    at = getattr(ex.waves, "_permlane_written_at", None)
+    if at is None:
+        at = ex.waves._permlane_written_at = np.full(ex.waves.busy["v"].shape, -(1 << 40), np.int64)
+    return at
+
+
+def _check_sources(ex, w, operands):
+    """VALU write -> permlane read: 2 wait states, 1 if the writer was a permlane swap."""
+    if not ex.strict:
         return
-    ex.set_v(vdst, w, new_a, active & upper[None, :])
-    ex.set_v(vsrc, w, new_b, active & ~upper[None, :])
+    waves = ex.waves
+    perm_at = _permlane_written_at(ex)
+    for op in operands:
+        writer = waves.written_by["v"][w, op.index]
+        at = waves.written_at["v"][w, op.index]
+        need = np.where(np.isin(writer, _VALU_WRITERS), np.where(perm_at[ex.wave_ids(w), op.index] == at, 1, 2), 0)
+        gap = waves.clock[w] - at - 1
+        short = gap < need
+        if short.any():
+            row = int(np.flatnonzero(short)[0])
+            what = "a v_permlane*_swap" if need[row] == 1 else "a VALU op"
+            ex.hazard(w, short, f"v{op.index} read {int(gap[row])} wait states after {what} wrote it; "
+                                f"{int(need[row])} are required (insert s_nop)")
