@@ -28,11 +28,16 @@
 ; [10, 246] (2^-117 .. 2^119) can never overflow or lose bits; MX scales of real tensors sit
 ; far inside that. Per lane the even and odd k accumulate in the two halves of a pair.
 ;
-; Pipeline per chunk (one chunk of loads in flight while the previous one is computed):
-;   wait B  → 8R cvt (B')  → issue next chunk's B loads
-;   for m:  wait A[m] → 8 cvt (A'[m]) → issue next chunk's A[m] → 8R pk_fma
-; Loads are issued in the order B data (R), B scales (R), then A data/scale per row, so the
-; waits are fixed counts (see chunk_body). The last chunk runs the same body without issuing.
+; Pipeline per chunk (one chunk of loads in flight while the previous one is computed), in
+; one of two orders, whichever keeps fewer f32 operands live (VGPRs decide the occupancy):
+;   A_RESIDENT (M_T <= 4):  wait A → 8*M_T cvt (all A') → issue next A
+;                           for r: wait B[r] → 8 cvt (B'[r]) → issue next B[r] → 8*M_T pk_fma
+;   B_RESIDENT (M_T >= 8):  wait B → 8R cvt (all B') → issue next B
+;                           for m: wait A[m] → 8 cvt (A'[m]) → issue next A[m] → 8R pk_fma
+; A register is reloaded as soon as it has been converted, so every load of the next chunk is
+; in flight during this chunk's FMAs. Loads are issued in a fixed order (the resident operand
+; first, then the other one row by row, data before scale), so each wait is a fixed count
+; (see the chunk_* macros); the last chunk runs the same body without issuing.
 ;
 ; Reduction. Each lane adds its pair, writes its M_T*R partials to LDS (one f32 per output
 ; per work-item), s_barrier, then work-item t adds the V = M_T*R floats at LDS[t*V ..] — the
@@ -108,9 +113,18 @@ set_log2 R_SHIFT, R
 .set v_sa, v_sb + R                  ; [M_T]  a scale byte, then (byte << 23)
 .set v_rb, ((v_sa + M_T + 3) / 4) * 4 ; [R][4]   raw b bytes of the chunk (16 per row)
 .set v_ra, v_rb + 4 * R              ; [M_T][4] raw a bytes
-.set v_bf, v_ra + 4 * M_T            ; [R][16]  B' f32 (k order), reused by the reduction
-.set v_af, v_bf + 16 * R             ; [16]     A'[m] f32
-.set v_acc, v_af + 16                ; [M_T][R][2] f32 partials: even k, odd k
+.if M_T <= 4
+    .set A_RESIDENT, 1               ; all A' live, one B' row at a time
+    .set BF_REGS, 16
+    .set AF_REGS, 16 * M_T
+.else
+    .set A_RESIDENT, 0               ; all B' live, one A' row at a time
+    .set BF_REGS, 16 * R
+    .set AF_REGS, 16
+.endif
+.set v_bf, v_ra + 4 * M_T            ; B' f32 (k order): [R][16] or one row [16]; reused by the reduction
+.set v_af, v_bf + BF_REGS            ; A' f32: [M_T][16] or one row [16]
+.set v_acc, v_af + AF_REGS           ; [M_T][R][2] f32 partials: even k, odd k
 .set v_end, v_acc + 2 * M_T * R
 .if v_end > 256
     .error "mxfp8_gemv: VGPR budget exceeded"
@@ -124,8 +138,8 @@ set_log2 R_SHIFT, R
 .set v_off_out, v_off_b + 1          ; byte offset of out[m, n] / ws[z, m, n]
 .set v_flag, v_off_b + 2             ; t % P
 .set v_red, v_bf                     ; [V_OUT] partials read back from LDS
-.if V_OUT > 16 * R
-    .error "mxfp8_gemv: the reduction reads V_OUT floats into the B' registers"
+.if V_OUT > BF_REGS + AF_REGS
+    .error "mxfp8_gemv: the reduction reads V_OUT floats into the B'/A' registers"
 .endif
 
 ; --- macros ---
@@ -136,18 +150,10 @@ set_log2 R_SHIFT, R
     lane_mask_b64 \s_mask, s_tmp
 .endm
 
-; the R weight rows' 16 bytes and scale bytes of the chunk at soffsets s[\s_k], s[\s_kb]
-.macro issue_b s_k, s_kb
-    .set r_, 0
-    .rept R
-        buffer_load_dwordx4 v[v_rb+4*r_:v_rb+4*r_+3], v[v_off_b+r_], s[s_rsrc_b:s_rsrc_b+3], s[\s_k] offen
-        .set r_, r_ + 1
-    .endr
-    .set r_, 0
-    .rept R
-        buffer_load_ubyte v[v_sb+r_], v[v_off_bs+r_], s[s_rsrc_bs:s_rsrc_bs+3], s[\s_kb] offen
-        .set r_, r_ + 1
-    .endr
+; weight row \r: its 16 bytes and scale byte of the chunk at soffsets s[\s_k], s[\s_kb]
+.macro issue_b_row r, s_k, s_kb
+    buffer_load_dwordx4 v[v_rb+4*\r:v_rb+4*\r+3], v[v_off_b+\r], s[s_rsrc_b:s_rsrc_b+3], s[\s_k] offen
+    buffer_load_ubyte v[v_sb+\r], v[v_off_bs+\r], s[s_rsrc_bs:s_rsrc_bs+3], s[\s_kb] offen
 .endm
 
 ; activation row \m: 16 bytes and its scale byte
@@ -167,9 +173,84 @@ set_log2 R_SHIFT, R
     .endr
 .endm
 
-; One chunk: B' for all rows, then per activation row A'[m] and 8R packed FMAs.
-; In flight at entry (in issue order): B data (R), B scales (R), then (a, a_scale) per row m.
-.macro chunk_body issue_next
+; 8 packed FMAs: acc(m, r) += A'[m] * B'[r] over the lane's 16 k (even k low, odd k high)
+.macro fma16 m, r, v_a, v_b
+    .set i_, 0
+    .rept 8
+        v_pk_fma_f32 v[v_acc+2*(R*\m+\r):v_acc+2*(R*\m+\r)+1], v[\v_a+2*i_:\v_a+2*i_+1], v[\v_b+2*i_:\v_b+2*i_+1], v[v_acc+2*(R*\m+\r):v_acc+2*(R*\m+\r)+1]
+        .set i_, i_ + 1
+    .endr
+.endm
+
+; issue every load of the chunk at s[\s_k], s[\s_kb] in the order the chunk body expects
+.macro issue_chunk s_k, s_kb
+    .if A_RESIDENT
+        .set m_, 0
+        .rept M_T
+            issue_a m_, \s_k, \s_kb
+            .set m_, m_ + 1
+        .endr
+    .endif
+    .set r_, 0
+    .rept R
+        issue_b_row r_, \s_k, \s_kb
+        .set r_, r_ + 1
+    .endr
+    .if !A_RESIDENT
+        .set m_, 0
+        .rept M_T
+            issue_a m_, \s_k, \s_kb
+            .set m_, m_ + 1
+        .endr
+    .endif
+.endm
+
+; One chunk, A' resident. In flight at entry (issue order): A (a, a_scale) per row m, then
+; (b, b_scale) per row r.
+.macro chunk_a_resident issue_next
+    s_mov_b64 exec, s[s_exec_cur:s_exec_cur+1]              ; lanes with data in this chunk
+    s_waitcnt vmcnt(2*R)                                    ; in flight: A (2M_T) then B (2R) → A landed
+    .set m_, 0
+    .rept M_T
+        v_lshlrev_b32 v[v_sa+m_], 23, v[v_sa+m_]            ; scale byte → f32 exponent field
+        cvt16 v_af+16*m_, v_ra+4*m_, v_sa+m_
+        .set m_, m_ + 1
+    .endr
+    .if \issue_next
+        s_mov_b64 exec, s[s_exec_next:s_exec_next+1]
+        .set m_, 0
+        .rept M_T
+            issue_a m_, s_k0_next, s_kb0_next               ; raw A is converted: reload it for the next chunk
+            .set m_, m_ + 1
+        .endr
+        s_mov_b64 exec, s[s_exec_cur:s_exec_cur+1]
+    .endif
+    .set r_, 0
+    .rept R
+        .if \issue_next
+            s_waitcnt vmcnt(2*(R-1) + 2*M_T)                ; in flight: B rows r.. of this chunk, next A, next B rows <r → B[r] landed
+        .else
+            s_waitcnt vmcnt(2*(R-1-r_))                     ; in flight: B rows r.. of this chunk → B[r] landed
+        .endif
+        v_lshlrev_b32 v[v_sb+r_], 23, v[v_sb+r_]
+        cvt16 v_bf, v_rb+4*r_, v_sb+r_
+        .if \issue_next
+            s_mov_b64 exec, s[s_exec_next:s_exec_next+1]
+            issue_b_row r_, s_k0_next, s_kb0_next           ; raw B[r] is converted: reload it
+            s_mov_b64 exec, s[s_exec_cur:s_exec_cur+1]
+        .endif
+        .set m_, 0
+        .rept M_T
+            fma16 m_, r_, v_af+16*m_, v_bf
+            .set m_, m_ + 1
+        .endr
+        .set r_, r_ + 1
+    .endr
+.endm
+
+; One chunk, B' resident. In flight at entry (issue order): (b, b_scale) per row r, then
+; (a, a_scale) per row m.
+.macro chunk_b_resident issue_next
     s_mov_b64 exec, s[s_exec_cur:s_exec_cur+1]              ; lanes with data in this chunk
     s_waitcnt vmcnt(2*M_T)                                  ; in flight: B (2R) then A (2M_T) → B landed
     .set r_, 0
@@ -180,7 +261,11 @@ set_log2 R_SHIFT, R
     .endr
     .if \issue_next
         s_mov_b64 exec, s[s_exec_next:s_exec_next+1]
-        issue_b s_k0_next, s_kb0_next                       ; raw B and its scales are free again
+        .set r_, 0
+        .rept R
+            issue_b_row r_, s_k0_next, s_kb0_next           ; raw B is converted: reload it for the next chunk
+            .set r_, r_ + 1
+        .endr
         s_mov_b64 exec, s[s_exec_cur:s_exec_cur+1]
     .endif
     .set m_, 0
@@ -194,20 +279,24 @@ set_log2 R_SHIFT, R
         cvt16 v_af, v_ra+4*m_, v_sa+m_
         .if \issue_next
             s_mov_b64 exec, s[s_exec_next:s_exec_next+1]
-            issue_a m_, s_k0_next, s_kb0_next               ; raw A[m] is converted: reload it for the next chunk
+            issue_a m_, s_k0_next, s_kb0_next               ; raw A[m] is converted: reload it
             s_mov_b64 exec, s[s_exec_cur:s_exec_cur+1]
         .endif
         .set r_, 0
         .rept R
-            .set i_, 0
-            .rept 8
-                v_pk_fma_f32 v[v_acc+2*(R*m_+r_):v_acc+2*(R*m_+r_)+1], v[v_af+2*i_:v_af+2*i_+1], v[v_bf+16*r_+2*i_:v_bf+16*r_+2*i_+1], v[v_acc+2*(R*m_+r_):v_acc+2*(R*m_+r_)+1]
-                .set i_, i_ + 1
-            .endr
+            fma16 m_, r_, v_af, v_bf+16*r_
             .set r_, r_ + 1
         .endr
         .set m_, m_ + 1
     .endr
+.endm
+
+.macro chunk_body issue_next
+    .if A_RESIDENT
+        chunk_a_resident \issue_next
+    .else
+        chunk_b_resident \issue_next
+    .endif
 .endm
 
 ; --- prologue: arguments, buffer descriptors, per-lane offsets ---
@@ -295,12 +384,7 @@ set_log2 R_SHIFT, R
     s_lshl_b32 s[s_kb0], s[s_chunk], CHUNK_SHIFT - 5
     chunk_lanes s_exec_cur, s_k0
     s_mov_b64 exec, s[s_exec_cur:s_exec_cur+1]
-    issue_b s_k0, s_kb0
-    .set m_, 0
-    .rept M_T
-        issue_a m_, s_k0, s_kb0
-        .set m_, m_ + 1
-    .endr
+    issue_chunk s_k0, s_kb0
 L_chunk_loop:
     s_add_u32 s[s_chunk_next], s[s_chunk], s[s_stride]
     s_cmp_ge_u32 s[s_chunk_next], s[s_nchunks]
