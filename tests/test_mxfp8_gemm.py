@@ -150,8 +150,12 @@ def test_splits_heuristic():
     small = mx.plan(16, 768, 7168)
     assert small.kind == "mfma" and small.splits > 1 and 4 * small.splits <= 7168 // 128 // 2
     gemv = mx.plan(1, 256, 7168)
-    assert 4 * gemv.splits <= 7
-    assert mx.plan(64, 64, 7168).splits <= 7168 // (64 * 64)     # workspace <= 1/8 of the weights
+    assert 4 * gemv.splits <= 7                                  # every K worker keeps a 1 KiB chunk
+    starved = mx.plan(64, 1280, 6144)                            # 40 workgroups: split, despite the workspace
+    assert starved.splits > 1 and 4 * starved.splits <= 6144 // 128 // 2
+    for M, N, K in [(1, 768, 7168), (16, 768, 7168), (64, 1280, 6144), (8, 36864, 7168)]:
+        chosen = mx.plan(M, N, K)
+        assert chosen.splits == 1 or chosen.splits % 2 == 0
 
 
 def test_uint8_scales():

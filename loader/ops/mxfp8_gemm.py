@@ -180,22 +180,31 @@ def choose_kind(M: int, kernel: str = "auto") -> str:
 
 
 def choose_splits(kind: str, M: int, N: int, K: int, rows_m: int, rows_n: int) -> int:
-    """Split-K factor along grid z: the smallest power of two that gives TARGET_WORKGROUPS
-    workgroups, as long as
-      * every one of the 4*splits K workers still gets work (GEMV: a 1 KiB chunk; MFMA: two
-        128-byte steps, so its double buffer is used), and
-      * the second pass stays cheap: the workspace round trip, 8*splits*M*N bytes, at most
-        1/8 of the N*K weight bytes the kernel must stream anyway (splits <= K / (64 M)).
-    The reduction is a second pass rather than atomics: deterministic, no zeroed buffer to
-    prepare, and nothing to make coherent across the 8 XCDs' L2s (the last-arriving-workgroup
-    scheme would need that); its cost is bounded by the second rule."""
+    """Split-K factor along grid z (a power of two), from a bandwidth model of the launch:
+
+        time(S) ~ bytes(S) / min(1, workgroups * S / TARGET_WORKGROUPS)
+        bytes(S) = N*K*33/32 (weights and their scales, streamed once) + 2*M*N (output)
+                   + 8*S*M*N when S > 1 (the f32 workspace, written here and read back)
+
+    i.e. a grid smaller than TARGET_WORKGROUPS leaves part of the HBM bandwidth unused, and
+    splitting K fills it at the price of the workspace round trip. Every one of the 4*S K
+    workers must keep work: a 1 KiB chunk (GEMV), two 128-byte steps (MFMA: its double
+    buffer). The reduction is a second pass rather than atomics: deterministic, no zeroed
+    buffer to prepare, nothing to make coherent across the 8 XCDs' L2s (a last-arriving-
+    workgroup scheme would need that), and its cost is in the model above."""
     workgroups = cdiv(M, rows_m) * cdiv(N, rows_n) if kind == "mfma" else cdiv(N, rows_n)
     work_units = cdiv(K, 1024) if kind == "gemv" else cdiv(K, 128) // 2
-    splits = 1
-    while (splits * 2 <= MAX_SPLITS and workgroups * splits < TARGET_WORKGROUPS
-           and 4 * splits * 2 <= work_units and 64 * M * splits * 2 <= K):
+
+    def cost(splits: int) -> float:
+        moved = N * K * 33 / 32 + 2 * M * N + (8 * splits * M * N if splits > 1 else 0)
+        return moved / min(1.0, workgroups * splits / TARGET_WORKGROUPS)
+
+    best, splits = 1, 2
+    while splits <= MAX_SPLITS and 4 * splits <= work_units:
+        if cost(splits) < cost(best):
+            best = splits
         splits *= 2
-    return splits
+    return best
 
 
 def plan(M: int, N: int, K: int, kernel: str = "auto", out_dtype: torch.dtype = torch.bfloat16,
