@@ -35,7 +35,9 @@
 ; End: l summed over the lane halves, O /= l, LSE = (m + log2 l) * ln 2.
 ; Masking (tail keys >= seq_k, causal) is per element with v_cmp/v_cndmask -> -inf, only
 ; on the tiles that need it; tiles entirely above the causal diagonal are never loaded
-; (workgroup) or computed (wave). m starts at -1e30 (finite), so masked rows stay NaN-free.
+; (workgroup) or computed (wave). S is computed as S - m directly: the first MFMA of each
+; key block takes srcC = -m (16 VGPRs, v_negm), so the steady state needs no subtraction;
+; the first tile sets m = max(rowmax, -1e30) (finite: masked rows stay NaN-free).
 ;
 ; --- LDS map (64 KiB) ------------------------------------------------------------------
 ;   [LDS_K0, +16K) K tile, buffer 0   [LDS_K1, +16K) K tile, buffer 1
@@ -50,31 +52,40 @@
 ; global chunk slot ^ swizzle(row)), so the global side stays coalesced. Wave w fills
 ; lines w and w+8 of K and of V: 4 DMA instructions per wave per tile.
 ;
-; --- Pipeline (this version) ------------------------------------------------------------
-; One s_barrier per KV tile; K and V double-buffered:
-;   prologue: Q -> VGPRs (pre-scaled), DMA tile 0 -> buffer 0
-;   tile j:   s_waitcnt vmcnt(0)  (my DMA of tile j landed)
-;             s_barrier           (everyone's landed; everyone is done with tile j-1)
-;             DMA tile j+1 -> buffer (j+1)%2   (flies during the whole of tile j)
-;             GEMM0 S = K Q^T (16 MFMA, ds_read_b128 streamed 8 ahead), V reads start,
-;             mask, softmax, GEMM1 O += V P (16 MFMA, ds_read_b64_tr_b16 streamed 4 ahead)
-;   s_setprio 1 around the MFMA clusters: a wave issuing MFMAs wins the SIMD's issue
-;   arbitration over the other wave of its SIMD, which is in its softmax phase.
+; --- Pipeline ---------------------------------------------------------------------------
+; Software-pipelined inside each wave; S double-buffered in VGPRs (S(j) in v_s0/v_s1 by
+; the parity of j). Iteration j (one s_barrier each, j = 0 .. tiles):
+;   s_waitcnt vmcnt(0); s_barrier    my DMA lines of K(j+1), V(j-1) landed; then everyone's,
+;                                    and everyone finished iteration j-1
+;   DMA K(j+2) -> K[j%2], V(j) -> V[j%2]      (those buffers were last read in iteration j-1)
+;   phase A: GEMM1(j-1)  O += V(j-1) P(j-1)   16 MFMA, V^T by ds_read_b64_tr_b16
+;            || softmax(j) part 1: row max of S(j) - m (lead, before the first MFMA, while
+;               the V reads fly), lazy-rescale test, exp2 of key block 0 (one per MFMA)
+;   phase B: GEMM0(j+1)  S(j+1) = K(j+1) Q^T - m   16 MFMA, K by ds_read_b128
+;            || softmax(j) part 2: exp2 of key block 1, row sums, P(j) to bf16/fp16
+; Operands of both GEMMs stream through one ring of 8 x 4 VGPRs, PF operands ahead, so the
+; K reads of phase B start during phase A. Per MFMA (32 cycles) a wave issues about one
+; exp2 and one or two other VALU ops: one wave alone keeps its MFMA pipe close to busy,
+; and the second wave of the SIMD fills the gaps. s_setprio 1 over the MFMA streams, 0 at
+; the barrier: a wave that reached its MFMAs wins issue over one still in its DMA/dispatch.
+; The first iteration, the last two and waves whose rows end early (causal) run reduced
+; bodies of the same macro (no GEMM1 / no softmax / no GEMM0), chosen per wave by scalar
+; compares; every wave passes the same barriers.
+; Rare paths live out of line after s_endpgm: masking (tail keys, causal diagonal), the
+; lazy rescale (S, m, -m, l at the test; O at the end of phase A, after GEMM1(j-1)).
 ;
 ; Differences from the seed's pipeline (../shared/seeds/fmha-fwd-d128-mi355x.txt), and why:
-; - No software pipelining across tiles inside a wave yet (the seed overlaps GEMM0 of
-;   tile j+1 and GEMM1 of tile j-1 with the softmax of tile j, two tiles per iteration in 8
-;   clusters). Correctness came first; overlap here comes only from the two waves that
-;   share each SIMD drifting apart within a tile.
-; - No stagger of the two wave groups (the seed phase-shifts waves 4-7 by an extra
-;   s_barrier): all 8 waves meet at one barrier per tile, which keeps the LDS buffer
-;   lifetimes simple. The two groups still exist: waves w and w+4 share a SIMD and own
-;   different rows.
-; - Causal balance by ordering (longest Q tiles dispatched first) instead of pairing a
-;   head tile with a tail tile in one workgroup: with 256-row tiles and grids of thousands
-;   of workgroups the dispatcher balances as well, and every workgroup stays one Q tile.
-; - LSE of a row with no visible key is -inf (torch.logsumexp), where flash-attention
-;   writes +inf.
+; - One KV tile per iteration in two phases (GEMM1 || softmax part 1, GEMM0 || part 2)
+;   instead of two tiles in 8 clusters: the same overlap (every MFMA cluster carries half a
+;   softmax) with half the code and one S double buffer.
+; - No stagger of the two wave groups (the seed delays waves 4-7 by an extra s_barrier):
+;   each wave interleaves its own MFMAs and softmax, so the two waves of a SIMD need not be
+;   out of phase, and one barrier per tile keeps the LDS buffer lifetimes simple.
+; - S - m comes out of the MFMA (srcC = -m) instead of a subtraction pass.
+; - Causal balance by ordering (longest Q tiles dispatched first) instead of pairing a head
+;   tile with a tail tile in one workgroup: with thousands of 256-row workgroups the
+;   dispatcher balances, and every workgroup stays one Q tile.
+; - LSE of a row with no visible key is -inf (torch.logsumexp); flash-attention writes +inf.
 ;
 ; --- Registers -----------------------------------------------------------------------
 ; 256 VGPRs (no AGPRs): 2 waves per SIMD, one workgroup per CU.
@@ -102,18 +113,16 @@
 .set KV_TILE, 64
 .set ROW_BYTES, 256                    ; 128 bf16/fp16
 .set TILE_BYTES, KV_TILE * ROW_BYTES   ; 16 KiB
-.set LDS_K0, 0
-.set LDS_K1, LDS_K0 + TILE_BYTES
-.set LDS_V0, LDS_K1 + TILE_BYTES
-.set LDS_V1, LDS_V0 + TILE_BYTES
-.set LDS_NEEDED, LDS_V1 + TILE_BYTES
+.set LDS_K0, 0                         ; K[0], K[1] at LDS_K0 + buf * TILE_BYTES
+.set LDS_V0, 2 * TILE_BYTES            ; V[0], V[1] at LDS_V0 + buf * TILE_BYTES
+.set LDS_NEEDED, 4 * TILE_BYTES
 .set LAZY_THRESHOLD, 0x41000000        ; 8.0f: rescale only when the max grows by more (log2 units)
-.set M_INIT, 0xf149f2ca                ; -1e30f: finite, so (-inf) - m never makes NaN
+.set M_INIT, 0xf149f2ca                ; -1e30f: finite floor of m
 .set NEG_INF, 0xff800000
 .set L_FLOOR, 0x0da24260               ; 1e-30f: 1/max(l, floor) keeps O = 0 for rows with no key
 .set LN2, 0x3f317218                   ; ln(2)
-.set PF_K, 8                           ; GEMM0: K operand reads kept in flight ahead of the MFMAs
-.set PF_V, 4                           ; GEMM1: MFMAs whose V reads are in flight ahead
+.set RING, 8                           ; MFMA operand ring: 8 slots of 4 VGPRs
+.set PF, 6                             ; operands read ahead of their MFMA (< RING; <= 7 x 2 DS reads in flight)
 
 .if LDS_BYTES < LDS_NEEDED
     .error "fmha_fwd_d128: the manifest must give lds_bytes >= 65536"
@@ -127,7 +136,7 @@
 .set s_qtile, 6             ; Q tile index
 .set s_q0, 7                ; first Q row of the tile
 .set s_rsrc_q, 8            ; [8:11]  Q rows of this tile, this (b, h)
-.set s_rsrc_k, 12           ; [12:15] K rows from the current tile on, this (b, kv head)
+.set s_rsrc_k, 12           ; [12:15] K rows from the next tile to load on, this (b, kv head)
 .set s_rsrc_v, 16           ; [16:19] V likewise
 .set s_rsrc_o, 20           ; [20:23] O rows of this tile
 .set s_rsrc_lse, 24         ; [24:27] LSE entries of this tile
@@ -156,10 +165,10 @@
 .set s_scale_log2, 55
 .set s_store_lse, 56
 .set s_hk, 57               ; kv head
-.set s_ntiles, 58           ; KV tiles the workgroup loads
-.set s_wtiles, 59           ; KV tiles this wave computes (a prefix of them)
+.set s_ntiles, 58           ; KV tiles the workgroup loads (n)
+.set s_wtiles, 59           ; KV tiles this wave computes (a prefix of them, w <= n)
 .set s_maskfrom, 60         ; first KV tile this wave must mask (signed)
-.set s_j, 61                ; current KV tile
+.set s_j, 61                ; iteration = KV tile whose softmax runs
 .set s_tile_start, 62       ; 64 * j
 .set s_kstep, 63            ; 64 * k seq stride: descriptor step per tile
 .set s_vstep, 64
@@ -173,140 +182,237 @@
 .set s_cmp1, 74             ; [74:75]
 .set s_cmp2, 76             ; [76:77]
 .set s_exec_save, 78        ; [78:79]
+.set s_resc, 80             ; 1 between a lazy-rescale decision and the O rescale
 
 ; --- VGPRs ---
-.set v_lane, 1              ; l = work-item % 64
-.set v_t0, 2                ; [2:9] temporaries
+.set v_lane, 1              ; l = work-item % 64 (v0 holds the packed work-item ids at entry)
+.set v_t0, 2                ; temporaries
 .set v_t1, 3
-.set v_t2, 4
-.set v_t3, 5
-.set v_t4, 6
-.set v_t5, 7
-.set v_t6, 8
-.set v_t7, 9
-.set v_kaddr, 10            ; [10:17] LDS byte address of K operand chunk 2s + l/32 of key l%32, s = 0..7
-.set v_vaddr, 18            ; [18:21] LDS byte address of this lane's ds_read_b64_tr_b16 for d block 0..3
-.set v_dma_k0, 22           ; DMA voffsets: K line w, K line w+8, V line w, V line w+8
-.set v_dma_k1, 23
-.set v_dma_v0, 24
-.set v_dma_v1, 25
-.set v_qoff, 26             ; byte offset of this lane's Q row (32w + l%32) and chunk l/32
-.set v_lim4, 27             ; (first key this lane's query may not see) - 4 * (l/32)
-.set v_m, 28                ; [28:29] running max (log2 units); v_m+1 = v_mnew (pair for pk ops)
-.set v_mnew, 29
-.set v_l, 30                ; [30:31] running row sum, two partial sums
-.set v_corr, 32             ; [32:33] rescale factor (pk ops broadcast v_corr)
-.set v_neginf, 34
-.set v_mask_t, 35
-.set v_diff, 36
-.set v_lq, 37               ; l % 32
-.set v_lh, 38               ; l / 32
-.set v_p, 48                ; [48:63]   P (bf16/fp16 pairs): 4 k-steps x 4 VGPRs
-.set v_op, 64               ; [64:127]  MFMA A operands: K (GEMM0) then V^T (GEMM1); O out (epilogue)
-.set v_o, 128               ; [128:191] O^T accumulators: 4 d blocks x 16 f32
-.set v_s, 192               ; [192:223] S^T / P f32: 2 key blocks x 16
+.set v_t2, 4                ; [4:5] (a pair: broadcast operand of packed ops)
+.set v_kaddr, 6             ; [6:13]  LDS byte address of K chunk 2s + l/32 of key l%32, s = 0..7
+.set v_vaddr, 14            ; [14:17] LDS byte address of this lane's ds_read_b64_tr_b16, d block 0..3
+.set v_dma_k0, 18           ; DMA voffsets: K line w, K line w+8, V line w, V line w+8
+.set v_dma_k1, 19
+.set v_dma_v0, 20
+.set v_dma_v1, 21
+.set v_lim4, 22             ; (first key this lane's query may not see) - 4 * (l/32)
+.set v_mask_t, 23
+.set v_m, 24                ; [24:25] running max m (log2 units); v_m+1 unused (pair for pk ops)
+.set v_l, 26                ; [26:27] running row sum, two partial sums
+.set v_corr, 28             ; [28:29] rescale factor (pk ops broadcast v_corr)
+.set v_neginf, 30
+.set v_diff, 31             ; row max of S - m
+.set v_negm, 32             ; [32:47]  -m in all 16 registers: srcC of a key block's first MFMA
+.set v_p, 48                ; [48:63]  P (bf16/fp16 pairs): 4 k-steps x 4 VGPRs
+.set v_op, 64               ; [64:95]  MFMA A operand ring: RING slots of 4 VGPRs
+.set v_s0, 96               ; [96:127]  S - m / P f32, even tiles: 2 key blocks x 16
+.set v_s1, 128              ; [128:159] odd tiles
+.set v_o, 160               ; [160:223] O^T accumulators: 4 d blocks x 16 f32
 .set v_q, 224               ; [224:255] Q (B operand of GEMM0): 8 d steps x 4 VGPRs
+; prologue/epilogue temporaries in the O region (O is zeroed after them)
+.set v_u_lq, 160
+.set v_u_lh, 161
+.set v_u_qoff, 162
+.set v_u3, 163
+.set v_u4, 164
 
 ; ============================================================================ macros
 
-; GEMM0 operand i (key block i/8, d step i%8) from K buffer \buf
-.macro k_read i, buf
-    ds_read_b128 v[v_op + 4*(\i) : v_op + 4*(\i) + 3], v[v_kaddr + (\i) % 8] offset: LDS_K0 + (\buf) * TILE_BYTES + 8192 * ((\i) / 8)
+; GEMM1 operand i (k step i/4, d block i%4) into ring slot \slot: keys 16ks + 4(l/32) +
+; {0..3} and +8 of column d = 32 db + l%32, by two transposing reads of V buffer \buf
+.macro v_read_op slot, i, buf
+    ds_read_b64_tr_b16 v[v_op + 4*(\slot) : v_op + 4*(\slot) + 1], v[v_vaddr + (\i) % 4] offset: LDS_V0 + (\buf) * TILE_BYTES + 4096 * ((\i) / 4)
+    ds_read_b64_tr_b16 v[v_op + 4*(\slot) + 2 : v_op + 4*(\slot) + 3], v[v_vaddr + (\i) % 4] offset: LDS_V0 + (\buf) * TILE_BYTES + 4096 * ((\i) / 4) + 2048
 .endm
 
-; GEMM0 MFMA i: S^T[key block i/8] += K[keys, d step i%8] * Q^T[d step i%8, queries]
-.macro qk_mfma i
-    .if (\i) % 8 == 0
-        mfma_32x32x16 v[v_s + 16*((\i)/8) : v_s + 16*((\i)/8) + 15], v[v_op + 4*(\i) : v_op + 4*(\i) + 3], v[v_q + 4*((\i)%8) : v_q + 4*((\i)%8) + 3], 0
+; GEMM0 operand i (key block i%2, d step i/2) into ring slot \slot from K buffer \buf
+.macro k_read_op slot, i, buf
+    ds_read_b128 v[v_op + 4*(\slot) : v_op + 4*(\slot) + 3], v[v_kaddr + (\i) / 2] offset: LDS_K0 + (\buf) * TILE_BYTES + 8192 * ((\i) % 2)
+.endm
+
+; GEMM1 MFMA i: O^T[d block i%4] += V^T[d block, k step i/4] * P^T[k step]  (4 accumulators rotate)
+.macro pv_mfma slot, i
+    mfma_32x32x16 v[v_o + 16*((\i)%4) : v_o + 16*((\i)%4) + 15], v[v_op + 4*(\slot) : v_op + 4*(\slot) + 3], v[v_p + 4*((\i)/4) : v_p + 4*((\i)/4) + 3], v[v_o + 16*((\i)%4) : v_o + 16*((\i)%4) + 15]
+.endm
+
+; GEMM0 MFMA i: S^T[key block i%2] (+)= K[keys, d step i/2] * Q^T[d step, queries], into S
+; buffer \sbuf; a block's first MFMA starts from -m, so S - m comes out
+.macro qk_mfma slot, i, sbuf
+    .set _sd, v_s0 + 32*(\sbuf) + 16*((\i)%2)
+    .if (\i) / 2 == 0
+        mfma_32x32x16 v[_sd : _sd + 15], v[v_op + 4*(\slot) : v_op + 4*(\slot) + 3], v[v_q + 4*((\i)/2) : v_q + 4*((\i)/2) + 3], v[v_negm : v_negm + 15]
     .else
-        mfma_32x32x16 v[v_s + 16*((\i)/8) : v_s + 16*((\i)/8) + 15], v[v_op + 4*(\i) : v_op + 4*(\i) + 3], v[v_q + 4*((\i)%8) : v_q + 4*((\i)%8) + 3], v[v_s + 16*((\i)/8) : v_s + 16*((\i)/8) + 15]
+        mfma_32x32x16 v[_sd : _sd + 15], v[v_op + 4*(\slot) : v_op + 4*(\slot) + 3], v[v_q + 4*((\i)/2) : v_q + 4*((\i)/2) + 3], v[_sd : _sd + 15]
     .endif
 .endm
 
-; GEMM1 operand i (d block i/4, k step i%4): keys 16ks + 4(l/32) + {0..3} and +8 of column
-; d = 32 db + l%32, by two transposing reads from V buffer \buf
-.macro v_read i, buf
-    ds_read_b64_tr_b16 v[v_op + 4*(\i) : v_op + 4*(\i) + 1], v[v_vaddr + (\i) / 4] offset: LDS_V0 + (\buf) * TILE_BYTES + 4096 * ((\i) % 4)
-    ds_read_b64_tr_b16 v[v_op + 4*(\i) + 2 : v_op + 4*(\i) + 3], v[v_vaddr + (\i) / 4] offset: LDS_V0 + (\buf) * TILE_BYTES + 4096 * ((\i) % 4) + 2048
+; Operand g of an iteration's MFMA stream: with \a_on the first 16 are GEMM1's (V^T),
+; the rest GEMM0's (K). Read into ring slot g % RING.
+.macro op_read g, a_on, kbuf, vbuf
+    .if (\a_on) && ((\g) < 16)
+        v_read_op ((\g) % RING), (\g), \vbuf
+    .else
+        k_read_op ((\g) % RING), ((\g) - 16*(\a_on)), \kbuf
+    .endif
 .endm
 
-; GEMM1 MFMA i: O^T[d block i/4] += V^T[d block, k step i%4] * P^T[k step, queries]
-.macro pv_mfma i
-    mfma_32x32x16 v[v_o + 16*((\i)/4) : v_o + 16*((\i)/4) + 15], v[v_op + 4*(\i) : v_op + 4*(\i) + 3], v[v_p + 4*((\i)%4) : v_p + 4*((\i)%4) + 3], v[v_o + 16*((\i)/4) : v_o + 16*((\i)/4) + 15]
+; Wait for operand g's reads: the reads of operands g+1 .. g+PF-1 (< n) may stay in flight
+; (2 DS reads per GEMM1 operand, 1 per GEMM0 operand).
+.macro op_wait g, a_on, n
+    .set _w, 0
+    .set _o, (\g) + 1
+    .rept PF - 1
+        .if _o < (\n)
+            .if (\a_on) && (_o < 16)
+                .set _w, _w + 2
+            .else
+                .set _w, _w + 1
+            .endif
+        .endif
+        .set _o, _o + 1
+    .endr
+    s_waitcnt lgkmcnt(_w)               ; in flight: operands g..g+PF-1 -> wait for g's
 .endm
 
-; LDS DMA of KV tile (descriptors at that tile) into buffer \buf: lines w and w+8 of K and V
-.macro dma_tile buf
-    s_add_u32 m0, s[s_m0k], LDS_K0 + (\buf) * TILE_BYTES
-    buffer_load_dwordx4 v[v_dma_k0], s[s_rsrc_k:s_rsrc_k+3], 0 offen lds
-    s_add_u32 m0, s[s_m0k], LDS_K0 + (\buf) * TILE_BYTES + 8192
-    buffer_load_dwordx4 v[v_dma_k1], s[s_rsrc_k:s_rsrc_k+3], 0 offen lds
-    s_add_u32 m0, s[s_m0k], LDS_V0 + (\buf) * TILE_BYTES
-    buffer_load_dwordx4 v[v_dma_v0], s[s_rsrc_v:s_rsrc_v+3], 0 offen lds
-    s_add_u32 m0, s[s_m0k], LDS_V0 + (\buf) * TILE_BYTES + 8192
-    buffer_load_dwordx4 v[v_dma_v1], s[s_rsrc_v:s_rsrc_v+3], 0 offen lds
+; One MFMA of the stream: wait for its operand, issue it, read operand g + PF.
+.macro mfma_step g, a_on, n, par
+    op_wait \g, \a_on, \n
+    .if (\a_on) && ((\g) < 16)
+        pv_mfma ((\g) % RING), (\g)
+    .else
+        qk_mfma ((\g) % RING), ((\g) - 16*(\a_on)), (1 - (\par))
+    .endif
+    .if (\g) + PF < (\n)
+        op_read ((\g) + PF), \a_on, (1 - (\par)), (1 - (\par))
+    .endif
 .endm
 
-; mask element e of S^T (key block e/16, register e%16) against v_mask_t, writing -inf
-; where the key is not visible; compare into mask pair \pair
+; Phase B softmax op i of S(j) (in _sj): even i = 2p: l += (P[2p], P[2p+1]); odd: P pair p
+; to bf16/fp16 (register pairs of S^T are already GEMM1's B operand layout)
+.macro smB_op i
+    .if (\i) % 2 == 0
+        v_pk_add_f32 v[v_l:v_l+1], v[v_l:v_l+1], v[_sj + (\i) : _sj + (\i) + 1]
+    .else
+        cvt_pk_f32 v[v_p + (\i)/2], v[_sj + (\i) - 1], v[_sj + (\i)]
+    .endif
+.endm
+
+; Row max of S(j) - m over the 32 in-lane keys and the two lane halves -> v_diff
+.macro row_max
+    v_max3_f32 v[v_t0], v[_sj + 0], v[_sj + 1], v[_sj + 2]
+    .set _r, 3
+    .rept 14
+        v_max3_f32 v[v_t0], v[v_t0], v[_sj + _r], v[_sj + _r + 1]
+        .set _r, _r + 2
+    .endr
+    v_max_f32 v[v_t0], v[v_t0], v[_sj + 31]
+    v_mov_b32 v[v_t1], v[v_t0]
+    s_nop 1                             ; VALU write -> v_permlane32_swap read: 2 wait states
+    v_permlane32_swap_b32 v[v_t0], v[v_t1]  ; t0 = low half's max in both halves, t1 = high half's
+    v_max_f32 v[v_diff], v[v_t0], v[v_t1]
+.endm
+
+; Softmax lead of the first tile: m = max(row max, -1e30); S -= m; -m into v_negm
+.macro lead_first
+    row_max
+    v_max_f32 v[v_m], M_INIT, v[v_diff]
+    v_sub_f32 v[v_t2], 0, v[v_m]
+    .set _r, 0
+    .rept 16
+        v_pk_add_f32 v[_sj + _r : _sj + _r + 1], v[_sj + _r : _sj + _r + 1], v[v_m:v_m+1] op_sel_hi:[1,0] neg_lo:[0,1] neg_hi:[0,1]
+        .set _r, _r + 2
+    .endr
+    .set _r, 0
+    .rept 8
+        v_pk_mov_b32 v[v_negm + _r : v_negm + _r + 1], v[v_t2:v_t2+1], v[v_t2:v_t2+1] op_sel:[0,0]
+        .set _r, _r + 2
+    .endr
+.endm
+
+; Softmax lead of later tiles: the lazy-rescale test (rare path out of line)
+.macro lead_steady tag
+    row_max
+    v_cmp_lt_f32 vcc, LAZY_THRESHOLD, v[v_diff]     ; some row's max grew by more than 8
+    s_cmp_lg_u64 vcc, 0
+    s_cbranch_scc1 L_prep_\tag
+L_prep_back_\tag:
+.endm
+
+; One iteration body (see the pipeline in the header). j's parity \par picks the buffers:
+; S(j) = v_s[par], S(j+1) = v_s[1-par], V(j-1) = V[1-par], K(j+1) = K[1-par].
+;   a_on: GEMM1(j-1)   sm_on: softmax(j)   b_on: GEMM0(j+1)   first: j = 0
+.macro iteration tag, par, a_on, sm_on, b_on, first
+    .set _n, 16*((\a_on) + (\b_on))
+    .set _sj, v_s0 + 32*(\par)
+    .set _g, 0
+    .rept PF
+        .if _g < _n
+            op_read _g, \a_on, (1 - (\par)), (1 - (\par))
+        .endif
+        .set _g, _g + 1
+    .endr
+    .if \sm_on
+        s_cmp_ge_i32 s[s_j], s[s_maskfrom]
+        s_cbranch_scc1 L_mask_\tag          ; tail keys or causal diagonal in this tile
+L_mask_back_\tag:
+        .if \first
+            lead_first
+        .else
+            lead_steady \tag
+        .endif
+    .endif
+    s_setprio 1                             ; MFMA stream: win issue over a wave still at its barrier/DMA
+    ; phase A: GEMM1(j-1) || exp2 of key block 0
+    .set _k, 0
+    .rept 16
+        .if \a_on
+            mfma_step _k, \a_on, _n, \par
+        .endif
+        .if \sm_on
+            v_exp_f32 v[_sj + _k], v[_sj + _k]
+        .endif
+        .set _k, _k + 1
+    .endr
+    .if (\a_on) && (\sm_on)
+        s_cmp_lg_u32 s[s_resc], 0
+        s_cbranch_scc1 L_orescale_\tag      ; O *= corr now that GEMM1(j-1) is in
+L_orescale_back_\tag:
+    .endif
+    ; phase B: GEMM0(j+1) || exp2 of key block 1, row sums, P to bf16/fp16
+    .set _k, 0
+    .rept 16
+        .if \b_on
+            mfma_step (16*(\a_on) + _k), \a_on, _n, \par
+        .endif
+        .if \sm_on
+            v_exp_f32 v[_sj + 16 + _k], v[_sj + 16 + _k]
+            .if _k >= 1
+                smB_op (2*_k - 2)       ; pairs p <= k-1 were exponentiated >= 2 ops ago
+                smB_op (2*_k - 1)
+            .endif
+        .endif
+        .set _k, _k + 1
+    .endr
+    .if \sm_on
+        smB_op 30
+        smB_op 31
+    .endif
+    s_setprio 0
+.endm
+
+; --- rare paths (placed after s_endpgm) ---
+
+; mask S(j) (-inf where the key is not visible): element e = key block e/16, register e%16
 .macro mask_cmp e, pair
     v_cmp_lt_i32_e64 s[\pair:\pair+1], 32*((\e)/16) + 8*(((\e)%16)/4) + (\e)%4, v[v_mask_t]
 .endm
 .macro mask_sel e, pair
-    v_cndmask_b32_e64 v[v_s + (\e)], v[v_neginf], v[v_s + (\e)], s[\pair:\pair+1]
+    v_cndmask_b32_e64 v[_sj + (\e)], v[v_neginf], v[_sj + (\e)], s[\pair:\pair+1]
 .endm
-
-; One KV tile, the LDS buffers of parity \buf: see the pipeline in the header.
-.macro kv_tile buf
-    s_waitcnt vmcnt(0)                  ; in flight: my 4 DMA lines of tile j -> wait for them
-    s_barrier                           ; every wave's lines of tile j landed; every wave finished tile j-1,
-                                        ; so buffer 1-\buf (tile j-1) may be overwritten
-    ; --- prefetch tile j+1 into the other buffer ---
-    s_add_u32 s[s_t0], s[s_j], 1
-    s_cmp_lt_u32 s[s_t0], s[s_ntiles]
-    s_cbranch_scc0 L_no_prefetch_\buf
-    rsrc_advance s_rsrc_k, s_kstep
-    rsrc_advance s_rsrc_v, s_vstep
-    dma_tile (1 - \buf)
-L_no_prefetch_\buf:
-    s_cmp_lt_u32 s[s_j], s[s_wtiles]
-    s_cbranch_scc0 L_tile_done_\buf     ; above the causal diagonal (or no valid row): nothing to compute
-    s_lshl_b32 s[s_tile_start], s[s_j], 6
-
-    ; --- GEMM0: S^T = K Q^T, K reads streamed PF_K ahead ---
-    .set _i, 0
-    .rept PF_K
-        k_read _i, \buf
-        .set _i, _i + 1
-    .endr
-    s_setprio 1                         ; MFMA cluster: win issue over the SIMD's other wave (in softmax)
-    .set _i, 0
-    .rept 16
-        .set _issued, _i + PF_K
-        .if _issued > 16
-            .set _issued, 16
-        .endif
-        s_waitcnt lgkmcnt(_issued - _i - 1)    ; in flight: K reads _i.._issued-1 -> wait for read _i
-        qk_mfma _i
-        .if _i + PF_K < 16
-            k_read (_i + PF_K), \buf
-        .endif
-        .set _i, _i + 1
-    .endr
-    s_setprio 0
-    ; the first PF_V V^T operands load while the softmax runs (K operands are consumed)
-    .set _i, 0
-    .rept PF_V
-        v_read _i, \buf
-        .set _i, _i + 1
-    .endr
-    s_nop 7                             ; S^T was written by the last MFMA: 12 wait states before a VALU reads it
-    s_nop 1
-
-    ; --- mask: tail keys and the causal diagonal ---
-    s_cmp_ge_i32 s[s_j], s[s_maskfrom]
-    s_cbranch_scc0 L_no_mask_\buf
-    v_sub_u32 v[v_mask_t], v[v_lim4], s[s_tile_start]     ; key (in tile) < v_mask_t - (4(l/32) folded in) is visible
+.macro rare_mask tag, par
+L_mask_\tag:
+    .set _sj, v_s0 + 32*(\par)
+    v_sub_u32 v[v_mask_t], v[v_lim4], s[s_tile_start]     ; key (in tile) < v_mask_t (4(l/32) folded in) is visible
     ; compares rotate over 3 SGPR pairs so each v_cndmask reads its mask >= 2 wait states
     ; after the v_cmp wrote it (VALU SGPR write -> VALU read)
     mask_cmp 0, s_cmp0
@@ -332,78 +438,53 @@ L_no_prefetch_\buf:
         .endif
         .set _e, _e + 1
     .endr
-L_no_mask_\buf:
+    s_branch L_mask_back_\tag
+.endm
 
-    ; --- softmax: row max over the 32 in-lane keys, then across the lane halves ---
-    v_max3_f32 v[v_t0], v[v_s + 0], v[v_s + 1], v[v_s + 2]
-    .set _r, 3
-    .rept 14
-        v_max3_f32 v[v_t0], v[v_t0], v[v_s + _r], v[v_s + _r + 1]
+; lazy rescale, at the test: delta = max(row max of S - m, 0) (rows whose max did not grow
+; keep their m); S -= delta, m += delta, -m -= delta, l *= 2^-delta; O waits for GEMM1(j-1)
+.macro rare_prep tag, par
+L_prep_\tag:
+    .set _sj, v_s0 + 32*(\par)
+    v_max_f32 v[v_t2], 0, v[v_diff]
+    v_add_f32 v[v_m], v[v_m], v[v_t2]
+    v_sub_f32 v[v_corr], 0, v[v_t2]
+    v_exp_f32 v[v_corr], v[v_corr]
+    .set _r, 0
+    .rept 16
+        v_pk_add_f32 v[_sj + _r : _sj + _r + 1], v[_sj + _r : _sj + _r + 1], v[v_t2:v_t2+1] op_sel_hi:[1,0] neg_lo:[0,1] neg_hi:[0,1]
         .set _r, _r + 2
     .endr
-    v_max_f32 v[v_t0], v[v_t0], v[v_s + 31]
-    v_mov_b32 v[v_t1], v[v_t0]
-    s_nop 1                             ; VALU write -> v_permlane32_swap read: 2 wait states
-    v_permlane32_swap_b32 v[v_t0], v[v_t1]  ; t0 = low half's max in both halves, t1 = high half's
-    v_max_f32 v[v_t0], v[v_t0], v[v_t1]
-    v_max_f32 v[v_mnew], v[v_m], v[v_t0]
-    v_sub_f32 v[v_diff], v[v_mnew], v[v_m]
-    v_cmp_lt_f32 vcc, LAZY_THRESHOLD, v[v_diff]
-    s_cbranch_vccz L_no_rescale_\buf    ; every row's max grew by <= 8: keep m (P stays <= 256)
-    ; rescale O and l by exp2(m - m_new); O was last written by GEMM1 of an earlier tile,
-    ; far more than 12 wait states ago
-    v_sub_f32 v[v_corr], v[v_m], v[v_mnew]
-    v_exp_f32 v[v_corr], v[v_corr]
-    v_mov_b32 v[v_m], v[v_mnew]
-    s_nop 0                             ; transcendental result -> VALU read: 1 wait state
+    .set _r, 0
+    .rept 8
+        v_pk_add_f32 v[v_negm + _r : v_negm + _r + 1], v[v_negm + _r : v_negm + _r + 1], v[v_t2:v_t2+1] op_sel_hi:[1,0] neg_lo:[0,1] neg_hi:[0,1]
+        .set _r, _r + 2
+    .endr
     v_pk_mul_f32 v[v_l:v_l+1], v[v_l:v_l+1], v[v_corr:v_corr+1] op_sel_hi:[1,0]
+    s_mov_b32 s[s_resc], 1
+    s_branch L_prep_back_\tag
+.endm
+
+; lazy rescale, end of phase A: O *= corr
+.macro rare_orescale tag
+L_orescale_\tag:
+    s_nop 7                             ; the last GEMM1 MFMA wrote O: 12 wait states before VALU touches it
+    s_nop 2
     .set _r, 0
     .rept 32
         v_pk_mul_f32 v[v_o + _r : v_o + _r + 1], v[v_o + _r : v_o + _r + 1], v[v_corr:v_corr+1] op_sel_hi:[1,0]
         .set _r, _r + 2
     .endr
-L_no_rescale_\buf:
-    ; P = exp2(S - m)
-    .set _r, 0
-    .rept 16
-        v_pk_add_f32 v[v_s + _r : v_s + _r + 1], v[v_s + _r : v_s + _r + 1], v[v_m:v_m+1] op_sel_hi:[1,0] neg_lo:[0,1] neg_hi:[0,1]
-        .set _r, _r + 2
-    .endr
-    .set _r, 0
-    .rept 32
-        v_exp_f32 v[v_s + _r], v[v_s + _r]
-        .set _r, _r + 1
-    .endr
-    ; l += row sum (two partial sums per lane; the halves are combined once, at the end)
-    .set _r, 0
-    .rept 16
-        v_pk_add_f32 v[v_l:v_l+1], v[v_l:v_l+1], v[v_s + _r : v_s + _r + 1]
-        .set _r, _r + 2
-    .endr
-    ; P to bf16/fp16: register pairs of S^T are already the B operand layout of GEMM1
-    .set _r, 0
-    .rept 16
-        cvt_pk_f32 v[v_p + _r], v[v_s + 2*_r], v[v_s + 2*_r + 1]
-        .set _r, _r + 1
-    .endr
+    s_mov_b32 s[s_resc], 0
+    s_branch L_orescale_back_\tag
+.endm
 
-    ; --- GEMM1: O^T += V^T P^T, V reads streamed PF_V MFMAs ahead ---
-    s_setprio 1                         ; MFMA cluster
-    .set _i, 0
-    .rept 16
-        .set _issued, _i + PF_V
-        .if _issued > 16
-            .set _issued, 16
-        .endif
-        s_waitcnt lgkmcnt(2 * (_issued - _i - 1))   ; in flight: V reads of MFMAs _i.._issued-1 -> wait for _i's two
-        pv_mfma _i
-        .if _i + PF_V < 16
-            v_read (_i + PF_V), \buf
-        .endif
-        .set _i, _i + 1
-    .endr
-    s_setprio 0
-L_tile_done_\buf:
+; LDS DMA of one tile of K (\rsrc = s_rsrc_k) or V into the buffer whose line w is at s[\s_line]
+.macro dma_tile rsrc, voff0, voff1, s_line, region
+    s_add_u32 m0, s[\s_line], \region
+    buffer_load_dwordx4 v[\voff0], s[\rsrc:\rsrc+3], 0 offen lds
+    s_add_u32 m0, s[\s_line], \region + 8192
+    buffer_load_dwordx4 v[\voff1], s[\rsrc:\rsrc+3], 0 offen lds
 .endm
 
 ; ============================================================================ prologue
@@ -433,8 +514,8 @@ L_tile_done_\buf:
     s_load_dword s[s_store_lse], s[s_kernarg:s_kernarg+1], k_store_lse
     v_and_b32 v[v_lane], 63, v[v_workitem]
     v_bfe_u32 v[v_t0], v[v_workitem], 6, 4              ; wave index = work-item x / 64
-    v_and_b32 v[v_lq], 31, v[v_lane]
-    v_lshrrev_b32 v[v_lh], 5, v[v_lane]
+    v_and_b32 v[v_u_lq], 31, v[v_lane]
+    v_lshrrev_b32 v[v_u_lh], 5, v[v_lane]
     v_readfirstlane_b32 s[s_wave], v[v_t0]              ; (>= 1 wait state after v_t0 was written)
     s_waitcnt lgkmcnt(0)                                ; in flight: all kernarg loads -> wait for all
 
@@ -494,12 +575,12 @@ L_tile_done_\buf:
 
     ; --- Q: 8 loads of 16 bytes: row q0 + 32w + l%32, d chunk 2s + l/32 ---
     s_lshl_b32 s[s_t0], s[s_wave], 5                    ; 32w
-    v_add_u32 v[v_t0], s[s_t0], v[v_lq]
+    v_add_u32 v[v_t0], s[s_t0], v[v_u_lq]
     v_mul_lo_u32 v[v_t0], v[v_t0], s[s_q_ss]
-    v_lshl_add_u32 v[v_qoff], v[v_lh], 4, v[v_t0]
+    v_lshl_add_u32 v[v_u_qoff], v[v_u_lh], 4, v[v_t0]
     .set _s, 0
     .rept 8
-        buffer_load_dwordx4 v[v_q + 4*_s : v_q + 4*_s + 3], v[v_qoff], s[s_rsrc_q:s_rsrc_q+3], 0 offen offset: 32*_s
+        buffer_load_dwordx4 v[v_q + 4*_s : v_q + 4*_s + 3], v[v_u_qoff], s[s_rsrc_q:s_rsrc_q+3], 0 offen offset: 32*_s
         .set _s, _s + 1
     .endr
 
@@ -536,44 +617,44 @@ L_tile_done_\buf:
     s_cselect_b32 s[s_wtiles], 0, s[s_wtiles]           ; a wave past the last row computes nothing
 
     ; --- per-lane mask limit: v_lim4 = lim(q) - 4(l/32) ---
-    v_add_u32 v[v_t0], s[s_t0], v[v_lq]                 ; q = q0 + 32w + l%32
+    v_add_u32 v[v_t0], s[s_t0], v[v_u_lq]                 ; q = q0 + 32w + l%32
 .if FMHA_CAUSAL
     v_add_u32 v[v_t0], s[s_t2], v[v_t0]
     v_min_i32 v[v_t0], s[s_seq_k], v[v_t0]
 .else
     v_mov_b32 v[v_t0], s[s_seq_k]
 .endif
-    v_lshlrev_b32 v[v_t1], 2, v[v_lh]
+    v_lshlrev_b32 v[v_t1], 2, v[v_u_lh]
     v_sub_u32 v[v_lim4], v[v_t0], v[v_t1]
 
     ; --- LDS read addresses ---
     ; K: key l%32 (+32 kb), chunk c = 2s + l/32 at key*256 + 16*(c ^ key%16)
-    v_lshlrev_b32 v[v_t1], 8, v[v_lq]
-    v_and_b32 v[v_t2], 15, v[v_lq]
+    v_lshlrev_b32 v[v_t1], 8, v[v_u_lq]
+    v_and_b32 v[v_t2], 15, v[v_u_lq]
     .set _s, 0
     .rept 8
-        v_add_u32 v[v_t3], 2*_s, v[v_lh]
-        v_xor_b32 v[v_t3], v[v_t3], v[v_t2]
-        v_lshl_add_u32 v[v_kaddr + _s], v[v_t3], 4, v[v_t1]
+        v_add_u32 v[v_u3], 2*_s, v[v_u_lh]
+        v_xor_b32 v[v_u3], v[v_u3], v[v_t2]
+        v_lshl_add_u32 v[v_kaddr + _s], v[v_u3], 4, v[v_t1]
         .set _s, _s + 1
     .endr
     ; V (ds_read_b64_tr_b16): lane 16bb + 4j + m reads 8 bytes of row rr = 4(bb/2) + j
     ; (+16ks +8x by offset) at d = 32db + 16(bb%2) + 4m: chunk c = 4db + 2(bb%2) + m/2,
     ; address rr*256 + 16*(c ^ 2rr) + 8(m%2)
     v_bfe_u32 v[v_t0], v[v_lane], 2, 2                  ; j
-    v_lshl_add_u32 v[v_t0], v[v_lh], 2, v[v_t0]         ; rr = 4(bb/2) + j   (bb/2 = l/32)
+    v_lshl_add_u32 v[v_t0], v[v_u_lh], 2, v[v_t0]         ; rr = 4(bb/2) + j   (bb/2 = l/32)
     v_bfe_u32 v[v_t1], v[v_lane], 4, 1                  ; bb % 2
     v_bfe_u32 v[v_t2], v[v_lane], 1, 1                  ; m / 2
     v_lshl_add_u32 v[v_t1], v[v_t1], 1, v[v_t2]         ; 2(bb%2) + m/2
     v_lshlrev_b32 v[v_t2], 1, v[v_t0]                   ; 2rr
-    v_and_b32 v[v_t3], 1, v[v_lane]                     ; m % 2
-    v_lshlrev_b32 v[v_t3], 3, v[v_t3]
-    v_lshl_add_u32 v[v_t3], v[v_t0], 8, v[v_t3]         ; rr*256 + 8(m%2)
+    v_and_b32 v[v_u3], 1, v[v_lane]                     ; m % 2
+    v_lshlrev_b32 v[v_u3], 3, v[v_u3]
+    v_lshl_add_u32 v[v_u3], v[v_t0], 8, v[v_u3]         ; rr*256 + 8(m%2)
     .set _d, 0
     .rept 4
-        v_add_u32 v[v_t4], 4*_d, v[v_t1]
-        v_xor_b32 v[v_t4], v[v_t4], v[v_t2]
-        v_lshl_add_u32 v[v_vaddr + _d], v[v_t4], 4, v[v_t3]
+        v_add_u32 v[v_u4], 4*_d, v[v_t1]
+        v_xor_b32 v[v_u4], v[v_u4], v[v_t2]
+        v_lshl_add_u32 v[v_vaddr + _d], v[v_u4], 4, v[v_u3]
         .set _d, _d + 1
     .endr
 
@@ -583,38 +664,50 @@ L_tile_done_\buf:
     s_lshl_b32 s[s_t1], s[s_wave], 2                    ; 4w: first row of line w
     v_add_u32 v[v_t2], s[s_t1], v[v_t0]                 ; row in tile (line w)
     s_and_b32 s[s_t3], s[s_t1], 15                      ; 4(w%4)
-    v_add_u32 v[v_t3], s[s_t3], v[v_t0]                 ; row % 16 (same for line w+8)
-    v_xor_b32 v[v_t3], v[v_t3], v[v_t1]                 ; K chunk
-    v_mul_lo_u32 v[v_t4], v[v_t2], s[s_k_ss]
-    v_lshl_add_u32 v[v_dma_k0], v[v_t3], 4, v[v_t4]
+    v_add_u32 v[v_u3], s[s_t3], v[v_t0]                 ; row % 16 (same for line w+8)
+    v_xor_b32 v[v_u3], v[v_u3], v[v_t1]                 ; K chunk
+    v_mul_lo_u32 v[v_u4], v[v_t2], s[s_k_ss]
+    v_lshl_add_u32 v[v_dma_k0], v[v_u3], 4, v[v_u4]
     s_lshl_b32 s[s_t3], s[s_k_ss], 5                    ; line w+8 is 32 rows further
     v_add_u32 v[v_dma_k1], s[s_t3], v[v_dma_k0]
     s_and_b32 s[s_t3], s[s_t1], 4                       ; 4(w%2)
-    v_add_u32 v[v_t3], s[s_t3], v[v_t0]                 ; row % 8
-    v_lshlrev_b32 v[v_t3], 1, v[v_t3]
-    v_xor_b32 v[v_t3], v[v_t3], v[v_t1]                 ; V chunk
-    v_mul_lo_u32 v[v_t4], v[v_t2], s[s_v_ss]
-    v_lshl_add_u32 v[v_dma_v0], v[v_t3], 4, v[v_t4]
+    v_add_u32 v[v_u3], s[s_t3], v[v_t0]                 ; row % 8
+    v_lshlrev_b32 v[v_u3], 1, v[v_u3]
+    v_xor_b32 v[v_u3], v[v_u3], v[v_t1]                 ; V chunk
+    v_mul_lo_u32 v[v_u4], v[v_t2], s[s_v_ss]
+    v_lshl_add_u32 v[v_dma_v0], v[v_u3], 4, v[v_u4]
     s_lshl_b32 s[s_t3], s[s_v_ss], 5
     v_add_u32 v[v_dma_v1], s[s_t3], v[v_dma_v0]
 
-    ; --- state: O = 0, m = -1e30, l = 0 ---
+
+    ; --- state: O = 0, m = -1e30 (its -m starts at 0: the first GEMM0 gives plain S), l = 0 ---
     .set _r, 0
     .rept 32
         v_mov_b64 v[v_o + _r : v_o + _r + 1], 0
         .set _r, _r + 2
     .endr
+    .set _r, 0
+    .rept 8
+        v_mov_b64 v[v_negm + _r : v_negm + _r + 1], 0
+        .set _r, _r + 2
+    .endr
     v_mov_b32 v[v_m], M_INIT
     v_mov_b64 v[v_l:v_l+1], 0
     v_mov_b32 v[v_neginf], NEG_INF
+    s_mov_b32 s[s_resc], 0
 
-    ; --- first KV tile in flight, then Q pre-scaled by scale*log2(e) ---
+    ; --- K(0), K(1) in flight; Q pre-scaled by scale*log2(e) meanwhile ---
     s_mov_b32 s[s_j], 0
     s_cmp_eq_u32 s[s_ntiles], 0
     s_cbranch_scc1 L_q_scale
-    dma_tile 0
+    dma_tile s_rsrc_k, v_dma_k0, v_dma_k1, s_m0k, LDS_K0
+    rsrc_advance s_rsrc_k, s_kstep
+    s_cmp_lt_u32 s[s_ntiles], 2
+    s_cbranch_scc1 L_q_scale
+    dma_tile s_rsrc_k, v_dma_k0, v_dma_k1, s_m0k, LDS_K0 + TILE_BYTES
+    rsrc_advance s_rsrc_k, s_kstep
 L_q_scale:
-    s_waitcnt vmcnt(0)                                  ; in flight: 8 Q loads (+ tile 0's 4 DMA lines) -> wait for all
+    s_waitcnt vmcnt(0)                                  ; in flight: 8 Q loads, K(0), K(1) -> wait for all
     .set _r, 0
     .rept 32
 .if FMHA_F16
@@ -632,17 +725,62 @@ L_q_scale:
     .endr
     s_cmp_eq_u32 s[s_ntiles], 0
     s_cbranch_scc1 L_epilogue
+    s_barrier                                           ; every wave's lines of K(0) landed
+    s_cmp_eq_u32 s[s_wtiles], 0
+    s_cbranch_scc1 L_iter
+    iteration pre, 1, 0, 0, 1, 0                        ; GEMM0(0): S(0) into v_s0 from K[0]
+    s_nop 7                                             ; S(0) was written by the last MFMA: 12 wait states
+    s_nop 3                                             ; before the first softmax reads it
 
 ; ============================================================================ main loop
-L_loop:
-    kv_tile 0
-    s_add_u32 s[s_j], s[s_j], 1
+; j = 0 .. n: DMA, then the body this wave runs at j (w = its tile count)
+L_iter:
+    s_waitcnt vmcnt(0)                  ; in flight: my DMA lines of K(j+1), V(j-1) -> wait for them
+    s_barrier                           ; everyone's landed; everyone finished iteration j-1, so
+                                        ; K[j%2] (K(j), read by GEMM0(j)) and V[j%2] (V(j-2)) are free
+    s_and_b32 s[s_t0], s[s_j], 1
+    s_lshl_b32 s[s_t0], s[s_t0], 14     ; (j % 2) * TILE_BYTES
+    s_add_u32 s[s_t1], s[s_m0k], s[s_t0]
+    s_add_u32 s[s_t2], s[s_j], 2
+    s_cmp_lt_u32 s[s_t2], s[s_ntiles]
+    s_cbranch_scc0 L_no_k_dma
+    dma_tile s_rsrc_k, v_dma_k0, v_dma_k1, s_t1, LDS_K0     ; K(j+2) -> K[j%2]
+    rsrc_advance s_rsrc_k, s_kstep
+L_no_k_dma:
     s_cmp_lt_u32 s[s_j], s[s_ntiles]
-    s_cbranch_scc0 L_epilogue
-    kv_tile 1
+    s_cbranch_scc0 L_no_v_dma
+    dma_tile s_rsrc_v, v_dma_v0, v_dma_v1, s_t1, LDS_V0     ; V(j) -> V[j%2]
+    rsrc_advance s_rsrc_v, s_vstep
+L_no_v_dma:
+    ; which body: nothing (j > w, or w = 0), A only (j = w), first (j = 0), last (j = w-1), full
+    s_cmp_eq_u32 s[s_wtiles], 0
+    s_cbranch_scc1 L_next
+    s_cmp_gt_u32 s[s_j], s[s_wtiles]
+    s_cbranch_scc1 L_next
+    s_lshl_b32 s[s_tile_start], s[s_j], 6
+    s_sub_u32 s[s_t0], s[s_wtiles], 1
+    s_bitcmp1_b32 s[s_j], 0
+    s_cbranch_scc1 L_dispatch_odd
+    s_cmp_eq_u32 s[s_j], s[s_wtiles]
+    s_cbranch_scc1 L_aonly_0
+    s_cmp_eq_u32 s[s_j], 0
+    s_cbranch_scc1 L_dispatch_first
+    s_cmp_eq_u32 s[s_j], s[s_t0]
+    s_cbranch_scc1 L_last_0
+L_full_0:
+    iteration full_0, 0, 1, 1, 1, 0
+    s_branch L_next
+L_dispatch_odd:
+    s_cmp_eq_u32 s[s_j], s[s_wtiles]
+    s_cbranch_scc1 L_aonly_1
+    s_cmp_eq_u32 s[s_j], s[s_t0]
+    s_cbranch_scc1 L_last_1
+L_full_1:
+    iteration full_1, 1, 1, 1, 1, 0
+L_next:
     s_add_u32 s[s_j], s[s_j], 1
-    s_cmp_lt_u32 s[s_j], s[s_ntiles]
-    s_cbranch_scc1 L_loop
+    s_cmp_le_u32 s[s_j], s[s_ntiles]
+    s_cbranch_scc1 L_iter
 
 ; ============================================================================ epilogue
 L_epilogue:
@@ -666,23 +804,63 @@ L_epilogue:
     v_add_f32 v[v_t2], v[v_m], v[v_t2]
     v_mul_f32 v[v_t2], LN2, v[v_t2]     ; LSE = (m + log2 l) * ln 2
     ; O^T block db, register 4g + e holds d = 32db + 8g + 4(l/32) + e: 4 consecutive d -> 8 bytes
+    v_and_b32 v[v_t0], 31, v[v_lane]
     s_lshl_b32 s[s_t0], s[s_wave], 5
-    v_add_u32 v[v_t3], s[s_t0], v[v_lq]                 ; row in tile
-    v_mul_lo_u32 v[v_t4], v[v_t3], s[s_o_ss]
-    v_lshl_add_u32 v[v_t4], v[v_lh], 3, v[v_t4]         ; + 8 * (l/32)
+    v_add_u32 v[v_t0], s[s_t0], v[v_t0]                 ; row in tile: 32w + l%32
+    v_mul_lo_u32 v[v_t1], v[v_t0], s[s_o_ss]
+    v_lshrrev_b32 v[v_kaddr], 5, v[v_lane]              ; (K addresses are done with)
+    v_lshl_add_u32 v[v_t1], v[v_kaddr], 3, v[v_t1]      ; + 8 * (l/32)
     .set _g, 0
     .rept 16
         cvt_pk_f32 v[v_op + 2*_g], v[v_o + 4*_g], v[v_o + 4*_g + 1]
         cvt_pk_f32 v[v_op + 2*_g + 1], v[v_o + 4*_g + 2], v[v_o + 4*_g + 3]
-        buffer_store_dwordx2 v[v_op + 2*_g : v_op + 2*_g + 1], v[v_t4], s[s_rsrc_o:s_rsrc_o+3], 0 offen offset: 64*(_g/4) + 16*(_g%4)
+        buffer_store_dwordx2 v[v_op + 2*_g : v_op + 2*_g + 1], v[v_t1], s[s_rsrc_o:s_rsrc_o+3], 0 offen offset: 64*(_g/4) + 16*(_g%4)
         .set _g, _g + 1
     .endr
     s_cmp_eq_u32 s[s_store_lse], 0
     s_cbranch_scc1 L_end
-    v_lshlrev_b32 v[v_t3], 2, v[v_t3]
+    v_lshlrev_b32 v[v_t0], 2, v[v_t0]
     s_mov_b64 s[s_exec_save:s_exec_save+1], exec
     s_mov_b32 exec_hi, 0                ; lanes 0..31 hold the 32 rows (lanes 32..63 repeat them)
-    buffer_store_dword v[v_t2], v[v_t3], s[s_rsrc_lse:s_rsrc_lse+3], 0 offen
+    buffer_store_dword v[v_t2], v[v_t0], s[s_rsrc_lse:s_rsrc_lse+3], 0 offen
     s_mov_b64 exec, s[s_exec_save:s_exec_save+1]
 L_end:
     s_endpgm
+
+; ============================================================================ reduced bodies
+L_dispatch_first:
+    s_cmp_eq_u32 s[s_wtiles], 1
+    s_cbranch_scc1 L_first_only
+    iteration first, 0, 0, 1, 1, 1                      ; j = 0: softmax(0), GEMM0(1)
+    s_branch L_next
+L_first_only:
+    iteration first_only, 0, 0, 1, 0, 1                 ; j = 0 = w-1: softmax(0)
+    s_branch L_next
+L_last_0:
+    iteration last_0, 0, 1, 1, 0, 0                     ; j = w-1: GEMM1(j-1), softmax(j)
+    s_branch L_next
+L_last_1:
+    iteration last_1, 1, 1, 1, 0, 0
+    s_branch L_next
+L_aonly_0:
+    iteration aonly_0, 0, 1, 0, 0, 0                    ; j = w: GEMM1(w-1)
+    s_branch L_next
+L_aonly_1:
+    iteration aonly_1, 1, 1, 0, 0, 0
+    s_branch L_next
+
+; ============================================================================ rare paths
+    rare_mask first, 0
+    rare_mask first_only, 0
+    rare_mask full_0, 0
+    rare_mask full_1, 1
+    rare_mask last_0, 0
+    rare_mask last_1, 1
+    rare_prep full_0, 0
+    rare_prep full_1, 1
+    rare_prep last_0, 0
+    rare_prep last_1, 1
+    rare_orescale full_0
+    rare_orescale full_1
+    rare_orescale last_0
+    rare_orescale last_1

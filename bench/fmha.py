@@ -8,9 +8,10 @@ S in {1k, 4k, 8k, 16k}, and B16 H64 (MHA) with S 8192.
 Three kinds of numbers, each labelled:
 
 * static (from the built code object, no model): registers, LDS, occupancy, and the
-  steady-state KV tile of one wave — the instructions a wave issues for one 64-key tile
-  that needs neither masking nor an O rescale (the common case), found by walking the
-  loop body from L_loop with those branches resolved. MFMA count and MFMA cycles
+  steady-state KV tile of one wave — the instructions a wave issues in one main-loop
+  iteration (one 64-key tile: both DMAs, GEMM1 of the previous tile, the softmax, GEMM0 of
+  the next) that needs neither masking nor an O rescale (the common case), found by
+  walking the loop from L_iter back to L_iter with those branches resolved. MFMA count and MFMA cycles
   (4 x passes) against the issue cycles of everything else (VALU 4, transcendental and
   32-bit integer multiply 16, s_nop N (N+1) x 4, any other instruction one 4-cycle issue
   slot: gfxasm.perf.params). "MFMA share" = MFMA cycles / (MFMA + other) for one wave
@@ -83,22 +84,27 @@ def _issue_cycles(inst, klass: str, prm: P.Params) -> int:
 
 
 def steady_tile(co_path: Path, mask: bool = False, rescale: bool = False) -> dict:
-    """Instruction mix and cycles of one wave's KV tile (buffer 0), walking from L_loop to
-    L_tile_done_0 with prefetch on, the mask and rescale branches as asked."""
+    """Instruction mix and cycles of one wave's main-loop iteration (one KV tile): walk from
+    L_iter back to L_iter through the full body of an even tile, with both DMAs issued and
+    the mask and lazy-rescale branches taken as asked."""
     import gfxasm.emu as emu
     from gfxasm.perf.stats import classify, mfma_flops, mfma_passes
     prm = P.DEFAULT
     labels = _symbols(co_path)
+    names = {pc: name for name, pc in labels.items()}
     kern = emu.load(co_path).kernel()
-    insts = kern.program.insts if hasattr(kern.program, "insts") else kern.program[0]
+    insts = kern.program.insts
     by_pc = {i.pc: n for n, i in enumerate(insts)}
-    take = {labels["L_no_mask_0"]: not mask, labels["L_no_rescale_0"]: not rescale,
-            labels["L_no_prefetch_0"]: False, labels["L_tile_done_0"]: False}
-    n, end = by_pc[labels["L_loop"]], labels["L_tile_done_0"]
+    start = labels["L_iter"]
+    n = by_pc[start]
     counts, cycles = Counter(), Counter()
     mfma = dict(count=0, cycles=0, flops=0)
-    while insts[n].pc != end:
+    steps = 0
+    while True:
         inst = insts[n]
+        steps += 1
+        if steps > 10000:
+            raise RuntimeError("steady_tile: no way back to L_iter")
         klass = classify(inst)
         if klass == "mfma":
             mfma["count"] += 1
@@ -108,11 +114,19 @@ def steady_tile(co_path: Path, mask: bool = False, rescale: bool = False) -> dic
             counts[klass] += 1
             cycles[klass] += _issue_cycles(inst, klass, prm)
         if klass == "branch":
-            target = next((op for op in inst.ops if op.kind == "label"), None)
-            dest = int(target.text, 0) if target is not None and target.text.startswith("0x") else None
-            if dest is None:
-                dest = _branch_dest(inst)
-            if dest in take and take[dest]:
+            dest = _branch_dest(inst)
+            target = names.get(dest, "")
+            if dest == start:
+                break
+            if inst.name == "s_branch":
+                taken = True
+            elif target.startswith("L_mask_"):
+                taken = mask
+            elif target.startswith(("L_prep_", "L_orescale_")):
+                taken = rescale
+            else:                       # DMA skips, dispatch to other bodies, loop exit: not taken
+                taken = False
+            if taken:
                 n = by_pc[dest]
                 continue
         n += 1

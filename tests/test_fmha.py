@@ -111,17 +111,19 @@ def test_softmax_scale_and_fresh_output():
     assert fmha.max_error(o.float(), o_ref) <= o_tol
 
 
-def test_lazy_rescale_large_scores():
+@pytest.mark.parametrize("seq_k,causal", [(300, False), (250, False), (300, True), (250, True)])
+def test_lazy_rescale_large_scores(seq_k, causal):
     # Scores that grow by far more than the lazy threshold (2^8) from one tile to the next:
     # the rescale path must run, and a sorted key order makes each new tile's max larger.
+    # 300 and 250 keys end the tile loop on either parity (5 and 4 tiles).
     g = torch.Generator().manual_seed(5)
     q = (torch.randn(1, 64, 1, 128, generator=g) * 4).to(torch.bfloat16)
-    base = torch.randn(1, 300, 1, 128, generator=g)
-    k = (base * torch.linspace(0.1, 6, 300)[None, :, None, None]).to(torch.bfloat16)
-    v = torch.randn(1, 300, 1, 128, generator=g).to(torch.bfloat16)
-    o, lse = gfxasm.fmha_fwd(q, k, v, return_lse=True)
-    o_ref, lse_ref = fmha.reference(q, k, v)
-    o_tol, lse_tol = fmha.tolerances(q, k, v, o_ref, lse_ref, causal=False)
+    base = torch.randn(1, seq_k, 1, 128, generator=g)
+    k = (base * torch.linspace(0.1, 6, seq_k)[None, :, None, None]).to(torch.bfloat16)
+    v = torch.randn(1, seq_k, 1, 128, generator=g).to(torch.bfloat16)
+    o, lse = gfxasm.fmha_fwd(q, k, v, causal=causal, return_lse=True)
+    o_ref, lse_ref = fmha.reference(q, k, v, causal=causal)
+    o_tol, lse_tol = fmha.tolerances(q, k, v, o_ref, lse_ref, causal=causal)
     assert fmha.max_error(o.float(), o_ref) <= o_tol
     assert fmha.max_error(lse, lse_ref) <= max(lse_tol, 1e-5 * lse_ref.abs().max().item())
 
