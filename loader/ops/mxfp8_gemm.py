@@ -48,7 +48,9 @@ AUTO_GEMV_MAX_M = 4                # auto: GEMV up to here (VALU work per weight
 GEMV_M_TILES = (1, 2, 4, 8, 16)    # mxfp8_gemv_m<M_T>
 MFMA_M_TILES = (16, 32, 64)        # mxfp8_gemm_m<16*MT>
 MAX_SPLITS = 16                    # the reduce kernel's batched offsets stay below 2^32 up to here
-TARGET_WORKGROUPS = 512            # 2 per CU of an MI355X (256 CUs): enough to fill the GPU
+HBM_EFFECTIVE = 0.85 * 8.0e12      # bytes/s a well-fed MI355X streams (8 TB/s peak)
+MEMORY_LATENCY_S = 1.0e-6          # loaded HBM latency, estimated (MI300X-class: 0.5-1.5 us under load)
+SECOND_PASS_S = 2.0e-6             # a dependent second launch, estimated
 _MAX_BYTES = 2**31                 # every buffer offset must fit in 31 bits (OOB_OFFSET = 2^31)
 _MAX_K = 2**24                     # (rows + 64) * K stays below 2^32 in the kernels' offsets
 _ALIGN = 16                        # a and b are read with 16-byte loads
@@ -180,28 +182,37 @@ def choose_kind(M: int, kernel: str = "auto") -> str:
 
 
 def choose_splits(kind: str, M: int, N: int, K: int, rows_m: int, rows_n: int) -> int:
-    """Split-K factor along grid z (a power of two), from a bandwidth model of the launch:
+    """Split-K factor along grid z (a power of two) that minimises a small time model:
 
-        time(S) ~ bytes(S) / min(1, workgroups * S / TARGET_WORKGROUPS)
-        bytes(S) = N*K*33/32 (weights and their scales, streamed once) + 2*M*N (output)
-                   + 8*S*M*N when S > 1 (the f32 workspace, written here and read back)
+        time(S) = bytes(S) / min(HBM_EFFECTIVE, workgroups * S * per-workgroup bandwidth)
+                  + SECOND_PASS_S if S > 1
+        bytes(S) = N*K*33/32 (weights and scales, streamed once) + 2*M*N (output)
+                   + 8*S*M*N if S > 1 (the f32 workspace, written here and read back)
 
-    i.e. a grid smaller than TARGET_WORKGROUPS leaves part of the HBM bandwidth unused, and
-    splitting K fills it at the price of the workspace round trip. Every one of the 4*S K
-    workers must keep work: a 1 KiB chunk (GEMV), two 128-byte steps (MFMA: its double
-    buffer). The reduction is a second pass rather than atomics: deterministic, no zeroed
-    buffer to prepare, nothing to make coherent across the 8 XCDs' L2s (a last-arriving-
-    workgroup scheme would need that), and its cost is in the model above."""
+    A workgroup's bandwidth is the weight bytes it keeps in flight over the memory latency
+    (GEMV: 4 waves x R rows x 1 KiB; MFMA: 4 waves x 2 steps x 16*NT rows x 128 B), so a grid
+    too small to cover the latency splits K, and pays for it with the workspace round trip
+    and the launch of the second pass. Every one of the 4*S K workers keeps work: a 1 KiB
+    chunk (GEMV) or two 128-byte steps (MFMA: its double buffer). The constants are
+    estimates (MI355X: 8 TB/s, ~1 us loaded latency, ~2 us for a dependent launch) to be
+    refitted on hardware with bench/mxfp8_gemm.py.
+
+    The reduction is a second pass rather than atomics: deterministic, no zeroed buffer to
+    prepare, and nothing to make coherent across the 8 XCDs' L2 caches (a last-arriving-
+    workgroup reduction would need exactly that, which no emulator can check)."""
     workgroups = cdiv(M, rows_m) * cdiv(N, rows_n) if kind == "mfma" else cdiv(N, rows_n)
     work_units = cdiv(K, 1024) if kind == "gemv" else cdiv(K, 128) // 2
+    in_flight = 4 * rows_n * (1024 if kind == "gemv" else 2 * 128)
+    per_workgroup = in_flight / MEMORY_LATENCY_S
 
-    def cost(splits: int) -> float:
+    def time(splits: int) -> float:
         moved = N * K * 33 / 32 + 2 * M * N + (8 * splits * M * N if splits > 1 else 0)
-        return moved / min(1.0, workgroups * splits / TARGET_WORKGROUPS)
+        bandwidth = min(HBM_EFFECTIVE, workgroups * splits * per_workgroup)
+        return moved / bandwidth + (SECOND_PASS_S if splits > 1 else 0.0)
 
     best, splits = 1, 2
     while splits <= MAX_SPLITS and 4 * splits <= work_units:
-        if cost(splits) < cost(best):
+        if time(splits) < time(best):
             best = splits
         splits *= 2
     return best
