@@ -333,3 +333,23 @@ def test_cvt_scale_high_half_write_forwarding_hazard():
         run_snippet(body.format(nop=""), vgprs=regs)
     out = run_snippet(body.format(nop="  s_nop 0\n"), vgprs=regs, outputs=["v11"])
     assert (out["v11"] == 0x38380000).all()
+
+
+def test_scaled_up_conversion_checks_only_lanes_exec_enables():
+    """Regression: v_cvt_scalef32_pk_f32_fp8 raised UnsupportedInstruction for an Inf scale
+    operand (and an overflowing product) in lanes EXEC had switched off, whose results the
+    hardware never computes. A GEMV's partial last chunk leaves exactly such lanes."""
+    lane = np.arange(64)
+    src = np.full(64, 0x7E7E, np.uint32)                                  # two e4m3 448s
+    scale = np.where(lane < 32, 0x3F800000, 0x7F800000).astype(np.uint32)  # 2^0 | Inf (exponent 0xFF)
+    big = np.where(lane < 32, 0x3F800000, 0x7F000000).astype(np.uint32)    # 2^0 | 2^127: 448*2^127 overflows
+    for s_bits in (scale, big):
+        out = run_snippet("  v_cvt_scalef32_pk_f32_fp8 v[10:11], v0, v1",
+                          vgprs={0: src, 1: s_bits, 10: np.zeros(64, np.uint32), 11: np.zeros(64, np.uint32)},
+                          outputs=["v10", "v11"], exec_mask=0xFFFFFFFF)
+        for name in ("v10", "v11"):
+            got = out[name].view(np.float32)
+            assert (got[:32] == 448.0).all() and (got[32:] == 0).all()
+    with pytest.raises(UnsupportedInstruction, match="0xFF"):          # an enabled lane still raises
+        run_snippet("  v_cvt_scalef32_pk_f32_fp8 v[10:11], v0, v1", vgprs={0: src, 1: scale},
+                    outputs=["v10"], exec_mask=0x1FFFFFFFF)

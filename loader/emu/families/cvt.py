@@ -261,13 +261,15 @@ def cvt_pk_f32_fp8(ex, inst, w):
 
 # ------------------------------------------------------------------ scaled converts
 def _scale(ex, inst, w, op):
-    """E8M0 exponent byte taken from the exponent field of the f32 scale operand."""
+    """E8M0 exponent byte taken from the exponent field of the f32 scale operand. Only lanes
+    EXEC enables are checked; the others (whose results are never written) get 127."""
     bits = ex.v32(op, w)
     e = numerics.scale_exponent_from_f32_bits(bits)
-    if (e == 0xFF).any():
+    active = ex.exec_bits(w)
+    if ((e == 0xFF) & active).any():
         raise UnsupportedInstruction(f"{inst.name}: scale operand with exponent field 0xFF (Inf/NaN): "
                                      f"gfx950 behaviour unverified ({ex.where()})")
-    return e
+    return np.where(active, e, np.uint8(127)).astype(np.uint8)
 
 
 @handles("v_cvt_scalef32_pk_fp8_f32", "v_cvt_scalef32_pk_bf8_f32", klass="valu")
@@ -288,11 +290,11 @@ def cvt_scalef32_pk_fp8_f32(ex, inst, w):
     _write_word(ex, inst, w, dst, bool(sel[3]), out[0] | (out[1] << np.uint32(8)))
 
 
-def _scale_up_f32(ex, inst, codes, fmt, scale):
+def _scale_up_f32(ex, inst, w, codes, fmt, scale):
     x = numerics.scale_up(_decode(fmt, codes).astype(np.float64), scale)
     with np.errstate(over="ignore"):
         r = x.astype(np.float32)
-    finite = np.isfinite(x)
+    finite = np.isfinite(x) & ex.exec_bits(w)       # lanes EXEC disables produce nothing
     if (finite & ~np.isfinite(r)).any():
         raise UnsupportedInstruction(f"{inst.name}: the scaled result overflows f32; saturation or "
                                      f"Inf is unverified ({ex.where()})")
@@ -317,7 +319,7 @@ def cvt_scalef32_f32_fp8(ex, inst, w):
         raise UnsupportedInstruction(f"{inst.name}: source modifiers are not modelled ({ex.where()})")
     byte = sel[0] + 2 * sel[1]
     codes = (ex.v32(src, w) >> np.uint32(8 * byte)) & np.uint32(0xFF)
-    r = _scale_up_f32(ex, inst, codes, _fmt(inst.name), _scale(ex, inst, w, s_op))
+    r = _scale_up_f32(ex, inst, w, codes, _fmt(inst.name), _scale(ex, inst, w, s_op))
     ex.set_v(dst, w, r.view(np.uint32), ex.exec_bits(w), hazards.VALU)
 
 
@@ -335,6 +337,6 @@ def cvt_scalef32_pk_f32_fp8(ex, inst, w):
     word = ex.v32(src, w) >> np.uint32(16 * sel[0])
     scale = _scale(ex, inst, w, s_op)
     fmt = _fmt(inst.name)
-    pair = [_scale_up_f32(ex, inst, (word >> np.uint32(8 * b)) & np.uint32(0xFF), fmt, scale).view(np.uint32)
+    pair = [_scale_up_f32(ex, inst, w, (word >> np.uint32(8 * b)) & np.uint32(0xFF), fmt, scale).view(np.uint32)
             for b in (0, 1)]
     ex.set_v(dst, w, np.stack(pair, axis=1), ex.exec_bits(w), hazards.VALU)
