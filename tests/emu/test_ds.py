@@ -539,3 +539,55 @@ def test_read_b128_misaligned_is_a_fault():
 def test_read_before_waitcnt_is_a_hazard():
     with pytest.raises(HazardError, match="in flight"):
         run("  v_lshlrev_b32 v1, 2, v0\n  ds_read_b32 v4, v1\n  v_mov_b32 v5, v4\n  s_waitcnt lgkmcnt(0)\n", {}, [])
+
+
+# ------------------------------------------------------- atomics across waves
+TWO_WAVES = """
+  v_and_b32 v1, 0x3ff, v0
+  v_and_b32 v2, 3, v1
+  v_lshlrev_b32 v2, 2, v2                   // word tid % 4
+  v_mul_u32_u24 v3, 0x9e3779b1 & 0xffffff, v1
+  v_add_u32 v3, s2, v3                      // data: a per-thread value (s2 = workgroup id)
+  v_mov_b32 v6, 0
+  v_cmp_gt_u32 vcc, 4, v1
+  s_and_saveexec_b64 s[12:13], vcc
+  ds_write_b32 v2, v6                       // zero the four words
+  s_mov_b64 exec, s[12:13]
+  s_waitcnt lgkmcnt(0)
+  s_barrier
+  ds_add_u32 v2, v3                         // both waves, no barrier between their atomics
+  s_waitcnt lgkmcnt(0)
+{sync}
+  ds_read_b32 v4, v2
+  s_waitcnt lgkmcnt(0)
+  global_store_dword v255, v4, s[90:91]
+"""
+
+
+def _two_wave_kernel(sync):
+    import struct as _struct
+
+    import torch
+
+    import gfxasm.emu as emu
+    from asm_harness import _TEMPLATE, assemble
+    src = _TEMPLATE.format(prologue="", body=TWO_WAVES.format(sync=sync), epilogue="", denorm=3, lds=64)
+    src = src.replace(".max_flat_workgroup_size: 64", ".max_flat_workgroup_size: 128")
+    out = torch.full((128,), -1, dtype=torch.int32)
+    dummy = torch.zeros(64, dtype=torch.int32)
+    emu.load(assemble(src)).kernel("snippet").launch(
+        grid=(1, 1, 1), block=(128, 1, 1), kernarg=_struct.pack("<QQ", dummy.data_ptr(), out.data_ptr()),
+        buffers=[dummy, out])
+    return out.numpy().view(np.uint32)
+
+
+def test_atomics_from_two_waves_need_no_barrier_between_them():
+    got = _two_wave_kernel("  s_barrier")
+    data = [(((0x9e3779b1 & 0xFFFFFF) * t) & 0xFFFFFFFF) for t in range(128)]
+    sums = [sum(data[t] for t in range(128) if t % 4 == k) & 0xFFFFFFFF for k in range(4)]
+    assert [int(v) for v in got] == [sums[t % 4] for t in range(128)]
+
+
+def test_plain_read_of_another_waves_atomic_without_barrier_is_a_race():
+    with pytest.raises(HazardError, match="LDS race|another wave"):
+        _two_wave_kernel("")

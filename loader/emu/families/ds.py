@@ -267,11 +267,12 @@ def ds_swizzle(ex, inst, w):
 # in the ISA description gem5 quotes); NaN operands, and denormal operands or results in a
 # kernel whose f32 denormal mode flushes (whether LDS atomics honour the mode is not
 # documented), are rejected rather than guessed.
-# Race checking (strict mode): an atomic may touch bytes another wave's atomic still has in
-# flight (atomics do not race each other), never bytes an LDS DMA has not landed; its own
-# bytes stay in flight until its lgkmcnt retires, so a plain access by another wave before
-# s_waitcnt + s_barrier is reported. (A plain write by another wave followed by an atomic
-# without synchronisation is not caught.)
+# Race checking (strict mode): an atomic may touch bytes another wave's atomic wrote without
+# a barrier in between (atomics do not race each other), never bytes an LDS DMA has not
+# landed; its bytes count as written by its wave until its lgkmcnt retires and a barrier
+# follows, so a plain read or write by another wave before s_waitcnt lgkmcnt(0) + s_barrier
+# is reported (lds.py's barrier-epoch model). Not caught: a plain access by another wave
+# followed, without synchronisation, by an atomic to the same bytes.
 def _i32(x):
     return x.astype(np.uint32).view(np.int32)
 
@@ -360,15 +361,22 @@ def ds_atomic(ex, inst, w):
                 np.asarray(ATOMICS[op](old, d)).astype(np.uint32)
             mem[s[:, None], b[:, None] + span] = new.astype("<u4").view(np.uint8).reshape(-1, 4)
             ret[rows[sel], lanes[sel]] = old
-    # Mark the bytes in flight until the lgkmcnt retires (see above).
+    # Mark the bytes in flight until the lgkmcnt retires, and (barrier-ordering model of
+    # lds.py) as written by this wave, complete at its epoch then: a plain access by another
+    # wave needs s_waitcnt lgkmcnt(0) + s_barrier in between; another wave's atomic does not.
     sel = np.broadcast_to(ok[:, :, None], index.shape)
     slots_b = np.broadcast_to(slot, index.shape)
+    waves_b = np.broadcast_to(ex.wave_ids(w)[:, None, None], index.shape)
     np.add.at(tracker.ds_pending, (slots_b[sel], index[sel]), 1)
-    tracker.ds_owner[slots_b[sel], index[sel]] = np.broadcast_to(ex.wave_ids(w)[:, None, None], index.shape)[sel]
+    tracker.ds_owner[slots_b[sel], index[sel]] = waves_b[sel]
+    if ex.strict and tracker.ordered:
+        tracker.writer[slots_b[sel], index[sel]] = ex.waves.wave_in_group[waves_b[sel]].astype(np.int8)
+        tracker.w_epoch[slots_b[sel], index[sel]] = lds._PENDING
 
     def release(r):
         s, i, m = slots_b[r], index[r], sel[r]
         np.add.at(tracker.ds_pending, (s[m], i[m]), -1)
+        lds._complete(ex, waves_b[r][m], s[m], i[m])
     if rtn:
         _land_regs(ex, w, dst, ret[:, None, :], mask, after=release)
     else:
