@@ -591,3 +591,12 @@ def test_atomics_from_two_waves_need_no_barrier_between_them():
 def test_plain_read_of_another_waves_atomic_without_barrier_is_a_race():
     with pytest.raises(HazardError, match="LDS race|another wave"):
         _two_wave_kernel("")
+
+
+@pytest.mark.parametrize("asm,name", [("ds_read_addtid_b32 v1 offset:4", "ds_read_addtid_b32"),
+                                      ("ds_read_b64_tr_b4 v[2:3], v1", "ds_read_b64_tr_b4"),
+                                      ("ds_max_f32 v1, v2", "ds_max_f32")])
+def test_unimplemented_ds_forms_name_themselves(asm, name):
+    with pytest.raises(UnsupportedInstruction, match=name):
+        run_snippet(f"  v_mov_b32 v1, 0\n  v_mov_b32 v2, 0\n  {asm}\n  s_waitcnt lgkmcnt(0)\n", outputs=[],
+                    lds_bytes=64)
