@@ -226,6 +226,15 @@ def _writer_name(code: int) -> str:
 
 
 # ------------------------------------------------------------------ checks
+# No rule asks for more wait states than a 16-pass XDL result (16 + 4); registers
+# written longer ago than that need no rule lookup (the common case, and the fast path).
+MAX_WAIT_STATES = 20
+
+
+def _all_settled(clock: np.ndarray, at: np.ndarray) -> bool:
+    return bool((clock[:, None] - at - 1 > MAX_WAIT_STATES).all())
+
+
 def check_read(ex, kind: str, w, index: int, count: int) -> None:
     if not ex.strict:
         return
@@ -235,10 +244,12 @@ def check_read(ex, kind: str, w, index: int, count: int) -> None:
             _note_srcc_read(ex, kind, w, index, count)
         elif getattr(ex, "role", None) == "store" and ex.klass == "vmem" and count > 2:
             _note_wide_store(ex, kind, w, index, count)
+    at = waves.written_at[kind][w, index:index + count]
+    if _all_settled(waves.clock[w], at):
+        return
     writer = waves.written_by[kind][w, index:index + count]
     if not writer.any():
         return
-    at = waves.written_at[kind][w, index:index + count]
     need = _required_for_read(ex, kind, w, index, count, writer, at)
     gap = waves.clock[w][:, None] - at - 1
     short = gap < need
@@ -256,9 +267,10 @@ def check_write(ex, kind: str, w, index: int, count: int) -> None:
         return
     waves = ex.waves
     clock = waves.clock[w][:, None]
+    at = waves.written_at[kind][w, index:index + count]
     writer = waves.written_by[kind][w, index:index + count]
-    if writer.any():
-        gap = clock - waves.written_at[kind][w, index:index + count] - 1
+    if not _all_settled(waves.clock[w], at) and writer.any():
+        gap = clock - at - 1
         need = _mfma_result_need(writer)
         if ex.klass in VALU_CLASSES:
             need = np.where(writer == DST_SEL, np.maximum(need, 1), need)
