@@ -183,6 +183,7 @@
 .set s_cmp2, 76             ; [76:77]
 .set s_exec_save, 78        ; [78:79]
 .set s_resc, 80             ; 1 between a lazy-rescale decision and the O rescale
+.set s_wm2, 81              ; max(w, 2) - 2: iterations 1 .. w-2 run the full body
 
 ; --- VGPRs ---
 .set v_lane, 1              ; l = work-item % 64 (v0 holds the packed work-item ids at entry)
@@ -256,12 +257,12 @@
     .endif
 .endm
 
-; Wait for operand g's reads: the reads of operands g+1 .. g+PF-1 (< n) may stay in flight
-; (2 DS reads per GEMM1 operand, 1 per GEMM0 operand).
+; Wait for the reads of operands g and g+1 (g even): those of operands g+2 .. g+PF-1 (< n)
+; may stay in flight (2 DS reads per GEMM1 operand, 1 per GEMM0 operand).
 .macro op_wait g, a_on, n
     .set _w, 0
-    .set _o, (\g) + 1
-    .rept PF - 1
+    .set _o, (\g) + 2
+    .rept PF - 2
         .if _o < (\n)
             .if (\a_on) && (_o < 16)
                 .set _w, _w + 2
@@ -271,12 +272,14 @@
         .endif
         .set _o, _o + 1
     .endr
-    s_waitcnt lgkmcnt(_w)               ; in flight: operands g..g+PF-1 -> wait for g's
+    s_waitcnt lgkmcnt(_w)               ; in flight: operands g..g+PF-1 -> wait for g's and g+1's
 .endm
 
-; One MFMA of the stream: wait for its operand, issue it, read operand g + PF.
+; One MFMA of the stream: (every second one) wait for operands, issue it, read operand g + PF.
 .macro mfma_step g, a_on, n, par
-    op_wait \g, \a_on, \n
+    .if (\g) % 2 == 0
+        op_wait \g, \a_on, \n
+    .endif
     .if (\a_on) && ((\g) < 16)
         pv_mfma ((\g) % RING), (\g)
     .else
@@ -284,6 +287,35 @@
     .endif
     .if (\g) + PF < (\n)
         op_read ((\g) + PF), \a_on, (1 - (\par)), (1 - (\par))
+    .endif
+.endm
+
+; DMA op i (0..15) of an iteration: K(j+2) -> K[par], V(j) -> V[par] (tiles past the
+; workgroup's last read zeros: their descriptors are empty), descriptors moved on.
+.macro dma_op i, par
+    .if (\i) < 8
+        dma_op1 (\i), s_rsrc_k, s_kstep, v_dma_k0, v_dma_k1, LDS_K0 + (\par) * TILE_BYTES
+    .else
+        dma_op1 ((\i) - 8), s_rsrc_v, s_vstep, v_dma_v0, v_dma_v1, LDS_V0 + (\par) * TILE_BYTES
+    .endif
+.endm
+.macro dma_op1 i, rsrc, step, voff0, voff1, region
+    .if (\i) == 0
+        s_add_u32 m0, s[s_m0k], \region                 ; line w
+    .elseif (\i) == 1
+        buffer_load_dwordx4 v[\voff0], s[\rsrc:\rsrc+3], 0 offen lds
+    .elseif (\i) == 2
+        s_add_u32 m0, s[s_m0k], \region + 8192          ; line w + 8
+    .elseif (\i) == 3
+        buffer_load_dwordx4 v[\voff1], s[\rsrc:\rsrc+3], 0 offen lds
+    .elseif (\i) == 4
+        s_add_u32 s[\rsrc], s[\rsrc], s[\step]          ; descriptor to the next tile
+    .elseif (\i) == 5
+        s_addc_u32 s[\rsrc+1], s[\rsrc+1], 0
+    .elseif (\i) == 6
+        s_sub_u32 s[\rsrc+2], s[\rsrc+2], s[\step]
+    .else
+        s_cselect_b32 s[\rsrc+2], 0, s[\rsrc+2]         ; SCC = borrow: past the end, empty
     .endif
 .endm
 
@@ -297,24 +329,48 @@
     .endif
 .endm
 
-; Row max of S(j) - m over the 32 in-lane keys and the two lane halves -> v_diff
-.macro row_max
+; Row max of S(j) - m over the 32 in-lane keys: the chain to key 30, then row_max_op 0..6
+; (key 31, the two lane halves -> v_diff, and with \test the lazy-rescale test)
+.macro row_max_head
     v_max3_f32 v[v_t0], v[_sj + 0], v[_sj + 1], v[_sj + 2]
     .set _r, 3
     .rept 14
         v_max3_f32 v[v_t0], v[v_t0], v[_sj + _r], v[_sj + _r + 1]
         .set _r, _r + 2
     .endr
-    v_max_f32 v[v_t0], v[v_t0], v[_sj + 31]
-    v_mov_b32 v[v_t1], v[v_t0]
-    s_nop 1                             ; VALU write -> v_permlane32_swap read: 2 wait states
-    v_permlane32_swap_b32 v[v_t0], v[v_t1]  ; t0 = low half's max in both halves, t1 = high half's
-    v_max_f32 v[v_diff], v[v_t0], v[v_t1]
+.endm
+.macro row_max_op i, tag, test
+    .if (\i) == 0
+        v_max_f32 v[v_t0], v[v_t0], v[_sj + 31]
+    .elseif (\i) == 1
+        v_mov_b32 v[v_t1], v[v_t0]
+    .elseif (\i) == 2
+        s_nop 1                             ; VALU write -> v_permlane32_swap read: 2 wait states
+    .elseif (\i) == 3
+        v_permlane32_swap_b32 v[v_t0], v[v_t1]  ; t0 = low half's max in both halves, t1 = high half's
+    .elseif (\i) == 4
+        v_max_f32 v[v_diff], v[v_t0], v[v_t1]
+    .elseif (\i) == 5
+        .if \test
+            v_cmp_lt_f32 vcc, LAZY_THRESHOLD, v[v_diff]     ; some row's max grew by more than 8
+        .endif
+    .else
+        .if \test
+            s_cmp_lg_u64 vcc, 0
+            s_cbranch_scc1 L_prep_\tag      ; rare: out of line
+L_prep_back_\tag:
+        .endif
+    .endif
 .endm
 
 ; Softmax lead of the first tile: m = max(row max, -1e30); S -= m; -m into v_negm
 .macro lead_first
-    row_max
+    row_max_head
+    .set _i, 0
+    .rept 7
+        row_max_op _i, first, 0
+        .set _i, _i + 1
+    .endr
     v_max_f32 v[v_m], M_INIT, v[v_diff]
     v_sub_f32 v[v_t2], 0, v[v_m]
     .set _r, 0
@@ -329,21 +385,38 @@
     .endr
 .endm
 
-; Softmax lead of later tiles: the lazy-rescale test (rare path out of line)
-.macro lead_steady tag
-    row_max
-    v_cmp_lt_f32 vcc, LAZY_THRESHOLD, v[v_diff]     ; some row's max grew by more than 8
-    s_cmp_lg_u64 vcc, 0
-    s_cbranch_scc1 L_prep_\tag
-L_prep_back_\tag:
+; Phase A op i of a body: the row max's tail ops (steady tiles), then exp2 of key block 0
+; and the 16 DMA ops, alternating. _lt, _ex, _dm (set by `iteration`) say which are there.
+.macro a_op i, tag, par
+    .if (\i) < _lt
+        row_max_op (\i), \tag, 1
+    .else
+        .set _ai, (\i) - _lt
+        .if _ex && _dm
+            .if _ai % 2 == 0
+                v_exp_f32 v[_sj + _ai/2], v[_sj + _ai/2]
+            .else
+                dma_op (_ai/2), \par
+            .endif
+        .elseif _ex
+            v_exp_f32 v[_sj + _ai], v[_sj + _ai]
+        .else
+            dma_op _ai, \par
+        .endif
+    .endif
 .endm
 
 ; One iteration body (see the pipeline in the header). j's parity \par picks the buffers:
-; S(j) = v_s[par], S(j+1) = v_s[1-par], V(j-1) = V[1-par], K(j+1) = K[1-par].
-;   a_on: GEMM1(j-1)   sm_on: softmax(j)   b_on: GEMM0(j+1)   first: j = 0
-.macro iteration tag, par, a_on, sm_on, b_on, first
+; S(j) = v_s[par], S(j+1) = v_s[1-par], V(j-1) = V[1-par], K(j+1) = K[1-par]; the DMA
+; fills K[par] (K(j+2)) and V[par] (V(j)).
+;   a_on: GEMM1(j-1)   sm_on: softmax(j)   b_on: GEMM0(j+1)   first: j = 0   dma: the DMA ops
+.macro iteration tag, par, a_on, sm_on, b_on, first, dma
     .set _n, 16*((\a_on) + (\b_on))
     .set _sj, v_s0 + 32*(\par)
+    .set _lt, 7 * ((\sm_on) && !(\first))
+    .set _ex, (\sm_on)
+    .set _dm, (\dma)
+    .set _na, _lt + 16*_ex + 16*_dm
     .set _g, 0
     .rept PF
         .if _g < _n
@@ -353,29 +426,38 @@ L_prep_back_\tag:
     .endr
     .if \sm_on
         s_cmp_ge_i32 s[s_j], s[s_maskfrom]
-        s_cbranch_scc1 L_mask_\tag          ; tail keys or causal diagonal in this tile
+        s_cbranch_scc1 L_mask_\tag          ; tail keys or causal diagonal in this tile: out of line
 L_mask_back_\tag:
         .if \first
             lead_first
         .else
-            lead_steady \tag
+            row_max_head                    ; while the first operands load
         .endif
     .endif
-    s_setprio 1                             ; MFMA stream: win issue over a wave still at its barrier/DMA
-    ; phase A: GEMM1(j-1) || exp2 of key block 0
-    .set _k, 0
-    .rept 16
-        .if \a_on
+    s_setprio 1                             ; MFMA stream: win issue over a wave still at its barrier
+    ; phase A: GEMM1(j-1) || row max tail, lazy test, exp2 of key block 0, DMA
+    .if \a_on
+        .set _k, 0
+        .set _done, 0
+        .rept 16
             mfma_step _k, \a_on, _n, \par
-        .endif
-        .if \sm_on
-            v_exp_f32 v[_sj + _k], v[_sj + _k]
-        .endif
-        .set _k, _k + 1
-    .endr
+            .set _upto, ((_k + 1) * _na) / 16
+            .rept _upto - _done
+                a_op _done, \tag, \par
+                .set _done, _done + 1
+            .endr
+            .set _k, _k + 1
+        .endr
+    .else
+        .set _done, 0
+        .rept _na
+            a_op _done, \tag, \par
+            .set _done, _done + 1
+        .endr
+    .endif
     .if (\a_on) && (\sm_on)
         s_cmp_lg_u32 s[s_resc], 0
-        s_cbranch_scc1 L_orescale_\tag      ; O *= corr now that GEMM1(j-1) is in
+        s_cbranch_scc1 L_orescale_\tag      ; rare: O *= corr now that GEMM1(j-1) is in
 L_orescale_back_\tag:
     .endif
     ; phase B: GEMM0(j+1) || exp2 of key block 1, row sums, P to bf16/fp16
@@ -615,6 +697,18 @@ L_orescale_\tag:
 .endif
     s_cmp_ge_u32 s[s_t0], s[s_seq_q]
     s_cselect_b32 s[s_wtiles], 0, s[s_wtiles]           ; a wave past the last row computes nothing
+    s_max_u32 s[s_wm2], s[s_wtiles], 2
+    s_sub_u32 s[s_wm2], s[s_wm2], 2
+.if FMHA_CAUSAL
+    ; K/V descriptors end at the workgroup's last tile (when that is before seq_k): the
+    ; unconditional DMA of the last iterations then reads zeros, not memory
+    s_lshl_b32 s[s_t1], s[s_ntiles], 6
+    s_cmp_lt_u32 s[s_t1], s[s_seq_k]
+    s_cbranch_scc0 L_no_clamp
+    s_mul_i32 s[s_rsrc_k+2], s[s_t1], s[s_k_ss]         ; 64 n * ss < (seq_k - 1) * ss: no overflow
+    s_mul_i32 s[s_rsrc_v+2], s[s_t1], s[s_v_ss]
+L_no_clamp:
+.endif
 
     ; --- per-lane mask limit: v_lim4 = lim(q) - 4(l/32) ---
     v_add_u32 v[v_t0], s[s_t0], v[v_u_lq]                 ; q = q0 + 32w + l%32
@@ -728,59 +822,32 @@ L_q_scale:
     s_barrier                                           ; every wave's lines of K(0) landed
     s_cmp_eq_u32 s[s_wtiles], 0
     s_cbranch_scc1 L_iter
-    iteration pre, 1, 0, 0, 1, 0                        ; GEMM0(0): S(0) into v_s0 from K[0]
+    iteration pre, 1, 0, 0, 1, 0, 0                     ; GEMM0(0): S(0) into v_s0 from K[0]
     s_nop 7                                             ; S(0) was written by the last MFMA: 12 wait states
     s_nop 3                                             ; before the first softmax reads it
 
 ; ============================================================================ main loop
-; j = 0 .. n: DMA, then the body this wave runs at j (w = its tile count)
+; j = 0 .. n: the body this wave runs at j (w = its tile count); every body issues the DMA
 L_iter:
     s_waitcnt vmcnt(0)                  ; in flight: my DMA lines of K(j+1), V(j-1) -> wait for them
     s_barrier                           ; everyone's landed; everyone finished iteration j-1, so
                                         ; K[j%2] (K(j), read by GEMM0(j)) and V[j%2] (V(j-2)) are free
-    s_and_b32 s[s_t0], s[s_j], 1
-    s_lshl_b32 s[s_t0], s[s_t0], 14     ; (j % 2) * TILE_BYTES
-    s_add_u32 s[s_t1], s[s_m0k], s[s_t0]
-    s_add_u32 s[s_t2], s[s_j], 2
-    s_cmp_lt_u32 s[s_t2], s[s_ntiles]
-    s_cbranch_scc0 L_no_k_dma
-    dma_tile s_rsrc_k, v_dma_k0, v_dma_k1, s_t1, LDS_K0     ; K(j+2) -> K[j%2]
-    rsrc_advance s_rsrc_k, s_kstep
-L_no_k_dma:
-    s_cmp_lt_u32 s[s_j], s[s_ntiles]
-    s_cbranch_scc0 L_no_v_dma
-    dma_tile s_rsrc_v, v_dma_v0, v_dma_v1, s_t1, LDS_V0     ; V(j) -> V[j%2]
-    rsrc_advance s_rsrc_v, s_vstep
-L_no_v_dma:
-    ; which body: nothing (j > w, or w = 0), A only (j = w), first (j = 0), last (j = w-1), full
-    s_cmp_eq_u32 s[s_wtiles], 0
-    s_cbranch_scc1 L_next
-    s_cmp_gt_u32 s[s_j], s[s_wtiles]
-    s_cbranch_scc1 L_next
     s_lshl_b32 s[s_tile_start], s[s_j], 6
-    s_sub_u32 s[s_t0], s[s_wtiles], 1
+    s_sub_u32 s[s_t0], s[s_j], 1
+    s_cmp_lt_u32 s[s_t0], s[s_wm2]      ; 1 <= j <= w-2: the full body
+    s_cbranch_scc0 L_dispatch_rare
     s_bitcmp1_b32 s[s_j], 0
-    s_cbranch_scc1 L_dispatch_odd
-    s_cmp_eq_u32 s[s_j], s[s_wtiles]
-    s_cbranch_scc1 L_aonly_0
-    s_cmp_eq_u32 s[s_j], 0
-    s_cbranch_scc1 L_dispatch_first
-    s_cmp_eq_u32 s[s_j], s[s_t0]
-    s_cbranch_scc1 L_last_0
+    s_cbranch_scc1 L_full_1
 L_full_0:
-    iteration full_0, 0, 1, 1, 1, 0
-    s_branch L_next
-L_dispatch_odd:
-    s_cmp_eq_u32 s[s_j], s[s_wtiles]
-    s_cbranch_scc1 L_aonly_1
-    s_cmp_eq_u32 s[s_j], s[s_t0]
-    s_cbranch_scc1 L_last_1
-L_full_1:
-    iteration full_1, 1, 1, 1, 1, 0
+    iteration full_0, 0, 1, 1, 1, 0, 1
 L_next:
     s_add_u32 s[s_j], s[s_j], 1
     s_cmp_le_u32 s[s_j], s[s_ntiles]
     s_cbranch_scc1 L_iter
+    s_branch L_epilogue
+L_full_1:
+    iteration full_1, 1, 1, 1, 1, 0, 1
+    s_branch L_next
 
 ; ============================================================================ epilogue
 L_epilogue:
@@ -828,25 +895,47 @@ L_end:
     s_endpgm
 
 ; ============================================================================ reduced bodies
+; nothing (w = 0 or j > w), A only (j = w), first (j = 0), last (j = w-1)
+L_dispatch_rare:
+    s_cmp_eq_u32 s[s_wtiles], 0
+    s_cbranch_scc1 L_dma_only
+    s_cmp_gt_u32 s[s_j], s[s_wtiles]
+    s_cbranch_scc1 L_dma_only
+    s_sub_u32 s[s_t0], s[s_wtiles], 1
+    s_bitcmp1_b32 s[s_j], 0
+    s_cbranch_scc1 L_dispatch_odd
+    s_cmp_eq_u32 s[s_j], s[s_wtiles]
+    s_cbranch_scc1 L_aonly_0
+    s_cmp_eq_u32 s[s_j], 0
+    s_cbranch_scc1 L_dispatch_first
+    iteration last_0, 0, 1, 1, 0, 0, 1                  ; j = w-1: GEMM1(j-1), softmax(j)
+    s_branch L_next
+L_dispatch_odd:
+    s_cmp_eq_u32 s[s_j], s[s_wtiles]
+    s_cbranch_scc1 L_aonly_1
+    iteration last_1, 1, 1, 1, 0, 0, 1
+    s_branch L_next
 L_dispatch_first:
     s_cmp_eq_u32 s[s_wtiles], 1
     s_cbranch_scc1 L_first_only
-    iteration first, 0, 0, 1, 1, 1                      ; j = 0: softmax(0), GEMM0(1)
+    iteration first, 0, 0, 1, 1, 1, 1                   ; j = 0: softmax(0), GEMM0(1)
     s_branch L_next
 L_first_only:
-    iteration first_only, 0, 0, 1, 0, 1                 ; j = 0 = w-1: softmax(0)
-    s_branch L_next
-L_last_0:
-    iteration last_0, 0, 1, 1, 0, 0                     ; j = w-1: GEMM1(j-1), softmax(j)
-    s_branch L_next
-L_last_1:
-    iteration last_1, 1, 1, 1, 0, 0
+    iteration first_only, 0, 0, 1, 0, 1, 1              ; j = 0 = w-1: softmax(0)
     s_branch L_next
 L_aonly_0:
-    iteration aonly_0, 0, 1, 0, 0, 0                    ; j = w: GEMM1(w-1)
+    iteration aonly_0, 0, 1, 0, 0, 0, 1                 ; j = w: GEMM1(w-1)
     s_branch L_next
 L_aonly_1:
-    iteration aonly_1, 1, 1, 0, 0, 0
+    iteration aonly_1, 1, 1, 0, 0, 0, 1
+    s_branch L_next
+L_dma_only:
+    s_bitcmp1_b32 s[s_j], 0
+    s_cbranch_scc1 L_dma_only_1
+    iteration dma_0, 0, 0, 0, 0, 0, 1
+    s_branch L_next
+L_dma_only_1:
+    iteration dma_1, 1, 0, 0, 0, 0, 1
     s_branch L_next
 
 ; ============================================================================ rare paths
