@@ -17,7 +17,7 @@ NaN. All three are checked.
 Shapes: M in {1, 2, 3, 4, 8, 15, 16, 17, 32, 64, 100, 256}, N including non-multiples of every
 tile (8, 4, 2 rows for the GEMV; 64, 32 columns for the MFMA kernel), K in {32, 96, 4096, 7168}
 (one 32-block, a partial 128-step, whole 1 KiB chunks, a partial chunk); large K runs at small N
-to keep this file's emulator time to about a minute. M in {8, 15, 16} runs through both kernels;
+to keep this file's emulator time to about a minute. M in {1, 3, 4, 8, 15, 16} runs through both kernels;
 split-K (the second pass) runs forced and as chosen.
 """
 from __future__ import annotations
@@ -91,8 +91,9 @@ GEMV_CASES = [
     (15, 7, 32), (15, 3, 4096),
     (16, 5, 96), (16, 3, 7168),
 ]
-# MFMA cases (M >= 8); N not a multiple of the 64/32-column tiles
+# MFMA cases (any M; auto takes it from M = 3); N not a multiple of the 64/32-column tiles
 MFMA_CASES = [
+    (1, 19, 96), (3, 70, 4096), (4, 9, 7168),
     (8, 70, 96), (8, 33, 4096),
     (15, 17, 7168), (16, 65, 32), (16, 40, 4096),
     (17, 40, 96), (17, 20, 7168),
@@ -132,9 +133,9 @@ def test_fp16_output(kernel, M, N, K):
 
 
 def test_auto_chooses_by_m():
-    assert mx.plan(1, 4096, 7168).kind == "gemv" and mx.plan(4, 4096, 7168).kind == "gemv"
-    assert mx.plan(5, 4096, 7168).kind == "mfma" and mx.plan(256, 4096, 7168).kind == "mfma"
-    assert mx.plan(3, 8, 32).kernel == "mxfp8_gemv_m4"
+    assert mx.plan(1, 4096, 7168).kind == "gemv" and mx.plan(2, 4096, 7168).kind == "gemv"
+    assert mx.plan(3, 4096, 7168).kind == "mfma" and mx.plan(256, 4096, 7168).kind == "mfma"
+    assert mx.plan(3, 8, 32, kernel="gemv").kernel == "mxfp8_gemv_m4"
     assert mx.plan(17, 8, 32).kernel == "mxfp8_gemm_m32" and mx.plan(100, 8, 32).kernel == "mxfp8_gemm_m64"
 
 
@@ -270,7 +271,6 @@ def test_bad_kernel_choice(no_launch):
     a, sa, b, sb = good(M=17, K=32)
     raises(ValueError, r"kernel='gemv' takes M <= 16, got M = 17", a, sa, b, sb, kernel="gemv")
     a, sa, b, sb = good(M=4, K=32)
-    raises(ValueError, r"kernel='mfma' takes M >= 8, got M = 4", a, sa, b, sb, kernel="mfma")
     raises(ValueError, r"'kernel' must be one of 'auto', 'gemv', 'mfma', got 'cublas'", a, sa, b, sb, kernel="cublas")
     raises(ValueError, r"'splits' must be an int in \[1, 16\] or None, got 0", a, sa, b, sb, splits=0)
 

@@ -11,10 +11,14 @@ any M >= 1 and N >= 1 (tails are handled inside the kernels). Output bf16 or fp1
 Two kernel families (kernels.yaml, asm/):
   * "gemv": mxfp8_gemv_m{1,2,4,8,16}, M <= 16. VALU: v_cvt_scalef32_pk_f32_fp8 applies each
     E8M0 scale through the f32 exponent field, v_pk_fma_f32 accumulates; 16-byte weight loads.
-  * "mfma": mxfp8_gemm_m{16,32,64}, M >= 8 (any size; M > 64 takes several M blocks).
+  * "mfma": mxfp8_gemm_m{16,32,64}, any M (M > 64 takes several M blocks; below 16 the
+    tile's spare rows read zeros — the matrix cores have the time, the weights dominate).
     v_mfma_scale_f32_16x16x128_f8f6f4 with the block scales in the instruction.
-`kernel="auto"` takes the GEMV for M <= 4 and the MFMA kernel above (bench/mxfp8_gemm.py has
-the static numbers behind that choice). Both split K over the 4 waves of a workgroup and,
+`kernel="auto"` takes the GEMV for M <= 2 and the MFMA kernel above. bench/mxfp8_gemm.py has
+the numbers behind that choice: per kilobyte of weights the GEMV's main loop issues 18 VALU
+ops at M = 1, 27 at M = 2 and 45 at M = 4, the MFMA kernel's none (3.7 instructions in all);
+the timing model has the GEMV ahead at M = 1 (finer workgroups, more of them for small N),
+about even at M = 2, and behind from M = 4 on. Both split K over the 4 waves of a workgroup and,
 when the grid would be too small for the GPU, over `splits` workgroups along grid z; then
 each split writes f32 partials into a workspace and mxfp8_splitk_reduce adds them (a second,
 deterministic pass — see `choose_splits`).
@@ -43,8 +47,7 @@ OUT_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 BLOCK = 32                         # elements per E8M0 scale along K
 KERNELS = ("auto", "gemv", "mfma")
 GEMV_MAX_M = 16                    # the GEMV holds at most 16 activation rows in registers
-MFMA_MIN_M = 8                     # below this the 16-row MFMA tile is mostly padding
-AUTO_GEMV_MAX_M = 4                # auto: GEMV up to here (VALU work per weight byte grows with M)
+AUTO_GEMV_MAX_M = 2                # auto: GEMV up to here (its VALU work per weight byte grows with M)
 GEMV_M_TILES = (1, 2, 4, 8, 16)    # mxfp8_gemv_m<M_T>
 MFMA_M_TILES = (16, 32, 64)        # mxfp8_gemm_m<16*MT>
 MAX_SPLITS = 16                    # the reduce kernel's batched offsets stay below 2^32 up to here
@@ -158,8 +161,6 @@ def validate(a, a_scale, b, b_scale, out, out_dtype, kernel) -> tuple[int, int, 
                              f"address {t.data_ptr():#x}")
     if kernel == "gemv" and M > GEMV_MAX_M:
         raise ValueError(f"mxfp8_gemm: kernel='gemv' takes M <= {GEMV_MAX_M}, got M = {M} (use 'mfma' or 'auto')")
-    if kernel == "mfma" and M < MFMA_MIN_M:
-        raise ValueError(f"mxfp8_gemm: kernel='mfma' takes M >= {MFMA_MIN_M}, got M = {M} (use 'gemv' or 'auto')")
     return M, N, K
 
 
@@ -244,7 +245,7 @@ def mxfp8_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale:
                kernel: str = "auto", splits: int | None = None) -> torch.Tensor:
     """out[M, N] = (a * 2^(a_scale - 127)) @ (b * 2^(b_scale - 127))^T in bf16 (or fp16).
 
-    kernel: "auto", "gemv" (M <= 16) or "mfma" (M >= 8). splits: split-K factor along the
+    kernel: "auto", "gemv" (M <= 16) or "mfma" (any M). splits: split-K factor along the
     grid (1..16; None chooses, see choose_splits)."""
     M, N, K = validate(a, a_scale, b, b_scale, out, out_dtype, kernel)
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int)
