@@ -1,4 +1,4 @@
-; mxfp8_gemm — MX-FP8 GEMM with v_mfma_scale_f32_16x16x128_f8f6f4 (M ≥ 8 .. hundreds)
+; mxfp8_gemm — MX-FP8 GEMM with v_mfma_scale_f32_16x16x128_f8f6f4 (any M; built for 3 .. 256)
 ;
 ;   out[m, n] = sum_k  a[m, k] * 2^(a_scale[m, k/32] - 127)  *  b[n, k] * 2^(b_scale[n, k/32] - 127)
 ;
