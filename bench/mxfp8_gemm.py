@@ -43,7 +43,6 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from gfxasm.build import build_manifest                        # noqa: E402
 from gfxasm.manifest import default_manifest                   # noqa: E402
 from gfxasm.perf import params as P                            # noqa: E402
 
@@ -272,7 +271,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", help="only rows whose 'layer TP M' label contains this, e.g. 'qkv'")
     ap.add_argument("--out", default=str(REPO / "bench" / "out" / "mxfp8_gemm.json"))
     args = ap.parse_args(argv)
-    build_manifest(default_manifest())
+    mx.build_kernels()
     device = has_gfx950()
     kernels = [f"mxfp8_gemv_m{t}" for t in mx.GEMV_M_TILES] + [f"mxfp8_gemm_m{t}" for t in mx.MFMA_M_TILES]
     facts = [static_facts(k) for k in kernels]

@@ -275,6 +275,26 @@ def launch(chosen: Plan, a, a_scale, b, b_scale, out) -> None:
                       out=out, M=M, N=N, splits=chosen.splits)
 
 
+def kernel_names() -> list[str]:
+    return ([f"mxfp8_gemv_m{t}" for t in GEMV_M_TILES] + [f"mxfp8_gemm_m{t}" for t in MFMA_M_TILES]
+            + ["mxfp8_splitk_reduce"])
+
+
+def build_kernels(force: bool = False) -> None:
+    """Assemble (incrementally) and check this op's kernels only — not the whole manifest, so
+    that another kernel being mid-edit does not stop the tests and the bench of this one."""
+    from ..build import BuildError, build_variant, ensure_toolchain
+    from ..check import verify
+    from ..manifest import default_manifest
+    toolchain = ensure_toolchain()
+    manifest = default_manifest()
+    for name in kernel_names():
+        for variant in manifest.kernel(name).variants.values():
+            problems = verify(build_variant(variant, toolchain, force).co_path, variant)
+            if problems:
+                raise BuildError(f"{variant.name} disagrees with the manifest:\n" + "\n".join(problems))
+
+
 # ------------------------------------------------------------------ reference
 
 def dequantize(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
