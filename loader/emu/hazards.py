@@ -61,8 +61,9 @@ of LLVM 22 with the gfx950 (`IsGFX950`) terms, function named in brackets):
       [FS; LLVM checkVALUHazardsHelper / checkSOFFSETWindowVALUHazardsHelper, gfx940+]
 
 Deliberately not checked:
-  * s_mov m0 -> LDS DMA (LLVM: 1): aiter's hardware-proven gfx950 kernels put every
-    LDS DMA directly after the SALU write of m0 (docs/isa-notes.md); the lead removed it.
+  * s_mov m0 -> MUBUF LDS DMA (LLVM: 1): aiter's hardware-proven gfx950 kernels put every
+    `buffer_load ... lds` directly after the SALU write of m0, and CDNA4 Table 11 lists
+    only the global/scratch LDS forms (docs/isa-notes.md); global_load_lds keeps 1.
   * VALU writes VCC -> v_div_fmas (4), s_setreg -> s_getreg (2): the emulator does not
     implement those consumers. DGEMM (f64 MFMA) timings: treated as non-XDL.
   * LLVM's DPP rule also counts any non-VALU writer within 2 wait states (e.g. a load
@@ -77,6 +78,25 @@ from __future__ import annotations
 import re
 
 import numpy as np
+
+# Rules a launch may waive (Kernel.launch(waive=...)): each is contradicted by a
+# hardware-proven third-party code object; our own kernels are held to them.
+WAIVABLE = {
+    "xdl_result_valu_read": (
+        "XDL MFMA result read by a VALU op sooner than LLVM's passes+4 wait states. aiter's "
+        "fp8gemm_bf16_blockscale_BpreShuffle_128x128.co does it 42 times at 2 wait states (e.g. "
+        "v_pk_fma_f32 at pc 0x3178) and needs the final value there; the CDNA4 ISA (ch. 7, §7.6) "
+        "says software must wait. docs/isa-notes.md"),
+}
+
+
+def check_waivers(names) -> frozenset:
+    unknown = sorted(set(names) - set(WAIVABLE))
+    if unknown:
+        raise ValueError(f"unknown hazard rule(s) to waive: {', '.join(unknown)}; "
+                         f"waivable: {', '.join(WAIVABLE)}")
+    return frozenset(names)
+
 
 # Writer codes stored per register. MFMA writers store MFMA_BASE + passes (XDL) or
 # SMFMA_BASE + passes (non-XDL: the f32-input and f64 MFMAs); use mfma_writer().
@@ -189,6 +209,8 @@ def _required_for_read(ex, kind, w, index, count, writer, at):
         else:
             # VALU (incl. v_accvgpr_read), VMEM/DS store data and addresses.
             need = _mfma_result_need(writer)
+            if klass in VALU_CLASSES and "xdl_result_valu_read" in ex.waived:
+                need = np.where(_xdl(writer), 0, need)
             if klass in VALU_CLASSES:
                 need = np.where(writer == DST_SEL, np.maximum(need, 1), need)
                 if klass == "valu":
@@ -198,6 +220,8 @@ def _required_for_read(ex, kind, w, index, count, writer, at):
             elif role == "readlane":
                 need = np.where(valu_w, np.maximum(need, 1), need)
     else:  # SGPRs
+        if role == "m0_dma":
+            return np.where(writer == SALU, 1, need)   # SALU m0 -> global_load_lds (mem.py)
         if klass in VMEM_CLASSES:
             need = np.where(valu_w, 5, need)
         elif klass in VALU_CLASSES or klass == "mfma":
@@ -211,8 +235,18 @@ _CARRY_IN_OPS = ("v_addc_co_u32", "v_subb_co_u32", "v_subbrev_co_u32")
 
 
 def _is_carry_in(inst, index: int) -> bool:
+    """The SGPR pair is read as a per-lane carry-in or v_cndmask's lane mask.
+
+    CDNA4 ISA Table 11: "VALU reads SGPR as carry-in" needs 0 wait states after a VALU
+    write (2 only when read as a constant). v_cndmask's mask is the same kind of per-lane
+    read; aiter's hardware-proven fwd and paged-attention kernels read a fresh v_cmp mask
+    with v_cndmask 0-1 wait states later about 220 times (docs/research-hazards-oob.md)."""
     ops = inst.ops
-    return inst.name in _CARRY_IN_OPS and len(ops) > 4 and ops[4].kind == "s" and ops[4].index == index
+    if inst.name in _CARRY_IN_OPS:
+        return len(ops) > 4 and ops[4].kind == "s" and ops[4].index == index
+    if inst.name == "v_cndmask_b32":
+        return len(ops) > 3 and ops[3].kind == "s" and ops[3].index == index
+    return False
 
 
 def _writer_name(code: int) -> str:

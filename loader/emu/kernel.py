@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..codeobj import CodeObject, KernelInfo, load_code_object
-from . import families  # noqa: F401  (registers every instruction handler)
+from . import families, hazards  # noqa: F401  (families registers every instruction handler)
 from .decode import Program, decode
 from .errors import EmulatorError, LaunchError
 from .machine import Executor
@@ -139,13 +139,16 @@ class Kernel:
     # ------------------------------------------------------------------ launch
     def launch(self, grid, block, kernarg: bytes = b"", buffers=(), *, strict: bool = True,
                max_wave_instructions: int = 2_000_000_000, trace=None,
-               workgroups=None) -> LaunchResult:
+               workgroups=None, waive=()) -> LaunchResult:
         """Run the kernel. `trace(inst, w)` is called after every executed instruction; if
         it has an `attach(executor)` method, that is called first for every batch.
         `workgroups` (an iterable of (x, y, z)) runs only those workgroups of `grid` — the
-        timing model (gfxasm.perf) runs one compute unit's share of a large grid."""
+        timing model (gfxasm.perf) runs one compute unit's share of a large grid.
+        `waive` names strict-mode hazard rules (hazards.WAIVABLE) not to enforce: only for
+        third-party code objects whose silicon behaviour contradicts the rule."""
         grid, block = _dims(grid, "grid"), _dims(block, "block")
         self._check_launch(grid, block)
+        waived = hazards.check_waivers(waive)
         memory = Memory()
         for n, buf in enumerate(buffers):
             memory.register(buf, name=f"buffers[{n}]")
@@ -168,7 +171,7 @@ class Kernel:
         for start in range(0, len(groups), per_batch):
             batch = [(x, y, z) for z, y, x in groups[start:start + per_batch]]
             total += self._run_batch(batch, block, waves_per_group, memory, seg, kernarg_addr,
-                                     packet_addr, strict, max_wave_instructions - total, trace)
+                                     packet_addr, strict, waived, max_wave_instructions - total, trace)
         return LaunchResult(total, len(groups), len(groups) * waves_per_group)
 
     def _init_waves(self, batch, block, waves_per_group, seg, kernarg_addr, packet_addr) -> Waves:
@@ -219,7 +222,7 @@ class Kernel:
         return waves
 
     def _run_batch(self, batch, block, waves_per_group, memory, seg, kernarg_addr, packet_addr,
-                   strict, budget, trace) -> int:
+                   strict, waived, budget, trace) -> int:
         waves = self._init_waves(batch, block, waves_per_group, seg, kernarg_addr, packet_addr)
         kd = self.info.descriptor
 
@@ -231,6 +234,7 @@ class Kernel:
                       denorm_f32=kd.float_denorm_mode_32 == 3, denorm_f16=kd.float_denorm_mode_16_64 == 3,
                       wave_names=wave_name, fp16_ovfl=kd.fp16_overflow)
         ex.trace = trace
+        ex.waived = waived
         if trace is not None and hasattr(trace, "attach"):
             trace.attach(ex)
         return run(ex, budget)

@@ -65,6 +65,7 @@ class Executor:
         self.klass = ""
         self.wave_instructions = 0
         self.trace = None                     # optional callable(inst, w) for the timing model
+        self.waived: frozenset[str] = frozenset()   # hazard rules not enforced (hazards.WAIVABLE)
 
     # ----------------------------------------------------------------- errors
     def where(self, wave: int | None = None) -> str:
@@ -209,7 +210,18 @@ class Executor:
             reg = index + int(np.flatnonzero(busy[np.flatnonzero(rows)[0]])[0])
             self.hazard(w, rows, f"{kind}{reg} read while a load into it is still in flight "
                                  f"(missing s_waitcnt)")
+            self._land_early(w, kind, index, count)
         hazards.check_read(self, kind, w, index, count)
+
+    def _land_early(self, w, kind: str, index: int, count: int):
+        """Outside strict mode, a read of a register whose load is still in flight sees
+        the loaded value, as it almost always does on hardware (the load was issued
+        long before): retire that wave's queues in order until the register is free."""
+        for wave in self.wave_ids(w):
+            for counter in ("vm", "lgkm"):
+                queue = self.waves.queues[counter][wave]
+                while queue and self.waves.busy[kind][wave, index:index + count].any():
+                    self.retire(np.array([wave]), counter, len(queue) - 1)
 
     def write_regs(self, kind: str, w, index: int, count: int):
         """Check a register write: it may not race a load still landing in it."""

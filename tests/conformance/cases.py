@@ -91,8 +91,19 @@ def fmha_fwd(B: int, Hq: int, Hk: int, Sq: int, Sk: int, seed: int = 0) -> Case:
     g = torch.Generator().manual_seed(seed)
     D = 128
     q = torch.randn(B, Sq, Hq, D, generator=g).to(torch.bfloat16)
-    k = torch.randn(B, Sk, Hk, D, generator=g).to(torch.bfloat16)
-    v = torch.randn(B, Sk, Hk, D, generator=g).to(torch.bfloat16)
+    # The kernel walks KV tiles by advancing soffset, which raw-buffer range checking
+    # leaves out (CDNA4 ISA §9.1.5.2): the tile after the last one, and the rows past Sk
+    # of a partial tile, are read from whatever memory follows K and V. The kernel masks
+    # those scores to -inf, so P = 0 multiplies them: harmless for finite data (0 * NaN
+    # would not be, on silicon too). Give it finite slack of large magnitude, so any
+    # leak of it into O would show.
+    slack = 2 * 64
+    k = torch.empty(B, Sk + slack, Hk, D, dtype=torch.bfloat16)
+    v = torch.empty(B, Sk + slack, Hk, D, dtype=torch.bfloat16)
+    for t in (k, v):
+        t.copy_(torch.randn(t.shape, generator=g) * 1e4)
+        t[:, :Sk] = torch.randn(B, Sk, Hk, D, generator=g)
+    k, v = k[:, :Sk], v[:, :Sk]
     o = poison((B, Sq, Hq, D), torch.bfloat16)
     lse = poison((B, Hq, Sq), torch.float32)
     scale = 1.0 / math.sqrt(D)

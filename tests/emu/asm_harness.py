@@ -97,7 +97,8 @@ def _reg(name: str) -> tuple[str, int]:
 
 
 def run_snippet(body: str, *, vgprs=None, agprs=None, sgprs=None, outputs=(), lds_bytes: int = 0,
-                denorm: int = 3, strict: bool = True, exec_mask: int | None = None) -> dict[str, np.ndarray]:
+                denorm: int = 3, strict: bool = True, exec_mask: int | None = None,
+                waive=()) -> dict[str, np.ndarray]:
     """Run `body` in one wave; returns {register name: uint32[64] (or a scalar for SGPRs)}."""
     vgprs, agprs, sgprs = dict(vgprs or {}), dict(agprs or {}), dict(sgprs or {})
     slots = [("v", r, np.asarray(v, np.uint32)) for r, v in vgprs.items()]
@@ -140,6 +141,6 @@ def run_snippet(body: str, *, vgprs=None, agprs=None, sgprs=None, outputs=(), ld
     out = torch.full((max(1, len(outputs)) * 64,), -1, dtype=torch.int32)
     kernarg = struct.pack("<QQ", inp.data_ptr(), out.data_ptr())
     emu.load(assemble(source)).kernel("snippet").launch(grid=(1, 1, 1), block=(64, 1, 1), kernarg=kernarg,
-                                                        buffers=[inp, out], strict=strict)
+                                                        buffers=[inp, out], strict=strict, waive=waive)
     res = out.numpy().view(np.uint32).reshape(-1, 64)
     return {reg: (res[n][0] if reg[0] == "s" else res[n].copy()) for n, reg in enumerate(outputs)}

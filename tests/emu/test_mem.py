@@ -256,11 +256,10 @@ def test_buffer_straddling_dword_rejected():
 @pytest.mark.parametrize("form", ["buffer", "global"])
 @pytest.mark.parametrize("kind,size", [("dword", 4), ("dwordx4", 16)])
 def test_lds_dma_lane_placement(form, kind, size):
-    """Lane i's data lands at M0 + imm + i*size. For dwordx3/x4 the fact sheet marks the i*size
-    stride UNVERIFIED; for dwordx4 it is now backed by hardware evidence: aiter's
-    bf16gemm_bf16_tn_256x256.co feeds all its MFMA operands through 96 `buffer_load_dwordx4 ...
-    lds` and matches its reference under this model (tests/conformance, gemm_bf16_*). dwordx3
-    stays unverified."""
+    """Lane i's data lands at M0 + imm + i*size. For dwordx4 the CDNA4 ISA (§9.1.9,
+    "TIDinWave * 16") and hardware evidence agree: aiter's bf16gemm_bf16_tn_256x256.co feeds
+    all its MFMA operands through 96 `buffer_load_dwordx4 ... lds` and matches its reference
+    under this model (tests/conformance, gemm_bf16_*). dwordx3: see the test below."""
     r = np.random.default_rng(110 + size + 7 * (form == "buffer"))
     buf = mem_bytes(r, 4096)
     m0, imm = 256, 16
@@ -288,6 +287,27 @@ def test_lds_dma_lane_placement(form, kind, size):
         for d in range(count):
             want = le(buf, src + 4 * d, 4) if ok else 0
             assert int(out[f"v{10 + d}"][lane]) == want, (form, kind, lane, d)
+
+
+def test_lds_dma_dwordx3_fills_12_bytes_of_a_16_byte_slot():
+    """CDNA4 ISA §9.1.9: the LDS address steps by TIDinWave * 16 for the x3 and x4 forms, and
+    LOAD_DWORDX3 writes 3 dwords and skips the 4th (whose LDS bytes keep their value)."""
+    r = np.random.default_rng(333)
+    buf = mem_bytes(r, 4096)
+    m0, imm = 128, 32
+    voff = r.permutation(4096 // 16 - 4)[:64].astype(np.uint32) * 16
+    body = ("  v_lshlrev_b32 v2, 4, v0\n  v_add_u32 v2, %d, v2\n  v_mov_b32 v3, 0x5a5a5a5a\n"
+            "  ds_write_b32 v2, v3 offset:12\n  s_waitcnt lgkmcnt(0)\n" % (m0 + imm))
+    body += (f"  s_mov_b32 m0, {m0}\n  s_nop 0\n"
+             + DESC + f"  buffer_load_dwordx3 v1, s[80:83], 0 offen offset:{imm} lds\n  s_waitcnt vmcnt(0)\n"
+             "  ds_read_b128 v[10:13], v2\n  s_waitcnt lgkmcnt(0)\n")
+    out = run_mem(body, buf, vgprs={1: voff}, sgprs={12: 4096}, outputs=[f"v{10 + i}" for i in range(4)],
+                  lds=m0 + imm + 64 * 16)
+    for lane in range(64):
+        src = int(voff[lane]) + imm
+        for d in range(3):
+            assert int(out[f"v{10 + d}"][lane]) == le(buf, src + 4 * d, 4), (lane, d)
+        assert int(out["v13"][lane]) == 0x5A5A5A5A, lane
 
 
 def test_lds_dma_read_before_vmcnt_is_a_hazard():

@@ -2,7 +2,9 @@
 
 Loads read memory at issue and land when `s_waitcnt vmcnt` retires them (in issue
 order). Stores write at issue and count against vmcnt. LDS DMA (`... lds`) writes LDS
-when its vmcnt retires; lane i's bytes go to M0 + inst_offset + i * size.
+when its vmcnt retires; lane i's bytes go to M0 + inst_offset + i * stride, where the
+stride is the access size except for dwordx3, which fills 12 bytes of a 16-byte slot
+(CDNA4 ISA §9.1.9: "TIDinWave * 16"; "LOAD_DWORDX3 writes 3 dwords and skips the 4th").
 
 Buffer range checking (raw buffers, the only kind our kernels and the conformance
 objects use): a dword at voffset + inst_offset + 4j is in range iff it ends at or below
@@ -87,11 +89,15 @@ def _land_load(ex, w, dst, data: np.ndarray, ok_bytes: np.ndarray, mask: np.ndar
 def _lds_dma(ex, inst, w, data: np.ndarray, mask: np.ndarray, size: int):
     """LDS DMA: queue data[n,64,size] to land at M0 + inst_offset + lane*size."""
     from ..decode import Operand
-    # No wait state is required between a SALU write of M0 and the LDS DMA that reads it:
-    # LLVM models one, but every LDS DMA in aiter's hardware-proven gfx950 GEMMs follows
-    # its `s_add_u32 m0, ...` directly (docs/isa-notes.md, "M0 -> LDS DMA").
+    # A SALU write of M0 needs 1 wait state before global_load_lds (CDNA4 ISA Table 11 lists
+    # "global with LDS = 1") but none before the MUBUF `buffer_load ... lds` forms, which the
+    # table leaves out and aiter's hardware-proven GEMMs issue right after `s_add_u32 m0`
+    # (docs/isa-notes.md, "M0 -> LDS DMA").
+    ex.role = "m0_dma" if inst.name.startswith("global_") else None
     m0 = ex.s32(Operand("s", M0, 1, text="m0"), w).astype(np.int64)
-    lane_addr = m0[:, None] + int(inst.mods.get("offset", 0)) + size * np.arange(LANES)
+    ex.role = None
+    stride = 16 if size == 12 else size
+    lane_addr = m0[:, None] + int(inst.mods.get("offset", 0)) + stride * np.arange(LANES)
     land_lds = lds.dma_reserve(ex, w, lane_addr, size, mask, inst.name)
     ex.issue(w, "vm", lambda rows: land_lds(rows, data))
 
