@@ -149,8 +149,12 @@ def _mfma_result_need(writer):
     return np.where(_xdl(writer), xdl, np.where(_smfma(writer), p + 2, 0))
 
 
+_IS_VALU_WRITER = np.zeros(128, bool)
+_IS_VALU_WRITER[_VALU_WRITERS] = True
+
+
 def _valu_writer(writer):
-    return np.isin(writer, _VALU_WRITERS)
+    return _IS_VALU_WRITER[writer]
 
 
 class _Side:

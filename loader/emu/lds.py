@@ -4,7 +4,7 @@ Every workgroup of a batch has its own LDS slot of the descriptor's
 group_segment_fixed_size bytes. Accesses beyond the allocation are faults in strict
 mode; otherwise they behave as the hardware does (reads return 0, writes are dropped).
 
-In-flight writes are tracked per byte so that strict mode can report races:
+In-flight writes are tracked so that strict mode can report races:
   * a DS write is visible to its own wave at once (DS ops of one wave execute in
     order) but to other waves only after its lgkmcnt retires;
   * an LDS DMA write (buffer/global load ... lds) lands when its vmcnt retires, and
@@ -18,8 +18,14 @@ In-flight writes are tracked per byte so that strict mode can report races:
     taken at issue, so a reader need not wait for its own lgkmcnt before the barrier).
     Accesses by waves that run in lockstep here are checked the same way, so a missing
     barrier is caught whatever order the scheduler happens to pick.
+
+The race bookkeeping is kept per dword of LDS (data moves byte-exactly): sub-dword
+writes by two waves to different bytes of one dword without a barrier between them are
+reported as a race, which is stricter than the hardware needs.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -33,46 +39,54 @@ _SEVERAL = -2                            # reader mark: more than one wave read 
 class LdsTracker:
     def __init__(self, slots: int, size: int, waves: int = 0, strict: bool = True):
         self.size = size
-        n = max(size, 1)
-        self.ds_pending = np.zeros((slots, n), np.int16)
-        self.ds_owner = np.full((slots, n), -1, np.int32)
-        self.dma_pending = np.zeros((slots, n), np.int16)
-        # Cross-wave ordering (strict mode only): barrier epochs per wave; per byte the
+        self.dwords = max((size + 3) // 4, 1)     # tracked units per slot
+        n = slots * self.dwords
+        self.ds_pending = np.zeros(n, np.int16)
+        self.ds_owner = np.full(n, -1, np.int32)
+        self.dma_pending = np.zeros(n, np.int16)
+        # Cross-wave ordering (strict mode only): barrier epochs per wave; per dword the
         # last writer (wave in its workgroup) and the epoch its write completed in, the last
         # reader and its epoch.
         self.ordered = strict
         self.epoch = np.zeros(max(waves, 1), np.int32)
         if strict:
-            self.writer = np.full((slots, n), -1, np.int8)
-            self.w_epoch = np.full((slots, n), -1, np.int32)
-            self.reader = np.full((slots, n), -1, np.int8)
-            self.r_epoch = np.full((slots, n), -1, np.int32)
-            self._scratch = np.zeros(slots * n, np.int8)
-            self._flag = np.zeros(slots * n, bool)
+            self.writer = np.full(n, -1, np.int8)
+            self.w_epoch = np.full(n, -1, np.int32)
+            self.reader = np.full(n, -1, np.int8)
+            self.r_epoch = np.full(n, -1, np.int32)
+            self._scratch = np.zeros(n, np.int8)
+            self._flag = np.zeros(n, bool)
 
     def arrive(self, waves: np.ndarray) -> None:
         """s_barrier: the waves enter their next epoch."""
         self.epoch[waves] += 1
 
-    def several(self, slots, index, waves) -> np.ndarray:
-        """bool per element: its byte is also touched by another wave in this access."""
-        key = slots * self.ds_pending.shape[1] + index
-        self._scratch[key] = waves
-        other = self._scratch[key] != waves
+    def several(self, keys, waves) -> np.ndarray:
+        """bool per element: its dword is also touched by another wave in this access."""
+        self._scratch[keys] = waves
+        other = self._scratch[keys] != waves
         if not other.any():
             return other
-        self._flag[key[other]] = True
-        out = self._flag[key]
-        self._flag[key] = False
+        self._flag[keys[other]] = True
+        out = self._flag[keys]
+        self._flag[keys] = False
         return out
 
 
-def _flat(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, what: str):
-    """Validate [n,64] byte addresses of `nbytes`-wide accesses; returns (slot, index, ok).
+@dataclass
+class Access:
+    """One DS/DMA access of the waves `w`: byte indices for the data, dword keys for the
+    bookkeeping (flattened over the active, in-range lanes)."""
+    slot: np.ndarray        # [n,1,1] LDS slot of each wave
+    index: np.ndarray       # [n,64,nbytes] byte index into the slot (0 where not ok)
+    ok: np.ndarray          # [n,64] active and in range
+    keys: np.ndarray        # [m] tracked dword keys (slot * dwords + dword)
+    rows: np.ndarray        # [m] wave row of each key
+    lanes: np.ndarray       # [m] lane of each key
 
-    index: [n,64,nbytes] byte indices into the slot (0 where not ok); ok: [n,64] lanes
-    that are active and in range.
-    """
+
+def access(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, what: str) -> Access:
+    """Validate [n,64] byte addresses of `nbytes`-wide accesses."""
     waves = ex.wave_ids(w)
     size = ex.waves.lds_bytes
     addr = addr.astype(np.int64)
@@ -85,103 +99,113 @@ def _flat(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, what: str):
     ok = mask & in_range
     index = np.where(ok[:, :, None], addr[:, :, None] + np.arange(nbytes), 0)
     slot = ex.waves.slot[waves][:, None, None]
-    return slot, index, ok
+    first = np.where(ok, addr, 0) // 4
+    span = (np.where(ok, addr, 0) % 4 + nbytes + 3) // 4          # dwords each lane touches
+    k = np.arange(int(span.max()) if span.size else 1)
+    sel = ok[:, :, None] & (k < span[:, :, None])
+    rows, lanes, _ = np.nonzero(sel)
+    keys = (slot * ex.lds.dwords + first[:, :, None] + k)[sel]
+    return Access(slot, index, ok, keys, rows, lanes)
 
 
-def _first(flags, index):
-    """(row, lane, LDS address) of the first set element of bool[n,64,nbytes] `flags`."""
-    row, lane, b = np.argwhere(flags)[0]
-    return int(row), int(lane), int(index[row, lane, b])
+def _report(ex, w, acc: Access, flags: np.ndarray, message: str):
+    """HazardError for the first flagged key; `message` gets the address and lane."""
+    j = int(np.flatnonzero(flags)[0])
+    rows = np.zeros(acc.ok.shape[0], bool)
+    rows[acc.rows[flags]] = True
+    addr = int(acc.keys[j] % ex.lds.dwords) * 4
+    ex.hazard(w, rows, message.format(addr=f"{addr:#x}", lane=int(acc.lanes[j])))
 
 
-def _check_pending(ex, w, slot, index, ok, what: str, same_wave_ok: bool):
+def _check_pending(ex, w, acc: Access, what: str, same_wave_ok: bool):
     lds = ex.lds
     if not ex.strict:
         return
-    waves = ex.wave_ids(w)
-    dma = (lds.dma_pending[slot, index] > 0) & ok[:, :, None]
+    dma = lds.dma_pending[acc.keys] > 0
     if dma.any():
-        row, lane, addr = _first(dma, index)
-        ex.hazard(w, dma.any(axis=(1, 2)), f"{what} touches LDS address {addr:#x} (lane {lane}) before "
-                                           f"the LDS DMA load writing it has landed (missing s_waitcnt vmcnt)")
-    pend = (lds.ds_pending[slot, index] > 0) & ok[:, :, None]
+        _report(ex, w, acc, dma, f"{what} touches LDS address {{addr}} (lane {{lane}}) before the LDS DMA "
+                                 f"load writing it has landed (missing s_waitcnt vmcnt)")
+    pend = lds.ds_pending[acc.keys] > 0
     if same_wave_ok:
-        pend &= lds.ds_owner[slot, index] != waves[:, None, None]
+        pend &= lds.ds_owner[acc.keys] != ex.wave_ids(w)[acc.rows]
     if pend.any():
-        row, lane, addr = _first(pend, index)
-        ex.hazard(w, pend.any(axis=(1, 2)), f"{what} touches LDS address {addr:#x} (lane {lane}) that another "
-                                            f"wave wrote without s_waitcnt lgkmcnt(0) + s_barrier in between")
+        _report(ex, w, acc, pend, f"{what} touches LDS address {{addr}} (lane {{lane}}) that another wave "
+                                  f"wrote without s_waitcnt lgkmcnt(0) + s_barrier in between")
 
 
-def _check_order(ex, w, slot, index, ok, what: str, write: bool):
+def _check_order(ex, w, acc: Access, what: str, write: bool):
     """Cross-wave ordering through s_barrier (see the module docstring); marks reads."""
     lds = ex.lds
     if not (ex.strict and lds.ordered):
         return
     waves = ex.wave_ids(w)
-    me = ex.waves.wave_in_group[waves].astype(np.int8)[:, None, None]
-    mine = lds.epoch[waves][:, None, None]
-    sel = np.broadcast_to(ok[:, :, None], index.shape)
-    slots = np.broadcast_to(slot, index.shape)
+    keys = acc.keys
+    me = ex.waves.wave_in_group[waves].astype(np.int8)[acc.rows]
+    mine = lds.epoch[waves][acc.rows]
     verb = "writes" if write else "reads"
-    wr = lds.writer[slot, index]
-    raw = sel & (wr >= 0) & (wr != me) & (lds.w_epoch[slot, index] >= mine)
+    wr = lds.writer[keys]
+    raw = (wr >= 0) & (wr != me) & (lds.w_epoch[keys] >= mine)
     if raw.any():
-        row, lane, addr = _first(raw, index)
-        ex.hazard(w, raw.any(axis=(1, 2)),
-                  f"{what} {verb} LDS address {addr:#x} (lane {lane}), which wave "
-                  f"{int(wr[raw][0])} of the workgroup wrote, with no "
-                  f"s_waitcnt lgkmcnt(0) + s_barrier in between (LDS race)")
-    several = None
-    if len(waves) > 1:
-        several = lds.several(slots[sel], index[sel], np.broadcast_to(me, index.shape)[sel])
-        if write and several.any():
-            flags = np.zeros(index.shape, bool)
-            flags[sel] = several
-            row, lane, addr = _first(flags, index)
-            ex.hazard(w, flags.any(axis=(1, 2)),
-                      f"{what}: several waves write LDS address {addr:#x} (lane {lane}) with no "
-                      f"s_barrier between them (LDS race)")
-    s, i = slots[sel], index[sel]
-    me_e = np.broadcast_to(me, index.shape)[sel]
-    ep = np.broadcast_to(mine, index.shape)[sel]
+        _report(ex, w, acc, raw, f"{what} {verb} LDS address {{addr}} (lane {{lane}}), which wave "
+                                 f"{int(wr[raw][0])} of the workgroup wrote, with no "
+                                 f"s_waitcnt lgkmcnt(0) + s_barrier in between (LDS race)")
+    several = lds.several(keys, me) if len(waves) > 1 else None
+    if write and several is not None and several.any():
+        _report(ex, w, acc, several, f"{what}: several waves write LDS address {{addr}} (lane {{lane}}) "
+                                     f"with no s_barrier between them (LDS race)")
     if write:
-        rd = lds.reader[slot, index]
-        war = sel & (rd != -1) & (rd != me) & (lds.r_epoch[slot, index] >= mine)
+        rd = lds.reader[keys]
+        war = (rd != -1) & (rd != me) & (lds.r_epoch[keys] >= mine)
         if war.any():
-            row, lane, addr = _first(war, index)
             r = int(rd[war][0])
             who = "other waves" if r < 0 else f"wave {r}"
-            ex.hazard(w, war.any(axis=(1, 2)),
-                      f"{what} overwrites LDS address {addr:#x} (lane {lane}), which {who} of the "
-                      f"workgroup read, with no s_barrier in between (LDS race)")
-        lds.writer[s, i] = me_e
-        lds.w_epoch[s, i] = _PENDING
+            _report(ex, w, acc, war, f"{what} overwrites LDS address {{addr}} (lane {{lane}}), which "
+                                     f"{who} of the workgroup read, with no s_barrier in between (LDS race)")
+        lds.writer[keys] = me
+        lds.w_epoch[keys] = _PENDING
     else:
-        old_r, old_e = lds.reader[s, i], lds.r_epoch[s, i]
-        new_r = np.where((old_e == ep) & (old_r != -1) & (old_r != me_e), _SEVERAL, me_e)
+        old_r, old_e = lds.reader[keys], lds.r_epoch[keys]
+        new_r = np.where((old_e == mine) & (old_r != -1) & (old_r != me), _SEVERAL, me)
         if several is not None:
             new_r = np.where(several, _SEVERAL, new_r)
-        lds.reader[s, i] = np.where(old_e > ep, old_r, new_r)
-        lds.r_epoch[s, i] = np.maximum(old_e, ep)
+        lds.reader[keys] = np.where(old_e > mine, old_r, new_r)
+        lds.r_epoch[keys] = np.maximum(old_e, mine)
 
 
-def _complete(ex, waves, s, i):
-    """The writes of `waves` (one per element) to bytes (s, i) are now complete."""
+def _complete(ex, waves: np.ndarray, keys: np.ndarray):
+    """The writes of `waves` (one per key) to `keys` are now complete."""
     lds = ex.lds
     if not (ex.strict and lds.ordered):
         return
-    still = lds.writer[s, i] == ex.waves.wave_in_group[waves]
-    lds.w_epoch[s[still], i[still]] = lds.epoch[waves[still]]
+    still = lds.writer[keys] == ex.waves.wave_in_group[waves]
+    lds.w_epoch[keys[still]] = lds.epoch[waves[still]]
+
+
+def _in_flight(ex, w, acc: Access, counts: np.ndarray, owner: bool):
+    """Mark the access's dwords in flight in `counts`; returns release(rows).
+
+    A dword two lanes of one access touch is counted once and released once, so the
+    counts stay balanced without np.add.at."""
+    waves = ex.wave_ids(w)[acc.rows]
+    counts[acc.keys] += 1
+    if owner:
+        ex.lds.ds_owner[acc.keys] = waves
+
+    def release(rows):
+        pick = np.isin(acc.rows, rows)
+        keys = acc.keys[pick]
+        counts[keys] = np.maximum(counts[keys] - 1, 0)   # waves may retire separately
+        _complete(ex, waves[pick], keys)
+    return release
 
 
 def read(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, what: str) -> np.ndarray:
     """uint8[n,64,nbytes] read at issue; inactive or (non-strict) out-of-range lanes read 0."""
-    slot, index, ok = _flat(ex, w, addr, nbytes, mask, what)
-    _check_pending(ex, w, slot, index, ok, what, same_wave_ok=True)
-    _check_order(ex, w, slot, index, ok, what, write=False)
-    data = ex.waves.lds[slot, index]
-    return np.where(ok[:, :, None], data, 0).astype(np.uint8)
+    acc = access(ex, w, addr, nbytes, mask, what)
+    _check_pending(ex, w, acc, what, same_wave_ok=True)
+    _check_order(ex, w, acc, what, write=False)
+    data = ex.waves.lds[acc.slot, acc.index]
+    return np.where(acc.ok[:, :, None], data, 0).astype(np.uint8)
 
 
 def write(ex, w, addr: np.ndarray, data: np.ndarray, mask: np.ndarray, what: str):
@@ -190,40 +214,42 @@ def write(ex, w, addr: np.ndarray, data: np.ndarray, mask: np.ndarray, what: str
     Returns a `release(rows)` callable for the pending op. Lanes are applied in lane
     order, so the highest active lane wins where addresses collide.
     """
-    nbytes = data.shape[2]
-    slot, index, ok = _flat(ex, w, addr, nbytes, mask, what)
-    _check_pending(ex, w, slot, index, ok, what, same_wave_ok=True)
-    _check_order(ex, w, slot, index, ok, what, write=True)
-    sel = np.broadcast_to(ok[:, :, None], index.shape)
-    slots = np.broadcast_to(slot, index.shape)
-    ex.waves.lds[slots[sel], index[sel]] = data[sel]
-    waves = np.broadcast_to(ex.wave_ids(w)[:, None, None], index.shape)
-    lds = ex.lds
-    np.add.at(lds.ds_pending, (slots[sel], index[sel]), 1)
-    lds.ds_owner[slots[sel], index[sel]] = waves[sel]
-    marks = (slots, index, sel)
+    acc = access(ex, w, addr, data.shape[2], mask, what)
+    _check_pending(ex, w, acc, what, same_wave_ok=True)
+    _check_order(ex, w, acc, what, write=True)
+    sel = np.broadcast_to(acc.ok[:, :, None], acc.index.shape)
+    slots = np.broadcast_to(acc.slot, acc.index.shape)
+    ex.waves.lds[slots[sel], acc.index[sel]] = data[sel]
+    return _in_flight(ex, w, acc, ex.lds.ds_pending, owner=True)
 
-    def release(rows):
-        s, i, m = (a[rows] for a in marks)
-        np.add.at(lds.ds_pending, (s[m], i[m]), -1)
-        _complete(ex, waves[rows][m], s[m], i[m])
-    return release
+
+def atomic_access(ex, w, addr: np.ndarray, mask: np.ndarray, what: str) -> tuple[Access, object]:
+    """A 4-byte LDS atomic: no cross-wave ordering check among atomics, but the dwords are
+    marked written by this wave (a plain access by another wave needs s_waitcnt +
+    s_barrier). Returns the access and its release(rows)."""
+    acc = access(ex, w, addr, 4, mask, what)
+    lds = ex.lds
+    if ex.strict and (lds.dma_pending[acc.keys] > 0).any():
+        _report(ex, w, acc, lds.dma_pending[acc.keys] > 0,
+                f"{what} touches LDS address {{addr}} (lane {{lane}}) before the LDS DMA load writing it "
+                f"has landed (missing s_waitcnt vmcnt)")
+    if ex.strict and lds.ordered:
+        lds.writer[acc.keys] = ex.waves.wave_in_group[ex.wave_ids(w)[acc.rows]].astype(np.int8)
+        lds.w_epoch[acc.keys] = _PENDING
+    return acc, _in_flight(ex, w, acc, lds.ds_pending, owner=True)
 
 
 def dma_reserve(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, what: str):
-    """Mark LDS DMA destination bytes in flight; returns (land(rows, data), valid lanes)."""
-    slot, index, ok = _flat(ex, w, addr, nbytes, mask, what)
-    _check_pending(ex, w, slot, index, ok, what, same_wave_ok=False)
-    _check_order(ex, w, slot, index, ok, what, write=True)
-    sel = np.broadcast_to(ok[:, :, None], index.shape)
-    slots = np.broadcast_to(slot, index.shape)
-    waves = np.broadcast_to(ex.wave_ids(w)[:, None, None], index.shape)
-    lds = ex.lds
-    np.add.at(lds.dma_pending, (slots[sel], index[sel]), 1)
+    """Mark LDS DMA destination bytes in flight; returns land(rows, data)."""
+    acc = access(ex, w, addr, nbytes, mask, what)
+    _check_pending(ex, w, acc, what, same_wave_ok=False)
+    _check_order(ex, w, acc, what, write=True)
+    sel = np.broadcast_to(acc.ok[:, :, None], acc.index.shape)
+    slots = np.broadcast_to(acc.slot, acc.index.shape)
+    release = _in_flight(ex, w, acc, ex.lds.dma_pending, owner=False)
 
     def land(rows, data):
-        s, i, m = slots[rows], index[rows], sel[rows]
+        s, i, m = slots[rows], acc.index[rows], sel[rows]
         ex.waves.lds[s[m], i[m]] = data[rows][m]
-        np.add.at(lds.dma_pending, (s[m], i[m]), -1)
-        _complete(ex, waves[rows][m], s[m], i[m])
+        release(rows)
     return land

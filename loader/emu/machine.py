@@ -298,7 +298,9 @@ class Executor:
             if not due:
                 return
             for op, members in due.values():
-                rows = np.flatnonzero(np.isin(op.waves, members))
+                # members are a subset of op.waves; all of them is the common case
+                rows = (np.arange(len(op.waves)) if len(members) == len(op.waves)
+                        else np.flatnonzero(np.isin(op.waves, members)))
                 op.land(rows)
 
     def drain(self, w):

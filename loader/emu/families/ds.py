@@ -331,19 +331,17 @@ def ds_atomic(ex, inst, w):
     ex.role = "store"
     data = ex.v32(data_op, w)
     ex.role = None
-    slot, index, ok = lds._flat(ex, w, addr, 4, mask, inst.name)
-    tracker = ex.lds
-    if ex.strict:
-        dma = (tracker.dma_pending[slot, index] > 0) & ok[:, :, None]
-        if dma.any():
-            ex.hazard(w, dma.any(axis=(1, 2)), f"{inst.name} touches LDS bytes an LDS DMA load has not "
-                                               f"yet written (missing s_waitcnt vmcnt)")
+    # The dwords are marked in flight until the lgkmcnt retires, and (barrier-ordering model
+    # of lds.py) as written by this wave: a plain access by another wave needs
+    # s_waitcnt lgkmcnt(0) + s_barrier in between; another wave's atomic does not.
+    acc, release = lds.atomic_access(ex, w, addr, mask, inst.name)
+    slot, index, ok = acc.slot, acc.index, acc.ok
     ret = np.zeros(mask.shape, np.uint32)
     rows, lanes = np.nonzero(ok)                       # (wave, lane) order
     if rows.size:
         slots = slot[rows, 0, 0]
         byte = index[rows, lanes, 0]
-        key = slots * (tracker.size + 8) + byte
+        key = slots * (ex.waves.lds_bytes + 8) + byte
         order = np.argsort(key, kind="stable")
         sk = key[order]
         first = np.r_[True, sk[1:] != sk[:-1]]
@@ -361,22 +359,6 @@ def ds_atomic(ex, inst, w):
                 np.asarray(ATOMICS[op](old, d)).astype(np.uint32)
             mem[s[:, None], b[:, None] + span] = new.astype("<u4").view(np.uint8).reshape(-1, 4)
             ret[rows[sel], lanes[sel]] = old
-    # Mark the bytes in flight until the lgkmcnt retires, and (barrier-ordering model of
-    # lds.py) as written by this wave, complete at its epoch then: a plain access by another
-    # wave needs s_waitcnt lgkmcnt(0) + s_barrier in between; another wave's atomic does not.
-    sel = np.broadcast_to(ok[:, :, None], index.shape)
-    slots_b = np.broadcast_to(slot, index.shape)
-    waves_b = np.broadcast_to(ex.wave_ids(w)[:, None, None], index.shape)
-    np.add.at(tracker.ds_pending, (slots_b[sel], index[sel]), 1)
-    tracker.ds_owner[slots_b[sel], index[sel]] = waves_b[sel]
-    if ex.strict and tracker.ordered:
-        tracker.writer[slots_b[sel], index[sel]] = ex.waves.wave_in_group[waves_b[sel]].astype(np.int8)
-        tracker.w_epoch[slots_b[sel], index[sel]] = lds._PENDING
-
-    def release(r):
-        s, i, m = slots_b[r], index[r], sel[r]
-        np.add.at(tracker.ds_pending, (s[m], i[m]), -1)
-        lds._complete(ex, waves_b[r][m], s[m], i[m])
     if rtn:
         _land_regs(ex, w, dst, ret[:, None, :], mask, after=release)
     else:
