@@ -134,12 +134,16 @@ def _kernel_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variant", help="variant (needed when the kernel has several)")
 
 
-def _find_variant(manifests: list[Manifest], kernel: str, variant: str | None) -> Variant:
+def _find_kernel(manifests: list[Manifest], kernel: str):
     for manifest in manifests:
         if kernel in manifest.kernels:
-            return manifest.kernels[kernel].variant(variant)
+            return manifest.kernels[kernel]
     names = ", ".join(k for m in manifests for k in m.kernels) or "none"
     raise ValueError(f"no kernel '{kernel}' in {', '.join(shown(m.path) for m in manifests)} (kernels: {names})")
+
+
+def _find_variant(manifests: list[Manifest], kernel: str, variant: str | None) -> Variant:
+    return _find_kernel(manifests, kernel).variant(variant)
 
 
 @command("build", "assemble every kernel variant into <build_dir>/<variant>.co and check it",
@@ -236,8 +240,8 @@ def cmd_run(ns: argparse.Namespace) -> int:
         if not variants:
             print("no kernels in " + ", ".join(shown(m.path) for m in ns.manifests))
     else:
-        chosen = _find_variant(ns.manifests, ns.kernel, ns.variant)
-        variants = [chosen] if ns.variant else list(chosen.kernel.variants.values())
+        variants = ([_find_variant(ns.manifests, ns.kernel, ns.variant)] if ns.variant
+                    else list(_find_kernel(ns.manifests, ns.kernel).variants.values()))
     results = [_run_one(variant, ns.seed) for variant in variants]
     return 0 if all(results) else 1
 

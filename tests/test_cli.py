@@ -56,6 +56,12 @@ def test_run_one_kernel_one_variant(capsys, fixture_manifest):
     assert status == 0 and out.split()[:2] == ["axmb", "ok"] and len(out.strip().splitlines()) == 1
 
 
+def test_run_one_kernel_runs_all_its_variants(capsys, fixture_manifest):
+    # Regression: naming a kernel with several variants (and no --variant) used to fail.
+    status, out, _ = gfxasm(capsys, "run", "axpb", "-m", FIXTURE_MANIFEST)
+    assert status == 0 and [line.split()[:2] for line in out.strip().splitlines()] == [["axpb", "ok"], ["axmb", "ok"]]
+
+
 def test_run_fails_without_a_reference_and_on_a_wrong_result(capsys, store_n_manifest, monkeypatch):
     status, out, _ = gfxasm(capsys, "run", "store_n", "-m", str(store_n_manifest))
     assert status == 1 and "FAIL  no reference registered" in out
