@@ -353,3 +353,16 @@ def test_scaled_up_conversion_checks_only_lanes_exec_enables():
     with pytest.raises(UnsupportedInstruction, match="0xFF"):          # an enabled lane still raises
         run_snippet("  v_cvt_scalef32_pk_f32_fp8 v[10:11], v0, v1", vgprs={0: src, 1: scale},
                     outputs=["v10"], exec_mask=0x1FFFFFFFF)
+
+
+def test_fp8_down_convert_ignores_nan_in_lanes_exec_disables():
+    # Regression: a NaN in a lane EXEC switches off was converted (and rejected as an
+    # unverified NaN encoding) although that lane writes nothing.
+    x = np.random.default_rng(71).uniform(-4, 4, 64).astype(np.float32)
+    x[63] = np.nan
+    out = run_snippet("v_cvt_pk_fp8_f32 v2, v0, v0", vgprs={0: x.view(np.uint32)}, outputs=["v2"],
+                      exec_mask=(1 << 63) - 1)
+    want = torch.from_numpy(x[:63]).to(torch.float8_e4m3fn).view(torch.uint8).numpy().astype(np.uint32)
+    np.testing.assert_array_equal(out["v2"][:63] & 0xFFFF, want | (want << 8))
+    with pytest.raises(UnsupportedInstruction):
+        run_snippet("v_cvt_pk_fp8_f32 v2, v0, v0", vgprs={0: x.view(np.uint32)}, outputs=["v2"])

@@ -185,9 +185,12 @@ def _fmt(name: str) -> str:
     return "bf8" if "bf8" in name else "fp8"
 
 
-def _encode(ex, inst, fmt: str, x):
+def _encode(ex, inst, w, fmt: str, x):
+    """fp8/bf8 codes of x; lanes EXEC disables are not converted (they write nothing, so
+    an unmodelled NaN result there must not stop the kernel)."""
     sat = bool(getattr(ex, "fp16_ovfl", False))
     enc = numerics.f32_to_fp8_e5m2 if fmt == "bf8" else numerics.f32_to_fp8_e4m3
+    x = np.where(ex.exec_bits(w), x, 0)
     try:
         return enc(x, sat)
     except numerics.UnverifiedNumericsError as err:
@@ -220,8 +223,8 @@ def cvt_pk_fp8_f32(ex, inst, w):
     dst, a_op, b_op = inst.ops
     _dst1(ex, inst)
     fmt = _fmt(inst.name)
-    lo = _encode(ex, inst, fmt, _f32_source(ex, a_op, ex.v32(a_op, w)))
-    hi = _encode(ex, inst, fmt, _f32_source(ex, b_op, ex.v32(b_op, w)))
+    lo = _encode(ex, inst, w, fmt, _f32_source(ex, a_op, ex.v32(a_op, w)))
+    hi = _encode(ex, inst, w, fmt, _f32_source(ex, b_op, ex.v32(b_op, w)))
     _write_word(ex, inst, w, dst, bool(sel[3]), lo.astype(np.uint32) | (hi.astype(np.uint32) << np.uint32(8)))
 
 
@@ -286,7 +289,7 @@ def cvt_scalef32_pk_fp8_f32(ex, inst, w):
     out = []
     for op in (a_op, b_op):
         x = numerics.scale_down(_f32_source(ex, op, ex.v32(op, w)), scale)
-        out.append(_encode(ex, inst, fmt, x).astype(np.uint32))
+        out.append(_encode(ex, inst, w, fmt, x).astype(np.uint32))
     _write_word(ex, inst, w, dst, bool(sel[3]), out[0] | (out[1] << np.uint32(8)))
 
 
