@@ -39,9 +39,10 @@
 ; key block takes srcC = -m (16 VGPRs, v_negm), so the steady state needs no subtraction;
 ; the first tile sets m = max(rowmax, -1e30) (finite: masked rows stay NaN-free).
 ;
-; --- LDS map (64 KiB) ------------------------------------------------------------------
-;   [LDS_K0, +16K) K tile, buffer 0   [LDS_K1, +16K) K tile, buffer 1
-;   [LDS_V0, +16K) V tile, buffer 0   [LDS_V1, +16K) V tile, buffer 1
+; --- LDS map (80 KiB) ------------------------------------------------------------------
+;   [LDS_V0 + b*16K, +16K)  V tile, buffer b = 0, 1      (V(t) in V[t % 2])
+;   [LDS_K0 + b*16K, +16K)  K tile, buffer b = 0, 1, 2   (K(t) in K[t % 3]; the buffer part of
+;                           a K read address lives in v_kaddr, moved each iteration)
 ; A tile is 64 rows x 256 bytes, row-major, each row's 16-byte chunks XOR-swizzled:
 ;   K: chunk c of row r at  r*256 + 16*(c ^ (r % 16))
 ;   V: chunk c of row r at  r*256 + 16*(c ^ (2 * (r % 8)))
@@ -54,23 +55,31 @@
 ;
 ; --- Pipeline ---------------------------------------------------------------------------
 ; Software-pipelined inside each wave; S double-buffered in VGPRs (S(j) in v_s0/v_s1 by
-; the parity of j). Iteration j (one s_barrier each, j = 0 .. tiles):
-;   s_waitcnt vmcnt(0); s_barrier    my DMA lines of K(j+1), V(j-1) landed; then everyone's,
-;                                    and everyone finished iteration j-1
-;   DMA K(j+2) -> K[j%2], V(j) -> V[j%2]      (those buffers were last read in iteration j-1)
+; the parity of j). Iteration j (j = 0 .. tiles) of a wave:
 ;   phase A: GEMM1(j-1)  O += V(j-1) P(j-1)   16 MFMA, V^T by ds_read_b64_tr_b16
-;            || softmax(j) part 1: row max of S(j) - m (lead, before the first MFMA, while
-;               the V reads fly), lazy-rescale test, exp2 of key block 0 (one per MFMA)
+;            || softmax(j) part 1: row max of S(j) - m (its first 15 ops before the first
+;               MFMA, while the V reads fly), lazy-rescale test, exp2 of key block 0
 ;   phase B: GEMM0(j+1)  S(j+1) = K(j+1) Q^T - m   16 MFMA, K by ds_read_b128
 ;            || softmax(j) part 2: exp2 of key block 1, row sums, P(j) to bf16/fp16
-; Operands of both GEMMs stream through one ring of 8 x 4 VGPRs, PF operands ahead, so the
-; K reads of phase B start during phase A. Per MFMA (32 cycles) a wave issues about one
-; exp2 and one or two other VALU ops: one wave alone keeps its MFMA pipe close to busy,
-; and the second wave of the SIMD fills the gaps. s_setprio 1 over the MFMA streams, 0 at
-; the barrier: a wave that reached its MFMAs wins issue over one still in its DMA/dispatch.
+; About one exp2 and two other VALU ops ride on each MFMA (32 cycles). Operands of both
+; GEMMs stream through one ring of 8 x 4 VGPRs, PF operands ahead: the K reads of phase B
+; start during phase A.
+; Two wave groups, half an iteration apart (the seed's stagger): waves 0-3 (group 1) and
+; 4-7 (group 2) share the SIMDs pairwise (w and w+4), and
+;   group 1:  | barrier j, DMA j || A(j)   B(j)              | barrier j+1 ...
+;   group 2:  | barrier j, DMA j || B(j-1) | A(j)             | barrier j+1 ...
+; so while one wave of a SIMD runs phase A the other runs phase B, and the MFMA pipe has
+; work while either wave is in its softmax lead or at a barrier. Barrier k: every wave
+; waited (vmcnt) for its own DMA lines of barrier k-1, so K(k+1) and V(k-1) are complete;
+; group 1 finished A/B(k-1), group 2 finished A(k-1) and B(k-2). DMA k (each wave, after
+; barrier k, 4 lines): K(k+2) -> K[(k+2) % 3], whose K(k-1) was last read by B(k-2), and
+; V(k) -> V[k % 2], whose V(k-2) was last read by A(k-1). Group 2 passes one extra barrier
+; first (barrier 0, before its loop) and group 1 one last, so the counts match.
+; s_setprio: phase B's MFMA stream 2, phase A's 1, barriers/dispatch 0 (see `iteration`).
 ; The first iteration, the last two and waves whose rows end early (causal) run reduced
 ; bodies of the same macro (no GEMM1 / no softmax / no GEMM0), chosen per wave by scalar
-; compares; every wave passes the same barriers.
+; compares; every wave passes the same barriers. DMA past the workgroup's last tile reads
+; zeros (empty descriptor), so every body issues its DMA unconditionally.
 ; Rare paths live out of line after s_endpgm: masking (tail keys, causal diagonal), the
 ; lazy rescale (S, m, -m, l at the test; O at the end of phase A, after GEMM1(j-1)).
 ;
@@ -78,9 +87,9 @@
 ; - One KV tile per iteration in two phases (GEMM1 || softmax part 1, GEMM0 || part 2)
 ;   instead of two tiles in 8 clusters: the same overlap (every MFMA cluster carries half a
 ;   softmax) with half the code and one S double buffer.
-; - No stagger of the two wave groups (the seed delays waves 4-7 by an extra s_barrier):
-;   each wave interleaves its own MFMAs and softmax, so the two waves of a SIMD need not be
-;   out of phase, and one barrier per tile keeps the LDS buffer lifetimes simple.
+; - K triple-buffered instead of double, V double: with the groups half an iteration
+;   apart, group 2 still reads K(k) after barrier k; V is read by phase A, which both
+;   groups finish before the barrier that frees its buffer.
 ; - S - m comes out of the MFMA (srcC = -m) instead of a subtraction pass.
 ; - Causal balance by ordering (longest Q tiles dispatched first) instead of pairing a head
 ;   tile with a tail tile in one workgroup: with thousands of 256-row workgroups the
@@ -113,15 +122,17 @@
 .set KV_TILE, 64
 .set ROW_BYTES, 256                    ; 128 bf16/fp16
 .set TILE_BYTES, KV_TILE * ROW_BYTES   ; 16 KiB
-.set LDS_K0, 0                         ; K[0], K[1] at LDS_K0 + buf * TILE_BYTES
-.set LDS_V0, 2 * TILE_BYTES            ; V[0], V[1] at LDS_V0 + buf * TILE_BYTES
-.set LDS_NEEDED, 4 * TILE_BYTES
+.set LDS_V0, 0                         ; V[0..1] at LDS_V0 + buf * TILE_BYTES (DS offsets: 16 bits)
+.set LDS_K0, 2 * TILE_BYTES            ; K[0..2] at LDS_K0 + buf * TILE_BYTES (buffer part in v_kaddr)
+.set LDS_NEEDED, 5 * TILE_BYTES
 .set LAZY_THRESHOLD, 0x41000000        ; 8.0f: rescale only when the max grows by more (log2 units)
 .set M_INIT, 0xf149f2ca                ; -1e30f: finite floor of m
 .set NEG_INF, 0xff800000
 .set L_FLOOR, 0x0da24260               ; 1e-30f: 1/max(l, floor) keeps O = 0 for rows with no key
 .set LN2, 0x3f317218                   ; ln(2)
 .set RING, 8                           ; MFMA operand ring: 8 slots of 4 VGPRs
+.set PRIO_A, 1                         ; s_setprio of phase A's MFMA stream (see `iteration`)
+.set PRIO_B, 2                         ; ... of phase B's
 .set PF, 6                             ; operands read ahead of their MFMA (< RING; <= 7 x 2 DS reads in flight)
 
 .if LDS_BYTES < LDS_NEEDED
@@ -184,6 +195,10 @@
 .set s_exec_save, 78        ; [78:79]
 .set s_resc, 80             ; 1 between a lazy-rescale decision and the O rescale
 .set s_wm2, 81              ; max(w, 2) - 2: iterations 1 .. w-2 run the full body
+.set s_kb_next, 82          ; byte offset of K[(j+1) % 3], read by this iteration's GEMM0
+.set s_kd_off, 83           ; byte offset of the K buffer this iteration's DMA fills
+.set s_kd_line, 84          ; m0 of that DMA's first line: s_m0k + s_kd_off
+.set s_kbuf_cur, 85         ; K buffer offset the v_kaddr addresses hold now
 
 ; --- VGPRs ---
 .set v_lane, 1              ; l = work-item % 64 (v0 holds the packed work-item ids at entry)
@@ -226,9 +241,10 @@
     ds_read_b64_tr_b16 v[v_op + 4*(\slot) + 2 : v_op + 4*(\slot) + 3], v[v_vaddr + (\i) % 4] offset: LDS_V0 + (\buf) * TILE_BYTES + 4096 * ((\i) / 4) + 2048
 .endm
 
-; GEMM0 operand i (key block i%2, d step i/2) into ring slot \slot from K buffer \buf
+; GEMM0 operand i (key block i%2, d step i/2) into ring slot \slot; the K buffer's offset
+; is part of the v_kaddr addresses (kaddr_op moves them)
 .macro k_read_op slot, i, buf
-    ds_read_b128 v[v_op + 4*(\slot) : v_op + 4*(\slot) + 3], v[v_kaddr + (\i) / 2] offset: LDS_K0 + (\buf) * TILE_BYTES + 8192 * ((\i) % 2)
+    ds_read_b128 v[v_op + 4*(\slot) : v_op + 4*(\slot) + 3], v[v_kaddr + (\i) / 2] offset: LDS_K0 + 8192 * ((\i) % 2)
 .endm
 
 ; GEMM1 MFMA i: O^T[d block i%4] += V^T[d block, k step i/4] * P^T[k step]  (4 accumulators rotate)
@@ -290,22 +306,23 @@
     .endif
 .endm
 
-; DMA op i (0..15) of an iteration: K(j+2) -> K[par], V(j) -> V[par] (tiles past the
-; workgroup's last read zeros: their descriptors are empty), descriptors moved on.
-.macro dma_op i, par
+; DMA op i (0..15) of an iteration: K(k+2) -> K[(k+2) % 3] (its first line at s_kd_line),
+; V(k) -> V[\vpar], for the barrier k the body passed (tiles past the workgroup's last
+; read zeros: their descriptors are empty); the descriptors move on.
+.macro dma_op i, vpar
     .if (\i) < 8
-        dma_op1 (\i), s_rsrc_k, s_kstep, v_dma_k0, v_dma_k1, LDS_K0 + (\par) * TILE_BYTES
+        dma_op1 (\i), s_rsrc_k, s_kstep, v_dma_k0, v_dma_k1, s_kd_line, LDS_K0
     .else
-        dma_op1 ((\i) - 8), s_rsrc_v, s_vstep, v_dma_v0, v_dma_v1, LDS_V0 + (\par) * TILE_BYTES
+        dma_op1 ((\i) - 8), s_rsrc_v, s_vstep, v_dma_v0, v_dma_v1, s_m0k, LDS_V0 + (\vpar) * TILE_BYTES
     .endif
 .endm
-.macro dma_op1 i, rsrc, step, voff0, voff1, region
+.macro dma_op1 i, rsrc, step, voff0, voff1, s_line, region
     .if (\i) == 0
-        s_add_u32 m0, s[s_m0k], \region                 ; line w
+        s_add_u32 m0, s[\s_line], \region               ; line w
     .elseif (\i) == 1
         buffer_load_dwordx4 v[\voff0], s[\rsrc:\rsrc+3], 0 offen lds
     .elseif (\i) == 2
-        s_add_u32 m0, s[s_m0k], \region + 8192          ; line w + 8
+        s_add_u32 m0, s[\s_line], \region + 8192        ; line w + 8
     .elseif (\i) == 3
         buffer_load_dwordx4 v[\voff1], s[\rsrc:\rsrc+3], 0 offen lds
     .elseif (\i) == 4
@@ -316,6 +333,17 @@
         s_sub_u32 s[\rsrc+2], s[\rsrc+2], s[\step]
     .else
         s_cselect_b32 s[\rsrc+2], 0, s[\rsrc+2]         ; SCC = borrow: past the end, empty
+    .endif
+.endm
+
+; kaddr op i (0..9): point the K read addresses at K[(j+1) % 3] (s_kb_next)
+.macro kaddr_op i
+    .if (\i) == 0
+        s_sub_u32 s[s_t3], s[s_kb_next], s[s_kbuf_cur]
+    .elseif (\i) == 1
+        s_mov_b32 s[s_kbuf_cur], s[s_kb_next]
+    .else
+        v_add_u32 v[v_kaddr + (\i) - 2], s[s_t3], v[v_kaddr + (\i) - 2]
     .endif
 .endm
 
@@ -385,13 +413,16 @@ L_prep_back_\tag:
     .endr
 .endm
 
-; Phase A op i of a body: the row max's tail ops (steady tiles), then exp2 of key block 0
-; and the 16 DMA ops, alternating. _lt, _ex, _dm (set by `iteration`) say which are there.
+; Phase A op i of a body: the row max's tail ops (steady tiles), the K address move
+; (when GEMM0 follows), then exp2 of key block 0 alternating with the 16 DMA ops (group 1).
+; _lt, _ka, _ex, _dm (set by `iteration`) say which are there.
 .macro a_op i, tag, par
     .if (\i) < _lt
         row_max_op (\i), \tag, 1
+    .elseif (\i) < _lt + _ka
+        kaddr_op ((\i) - _lt)
     .else
-        .set _ai, (\i) - _lt
+        .set _ai, (\i) - _lt - _ka
         .if _ex && _dm
             .if _ai % 2 == 0
                 v_exp_f32 v[_sj + _ai/2], v[_sj + _ai/2]
@@ -406,21 +437,59 @@ L_prep_back_\tag:
     .endif
 .endm
 
+; Phase B ops of slot k (0..15, 16 = the tail): exp2 of key block 1, row sums, P to
+; bf16/fp16 (_ex), and for group 2 one DMA op per slot (_dmb, V buffer \vpar).
+.macro b_ops k, vpar
+    .if (\k) < 16
+        .if _ex
+            v_exp_f32 v[_sj + 16 + (\k)], v[_sj + 16 + (\k)]
+            .if (\k) >= 1
+                smB_op (2*(\k) - 2)         ; pairs p <= k-1 were exponentiated >= 2 ops ago
+                smB_op (2*(\k) - 1)
+            .endif
+        .endif
+        .if _dmb
+            dma_op (\k), \vpar
+        .endif
+    .elseif _ex
+        smB_op 30
+        smB_op 31
+    .endif
+.endm
+
 ; One iteration body (see the pipeline in the header). j's parity \par picks the buffers:
-; S(j) = v_s[par], S(j+1) = v_s[1-par], V(j-1) = V[1-par], K(j+1) = K[1-par]; the DMA
-; fills K[par] (K(j+2)) and V[par] (V(j)).
-;   a_on: GEMM1(j-1)   sm_on: softmax(j)   b_on: GEMM0(j+1)   first: j = 0   dma: the DMA ops
-.macro iteration tag, par, a_on, sm_on, b_on, first, dma
+; S(j) = v_s[par], S(j+1) = v_s[1-par], V(j-1) = V[1-par]; K(j+1) = K[(j+1) % 3] through
+; v_kaddr. \grp 1 passes its barrier before the body and issues its DMA in phase A;
+; \grp 2 passes it between the phases and issues its DMA in phase B; \grp 0 (the
+; pre-loop GEMM0(0)) has neither.
+;   a_on: GEMM1(j-1)   sm_on: softmax(j)   b_on: GEMM0(j+1)   first: j = 0
+.macro iteration tag, par, a_on, sm_on, b_on, first, grp
     .set _n, 16*((\a_on) + (\b_on))
     .set _sj, v_s0 + 32*(\par)
     .set _lt, 7 * ((\sm_on) && !(\first))
     .set _ex, (\sm_on)
-    .set _dm, (\dma)
-    .set _na, _lt + 16*_ex + 16*_dm
+    .set _dm, 0                             ; (comparisons evaluate to -1 in the assembler: .if instead)
+    .set _dmb, 0
+    .if (\grp) == 1
+        .set _dm, 1
+    .elseif (\grp) == 2
+        .set _dmb, 1
+    .endif
+    .set _ka, 0
+    .if (\b_on) && (\a_on) && ((\grp) != 0)
+        .set _ka, 10                        ; K addresses move during phase A
+    .elseif (\b_on) && ((\grp) != 0)
+        .set _i, 0
+        .rept 10                            ; ... or now, before the first K read
+            kaddr_op _i
+            .set _i, _i + 1
+        .endr
+    .endif
+    .set _na, _lt + _ka + 16*_ex + 16*_dm
     .set _g, 0
     .rept PF
         .if _g < _n
-            op_read _g, \a_on, (1 - (\par)), (1 - (\par))
+            op_read _g, \a_on, 0, (1 - (\par))
         .endif
         .set _g, _g + 1
     .endr
@@ -434,8 +503,13 @@ L_mask_back_\tag:
             row_max_head                    ; while the first operands load
         .endif
     .endif
-    s_setprio 1                             ; MFMA stream: win issue over a wave still at its barrier
-    ; phase A: GEMM1(j-1) || row max tail, lazy test, exp2 of key block 0, DMA
+    ; Between two barriers the two waves of a SIMD run opposite phases. Phase B (GEMM0 with
+    ; the heavier softmax half: an exp2 and two more VALU ops per MFMA) wins issue over
+    ; phase A; at equal priority the older wave would win everything, the other one lag and
+    ; finish alone after the first reached the barrier. (Chosen with the gfxasm.perf model:
+    ; B over A 1665, equal 1534, A over B 1534 modelled TFLOP/s at B4 H64/8 S8192.)
+    s_setprio PRIO_A
+    ; phase A: GEMM1(j-1) || row max tail, lazy test, exp2 of key block 0, K addresses, DMA
     .if \a_on
         .set _k, 0
         .set _done, 0
@@ -460,25 +534,21 @@ L_mask_back_\tag:
         s_cbranch_scc1 L_orescale_\tag      ; rare: O *= corr now that GEMM1(j-1) is in
 L_orescale_back_\tag:
     .endif
-    ; phase B: GEMM0(j+1) || exp2 of key block 1, row sums, P to bf16/fp16
+    .if (\grp) == 2
+        s_setprio 0
+        s_waitcnt vmcnt(0)                  ; in flight: my DMA lines of barrier j -> wait for them
+        s_barrier                           ; barrier j+1 (see the pipeline in the header)
+    .endif
+    s_setprio PRIO_B                        ; see phase A
+    ; phase B: GEMM0(j+1) || exp2 of key block 1, row sums, P to bf16/fp16 (, DMA of group 2)
     .set _k, 0
-    .rept 16
-        .if \b_on
+    .rept 17
+        .if (\b_on) && (_k < 16)
             mfma_step (16*(\a_on) + _k), \a_on, _n, \par
         .endif
-        .if \sm_on
-            v_exp_f32 v[_sj + 16 + _k], v[_sj + 16 + _k]
-            .if _k >= 1
-                smB_op (2*_k - 2)       ; pairs p <= k-1 were exponentiated >= 2 ops ago
-                smB_op (2*_k - 1)
-            .endif
-        .endif
+        b_ops _k, (1 - (\par))
         .set _k, _k + 1
     .endr
-    .if \sm_on
-        smB_op 30
-        smB_op 31
-    .endif
     s_setprio 0
 .endm
 
@@ -789,6 +859,8 @@ L_no_clamp:
     v_mov_b64 v[v_l:v_l+1], 0
     v_mov_b32 v[v_neginf], NEG_INF
     s_mov_b32 s[s_resc], 0
+    s_mov_b32 s[s_kb_next], TILE_BYTES                  ; iteration 0's GEMM0 reads K(1) in K[1]
+    s_mov_b32 s[s_kbuf_cur], 0                          ; v_kaddr point at K[0] (GEMM0(0))
 
     ; --- K(0), K(1) in flight; Q pre-scaled by scale*log2(e) meanwhile ---
     s_mov_b32 s[s_j], 0
@@ -821,33 +893,110 @@ L_q_scale:
     s_cbranch_scc1 L_epilogue
     s_barrier                                           ; every wave's lines of K(0) landed
     s_cmp_eq_u32 s[s_wtiles], 0
-    s_cbranch_scc1 L_iter
+    s_cbranch_scc1 L_loops
     iteration pre, 1, 0, 0, 1, 0, 0                     ; GEMM0(0): S(0) into v_s0 from K[0]
     s_nop 7                                             ; S(0) was written by the last MFMA: 12 wait states
     s_nop 3                                             ; before the first softmax reads it
+L_loops:
 
 ; ============================================================================ main loop
-; j = 0 .. n: the body this wave runs at j (w = its tile count); every body issues the DMA
-L_iter:
-    s_waitcnt vmcnt(0)                  ; in flight: my DMA lines of K(j+1), V(j-1) -> wait for them
-    s_barrier                           ; everyone's landed; everyone finished iteration j-1, so
-                                        ; K[j%2] (K(j), read by GEMM0(j)) and V[j%2] (V(j-2)) are free
+; Group 1 (waves 0-3) passes barrier j at the top of iteration j; group 2 (waves 4-7)
+; between phase A and phase B of iteration j-1: each SIMD runs one wave of each, half an
+; iteration apart. Each loop runs j = 0 .. n, choosing per iteration the body this wave
+; runs (w = its tile count): full (1 <= j <= w-2), first (j = 0), last (j = w-1),
+; A only (j = w), DMA only (j > w or w = 0).
+.macro main_loop g
+L\g\()_iter:
+    .if \g == 1
+        s_waitcnt vmcnt(0)              ; in flight: my DMA lines of barrier j-1 -> wait for them
+        s_barrier                       ; barrier j: everyone's landed; group 1 finished iteration j-1,
+                                        ; group 2 its phase A
+    .endif
+    s_add_u32 s[s_kd_line], s[s_m0k], s[s_kd_off]
     s_lshl_b32 s[s_tile_start], s[s_j], 6
     s_sub_u32 s[s_t0], s[s_j], 1
     s_cmp_lt_u32 s[s_t0], s[s_wm2]      ; 1 <= j <= w-2: the full body
-    s_cbranch_scc0 L_dispatch_rare
+    s_cbranch_scc0 L\g\()_dispatch_rare
     s_bitcmp1_b32 s[s_j], 0
-    s_cbranch_scc1 L_full_1
-L_full_0:
-    iteration full_0, 0, 1, 1, 1, 0, 1
-L_next:
+    s_cbranch_scc1 L\g\()_full_1
+    iteration g\g\()_full_0, 0, 1, 1, 1, 0, \g
+L\g\()_next:
     s_add_u32 s[s_j], s[s_j], 1
+    s_add_u32 s[s_kb_next], s[s_kb_next], TILE_BYTES    ; K buffers rotate mod 3
+    s_cmp_ge_u32 s[s_kb_next], 3 * TILE_BYTES
+    s_cselect_b32 s[s_kb_next], 0, s[s_kb_next]
+    s_add_u32 s[s_kd_off], s[s_kd_off], TILE_BYTES
+    s_cmp_ge_u32 s[s_kd_off], 3 * TILE_BYTES
+    s_cselect_b32 s[s_kd_off], 0, s[s_kd_off]
     s_cmp_le_u32 s[s_j], s[s_ntiles]
-    s_cbranch_scc1 L_iter
+    s_cbranch_scc1 L\g\()_iter
+    .if \g == 1
+        s_waitcnt vmcnt(0)
+        s_barrier                       ; barrier n+1: group 2 passes it in its last iteration
+    .endif
     s_branch L_epilogue
-L_full_1:
-    iteration full_1, 1, 1, 1, 1, 0, 1
-    s_branch L_next
+L\g\()_full_1:
+    iteration g\g\()_full_1, 1, 1, 1, 1, 0, \g
+    s_branch L\g\()_next
+L\g\()_dispatch_rare:
+    s_cmp_eq_u32 s[s_wtiles], 0
+    s_cbranch_scc1 L\g\()_dma_only
+    s_cmp_gt_u32 s[s_j], s[s_wtiles]
+    s_cbranch_scc1 L\g\()_dma_only
+    s_bitcmp1_b32 s[s_j], 0
+    s_cbranch_scc1 L\g\()_dispatch_odd
+    s_cmp_eq_u32 s[s_j], s[s_wtiles]
+    s_cbranch_scc1 L\g\()_aonly_0
+    s_cmp_eq_u32 s[s_j], 0
+    s_cbranch_scc1 L\g\()_dispatch_first
+    iteration g\g\()_last_0, 0, 1, 1, 0, 0, \g          ; j = w-1: GEMM1(j-1), softmax(j)
+    s_branch L\g\()_next
+L\g\()_dispatch_odd:
+    s_cmp_eq_u32 s[s_j], s[s_wtiles]
+    s_cbranch_scc1 L\g\()_aonly_1
+    iteration g\g\()_last_1, 1, 1, 1, 0, 0, \g
+    s_branch L\g\()_next
+L\g\()_dispatch_first:
+    s_cmp_eq_u32 s[s_wtiles], 1
+    s_cbranch_scc1 L\g\()_first_only
+    iteration g\g\()_first, 0, 0, 1, 1, 1, \g           ; j = 0: softmax(0), GEMM0(1)
+    s_branch L\g\()_next
+L\g\()_first_only:
+    iteration g\g\()_first_only, 0, 0, 1, 0, 1, \g      ; j = 0 = w-1: softmax(0)
+    s_branch L\g\()_next
+L\g\()_aonly_0:
+    iteration g\g\()_aonly_0, 0, 1, 0, 0, 0, \g         ; j = w: GEMM1(w-1)
+    s_branch L\g\()_next
+L\g\()_aonly_1:
+    iteration g\g\()_aonly_1, 1, 1, 0, 0, 0, \g
+    s_branch L\g\()_next
+L\g\()_dma_only:
+    s_bitcmp1_b32 s[s_j], 0
+    s_cbranch_scc1 L\g\()_dma_only_1
+    iteration g\g\()_dma_0, 0, 0, 0, 0, 0, \g
+    s_branch L\g\()_next
+L\g\()_dma_only_1:
+    iteration g\g\()_dma_1, 1, 0, 0, 0, 0, \g
+    s_branch L\g\()_next
+.endm
+
+    s_cmp_ge_u32 s[s_wave], 4
+    s_cbranch_scc1 L_group2
+    s_mov_b32 s[s_kd_off], 2 * TILE_BYTES       ; group 1's iteration j fills K[(j+2) % 3]
+    main_loop 1
+L_group2:
+    ; group 2 passes barrier 0 and issues its DMA here, then runs half an iteration behind
+    s_waitcnt vmcnt(0)
+    s_barrier                                   ; barrier 0
+    s_mov_b32 s[s_kd_off], 2 * TILE_BYTES
+    s_add_u32 s[s_kd_line], s[s_m0k], s[s_kd_off]
+    .set _i, 0
+    .rept 16
+        dma_op _i, 0                            ; K(2) -> K[2], V(0) -> V[0]
+        .set _i, _i + 1
+    .endr
+    s_mov_b32 s[s_kd_off], 0                    ; group 2's iteration j fills K[j % 3] (barrier j+1)
+    main_loop 2
 
 ; ============================================================================ epilogue
 L_epilogue:
@@ -894,62 +1043,20 @@ L_epilogue:
 L_end:
     s_endpgm
 
-; ============================================================================ reduced bodies
-; nothing (w = 0 or j > w), A only (j = w), first (j = 0), last (j = w-1)
-L_dispatch_rare:
-    s_cmp_eq_u32 s[s_wtiles], 0
-    s_cbranch_scc1 L_dma_only
-    s_cmp_gt_u32 s[s_j], s[s_wtiles]
-    s_cbranch_scc1 L_dma_only
-    s_sub_u32 s[s_t0], s[s_wtiles], 1
-    s_bitcmp1_b32 s[s_j], 0
-    s_cbranch_scc1 L_dispatch_odd
-    s_cmp_eq_u32 s[s_j], s[s_wtiles]
-    s_cbranch_scc1 L_aonly_0
-    s_cmp_eq_u32 s[s_j], 0
-    s_cbranch_scc1 L_dispatch_first
-    iteration last_0, 0, 1, 1, 0, 0, 1                  ; j = w-1: GEMM1(j-1), softmax(j)
-    s_branch L_next
-L_dispatch_odd:
-    s_cmp_eq_u32 s[s_j], s[s_wtiles]
-    s_cbranch_scc1 L_aonly_1
-    iteration last_1, 1, 1, 1, 0, 0, 1
-    s_branch L_next
-L_dispatch_first:
-    s_cmp_eq_u32 s[s_wtiles], 1
-    s_cbranch_scc1 L_first_only
-    iteration first, 0, 0, 1, 1, 1, 1                   ; j = 0: softmax(0), GEMM0(1)
-    s_branch L_next
-L_first_only:
-    iteration first_only, 0, 0, 1, 0, 1, 1              ; j = 0 = w-1: softmax(0)
-    s_branch L_next
-L_aonly_0:
-    iteration aonly_0, 0, 1, 0, 0, 0, 1                 ; j = w: GEMM1(w-1)
-    s_branch L_next
-L_aonly_1:
-    iteration aonly_1, 1, 1, 0, 0, 0, 1
-    s_branch L_next
-L_dma_only:
-    s_bitcmp1_b32 s[s_j], 0
-    s_cbranch_scc1 L_dma_only_1
-    iteration dma_0, 0, 0, 0, 0, 0, 1
-    s_branch L_next
-L_dma_only_1:
-    iteration dma_1, 1, 0, 0, 0, 0, 1
-    s_branch L_next
-
 ; ============================================================================ rare paths
-    rare_mask first, 0
-    rare_mask first_only, 0
-    rare_mask full_0, 0
-    rare_mask full_1, 1
-    rare_mask last_0, 0
-    rare_mask last_1, 1
-    rare_prep full_0, 0
-    rare_prep full_1, 1
-    rare_prep last_0, 0
-    rare_prep last_1, 1
-    rare_orescale full_0
-    rare_orescale full_1
-    rare_orescale last_0
-    rare_orescale last_1
+.irp g, 1, 2
+    rare_mask g\g\()_first, 0
+    rare_mask g\g\()_first_only, 0
+    rare_mask g\g\()_full_0, 0
+    rare_mask g\g\()_full_1, 1
+    rare_mask g\g\()_last_0, 0
+    rare_mask g\g\()_last_1, 1
+    rare_prep g\g\()_full_0, 0
+    rare_prep g\g\()_full_1, 1
+    rare_prep g\g\()_last_0, 0
+    rare_prep g\g\()_last_1, 1
+    rare_orescale g\g\()_full_0
+    rare_orescale g\g\()_full_1
+    rare_orescale g\g\()_last_0
+    rare_orescale g\g\()_last_1
+.endr

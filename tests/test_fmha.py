@@ -93,6 +93,7 @@ DEFAULT_CASES = [
     (1, 1000, 17, 8, 4, "f16", True, "bshd", True),
     (1, 1000, 1000, 1, 1, "bf16", True, "packed", True),
     (1, 1000, 1000, 4, 1, "f16", False, "bshd", True),
+    (1, 300, 200, 1, 1, "bf16", True, "bshd", True),          # causal diagonal crosses tile 0 in waves 4-7
 ]
 
 
@@ -115,9 +116,10 @@ def test_softmax_scale_and_fresh_output():
 def test_lazy_rescale_large_scores(seq_k, causal):
     # Scores that grow by far more than the lazy threshold (2^8) from one tile to the next:
     # the rescale path must run, and a sorted key order makes each new tile's max larger.
-    # 300 and 250 keys end the tile loop on either parity (5 and 4 tiles).
+    # 300 and 250 keys end the tile loop on either parity (5 and 4 tiles); 256 query rows
+    # put rows in both wave groups.
     g = torch.Generator().manual_seed(5)
-    q = (torch.randn(1, 64, 1, 128, generator=g) * 4).to(torch.bfloat16)
+    q = (torch.randn(1, 256, 1, 128, generator=g) * 4).to(torch.bfloat16)
     base = torch.randn(1, seq_k, 1, 128, generator=g)
     k = (base * torch.linspace(0.1, 6, seq_k)[None, :, None, None]).to(torch.bfloat16)
     v = torch.randn(1, seq_k, 1, 128, generator=g).to(torch.bfloat16)
