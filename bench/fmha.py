@@ -11,7 +11,8 @@ Three kinds of numbers, each labelled:
   steady-state KV tile of one wave — the instructions a wave issues in one main-loop
   iteration (one 64-key tile: both DMAs, GEMM1 of the previous tile, the softmax, GEMM0 of
   the next) that needs neither masking nor an O rescale (the common case), found by
-  walking the loop from L_iter back to L_iter with those branches resolved. MFMA count and MFMA cycles
+  walking the loop from L1_iter back to L1_iter (group 1, waves 0-3; group 2's iteration,
+  from L2_iter, differs only in where its barrier and DMA sit) with those branches resolved. MFMA count and MFMA cycles
   (4 x passes) against the issue cycles of everything else (VALU 4, transcendental and
   32-bit integer multiply 16, s_nop N (N+1) x 4, any other instruction one 4-cycle issue
   slot: gfxasm.perf.params). "MFMA share" = MFMA cycles / (MFMA + other) for one wave
@@ -69,7 +70,7 @@ def _symbols(co_path: Path) -> dict[str, int]:
     with open(co_path, "rb") as f:
         elf = ELFFile(f)
         tab = elf.get_section_by_name(".symtab")
-        return {s.name: s["st_value"] for s in tab.iter_symbols() if s.name.startswith("L_")}
+        return {s.name: s["st_value"] for s in tab.iter_symbols() if s.name.startswith("L") and s["st_shndx"] != "SHN_ABS"}
 
 
 def _issue_cycles(inst, klass: str, prm: P.Params) -> int:
@@ -83,9 +84,9 @@ def _issue_cycles(inst, klass: str, prm: P.Params) -> int:
     return prm.issue_quantum
 
 
-def steady_tile(co_path: Path, mask: bool = False, rescale: bool = False) -> dict:
+def steady_tile(co_path: Path, mask: bool = False, rescale: bool = False, group: int = 1) -> dict:
     """Instruction mix and cycles of one wave's main-loop iteration (one KV tile): walk from
-    L_iter back to L_iter through the full body of an even tile, with both DMAs issued and
+    L<group>_iter back to it through the full body of an even tile (both DMAs issued), with
     the mask and lazy-rescale branches taken as asked."""
     import gfxasm.emu as emu
     from gfxasm.perf.stats import classify, mfma_flops, mfma_passes
@@ -95,7 +96,7 @@ def steady_tile(co_path: Path, mask: bool = False, rescale: bool = False) -> dic
     kern = emu.load(co_path).kernel()
     insts = kern.program.insts
     by_pc = {i.pc: n for n, i in enumerate(insts)}
-    start = labels["L_iter"]
+    start = labels[f"L{group}_iter"]
     n = by_pc[start]
     counts, cycles = Counter(), Counter()
     mfma = dict(count=0, cycles=0, flops=0)
@@ -153,6 +154,7 @@ def static_facts(variant_name: str) -> dict:
         lds_bytes=st.lds_bytes, workgroups_per_cu=occ.workgroups_per_cu, waves_per_simd=occ.waves_per_simd,
         occupancy_limited_by=occ.limited_by,
         steady_tile=steady_tile(variant.co_path),
+        steady_tile_group2=steady_tile(variant.co_path, group=2),
         masked_tile=steady_tile(variant.co_path, mask=True),
         rescale_tile=steady_tile(variant.co_path, rescale=True),
     )
