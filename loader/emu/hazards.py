@@ -189,9 +189,11 @@ def _full_reg(ex, kind, w, index, count, writer, at):
     return same
 
 
-def _required_for_read(ex, kind, w, index, count, writer, at):
-    """Wait states the current instruction needs after each register's last writer."""
-    klass, role = ex.klass, getattr(ex, "role", None)
+def _rule(klass, role, kind, xdl_inst, carry_in, waived_xdl, writer, full):
+    """Wait states a consumer (klass, role) of a `kind` register needs after each last
+    writer code in `writer`. xdl_inst: the consumer is an XDL MFMA; carry_in: the SGPR is
+    read as a carry-in / lane mask; full: the srcC registers are exactly one MFMA's
+    destination (bool[n, 1] or a scalar)."""
     need = np.zeros(writer.shape, np.int64)
     valu_w = _valu_writer(writer)
     if kind in ("v", "a"):
@@ -199,8 +201,7 @@ def _required_for_read(ex, kind, w, index, count, writer, at):
             need = np.where(valu_w, 2, need)
             if role == "c":
                 p = _passes(writer)
-                full = _full_reg(ex, kind, w, index, count, writer, at)[:, None]
-                if is_xdl(ex.inst.name):
+                if xdl_inst:
                     xdl_c = p + 2                                   # gfx950: XDL -> XDL srcC
                     smfma_c = np.zeros_like(p)                      # non-XDL -> XDL srcC: none
                 else:
@@ -213,7 +214,7 @@ def _required_for_read(ex, kind, w, index, count, writer, at):
         else:
             # VALU (incl. v_accvgpr_read), VMEM/DS store data and addresses.
             need = _mfma_result_need(writer)
-            if klass in VALU_CLASSES and "xdl_result_valu_read" in ex.waived:
+            if klass in VALU_CLASSES and waived_xdl:
                 need = np.where(_xdl(writer), 0, need)
             if klass in VALU_CLASSES:
                 need = np.where(writer == DST_SEL, np.maximum(need, 1), need)
@@ -229,9 +230,45 @@ def _required_for_read(ex, kind, w, index, count, writer, at):
         if klass in VMEM_CLASSES:
             need = np.where(valu_w, 5, need)
         elif klass in VALU_CLASSES or klass == "mfma":
-            if _is_carry_in(ex.inst, index):
+            if carry_in:
                 return need         # a carry-in read needs none (see the module docstring)
             need = np.where(valu_w, 4 if role == "lane_select" else 2, need)
+    return need
+
+
+_NEED_TABLES: dict = {}
+_ALL_WRITERS = np.arange(128)[None, :]
+
+
+def _need_tables(ex, kind, index):
+    """(need if not full, need if full): int64[128] per writer code, for the current
+    consumer; _rule evaluated once per consumer class over every writer code."""
+    klass, role = ex.klass, getattr(ex, "role", None)
+    xdl_inst = klass == "mfma" and role == "c" and is_xdl(ex.inst.name)
+    carry_in = kind == "s" and (klass in VALU_CLASSES or klass == "mfma") and _is_carry_in(ex.inst, index)
+    waived_xdl = "xdl_result_valu_read" in ex.waived
+    key = (klass, role, kind, xdl_inst, carry_in, waived_xdl)
+    tables = _NEED_TABLES.get(key)
+    if tables is None:
+        tables = tuple(np.ascontiguousarray(np.broadcast_to(
+            _rule(klass, role, kind, xdl_inst, carry_in, waived_xdl, _ALL_WRITERS, full), _ALL_WRITERS.shape)[0])
+            for full in (False, True))
+        if np.array_equal(tables[0], tables[1]):
+            tables = (tables[0], tables[0])
+        tables[0].flags.writeable = tables[1].flags.writeable = False
+        _NEED_TABLES[key] = tables
+    return tables
+
+
+def _required_for_read(ex, kind, w, index, count, writer, at):
+    """Wait states the current instruction needs after each register's last writer."""
+    not_full, full_t = _need_tables(ex, kind, index)
+    need = not_full[writer]
+    if full_t is not not_full and ex.klass == "mfma" and getattr(ex, "role", None) == "c":
+        alt = full_t[writer]
+        if (alt != need).any():
+            full = _full_reg(ex, kind, w, index, count, writer, at)[:, None]
+            need = np.where(full, alt, need)
     return need
 
 
@@ -350,6 +387,7 @@ def _note_srcc_read(ex, kind, w, index, count):
     side = _side(ex)
     side.srcc_at[kind][w, index:index + count] = ex.waves.clock[w][:, None]
     side.srcc_passes[kind][w, index:index + count] = 0      # filled in when the MFMA writes
+    ex.srcc_noted.append((kind, index, count))             # ... by note_write, this step
 
 
 def _note_wide_store(ex, kind, w, index, count):
@@ -375,13 +413,11 @@ def note_write(ex, kind: str, w, index: int, count: int, writer: int) -> int:
     if writer >= MFMA_BASE:
         side = getattr(ex.waves, "_hazard_side", None)
         if side is not None:
-            now = ex.waves.clock[w][:, None]
+            # The srcC reads of this instruction: the registers whose srcc_at is now (the
+            # clock advances by at least 1 per instruction, so no earlier read has it).
             passes = writer - MFMA_BASE if writer < SMFMA_BASE else 0   # WAR rule: XDL only
-            for k in ("v", "a"):
-                mine = side.srcc_at[k][w] == now
-                if mine.any():
-                    cur = side.srcc_passes[k][w]
-                    side.srcc_passes[k][w] = np.where(mine, passes, cur)
+            for k, i, c in ex.srcc_noted:
+                side.srcc_passes[k][w, i:i + c] = passes
     return writer
 
 

@@ -66,6 +66,7 @@ class Executor:
         self.wave_instructions = 0
         self.trace = None                     # optional callable(inst, w) for the timing model
         self.waived: frozenset[str] = frozenset()   # hazard rules not enforced (hazards.WAIVABLE)
+        self.srcc_noted: list = []
 
     # ----------------------------------------------------------------- errors
     def where(self, wave: int | None = None) -> str:
@@ -180,14 +181,20 @@ class Executor:
         return self.waves.file(op.kind)[w, op.index:op.index + count].copy()
 
     def set_v(self, op: Operand, w, value: np.ndarray, mask: np.ndarray, writer: int = hazards.VALU):
-        """Write uint32[n,64] (one register) or [n,k,64] (k registers) where mask[n,64]."""
+        """Write uint32[n,64] (one register) or [n,k,64] (k registers) where mask[n,64]
+        (mask None: all lanes)."""
         if op.kind not in ("v", "a"):
             raise EmulatorError(f"operand {op.text} is not a vector register ({self.where()})")
         value = np.asarray(value, dtype=np.uint32)
         k = 1 if value.ndim == 2 else value.shape[1]
         self.write_regs(op.kind, w, op.index, k)
         f = self.waves.file(op.kind)
-        if value.ndim == 2:
+        if mask is None:                    # every lane (the caller checked EXEC is all ones)
+            if value.ndim == 2:
+                f[w, op.index] = value
+            else:
+                f[w, op.index:op.index + k] = value
+        elif value.ndim == 2:
             f[w, op.index] = np.where(mask, value, f[w, op.index])
         else:
             cur = f[w, op.index:op.index + k]
@@ -313,6 +320,7 @@ class Executor:
         if inst.handler is None:
             inst.handler = lookup(inst)
         self.klass = inst.handler.klass
+        self.srcc_noted = []                  # MFMA srcC reads of this step (hazards.py)
         hazards.before_issue(self, w)
         inst.handler.fn(self, inst, w)
         self.waves.clock[w] += hazards.wait_states(inst)

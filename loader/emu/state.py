@@ -90,6 +90,7 @@ class Waves:
         self.lds_bytes = lds_bytes
         self._exec_stale = True
         self._exec = None
+        self._exec_full = None
 
     def file(self, kind: str) -> np.ndarray:
         return {"s": self.sgpr, "v": self.vgpr, "a": self.agpr}[kind]
@@ -98,8 +99,18 @@ class Waves:
         """bool[n, 64] EXEC of the waves `w`, cached until EXEC is written (invalidate_exec)."""
         if self._exec_stale:
             self._exec = mask_to_bits(self.sgpr[:, EXEC_LO], self.sgpr[:, EXEC_LO + 1])
+            self._exec_full = None
             self._exec_stale = False
         return self._exec[w].copy()   # callers may narrow their mask in place
+
+    def exec_all(self, w) -> bool:
+        """True when EXEC of every wave in `w` is all ones."""
+        if self._exec_stale:
+            self.exec_bits(slice(0, 0))
+        full = self._exec_full
+        if full is None:
+            full = self._exec_full = self._exec.all(axis=1)
+        return bool(full[w].all())
 
     def invalidate_exec(self, index: int, count: int) -> None:
         if index <= EXEC_LO + 1 and index + count > EXEC_LO:

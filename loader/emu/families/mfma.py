@@ -202,7 +202,170 @@ def _check_reg_operand(ex, inst, op, count: int, what: str):
                                      f"({ex.where()})")
 
 
+@lru_cache(maxsize=None)
+def _row_order(m: int) -> np.ndarray:
+    """int[M]: A's rows in the order that makes the rows of D = A @ B come out as the
+    result registers: D'[q] = D[order[q]] and D'.ravel() is register r, lane l at
+    r * 64 + l (the same values np.take(D, _d_flat(m)) gathers)."""
+    rows, cols = _d_index(m)
+    rows, cols = np.ascontiguousarray(rows).ravel(), np.ascontiguousarray(cols).ravel()
+    order = rows[::m]
+    assert (cols == np.tile(np.arange(m), m)).all() and (rows == np.repeat(order, m)).all()
+    assert sorted(order.tolist()) == list(range(m))
+    return order
+
+
+@lru_cache(maxsize=None)
+def _unit_index(name: str, fmt_bytes: int, row_ordered: bool) -> np.ndarray:
+    """Indices of whole uint32 register units (relative to the operand's first register,
+    [R, 64] order) that, viewed as 1- or 2-byte elements, give the operand as A [M, K]
+    with its rows in _row_order (row_ordered) or as B transposed, [N, K]. Each 32-bit
+    unit holds consecutive k (the element index within a lane runs along K)."""
+    per_reg = 4 // fmt_bytes
+    spec = MFMA[name]
+    per_lane = spec.ab_regs * per_reg
+    p = _gather_index(name)
+    if row_ordered:
+        p = p[_row_order(spec.m)]
+    p = p.ravel()
+    lane, e = p // per_lane, p % per_lane
+    elem = (e // per_reg) * (LANES * per_reg) + lane * per_reg + e % per_reg
+    units = elem.reshape(-1, per_reg)
+    assert (units == units[:, :1] + np.arange(per_reg)).all() and (units[:, 0] % per_reg == 0).all()
+    return np.ascontiguousarray(units[:, 0] // per_reg)
+
+
+def _read_decode(ex, op, w, count: int, fmt: str, units: np.ndarray, m: int, k: int,
+                 b_side: bool) -> np.ndarray:
+    """float64 A [n, M, K] (b_side False) or B [n, K, N] (b_side True), C-contiguous,
+    from the `count` registers of op (read with ex's checks) gathered as uint32 units."""
+    if op.kind not in ("v", "a") or op.count != count:
+        raise UnsupportedInstruction(f"operand {op.text} is not {count} vector registers ({ex.where()})")
+    ex.check_read(op.kind, w, op.index, count)
+    f = ex.waves.file(op.kind)
+    if isinstance(w, slice) and w == slice(None):
+        # Every wave: gather straight from the register file (no copy of the operand).
+        raw = np.take(f.reshape(f.shape[0], -1), units + op.index * LANES, axis=1)
+    else:
+        regs = f[w, op.index:op.index + count]
+        raw = np.take(regs.reshape(regs.shape[0], -1), units, axis=1)
+    n = raw.shape[0]
+    vals = raw.view(np.uint16 if fmt in (F16, BF16) else np.uint8).reshape(n, m, k)
+    if b_side:
+        vals = vals.transpose(0, 2, 1)
+    if fmt == BF16:
+        out = np.left_shift(vals, 16, dtype=np.uint32, order="C").view(np.float32).astype(np.float64)
+    elif fmt == F16:
+        out = vals.view(np.float16).astype(np.float64, order="C")
+    else:
+        out = _fp8_table(fmt)[vals]
+    return np.ascontiguousarray(out)
+
+
+class _Prepared:
+    """What an MFMA instruction's fields decide, checked once (on first execution)."""
+
+    def __init__(self, inst, spec, a_fmt, b_fmt):
+        self.spec = spec
+        self.a_fmt, self.b_fmt = a_fmt, b_fmt
+        ops = inst.ops
+        self.dst, self.a_op, self.b_op, self.c_op = ops[:4]
+        self.a_units = _unit_index(inst.name, 2 if a_fmt in (F16, BF16) else 1, True)
+        self.b_units = _unit_index(inst.name, 2 if b_fmt in (F16, BF16) else 1, False)
+        order = _row_order(spec.m)
+        nb = spec.k // 32
+        # Scale lanes of A's rows (in _row_order) and B's columns, [M, nb] each.
+        self.sa_lane = (order[:, None] + spec.m * np.arange(nb)[None, :]).ravel()
+        self.sb_lane = (np.arange(spec.m)[:, None] + spec.m * np.arange(nb)[None, :]).ravel()
+        self.writer = _writer(inst.name, spec.passes)
+        c_op = self.c_op
+        self.c_zero = c_op.kind == "imm"
+        self.srcc_is_dst = (not self.c_zero and c_op.index == self.dst.index
+                            and c_op.count == self.dst.count)
+
+
+def _prepare(ex, inst):
+    """The _Prepared record, or None when a field is rejected (the checked path then
+    raises the same error, in the same order, every time the instruction runs)."""
+    spec = MFMA[inst.name]
+    try:
+        a_fmt, b_fmt = _formats(ex, inst, spec)
+    except UnsupportedInstruction:
+        return None
+    ops = inst.ops
+    if len(ops) != (6 if spec.scaled else 4):
+        return None
+    dst, a_op, b_op, c_op = ops[:4]
+    for op, count in ((dst, spec.c_regs), (a_op, spec.ab_regs), (b_op, spec.ab_regs)):
+        if op.kind not in ("v", "a") or op.count != count:
+            return None
+    if any(k in inst.mods for k in ("neg", "neg_lo", "neg_hi", "clamp")):
+        return None
+    if spec.scaled:
+        op_sel = inst.mods.get("op_sel", (0, 0, 0))
+        op_sel_hi = inst.mods.get("op_sel_hi", (0, 0, 0))
+        if len(op_sel) > 2 and op_sel[2] or len(op_sel_hi) > 2 and op_sel_hi[2]:
+            return None
+        if any(op.kind != "v" or op.count != 1 for op in ops[4:6]):
+            return None
+    if c_op.kind == "imm":
+        if c_op.text != "0":
+            return None
+    elif c_op.kind not in ("v", "a") or c_op.count != spec.c_regs or c_op.kind != dst.kind:
+        return None
+    return _Prepared(inst, spec, a_fmt, b_fmt)
+
+
+_REJECTED = object()
+
+
 def mfma(ex, inst, w):
+    """The MFMA handler: the arithmetic of _mfma_checked (bit for bit), with the checks
+    of the instruction's fields done once and the operand gathers fused with the
+    register reads; _mfma_checked runs for instructions whose fields are rejected."""
+    prep = inst.__dict__.get("_mfma_prepared")
+    if prep is None:
+        prep = _prepare(ex, inst) or _REJECTED
+        inst._mfma_prepared = prep
+    if prep is _REJECTED:
+        return _mfma_checked(ex, inst, w)
+    if not ex.waves.exec_all(w):
+        raise UnsupportedInstruction(f"{inst.name} with a partial EXEC mask: MFMA behaviour for "
+                                     f"disabled lanes is unverified ({ex.where()})")
+    spec = prep.spec
+    m, k = spec.m, spec.k
+    ex.role = None
+    a = _read_decode(ex, prep.a_op, w, spec.ab_regs, prep.a_fmt, prep.a_units, m, k, False)
+    b = _read_decode(ex, prep.b_op, w, spec.ab_regs, prep.b_fmt, prep.b_units, m, k, True)
+    n = a.shape[0]
+    if spec.scaled:
+        sa = _scale_bytes(ex, inst, inst.ops[4], w, 0)
+        sb = _scale_bytes(ex, inst, inst.ops[5], w, 1)
+    if prep.c_zero:
+        c = None
+    else:
+        ex.role = "c"
+        ex.srcc_is_dst = prep.srcc_is_dst
+        c_op = prep.c_op
+        ex.check_read(c_op.kind, w, c_op.index, spec.c_regs)
+        c = ex.waves.file(c_op.kind)[w, c_op.index:c_op.index + spec.c_regs].view(np.float32).reshape(n, -1)
+        ex.role = None
+        ex.srcc_is_dst = False
+    with np.errstate(all="ignore"):
+        if spec.scaled:
+            nb = k // 32
+            fa = numerics.e8m0_to_f64(np.take(sa, prep.sa_lane, axis=1)).reshape(n, m, nb)
+            fb = numerics.e8m0_to_f64(np.take(sb, prep.sb_lane, axis=1)).reshape(n, m, nb)
+            a = (a.reshape(n, m, nb, 32) * fa[..., None]).reshape(n, m, k)
+            b = (b.reshape(n, nb, 32, m) * fb.transpose(0, 2, 1)[:, :, None, :]).reshape(n, k, m)
+        d = np.matmul(a, b).reshape(n, m * m)      # rows in _row_order: register order
+        if c is not None:
+            d += c
+        out = d.astype(np.float32).view(np.uint32).reshape(n, spec.c_regs, LANES)
+    ex.set_v(prep.dst, w, out, None, prep.writer)
+
+
+def _mfma_checked(ex, inst, w):
     spec = MFMA[inst.name]
     a_fmt, b_fmt = _formats(ex, inst, spec)
     ops = inst.ops

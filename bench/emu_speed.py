@@ -1,0 +1,259 @@
+"""Emulator speed: wave-instructions per second of gfxasm.emu in strict mode.
+
+Three microkernels (an MFMA loop, a VALU loop, a memory loop) at 64, 256 and 512 waves
+(workgroups of 256 threads = 4 waves), and one real kernel: the FMHA conformance case
+fmha_fwd(1, 8, 1, 256, 512) of tests/conformance/cases.py (aiter's hardware-proven
+fwd_hd128_bf16.co). Each measurement is the best of `--repeat` launches (the machine
+may be shared; the best run is the least disturbed), by wall time and by process CPU
+time (less sensitive to other processes on the core). Prints a table and writes
+bench/out/emu_speed.json. Measure on one core:
+
+    taskset -c 0 python3 bench/emu_speed.py
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import gfxasm.emu as emu
+from gfxasm.toolchain import find_tool
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "bench" / "out" / "emu_speed.json"
+
+_HEADER = """
+.amdgcn_target "amdgcn-amd-amdhsa--gfx950"
+.amdhsa_code_object_version 5
+.text
+.globl {name}
+.p2align 8
+.type {name},@function
+{name}:
+{body}
+  s_endpgm
+.rodata
+.p2align 6
+.amdhsa_kernel {name}
+  .amdhsa_user_sgpr_kernarg_segment_ptr 1
+  .amdhsa_system_sgpr_workgroup_id_x 1
+  .amdhsa_next_free_vgpr 256
+  .amdhsa_next_free_sgpr 32
+  .amdhsa_accum_offset 128
+  .amdhsa_float_denorm_mode_32 3
+  .amdhsa_group_segment_fixed_size {lds}
+  .amdhsa_kernarg_size 16
+.end_amdhsa_kernel
+.amdgpu_metadata
+---
+amdhsa.version: [1, 2]
+amdhsa.kernels:
+  - .name: {name}
+    .symbol: {name}.kd
+    .kernarg_segment_size: 16
+    .kernarg_segment_align: 8
+    .group_segment_fixed_size: {lds}
+    .private_segment_fixed_size: 0
+    .wavefront_size: 64
+    .sgpr_count: 32
+    .vgpr_count: 256
+    .max_flat_workgroup_size: 256
+    .args:
+      - {{.name: buf, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global}}
+      - {{.name: iters, .offset: 8, .size: 4, .value_kind: by_value}}
+...
+.end_amdgpu_metadata
+"""
+
+# Common prologue: s[4:5] = buffer, s10 = iterations, v1 = lane byte offset (16 B/lane,
+# within one wave's 1 KiB), v2 = this work-item's LDS byte offset (16 B per work-item).
+_PROLOGUE = """
+  s_load_dwordx2 s[4:5], s[0:1], 0x0
+  s_load_dword s10, s[0:1], 0x8
+  v_and_b32 v2, 0x3ff, v0
+  v_lshlrev_b32 v2, 4, v2
+  v_and_b32 v1, 63, v0
+  v_lshlrev_b32 v1, 4, v1
+  s_waitcnt lgkmcnt(0)
+"""
+
+MFMA_BODY = _PROLOGUE + """
+{init}
+  s_nop 4
+L_loop:
+{mfmas}
+  s_sub_u32 s10, s10, 1
+  s_cmp_lg_u32 s10, 0
+  s_cbranch_scc1 L_loop
+  s_nop 7
+  s_nop 7
+  s_nop 7
+"""
+
+
+def _mfma_body() -> str:
+    init = [f"  v_mov_b32 v{r}, 0x3f803f80" for r in range(8, 16)]       # bf16 1.0 pairs
+    init += [f"  v_accvgpr_write_b32 a{r}, 0" for r in range(32)]
+    # 8 independent accumulating 4-pass XDL MFMAs (srcC = vdst: no wait states between
+    # iterations, as in a GEMM main loop).
+    mfmas = [f"  v_mfma_f32_16x16x32_bf16 a[{4 * i}:{4 * i + 3}], v[8:11], v[12:15], a[{4 * i}:{4 * i + 3}]"
+             for i in range(8)]
+    return MFMA_BODY.format(init="\n".join(init), mfmas="\n".join(mfmas))
+
+
+def _valu_body() -> str:
+    init = [f"  v_mov_b32 v{r}, 1.0" for r in range(8, 24)]
+    ops = []
+    for i in range(2):
+        b = 8 + 8 * i
+        ops += [f"  v_fma_f32 v{b}, v{b + 1}, 0.5, v{b}",
+                f"  v_add_f32 v{b + 1}, v{b + 2}, v{b + 3}",
+                f"  v_mul_f32 v{b + 2}, v{b + 3}, 1.0",
+                f"  v_and_b32 v{b + 3}, 0x7fffffff, v{b + 4}",
+                f"  v_lshlrev_b32 v{b + 4}, 0, v{b + 5}",
+                f"  v_max_f32 v{b + 5}, v{b + 6}, v{b + 7}",
+                f"  v_cvt_f32_u32 v{b + 6}, v1",
+                f"  v_add_u32 v{b + 7}, v{b + 7}, 0"]
+    return _PROLOGUE + "\n".join(init) + "\n  s_nop 1\nL_loop:\n" + "\n".join(ops) + """
+  s_sub_u32 s10, s10, 1
+  s_cmp_lg_u32 s10, 0
+  s_cbranch_scc1 L_loop
+"""
+
+
+def _mem_body() -> str:
+    return _PROLOGUE + """
+  s_mov_b32 s6, 1024
+  s_mov_b32 s7, 0x00020000
+  s_nop 1
+L_loop:
+  global_load_dwordx4 v[8:11], v1, s[4:5]
+  buffer_load_dwordx4 v[12:15], v1, s[4:7], 0 offen
+  global_load_dword v16, v1, s[4:5] offset:4
+  s_waitcnt vmcnt(0)
+  ds_write_b128 v2, v[8:11]
+  ds_write_b32 v2, v16 offset:4096
+  s_waitcnt lgkmcnt(0)
+  ds_read_b128 v[20:23], v2
+  ds_read_b32 v17, v2 offset:4096
+  s_waitcnt lgkmcnt(0)
+  s_sub_u32 s10, s10, 1
+  s_cmp_lg_u32 s10, 0
+  s_cbranch_scc1 L_loop
+"""
+
+
+MICRO = {"mfma": (_mfma_body, 0), "valu": (_valu_body, 0), "mem": (_mem_body, 8192)}
+
+_cache: dict[str, bytes] = {}
+
+
+def assemble(name: str) -> bytes:
+    if name not in _cache:
+        make, lds = MICRO[name]
+        source = _HEADER.format(name=f"speed_{name}", body=make(), lds=lds)
+        with tempfile.TemporaryDirectory() as d:
+            src, obj = Path(d, "k.s"), Path(d, "k.co")
+            src.write_text(source)
+            proc = subprocess.run([find_tool("clang"), "-x", "assembler", "-target", "amdgcn-amd-amdhsa",
+                                   "-mcpu=gfx950", str(src), "-o", str(obj)], capture_output=True, text=True)
+            if proc.returncode:
+                raise RuntimeError(f"assembly of {name} failed:\n{proc.stderr}")
+            _cache[name] = obj.read_bytes()
+    return _cache[name]
+
+
+def run_micro(name: str, waves: int, iters: int, repeat: int) -> dict:
+    kernel = emu.load(assemble(name)).kernel(f"speed_{name}")
+    buf = torch.zeros(256, dtype=torch.int32)
+    kernarg = struct.pack("<QI", buf.data_ptr(), iters)
+    times, cpu, count = [], [], 0
+    for _ in range(repeat):
+        t0, c0 = time.perf_counter(), time.process_time()
+        res = kernel.launch(grid=(waves // 4, 1, 1), block=(256, 1, 1), kernarg=kernarg, buffers=[buf])
+        times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+        count = res.wave_instructions
+    best = min(times)
+    return {"kernel": name, "waves": waves, "iters": iters, "wave_instructions": count,
+            "seconds": best, "seconds_all": times,
+            "cpu_seconds": min(cpu), "cpu_seconds_all": cpu, "wips": count / best, "wips_cpu": count / min(cpu)}
+
+
+def run_fmha(repeat: int) -> dict:
+    sys.path.insert(0, str(ROOT))
+    from tests.conformance import cases
+    times, cpu, count = [], [], 0
+    for _ in range(repeat):
+        case = cases.fmha_fwd(1, 8, 1, 256, 512)
+        kernel = emu.load(cases.CONFORMANCE_DIR / case.co).kernel(case.symbol)
+        t0, c0 = time.perf_counter(), time.process_time()
+        res = kernel.launch(grid=case.grid, block=case.block, kernarg=case.kernarg, buffers=case.buffers,
+                            strict=True)
+        times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+        case.check()
+        count = res.wave_instructions
+    best = min(times)
+    return {"kernel": "fmha_fwd(1,8,1,256,512)", "waves": res.waves, "iters": None,
+            "wave_instructions": count, "seconds": best, "seconds_all": times,
+            "cpu_seconds": min(cpu), "cpu_seconds_all": cpu, "wips": count / best, "wips_cpu": count / min(cpu)}
+
+
+def _row(r):
+    print(f"{r['kernel']:28s} {r['waves']:6d} {r['wave_instructions']:11d} {r['seconds']:8.3f} "
+          f"{r['cpu_seconds']:8.3f} {r['wips'] / 1e6:16.3f} {r['wips_cpu'] / 1e6:15.3f}", flush=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=0, help="loop iterations (default: per kernel)")
+    ap.add_argument("--waves", default="64,256,512")
+    ap.add_argument("--only", default="mfma,valu,mem,fmha")
+    ap.add_argument("--out", default=str(OUT))
+    args = ap.parse_args(argv)
+    default_iters = {"mfma": 100, "valu": 100, "mem": 50}
+    rows = []
+    only = args.only.split(",")
+    print(f"load average before: {os.getloadavg()}")
+    print(f"{'kernel':28s} {'waves':>6s} {'wave-insts':>11s} {'wall s':>8s} {'cpu s':>8s} "
+          f"{'M w-inst/s wall':>16s} {'M w-inst/s cpu':>15s}")
+    for name in ("mfma", "valu", "mem"):
+        if name not in only:
+            continue
+        for waves in (int(v) for v in args.waves.split(",")):
+            r = run_micro(name, waves, args.iters or default_iters[name], args.repeat)
+            rows.append(r)
+            _row(r)
+    if "fmha" in only:
+        r = run_fmha(args.repeat)
+        rows.append(r)
+        _row(r)
+    try:
+        affinity = sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        affinity = None
+    meta = {"note": "wips: wave-instructions / best wall time; wips_cpu: / best process CPU time",
+            "loadavg_after": os.getloadavg(), "cpu_affinity": affinity, "python": platform.python_version(),
+            "numpy": np.__version__, "time": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+            "repeat": args.repeat, "best_of_repeat": True}
+    print(f"load average after: {meta['loadavg_after']}, cpus {affinity}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
