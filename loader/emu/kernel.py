@@ -273,12 +273,18 @@ def run(ex: Executor, budget: int) -> int:
             at_barrier[w] = True
             waves.pc[w] = pc + inst.size
         else:
-            new_pc = np.full(len(w), pc + inst.size, np.int64) if ex.next_pc is None else ex.next_pc
-            waves.pc[w] = new_pc
-            for target in np.unique(new_pc):
-                members = w[new_pc == target]
-                t = int(target)
-                groups[t] = np.union1d(groups[t], members) if t in groups else members
+            new_pc = ex.next_pc
+            if new_pc is None or (new_pc.size and (new_pc == new_pc[0]).all()):
+                # The whole group goes to one pc (the common case).
+                t = pc + inst.size if new_pc is None else int(new_pc[0])
+                waves.pc[w] = t
+                groups[t] = np.union1d(groups[t], w) if t in groups else w
+            else:
+                waves.pc[w] = new_pc
+                for target in np.unique(new_pc):
+                    members = w[new_pc == target]
+                    t = int(target)
+                    groups[t] = np.union1d(groups[t], members) if t in groups else members
         if ex.control in ("end", "barrier"):
             _release_barriers(waves, at_barrier, groups)
         if not groups and at_barrier.any():

@@ -25,8 +25,6 @@ reported as a race, which is stricter than the hardware needs.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from .errors import MemoryFault
@@ -73,16 +71,28 @@ class LdsTracker:
         return out
 
 
-@dataclass
 class Access:
     """One DS/DMA access of the waves `w`: byte indices for the data, dword keys for the
-    bookkeeping (flattened over the active, in-range lanes)."""
-    slot: np.ndarray        # [n,1,1] LDS slot of each wave
-    index: np.ndarray       # [n,64,nbytes] byte index into the slot (0 where not ok)
-    ok: np.ndarray          # [n,64] active and in range
-    keys: np.ndarray        # [m] tracked dword keys (slot * dwords + dword)
-    rows: np.ndarray        # [m] wave row of each key
-    lanes: np.ndarray       # [m] lane of each key
+    bookkeeping (flattened over the active, in-range lanes).
+
+    slot [n,1,1] LDS slot of each wave; ok [n,64] active and in range; keys [m] tracked
+    dword keys (slot * dwords + dword), rows [m] / lanes [m] the wave row and lane of each
+    key; index [n,64,nbytes] byte index into the slot (0 where not ok, made on first use);
+    dword_index [n,64,nbytes/4] (None unless every ok lane is dword-aligned and nbytes
+    a multiple of 4): the same bytes as whole dwords."""
+
+    __slots__ = ("slot", "ok", "keys", "rows", "lanes", "dword_index", "_okaddr", "_nbytes", "_index")
+
+    def __init__(self, slot, ok, keys, rows, lanes, dword_index, okaddr, nbytes):
+        self.slot, self.ok, self.keys, self.rows, self.lanes = slot, ok, keys, rows, lanes
+        self.dword_index = dword_index
+        self._okaddr, self._nbytes, self._index = okaddr, nbytes, None
+
+    @property
+    def index(self) -> np.ndarray:
+        if self._index is None:
+            self._index = np.where(self.ok[:, :, None], self._okaddr[:, :, None] + np.arange(self._nbytes), 0)
+        return self._index
 
 
 def access(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, what: str) -> Access:
@@ -97,15 +107,30 @@ def access(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, what: str) ->
         raise MemoryFault(f"{what} of {nbytes} B at LDS address {int(addr[row, lane]):#x} (lane {lane}) is "
                           f"outside the workgroup's {size} B allocation ({ex.where(int(waves[row]))})")
     ok = mask & in_range
-    index = np.where(ok[:, :, None], addr[:, :, None] + np.arange(nbytes), 0)
+    okaddr = np.where(ok, addr, 0)
     slot = ex.waves.slot[waves][:, None, None]
-    first = np.where(ok, addr, 0) // 4
-    span = (np.where(ok, addr, 0) % 4 + nbytes + 3) // 4          # dwords each lane touches
+    first = okaddr // 4
+    if nbytes % 4 == 0 and size % 4 == 0 and size > 0 and not (okaddr & 3).any():
+        # Dword-aligned: every ok lane touches nbytes / 4 whole dwords.
+        k = np.arange(nbytes // 4)
+        dword_index = first[:, :, None] + k
+        full = slot * ex.lds.dwords + dword_index
+        if ok.all():
+            n = ok.shape[0]
+            keys = full.ravel()
+            rows = np.repeat(np.arange(n), ok.shape[1] * k.size)
+            lanes = np.tile(np.repeat(np.arange(ok.shape[1]), k.size), n)
+        else:
+            rows, lanes, _ = np.nonzero(np.broadcast_to(ok[:, :, None], full.shape))
+            keys = full[ok]
+            keys = keys.ravel()
+        return Access(slot, ok, keys, rows, lanes, dword_index, okaddr, nbytes)
+    span = (okaddr % 4 + nbytes + 3) // 4          # dwords each lane touches
     k = np.arange(int(span.max()) if span.size else 1)
     sel = ok[:, :, None] & (k < span[:, :, None])
     rows, lanes, _ = np.nonzero(sel)
     keys = (slot * ex.lds.dwords + first[:, :, None] + k)[sel]
-    return Access(slot, index, ok, keys, rows, lanes)
+    return Access(slot, ok, keys, rows, lanes, None, okaddr, nbytes)
 
 
 def _report(ex, w, acc: Access, flags: np.ndarray, message: str):
@@ -204,7 +229,11 @@ def read(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, what: str) -> n
     acc = access(ex, w, addr, nbytes, mask, what)
     _check_pending(ex, w, acc, what, same_wave_ok=True)
     _check_order(ex, w, acc, what, write=False)
-    data = ex.waves.lds[acc.slot, acc.index]
+    if acc.dword_index is not None:
+        lds32 = ex.waves.lds.view(np.uint32)
+        data = lds32[acc.slot, acc.dword_index].view(np.uint8).reshape(acc.ok.shape + (nbytes,))
+    else:
+        data = ex.waves.lds[acc.slot, acc.index]
     return np.where(acc.ok[:, :, None], data, 0).astype(np.uint8)
 
 
@@ -217,9 +246,16 @@ def write(ex, w, addr: np.ndarray, data: np.ndarray, mask: np.ndarray, what: str
     acc = access(ex, w, addr, data.shape[2], mask, what)
     _check_pending(ex, w, acc, what, same_wave_ok=True)
     _check_order(ex, w, acc, what, write=True)
-    sel = np.broadcast_to(acc.ok[:, :, None], acc.index.shape)
-    slots = np.broadcast_to(acc.slot, acc.index.shape)
-    ex.waves.lds[slots[sel], acc.index[sel]] = data[sel]
+    if acc.dword_index is not None:
+        # Whole aligned dwords: lanes still apply in lane order (the last one wins).
+        ok = acc.ok
+        data32 = np.ascontiguousarray(data, dtype=np.uint8).view(np.uint32)      # [n,64,nbytes/4]
+        slots = np.broadcast_to(acc.slot[:, :, 0], ok.shape)
+        ex.waves.lds.view(np.uint32)[slots[ok][:, None], acc.dword_index[ok]] = data32[ok]
+    else:
+        sel = np.broadcast_to(acc.ok[:, :, None], acc.index.shape)
+        slots = np.broadcast_to(acc.slot, acc.index.shape)
+        ex.waves.lds[slots[sel], acc.index[sel]] = data[sel]
     return _in_flight(ex, w, acc, ex.lds.ds_pending, owner=True)
 
 
