@@ -11,24 +11,14 @@ touch them.
 from __future__ import annotations
 
 import struct
-import subprocess
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import torch
 
 import gfxasm.emu as emu
-from gfxasm.toolchain import find_tool
+from kernel_source import assemble, kernel_source
 
-_TEMPLATE = """
-.amdgcn_target "amdgcn-amd-amdhsa--gfx950"
-.amdhsa_code_object_version 5
-.text
-.globl snippet
-.p2align 8
-.type snippet,@function
-snippet:
+_CODE = """
   s_load_dwordx4 s[88:91], s[0:1], 0x0      // input buffer, output buffer
   v_and_b32 v255, 0x3ff, v0
   v_lshlrev_b32 v255, 2, v255               // byte offset of this lane
@@ -42,54 +32,14 @@ snippet:
   s_nop 7
 {epilogue}
   s_waitcnt vmcnt(0)
-  s_endpgm
-.rodata
-.p2align 6
-.amdhsa_kernel snippet
-  .amdhsa_user_sgpr_kernarg_segment_ptr 1
-  .amdhsa_system_sgpr_workgroup_id_x 1
-  .amdhsa_next_free_vgpr 512
-  .amdhsa_next_free_sgpr 100
-  .amdhsa_accum_offset 256
-  .amdhsa_float_denorm_mode_32 {denorm}
-  .amdhsa_group_segment_fixed_size {lds}
-  .amdhsa_kernarg_size 16
-.end_amdhsa_kernel
-.amdgpu_metadata
----
-amdhsa.version: [1, 2]
-amdhsa.kernels:
-  - .name: snippet
-    .symbol: snippet.kd
-    .kernarg_segment_size: 16
-    .kernarg_segment_align: 8
-    .group_segment_fixed_size: {lds}
-    .private_segment_fixed_size: 0
-    .wavefront_size: 64
-    .sgpr_count: 100
-    .vgpr_count: 512
-    .max_flat_workgroup_size: 64
-    .args:
-      - {{.name: inp, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global}}
-      - {{.name: out, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global}}
-...
-.end_amdgpu_metadata
-"""
-
-_cache: dict[str, bytes] = {}
+  s_endpgm"""
 
 
-def assemble(source: str) -> bytes:
-    if source not in _cache:
-        with tempfile.TemporaryDirectory() as d:
-            src, obj = Path(d, "k.s"), Path(d, "k.co")
-            src.write_text(source)
-            proc = subprocess.run([find_tool("clang"), "-x", "assembler", "-target", "amdgcn-amd-amdhsa",
-                                   "-mcpu=gfx950", str(src), "-o", str(obj)], capture_output=True, text=True)
-            if proc.returncode:
-                raise RuntimeError(f"assembly failed:\n{proc.stderr}")
-            _cache[source] = obj.read_bytes()
-    return _cache[source]
+def snippet_source(body: str, prologue: str = "", epilogue: str = "", *, lds: int = 0, denorm: int = 3,
+                   args=("inp", "out")) -> str:
+    """The harness kernel `snippet` around `body`: s[88:89] = inputs, s[90:91] = outputs."""
+    code = _CODE.format(prologue=prologue, body=body, epilogue=epilogue)
+    return kernel_source("snippet", code, args=args, lds=lds, denorm=denorm)
 
 
 def _reg(name: str) -> tuple[str, int]:
@@ -135,8 +85,7 @@ def run_snippet(body: str, *, vgprs=None, agprs=None, sgprs=None, outputs=(), ld
         else:
             src = f"v{index}"
         epilogue.append(f"  global_store_dword v255, {src}, s[90:91]\n  s_add_u32 s90, s90, 256\n  s_addc_u32 s91, s91, 0")
-    source = _TEMPLATE.format(prologue="\n".join(prologue), body=body, epilogue="\n".join(epilogue),
-                              denorm=denorm, lds=lds_bytes)
+    source = snippet_source(body, "\n".join(prologue), "\n".join(epilogue), lds=lds_bytes, denorm=denorm)
     inp = torch.from_numpy(np.concatenate(data).view(np.int32) if data else np.zeros(64, np.int32)).clone()
     out = torch.full((max(1, len(outputs)) * 64,), -1, dtype=torch.int32)
     kernarg = struct.pack("<QQ", inp.data_ptr(), out.data_ptr())

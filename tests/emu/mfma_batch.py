@@ -16,16 +16,9 @@ import numpy as np
 import torch
 
 import gfxasm.emu as emu
-from asm_harness import assemble
+from kernel_source import assemble, kernel_source
 
-_TEMPLATE = """
-.amdgcn_target "amdgcn-amd-amdhsa--gfx950"
-.amdhsa_code_object_version 5
-.text
-.globl batch
-.p2align 8
-.type batch,@function
-batch:
+_CODE = """
   s_load_dwordx4 s[88:91], s[0:1], 0x0      // input buffer, output buffer
   v_and_b32 v255, 0x3ff, v0
   v_lshlrev_b32 v255, 2, v255               // byte offset of this lane
@@ -45,39 +38,7 @@ batch:
   s_nop 7
 {epilogue}
   s_waitcnt vmcnt(0)
-  s_endpgm
-.rodata
-.p2align 6
-.amdhsa_kernel batch
-  .amdhsa_user_sgpr_kernarg_segment_ptr 1
-  .amdhsa_system_sgpr_workgroup_id_x 1
-  .amdhsa_next_free_vgpr 512
-  .amdhsa_next_free_sgpr 100
-  .amdhsa_accum_offset 256
-  .amdhsa_float_denorm_mode_32 {denorm}
-  .amdhsa_fp16_overflow {fp16_ovfl}
-  .amdhsa_kernarg_size 16
-.end_amdhsa_kernel
-.amdgpu_metadata
----
-amdhsa.version: [1, 2]
-amdhsa.kernels:
-  - .name: batch
-    .symbol: batch.kd
-    .kernarg_segment_size: 16
-    .kernarg_segment_align: 8
-    .group_segment_fixed_size: 0
-    .private_segment_fixed_size: 0
-    .wavefront_size: 64
-    .sgpr_count: 100
-    .vgpr_count: 512
-    .max_flat_workgroup_size: 64
-    .args:
-      - {{.name: inp, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global}}
-      - {{.name: out, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global}}
-...
-.end_amdgpu_metadata
-"""
+  s_endpgm"""
 
 
 def batch_source(body: str, inputs, outputs, *, denorm: int = 3, fp16_ovfl: int = 0) -> str:
@@ -96,9 +57,9 @@ def batch_source(body: str, inputs, outputs, *, denorm: int = 3, fp16_ovfl: int 
             src = "v254"
         epilogue.append(f"  global_store_dword v255, {src}, s[90:91]\n"
                         "  s_add_u32 s90, s90, 256\n  s_addc_u32 s91, s91, 0")
-    return _TEMPLATE.format(prologue="\n".join(prologue), body=body, epilogue="\n".join(epilogue),
-                            in_stride=256 * max(1, len(inputs)), out_stride=256 * max(1, len(outputs)),
-                            denorm=denorm, fp16_ovfl=fp16_ovfl)
+    code = _CODE.format(prologue="\n".join(prologue), body=body, epilogue="\n".join(epilogue),
+                        in_stride=256 * max(1, len(inputs)), out_stride=256 * max(1, len(outputs)))
+    return kernel_source("batch", code, denorm=denorm, fp16_ovfl=fp16_ovfl)
 
 
 def run_batch(body: str, inputs, data, outputs, *, denorm: int = 3, fp16_ovfl: int = 0,

@@ -5,7 +5,8 @@ import numpy as np
 import torch
 
 import gfxasm.emu as emu
-from asm_harness import assemble, _TEMPLATE
+from asm_harness import snippet_source
+from kernel_source import assemble
 
 BODY = """
   v_and_b32 v1, 3, v0                      // lane % 4: four lanes share each word
@@ -19,11 +20,8 @@ BODY = """
 
 
 def _kernel():
-    src = _TEMPLATE.format(prologue="  s_load_dwordx2 s[92:93], s[0:1], 0x10\n  s_waitcnt lgkmcnt(0)",
-                           body=BODY, epilogue="", denorm=3, lds=0)
-    src = src.replace(".kernarg_segment_size: 16", ".kernarg_segment_size: 24").replace(
-        ".amdhsa_kernarg_size 16", ".amdhsa_kernarg_size 24").replace(
-        "next_free_sgpr 100", "next_free_sgpr 100")
+    prologue = "  s_load_dwordx2 s[92:93], s[0:1], 0x10\n  s_waitcnt lgkmcnt(0)"
+    src = snippet_source(BODY, prologue, args=("inp", "out", "ints"))
     return emu.load(assemble(src)).kernel("snippet")
 
 

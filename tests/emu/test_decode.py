@@ -8,7 +8,8 @@ and gfx9's SGPR numbering (vcc = s106, ttmp0 = s108, m0 = s124, exec = s126).
 """
 import pytest
 
-from asm_harness import _TEMPLATE, assemble
+from asm_harness import snippet_source
+from kernel_source import assemble
 from gfxasm.emu import decode
 
 LINES = """
@@ -55,7 +56,7 @@ L_fwd:
 
 @pytest.fixture(scope="module")
 def insts():
-    src = _TEMPLATE.format(prologue="", body=LINES, epilogue="", denorm=3, lds=0)
+    src = snippet_source(LINES)
     code = assemble(src)
     return decode.decode(code)
 

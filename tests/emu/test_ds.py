@@ -570,8 +570,9 @@ def _two_wave_kernel(sync):
     import torch
 
     import gfxasm.emu as emu
-    from asm_harness import _TEMPLATE, assemble
-    src = _TEMPLATE.format(prologue="", body=TWO_WAVES.format(sync=sync), epilogue="", denorm=3, lds=64)
+    from asm_harness import snippet_source
+    from kernel_source import assemble
+    src = snippet_source(TWO_WAVES.format(sync=sync), lds=64)
     src = src.replace(".max_flat_workgroup_size: 64", ".max_flat_workgroup_size: 128")
     out = torch.full((128,), -1, dtype=torch.int32)
     dummy = torch.zeros(64, dtype=torch.int32)

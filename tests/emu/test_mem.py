@@ -16,7 +16,8 @@ import pytest
 import torch
 
 import gfxasm.emu as emu
-from asm_harness import _TEMPLATE, assemble
+from asm_harness import snippet_source
+from kernel_source import assemble
 from gfxasm.emu.errors import HazardError, MemoryFault, UnsupportedInstruction
 
 M32 = 0xFFFFFFFF
@@ -44,7 +45,7 @@ def run_mem(body, mem: np.ndarray, vgprs=None, sgprs=None, outputs=(), lds=0, st
             epi.append(f"  v_mov_b32 v254, {reg}\n  s_nop 1")
             src = "v254"
         epi.append(f"  global_store_dword v255, {src}, s[90:91]\n  s_add_u32 s90, s90, 256\n  s_addc_u32 s91, s91, 0")
-    src = _TEMPLATE.format(prologue="\n".join(pro), body=body, epilogue="\n".join(epi), denorm=3, lds=lds)
+    src = snippet_source(body, "\n".join(pro), "\n".join(epi), lds=lds, args=("inp", "out", "mem"))
     src = src.replace(".kernarg_segment_size: 16", ".kernarg_segment_size: 24").replace(
         ".amdhsa_kernarg_size 16", ".amdhsa_kernarg_size 24").replace(
         "      - {.name: out,", "      - {.name: mem, .offset: 16, .size: 8, .value_kind: global_buffer, "

@@ -22,16 +22,9 @@ import torch
 import gfxasm.emu as emu
 from gfxasm.emu.errors import HazardError, MemoryFault, UnsupportedInstruction
 from gfxasm.emu.registry import lookup
-from asm_harness import assemble
+from kernel_source import assemble, kernel_source
 
-_TEMPLATE = """
-.amdgcn_target "amdgcn-amd-amdhsa--gfx950"
-.amdhsa_code_object_version 5
-.text
-.globl k
-.p2align 8
-.type k,@function
-k:
+_CODE = """
   s_load_dwordx4 s[4:7], s[0:1], 0x0        // s[4:5] = in, s[6:7] = out
   s_load_dwordx2 s[8:9], s[0:1], 0x10       // s[8:9] = aux
   v_and_b32 v1, 0x3ff, v0                   // v1 = work-item id
@@ -42,40 +35,12 @@ k:
   s_mov_b32 s14, 0x100000
   s_mov_b32 s15, 0x20000
 {body}
-  s_endpgm
-.rodata
-.p2align 6
-.amdhsa_kernel k
-  .amdhsa_user_sgpr_kernarg_segment_ptr 1
-  .amdhsa_system_sgpr_workgroup_id_x 1
-  .amdhsa_next_free_vgpr 512
-  .amdhsa_next_free_sgpr 100
-  .amdhsa_accum_offset 256
-  .amdhsa_float_denorm_mode_32 3
-  .amdhsa_group_segment_fixed_size {lds}
-  .amdhsa_kernarg_size 24
-.end_amdhsa_kernel
-.amdgpu_metadata
----
-amdhsa.version: [1, 2]
-amdhsa.kernels:
-  - .name: k
-    .symbol: k.kd
-    .kernarg_segment_size: 24
-    .kernarg_segment_align: 8
-    .group_segment_fixed_size: {lds}
-    .private_segment_fixed_size: 0
-    .wavefront_size: 64
-    .sgpr_count: 100
-    .vgpr_count: 512
-    .max_flat_workgroup_size: 1024
-    .args:
-      - {{.name: in, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global}}
-      - {{.name: out, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global}}
-      - {{.name: aux, .offset: 16, .size: 8, .value_kind: global_buffer, .address_space: global}}
-...
-.end_amdgpu_metadata
-"""
+  s_endpgm"""
+
+
+def source(body: str, lds: int = 0) -> str:
+    return kernel_source("k", _CODE.format(body=body), args=("in", "out", "aux"), lds=lds, max_workgroup=1024)
+
 
 RNG = np.random.default_rng(1234)
 X = RNG.standard_normal(4096).astype(np.float32)      # the `in` buffer of every kernel
@@ -85,7 +50,7 @@ def run(body: str, *, out_words: int = 64, block: int = 64, grid: int = 1, lds: 
         strict: bool = True, inp: np.ndarray = X) -> np.ndarray:
     """Run `body` in kernel k; returns the first `out_words` of the `out` buffer (4 KiB or
     more, initialised to ~0) as uint32."""
-    co = assemble(_TEMPLATE.format(body=body, lds=lds))
+    co = assemble(source(body, lds))
     t_in = torch.from_numpy(np.ascontiguousarray(inp).view(np.int32).copy())
     t_out = torch.full((max(out_words, 1024),), -1, dtype=torch.int32)
     t_aux = torch.zeros(64, dtype=torch.int32)
@@ -122,7 +87,7 @@ def rejects(body: str, exc, *names: str, at: str, **kw) -> str:
     assert m, msg
     assert m.group(4).split()[0].startswith(at), msg
     # the pc named is that instruction's
-    co = assemble(_TEMPLATE.format(body=body, lds=kw.get("lds", 0)))
+    co = assemble(source(body, kw.get("lds", 0)))
     assert {i.pc: i.text for i in emu.load(co)._insts}[int(m.group(3), 16)] == m.group(4), msg
     if exc is HazardError:
         run(body, **{**kw, "strict": False})          # lenient outside strict mode
@@ -598,7 +563,7 @@ DST_SEL_FORMS = {
 
 def test_dst_sel_forwarding_producers_are_classified():
     from gfxasm.emu import hazards
-    co = assemble(_TEMPLATE.format(body="\n".join(f"  {t}" for t in DST_SEL_FORMS), lds=0))
+    co = assemble(source("\n".join(f"  {t}" for t in DST_SEL_FORMS)))
     insts = emu.load(co)._insts
     first = next(n for n, i in enumerate(insts) if i.text.startswith("s_mov_b32 s15")) + 1
     for (text, expect), inst in zip(DST_SEL_FORMS.items(), insts[first:]):

@@ -5,68 +5,13 @@ contents are irrelevant: the timing mode skips MFMA arithmetic.
 """
 from __future__ import annotations
 
-import subprocess
-import tempfile
-from pathlib import Path
-
-from gfxasm.toolchain import find_tool
-
-_TEMPLATE = """
-.amdgcn_target "amdgcn-amd-amdhsa--gfx950"
-.amdhsa_code_object_version 5
-.text
-.globl {name}
-.p2align 8
-.type {name},@function
-{name}:
-{body}
-  s_endpgm
-.rodata
-.p2align 6
-.amdhsa_kernel {name}
-  .amdhsa_user_sgpr_kernarg_segment_ptr 1
-  .amdhsa_system_sgpr_workgroup_id_x 1
-  .amdhsa_next_free_vgpr {vgprs}
-  .amdhsa_next_free_sgpr 16
-  .amdhsa_accum_offset {vgprs}
-  .amdhsa_float_denorm_mode_32 3
-  .amdhsa_kernarg_size 16
-.end_amdhsa_kernel
-.amdgpu_metadata
----
-amdhsa.version: [1, 2]
-amdhsa.kernels:
-  - .name: {name}
-    .symbol: {name}.kd
-    .kernarg_segment_size: 16
-    .kernarg_segment_align: 8
-    .group_segment_fixed_size: 0
-    .private_segment_fixed_size: 0
-    .wavefront_size: 64
-    .sgpr_count: 16
-    .vgpr_count: {vgprs}
-    .max_flat_workgroup_size: {threads}
-    .args:
-      - {{.name: src, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global}}
-      - {{.name: dst, .offset: 8, .size: 8, .value_kind: global_buffer, .address_space: global}}
-...
-.end_amdgpu_metadata
-"""
-
-_cache: dict[str, bytes] = {}
+from kernel_source import assemble as assemble_source
+from kernel_source import kernel_source
 
 
 def assemble(name: str, body: str, vgprs: int = 32, threads: int = 512) -> bytes:
-    src = _TEMPLATE.format(name=name, body=body, vgprs=vgprs, threads=threads)
-    if src in _cache:
-        return _cache[src]
-    with tempfile.TemporaryDirectory() as d:
-        s, co = Path(d) / "k.s", Path(d) / "k.co"
-        s.write_text(src)
-        subprocess.run([find_tool("clang"), "-x", "assembler", "-target", "amdgcn-amd-amdhsa",
-                        "-mcpu=gfx950", str(s), "-o", str(co)], check=True, capture_output=True)
-        _cache[src] = co.read_bytes()
-    return _cache[src]
+    return assemble_source(kernel_source(name, body + "\n  s_endpgm", args=("src", "dst"), vgprs=vgprs,
+                                         accum_offset=vgprs, sgprs=16, max_workgroup=threads))
 
 
 def mfma_chain(n: int) -> bytes:
