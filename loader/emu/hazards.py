@@ -336,6 +336,19 @@ def check_read(ex, kind: str, w, index: int, count: int) -> None:
                   f"(insert s_nop)")
 
 
+def _waw_need(valu: bool) -> np.ndarray:
+    writer = np.arange(128)
+    need = _mfma_result_need(writer)
+    if valu:
+        need = np.where(writer == DST_SEL, np.maximum(need, 1), need)
+    need.flags.writeable = False
+    return need
+
+
+# Wait states a VALU (True) or VMEM/DS (False) write needs after each last-writer code.
+_WAW_NEED = {False: _waw_need(False), True: _waw_need(True)}
+
+
 def check_write(ex, kind: str, w, index: int, count: int) -> None:
     """WAW after an MFMA or a dst-sel VALU write; WAR after an MFMA srcC read or a wide store."""
     if not ex.strict or kind == "s" or ex.klass not in ("valu", "trans", "vmem", "ds"):
@@ -343,12 +356,10 @@ def check_write(ex, kind: str, w, index: int, count: int) -> None:
     waves = ex.waves
     clock = waves.clock[w][:, None]
     at = waves.written_at[kind][w, index:index + count]
-    writer = waves.written_by[kind][w, index:index + count]
-    if not _all_settled(waves.clock[w], at) and writer.any():
+    writer = None if _all_settled(clock[:, 0], at) else waves.written_by[kind][w, index:index + count]
+    if writer is not None and writer.any():
         gap = clock - at - 1
-        need = _mfma_result_need(writer)
-        if ex.klass in VALU_CLASSES:
-            need = np.where(writer == DST_SEL, np.maximum(need, 1), need)
+        need = _WAW_NEED[ex.klass in VALU_CLASSES][writer]
         short = gap < need
         if short.any():
             row, col = np.argwhere(short)[0]

@@ -189,7 +189,9 @@ class Executor:
         k = 1 if value.ndim == 2 else value.shape[1]
         self.write_regs(op.kind, w, op.index, k)
         f = self.waves.file(op.kind)
-        if mask is None:                    # every lane (the caller checked EXEC is all ones)
+        if mask is not None and mask.all():
+            mask = None
+        if mask is None:                    # every lane
             if value.ndim == 2:
                 f[w, op.index] = value
             else:
@@ -294,6 +296,19 @@ class Executor:
                     self.hazard([wave], np.array([True]),
                                 f"s_waitcnt lgkmcnt({keep}) with scalar loads in flight: scalar "
                                 f"memory returns out of order, only lgkmcnt(0) is safe")
+        qs = [queues[wave] for wave in waves]
+        while qs:
+            # The common case: every wave's queue is above `keep` and starts with the same
+            # op, which exactly these waves issued: it lands for all of them at once.
+            q0 = qs[0]
+            if len(q0) <= keep:
+                break
+            op = q0[0]
+            if len(op.waves) != len(qs) or not all(len(q) > keep and q[0] is op for q in qs):
+                break
+            for q in qs:
+                q.popleft()
+            op.land(np.arange(len(op.waves)))
         while True:
             # Retire one op per wave per round; ops shared by several waves land together.
             due: dict[int, tuple[Pending, list[int]]] = {}

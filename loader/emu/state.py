@@ -30,6 +30,7 @@ UNDEFINED = 0xFFBADBAD
 W_NONE, W_VALU, W_TRANS, W_SALU, W_MFMA, W_CVT_SCALE_HI, W_ACCW = range(7)
 
 _LANE_BITS = np.arange(32, dtype=np.uint32)
+_FILES = {"s": "sgpr", "v": "vgpr", "a": "agpr"}
 
 
 def mask_to_bits(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -93,7 +94,7 @@ class Waves:
         self._exec_full = None
 
     def file(self, kind: str) -> np.ndarray:
-        return {"s": self.sgpr, "v": self.vgpr, "a": self.agpr}[kind]
+        return getattr(self, _FILES[kind])
 
     def exec_bits(self, w) -> np.ndarray:
         """bool[n, 64] EXEC of the waves `w`, cached until EXEC is written (invalidate_exec)."""
