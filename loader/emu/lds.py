@@ -234,6 +234,8 @@ def read(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, what: str) -> n
         data = lds32[acc.slot, acc.dword_index].view(np.uint8).reshape(acc.ok.shape + (nbytes,))
     else:
         data = ex.waves.lds[acc.slot, acc.index]
+    if acc.ok.all():
+        return data             # a fresh array (fancy indexing copies)
     return np.where(acc.ok[:, :, None], data, 0).astype(np.uint8)
 
 

@@ -251,7 +251,10 @@ def _float_mods(x, op):
 
 
 def _flush(x: np.ndarray) -> np.ndarray:
-    return np.where(np.abs(x) < F32_MIN_NORMAL, np.copysign(np.float32(0), x), x).astype(np.float32)
+    small = np.abs(x) < F32_MIN_NORMAL
+    if not small.any():
+        return x.astype(np.float32)     # nothing to flush (a copy, as below)
+    return np.where(small, np.copysign(np.float32(0), x), x).astype(np.float32)
 
 
 def _result_bits(ex, inst, ty: str, r, old_bits):
