@@ -21,10 +21,10 @@ Three kinds of numbers, each labelled:
 * measured: TFLOP/s from device events, only on a gfx950.
 * modelled: gfxasm.perf's MI355X timing model (calibrated on aiter's published FMHA
   numbers). Non-causal: gfxasm.perf.estimate of the launch. Causal: work differs per Q
-  tile, so each Q tile class t (keys 0..256(t+1)) is modelled as its own launch (causal,
-  Sq = 256, Sk = 256(t+1): the same mask), at three t with linear interpolation between,
-  and the grid's workgroups are list-scheduled on 256 CUs in dispatch order (one
-  workgroup per CU at a time) — the makespan is the kernel time.
+  tile, so the workgroup of Q tile t is modelled on its own (the same launch, that one
+  workgroup sampled) at five t with linear interpolation between, and the grid's
+  workgroups are list-scheduled on 256 CUs in dispatch order (one workgroup per CU at a
+  time) — the makespan is the kernel time.
 
 Buffers are torch.empty (untouched pages read as zeros): the model needs addresses and
 control flow; zero scores never trigger the rare rescale path, as in the steady state.
@@ -197,10 +197,20 @@ def cases(full: bool = True) -> list[BenchCase]:
     return [bench_case(*c, causal) for c in configs for causal in (False, True)]
 
 
-def _estimate(B, Hq, Hk, Sq, Sk, causal):
+def _estimate(B, Hq, Hk, Sq, Sk, causal, workgroup=None):
+    """gfxasm.perf.estimate of the launch; with `workgroup` (x, y, z), that one workgroup is
+    the sample instead of the ones compute unit 0 would run (same grid and buffers, so the
+    cache/DRAM accounting is the whole problem's)."""
     from gfxasm.perf import estimate
+    est_module = sys.modules["gfxasm.perf.estimate"]
     variant, grid, raw, buffers = _launch_parts(B, Hq, Hk, Sq, Sk, causal)
-    return estimate(str(variant.co_path), grid, (512, 1, 1), raw, buffers, variant.kernel.symbol)
+    chooser = est_module.representative_workgroups
+    if workgroup is not None:
+        est_module.representative_workgroups = lambda grid, per_cu, rounds: [tuple(workgroup)]
+    try:
+        return estimate(str(variant.co_path), grid, (512, 1, 1), raw, buffers, variant.kernel.symbol)
+    finally:
+        est_module.representative_workgroups = chooser
 
 
 def modelled_seconds(B, Hq, Hk, S, causal) -> tuple[float, dict]:
@@ -209,8 +219,10 @@ def modelled_seconds(B, Hq, Hk, S, causal) -> tuple[float, dict]:
         return est.seconds, dict(cycles_per_workgroup=est.cycles_per_round, rounds=est.rounds,
                                  mfma_pipe_busy=est.mfma_utilization, clock_hz=P.DEFAULT.clock_hz)
     tiles = math.ceil(S / fmha.Q_TILE)
-    probe = sorted({0, tiles // 2, tiles - 1})
-    measured = {t: _estimate(B, Hq, Hk, fmha.Q_TILE, fmha.Q_TILE * (t + 1), True).cycles_per_round for t in probe}
+    probe = sorted({0, tiles // 4, tiles // 2, (3 * tiles) // 4, tiles - 1})
+    # workgroup x runs Q tile tiles-1-x (longest first): model the workgroup of each probed tile
+    measured = {t: _estimate(B, Hq, Hk, S, S, True, workgroup=(tiles - 1 - t, 0, 0)).cycles_per_round
+                for t in probe}
 
     def cycles(t):
         lo = max(p for p in probe if p <= t)
@@ -219,7 +231,7 @@ def modelled_seconds(B, Hq, Hk, S, causal) -> tuple[float, dict]:
             return measured[lo]
         return measured[lo] + (measured[hi] - measured[lo]) * (t - lo) / (hi - lo)
 
-    # dispatch order: x fastest; workgroup x runs Q tile tiles-1-x (longest first)
+    # dispatch order: x fastest; list-schedule the workgroups on the CUs (one at a time each)
     per_wg = [cycles(tiles - 1 - x) for _ in range(B * Hq) for x in range(tiles)]
     free = [0.0] * P.NUM_CUS
     heapq.heapify(free)
