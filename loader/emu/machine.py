@@ -203,6 +203,21 @@ class Executor:
             f[w, op.index:op.index + k] = np.where(mask[:, None, :], value, cur)
         self.record_write(op.kind, w, op.index, k, writer)
 
+    def set_v_f32(self, op: Operand, w, value: np.ndarray, writer: int):
+        """Write float64[n,k,64] rounded to f32 (RNE, numpy's cast) into k registers, every
+        lane: set_v(op, w, value.astype(np.float32).view(np.uint32), None, writer), with the
+        rounding done straight into the register file."""
+        if op.kind not in ("v", "a"):
+            raise EmulatorError(f"operand {op.text} is not a vector register ({self.where()})")
+        k = value.shape[1]
+        self.write_regs(op.kind, w, op.index, k)
+        f = self.waves.file(op.kind)
+        if isinstance(w, slice):
+            np.copyto(f[w, op.index:op.index + k].view(np.float32), value, casting="same_kind")
+        else:
+            f[w, op.index:op.index + k] = value.astype(np.float32).view(np.uint32)
+        self.record_write(op.kind, w, op.index, k, writer)
+
     def set_v64(self, op: Operand, w, value: np.ndarray, mask: np.ndarray, writer: int = hazards.VALU):
         value = np.asarray(value, dtype=np.uint64)
         parts = np.stack([(value & np.uint64(0xFFFFFFFF)).astype(np.uint32),

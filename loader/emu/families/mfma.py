@@ -361,8 +361,7 @@ def mfma(ex, inst, w):
         d = np.matmul(a, b).reshape(n, m * m)      # rows in _row_order: register order
         if c is not None:
             d += c
-        out = d.astype(np.float32).view(np.uint32).reshape(n, spec.c_regs, LANES)
-    ex.set_v(prep.dst, w, out, None, prep.writer)
+        ex.set_v_f32(prep.dst, w, d.reshape(n, spec.c_regs, LANES), prep.writer)
 
 
 def _mfma_checked(ex, inst, w):
