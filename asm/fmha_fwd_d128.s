@@ -865,15 +865,22 @@ L_no_clamp:
     ; --- K(0), K(1) in flight; Q pre-scaled by scale*log2(e) meanwhile ---
     s_mov_b32 s[s_j], 0
     s_cmp_eq_u32 s[s_ntiles], 0
-    s_cbranch_scc1 L_q_scale
+    s_cbranch_scc1 L_wait_q0
     dma_tile s_rsrc_k, v_dma_k0, v_dma_k1, s_m0k, LDS_K0
     rsrc_advance s_rsrc_k, s_kstep
     s_cmp_lt_u32 s[s_ntiles], 2
-    s_cbranch_scc1 L_q_scale
+    s_cbranch_scc1 L_wait_q2
     dma_tile s_rsrc_k, v_dma_k0, v_dma_k1, s_m0k, LDS_K0 + TILE_BYTES
     rsrc_advance s_rsrc_k, s_kstep
+    s_waitcnt vmcnt(4)                                  ; in flight: 8 Q loads, K(0), K(1) -> wait for Q
+    s_branch L_q_scale
+L_wait_q2:
+    s_waitcnt vmcnt(2)                                  ; in flight: 8 Q loads, K(0) -> wait for Q
+    s_branch L_q_scale
+L_wait_q0:
+    s_waitcnt vmcnt(0)                                  ; in flight: 8 Q loads -> wait for them
 L_q_scale:
-    s_waitcnt vmcnt(0)                                  ; in flight: 8 Q loads, K(0), K(1) -> wait for all
+    v_mov_b32 v[v_corr], s[s_scale_log2]
     .set _r, 0
     .rept 32
 .if FMHA_F16
@@ -884,11 +891,11 @@ L_q_scale:
         v_lshlrev_b32 v[v_t0], 16, v[v_q + _r]
         v_and_b32 v[v_t1], 0xffff0000, v[v_q + _r]
 .endif
-        v_mul_f32 v[v_t0], s[s_scale_log2], v[v_t0]
-        v_mul_f32 v[v_t1], s[s_scale_log2], v[v_t1]
+        v_pk_mul_f32 v[v_t0:v_t1], v[v_t0:v_t1], v[v_corr:v_corr+1] op_sel_hi:[1,0]
         cvt_pk_f32 v[v_q + _r], v[v_t0], v[v_t1]
         .set _r, _r + 1
     .endr
+    s_waitcnt vmcnt(0)                                  ; in flight: K(0), K(1) -> wait for them
     s_cmp_eq_u32 s[s_ntiles], 0
     s_cbranch_scc1 L_epilogue
     s_barrier                                           ; every wave's lines of K(0) landed
