@@ -307,6 +307,8 @@ MAX_WAIT_STATES = 20
 
 
 def _all_settled(clock: np.ndarray, at: np.ndarray) -> bool:
+    if at.size == 0 or at.max() < clock.min() - MAX_WAIT_STATES - 1:
+        return True         # every register written long before the earliest clock
     return bool((clock[:, None] - at - 1 > MAX_WAIT_STATES).all())
 
 
@@ -370,8 +372,9 @@ def check_write(ex, kind: str, w, index: int, count: int) -> None:
     side = getattr(waves, "_hazard_side", None)
     if side is None:
         return
-    passes = side.srcc_passes[kind][w, index:index + count].astype(np.int64)
+    passes = side.srcc_passes[kind][w, index:index + count]
     if passes.any():
+        passes = passes.astype(np.int64)
         gap = clock - side.srcc_at[kind][w, index:index + count] - 1
         need = np.where(passes > 0, passes - 1, 0)
         short = gap < need
@@ -382,8 +385,9 @@ def check_write(ex, kind: str, w, index: int, count: int) -> None:
                       f"{int(passes[row, col])}-pass MFMA read it as srcC; {int(need[row, col])} are "
                       f"required (insert s_nop)")
     if ex.klass in VALU_CLASSES:
-        window = side.store_window[kind][w, index:index + count].astype(np.int64)
+        window = side.store_window[kind][w, index:index + count]
         if window.any():
+            window = window.astype(np.int64)
             gap = clock - side.store_at[kind][w, index:index + count] - 1
             short = gap < window
             if short.any():
@@ -473,7 +477,7 @@ def before_issue(ex, w) -> None:
         need, what = 4, name
     elif name.startswith(("v_permlane16_swap", "v_permlane32_swap")):
         need, what = 4, name
-    if need:
+    if need and ex.waves.exec_valu_written:
         gap = ex.waves.clock[w] - ex.waves.exec_written_at[w] - 1
         short = gap < need
         if short.any():

@@ -154,6 +154,7 @@ class Executor:
         self.record_write("s", w, op.index, 2, writer)
         if op.index == EXEC_LO and writer == hazards.VALU:
             self.waves.exec_written_at[w] = self.waves.clock[w]
+            self.waves.exec_valu_written = True
 
     # ------------------------------------------------------------ vector access
     def v32(self, op: Operand, w, fp16: bool = False) -> np.ndarray:

@@ -87,6 +87,7 @@ class Waves:
         self.written_at = {k: np.full(v.shape, -(1 << 40), np.int64) for k, v in self.busy.items()}
         self.written_by = {k: np.zeros(v.shape, np.int16) for k, v in self.busy.items()}
         self.exec_written_at = np.full(count, -(1 << 40), np.int64)
+        self.exec_valu_written = False      # exec_written_at set for any wave yet
         self.lds = np.zeros((lds_slots, max(lds_bytes, 1)), dtype=np.uint8)
         self.lds_bytes = lds_bytes
         self._exec_stale = True
