@@ -50,6 +50,11 @@ def _to_regs(data: np.ndarray, kind: str) -> np.ndarray:
 
 def _read_lanes(ex, w, addr: np.ndarray, ok: np.ndarray, nbytes: int, what: str) -> np.ndarray:
     """uint8[n,64,nbytes]: memory at addr[n,64] for lanes `ok`, zero elsewhere."""
+    if ok.all():
+        try:
+            return ex.memory.read(addr.reshape(-1), nbytes).reshape(addr.shape + (nbytes,))
+        except OutOfBounds as err:
+            ex.fault(w, err, what)        # err.position is already the flat lane position
     out = np.zeros(addr.shape + (nbytes,), np.uint8)
     flat = np.flatnonzero(ok)
     try:
@@ -186,6 +191,9 @@ def _buffer_bytes_ok(in_range: np.ndarray, nbytes: int) -> np.ndarray:
 
 def _buffer_read(ex, inst, w, addr, in_range, mask, nbytes):
     """uint8[n,64,nbytes]; out-of-range dwords read 0."""
+    full = in_range.all(axis=2) & mask
+    if full.all():
+        return _read_lanes(ex, w, addr, full, nbytes, inst.name)
     ok_bytes = _buffer_bytes_ok(in_range, nbytes) & mask[:, :, None]
     lanes_touching = ok_bytes.any(axis=2)
     data = np.zeros(addr.shape + (nbytes,), np.uint8)
