@@ -94,6 +94,7 @@ DEFAULT_CASES = [
     (1, 1000, 1000, 1, 1, "bf16", True, "packed", True),
     (1, 1000, 1000, 4, 1, "f16", False, "bshd", True),
     (1, 300, 200, 1, 1, "bf16", True, "bshd", True),          # causal diagonal crosses tile 0 in waves 4-7
+    (3, 1000, 1000, 16, 16, "bf16", True, "packed", True),    # the largest: ~25 s of emulator time
 ]
 
 
