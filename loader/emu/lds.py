@@ -216,11 +216,16 @@ def _in_flight(ex, w, acc: Access, counts: np.ndarray, owner: bool):
     if owner:
         ex.lds.ds_owner[acc.keys] = waves
 
+    n = acc.ok.shape[0]
+
     def release(rows):
-        pick = np.isin(acc.rows, rows)
-        keys = acc.keys[pick]
+        if len(rows) == n:                  # distinct positions 0..n-1: every row
+            keys, done = acc.keys, waves
+        else:
+            pick = np.isin(acc.rows, rows)
+            keys, done = acc.keys[pick], waves[pick]
         counts[keys] = np.maximum(counts[keys] - 1, 0)   # waves may retire separately
-        _complete(ex, waves[pick], keys)
+        _complete(ex, done, keys)
     return release
 
 
@@ -252,8 +257,11 @@ def write(ex, w, addr: np.ndarray, data: np.ndarray, mask: np.ndarray, what: str
         # Whole aligned dwords: lanes still apply in lane order (the last one wins).
         ok = acc.ok
         data32 = np.ascontiguousarray(data, dtype=np.uint8).view(np.uint32)      # [n,64,nbytes/4]
-        slots = np.broadcast_to(acc.slot[:, :, 0], ok.shape)
-        ex.waves.lds.view(np.uint32)[slots[ok][:, None], acc.dword_index[ok]] = data32[ok]
+        if ok.all():
+            ex.waves.lds.view(np.uint32)[acc.slot, acc.dword_index] = data32
+        else:
+            slots = np.broadcast_to(acc.slot[:, :, 0], ok.shape)
+            ex.waves.lds.view(np.uint32)[slots[ok][:, None], acc.dword_index[ok]] = data32[ok]
     else:
         sel = np.broadcast_to(acc.ok[:, :, None], acc.index.shape)
         slots = np.broadcast_to(acc.slot, acc.index.shape)
