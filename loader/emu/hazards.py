@@ -237,6 +237,7 @@ def _rule(klass, role, kind, xdl_inst, carry_in, waived_xdl, writer, full):
 
 
 _NEED_TABLES: dict = {}
+_FULL_NOT_LARGER: dict = {}     # id(full table) -> its needs never exceed the not-full table's
 _ALL_WRITERS = np.arange(128)[None, :]
 
 
@@ -260,11 +261,19 @@ def _need_tables(ex, kind, index):
     return tables
 
 
-def _required_for_read(ex, kind, w, index, count, writer, at):
-    """Wait states the current instruction needs after each register's last writer."""
+def _required_for_read(ex, kind, w, index, count, writer, at, gap=None):
+    """Wait states the current instruction needs after each register's last writer.
+
+    With `gap` given, may return a need no smaller than the exact one when even that one
+    leaves no register short (then the exact one does not either)."""
     not_full, full_t = _need_tables(ex, kind, index)
     need = not_full[writer]
     if full_t is not not_full and ex.klass == "mfma" and getattr(ex, "role", None) == "c":
+        monotone = _FULL_NOT_LARGER.get(id(full_t))
+        if monotone is None:
+            monotone = _FULL_NOT_LARGER[id(full_t)] = bool((full_t <= not_full).all())
+        if gap is not None and monotone and not (gap < need).any():
+            return need
         alt = full_t[writer]
         if (alt != need).any():
             full = _full_reg(ex, kind, w, index, count, writer, at)[:, None]
@@ -327,8 +336,8 @@ def check_read(ex, kind: str, w, index: int, count: int) -> None:
     writer = waves.written_by[kind][w, index:index + count]
     if not writer.any():
         return
-    need = _required_for_read(ex, kind, w, index, count, writer, at)
     gap = waves.clock[w][:, None] - at - 1
+    need = _required_for_read(ex, kind, w, index, count, writer, at, gap)
     short = gap < need
     if short.any():
         row, col = np.argwhere(short)[0]
