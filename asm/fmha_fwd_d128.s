@@ -308,7 +308,9 @@
 
 ; DMA op i (0..15) of an iteration: K(k+2) -> K[(k+2) % 3] (its first line at s_kd_line),
 ; V(k) -> V[\vpar], for the barrier k the body passed (tiles past the workgroup's last
-; read zeros: their descriptors are empty); the descriptors move on.
+; read zeros: their descriptors are empty); the descriptors move on. Ops 4 -> 5 and 6 -> 7
+; (and 12 -> 13, 14 -> 15) pass SCC: the schedules that spread these ops between MFMAs
+; put only VALU, DS, MFMA and s_waitcnt between them, none of which writes SCC.
 .macro dma_op i, vpar
     .if (\i) < 8
         dma_op1 (\i), s_rsrc_k, s_kstep, v_dma_k0, v_dma_k1, s_kd_line, LDS_K0

@@ -3,8 +3,10 @@
 Tolerance (flash-attention's rule, gfxasm.ops.fmha.tolerances): the largest |O - O_ref32|
 may be at most 2x that of PyTorch evaluating the same attention in the inputs' precision
 (bf16/fp16 scores, softmax output and P.V rounded), plus 4 ulp at 1.0; LSE likewise against
-PyTorch's LSE of those rounded scores, plus 1e-4. Outputs start as NaN and must be written
-everywhere (a NaN left over fails).
+PyTorch's LSE of those rounded scores, plus the dtype's unit roundoff times max(1, |LSE|)
+(the kernel's pre-scaled, re-rounded Q shifts a row's scores together; the docstring of
+`tolerances` says why). Outputs start as NaN and must be written everywhere (a NaN left
+over fails).
 
 Default run: a representative subset of the shape cross-product in which every listed
 value appears — Sq, Sk in {1, 17, 64, 255, 256, 257, 1000} (Sq = Sk and Sq != Sk), heads
