@@ -11,6 +11,8 @@ in strict mode and read 0 / are dropped otherwise (lds.py).
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from .. import lds
@@ -169,11 +171,14 @@ def ds_write2(ex, inst, w):
 TRANSPOSE = {"ds_read_b64_tr_b16": 2, "ds_read_b64_tr_b8": 1}
 
 
+@lru_cache(maxsize=None)
 def _transpose_index(esize: int) -> tuple[np.ndarray, np.ndarray]:
     per = 8 // esize                      # elements per lane
     n = np.arange(16)[:, None]
     j = np.arange(per)[None, :]
-    return (16 // per) * j + n // per, np.broadcast_to(n % per, (16, per))
+    lane = (16 // per) * j + n // per
+    lane.flags.writeable = False          # cached: shared by every call
+    return lane, np.broadcast_to(n % per, (16, per))
 
 
 @handles(*TRANSPOSE, klass="ds")
