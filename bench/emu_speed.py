@@ -222,6 +222,7 @@ def main(argv=None) -> int:
     ap.add_argument("--waves", default="64,256,512")
     ap.add_argument("--only", default="mfma,valu,mem,fmha")
     ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--label", default="", help="recorded in the JSON (e.g. which tree was measured)")
     args = ap.parse_args(argv)
     default_iters = {"mfma": 100, "valu": 100, "mem": 50}
     rows = []
@@ -244,7 +245,8 @@ def main(argv=None) -> int:
         affinity = sorted(os.sched_getaffinity(0))
     except AttributeError:
         affinity = None
-    meta = {"note": "wips: wave-instructions / best wall time; wips_cpu: / best process CPU time",
+    meta = {"label": args.label, "emulator": str(Path(emu.__file__).resolve().parent),
+            "note": "wips: wave-instructions / best wall time; wips_cpu: / best process CPU time",
             "loadavg_after": os.getloadavg(), "cpu_affinity": affinity, "python": platform.python_version(),
             "numpy": np.__version__, "time": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
             "repeat": args.repeat, "best_of_repeat": True}
