@@ -173,6 +173,12 @@ def test_bad_out_and_scale():
         gfxasm.fmha_fwd(q, k, v, causal="yes")
 
 
+def test_unsupported_device():
+    q, k, v = (t.to("meta") for t in _qkv())
+    with pytest.raises(ValueError, match="must be on the CPU \\(emulator\\) or a ROCm gfx950 GPU, got meta"):
+        gfxasm.fmha_fwd(q, k, v)
+
+
 def test_empty_problem():
     q = torch.zeros(0, 8, 4, 128, dtype=torch.bfloat16)
     k = v = torch.zeros(0, 8, 2, 128, dtype=torch.bfloat16)
