@@ -1028,19 +1028,36 @@ L_epilogue:
     .endr
     v_add_f32 v[v_t2], v[v_m], v[v_t2]
     v_mul_f32 v[v_t2], LN2, v[v_t2]     ; LSE = (m + log2 l) * ln 2
-    ; O^T block db, register 4g + e holds d = 32db + 8g + 4(l/32) + e: 4 consecutive d -> 8 bytes
+    ; O^T block db, register 4g + e holds d = 32db + 8g + 4(l/32) + e (4 consecutive d, 8
+    ; bytes). Pair q = 2db + p of groups g0 = 2p, g1 = 2p+1: X = lane's 8 bytes of g0,
+    ; Y = of g1; one v_permlane32_swap per VGPR trades the low half's Y for the high half's
+    ; X, so lanes 0-31 hold d 32db + 16p + 0..7 and lanes 32-63 d + 8..15: 16 contiguous
+    ; bytes per lane, one buffer_store_dwordx4 per pair.
     v_and_b32 v[v_t0], 31, v[v_lane]
     s_lshl_b32 s[s_t0], s[s_wave], 5
     v_add_u32 v[v_t0], s[s_t0], v[v_t0]                 ; row in tile: 32w + l%32
     v_mul_lo_u32 v[v_t1], v[v_t0], s[s_o_ss]
     v_lshrrev_b32 v[v_kaddr], 5, v[v_lane]              ; (K addresses are done with)
-    v_lshl_add_u32 v[v_t1], v[v_kaddr], 3, v[v_t1]      ; + 8 * (l/32)
-    .set _g, 0
-    .rept 16
-        cvt_pk_f32 v[v_op + 2*_g], v[v_o + 4*_g], v[v_o + 4*_g + 1]
-        cvt_pk_f32 v[v_op + 2*_g + 1], v[v_o + 4*_g + 2], v[v_o + 4*_g + 3]
-        buffer_store_dwordx2 v[v_op + 2*_g : v_op + 2*_g + 1], v[v_t1], s[s_rsrc_o:s_rsrc_o+3], 0 offen offset: 64*(_g/4) + 16*(_g%4)
-        .set _g, _g + 1
+    v_lshl_add_u32 v[v_t1], v[v_kaddr], 4, v[v_t1]      ; + 16 * (l/32)
+    .set _q, 0
+    .rept 8
+        .set _o0, v_o + 16*(_q/2) + 8*(_q%2)            ; group g0 = 2p of block db = q/2, p = q%2
+        cvt_pk_f32 v[v_op + 4*_q], v[_o0], v[_o0 + 1]
+        cvt_pk_f32 v[v_op + 4*_q + 1], v[_o0 + 2], v[_o0 + 3]
+        cvt_pk_f32 v[v_op + 4*_q + 2], v[_o0 + 4], v[_o0 + 5]
+        cvt_pk_f32 v[v_op + 4*_q + 3], v[_o0 + 6], v[_o0 + 7]
+        .set _q, _q + 1
+    .endr
+    .set _q, 0                                          ; (VALU write -> permlane read: >= 2 ops apart)
+    .rept 8
+        v_permlane32_swap_b32 v[v_op + 4*_q], v[v_op + 4*_q + 2]
+        v_permlane32_swap_b32 v[v_op + 4*_q + 1], v[v_op + 4*_q + 3]
+        .set _q, _q + 1
+    .endr
+    .set _q, 0
+    .rept 8
+        buffer_store_dwordx4 v[v_op + 4*_q : v_op + 4*_q + 3], v[v_t1], s[s_rsrc_o:s_rsrc_o+3], 0 offen offset: 64*(_q/2) + 32*(_q%2)
+        .set _q, _q + 1
     .endr
     s_cmp_eq_u32 s[s_store_lse], 0
     s_cbranch_scc1 L_end
