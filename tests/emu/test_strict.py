@@ -712,7 +712,8 @@ def test_misaligned_ds_read_b64_tr_b16_faults():
 
 def test_store_outside_registered_buffers_faults():
     body = """
-  s_mul_i32 s20, s2, 0x10000          // workgroup 1 stores 64 KiB past `out`
+  s_mul_i32 s20, s2, 0x40000000      // workgroup 1 stores 1 GiB past `out`: 64 KiB could
+                                      // land in another small registered buffer
   v_add_u32 v6, s20, v2
   v_mov_b32 v3, 1.0
   global_store_dword v6, v3, s[6:7]
@@ -722,11 +723,11 @@ def test_store_outside_registered_buffers_faults():
         with pytest.raises(MemoryFault) as info:
             run(body, grid=2, out_words=64, strict=strict)
         msg = str(info.value)
-        addr = run.out_ptr + 0x10000
+        addr = run.out_ptr + 0x40000000
         for part in ("global_store_dword", f"address {addr:#x}", "outside every registered buffer",
                      "kernel k", "workgroup (1,0,0) wave 0", "pc 0x"):
             assert part in msg, msg
-    out = run(body.replace("0x10000", "0"), grid=2)
+    out = run(body.replace("0x40000000", "0"), grid=2)
     np.testing.assert_array_equal(f32(out), np.ones(64, np.float32))
 
 
