@@ -285,4 +285,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m gfxasm.cli` runs this file as __main__, a second copy of the module: the
+    # ops register their run cases with gfxasm.cli, so hand over to that copy.
+    from gfxasm.cli import main as package_main
+    sys.exit(package_main())
