@@ -60,7 +60,20 @@ def bf16_gemm(M: int, N: int, K: int, out_bf16: bool = True, seed: int = 0) -> C
     b = torch.randn(N, K, generator=g).to(torch.bfloat16)
     out_dtype = torch.bfloat16 if out_bf16 else torch.float32
     d = poison((M, N), out_dtype)
-    esz = d.element_size()
+
+    def check():
+        ref = a.float() @ b.float().T
+        assert not d.isnan().any(), "output not fully written"
+        torch.testing.assert_close(d.float(), ref.to(out_dtype).float(), rtol=1e-2, atol=1e-2)
+
+    return Case("bf16gemm_bf16_tn_256x256.co", "_ZN5aiter24bf16gemm_bf16_tn_256x256E",
+                (math.ceil(N / 256), math.ceil(M / 256), 1), (256, 1, 1), bf16_gemm_kernarg(a, b, d),
+                [a, b, d], check)
+
+
+def bf16_gemm_kernarg(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor) -> bytes:
+    """CASES.md §2: D[M, N] = A[M, K] @ B[N, K]^T; D bf16 or fp32."""
+    (M, K), N, esz = a.shape, b.shape[0], d.element_size()
     ka = Kernarg(352)
     ka.ptr(0, d)
     ka.ptr(32, a)
@@ -75,15 +88,8 @@ def bf16_gemm(M: int, N: int, K: int, out_bf16: bool = True, seed: int = 0) -> C
     ka.u32(240, N)
     ka.u32(256, K)
     ka.u32(272, 1)
-    ka.u32(288, 1 if out_bf16 else 0)
-
-    def check():
-        ref = a.float() @ b.float().T
-        assert not d.isnan().any(), "output not fully written"
-        torch.testing.assert_close(d.float(), ref.to(out_dtype).float(), rtol=1e-2, atol=1e-2)
-
-    return Case("bf16gemm_bf16_tn_256x256.co", "_ZN5aiter24bf16gemm_bf16_tn_256x256E",
-                (math.ceil(N / 256), math.ceil(M / 256), 1), (256, 1, 1), ka.bytes(), [a, b, d], check)
+    ka.u32(288, 1 if d.dtype == torch.bfloat16 else 0)
+    return ka.bytes()
 
 
 # ----------------------------------------------------------------- §1 FMHA forward
@@ -107,6 +113,35 @@ def fmha_fwd(B: int, Hq: int, Hk: int, Sq: int, Sk: int, seed: int = 0) -> Case:
     o = poison((B, Sq, Hq, D), torch.bfloat16)
     lse = poison((B, Hq, Sq), torch.float32)
     scale = 1.0 / math.sqrt(D)
+
+    def check():
+        rep = Hq // Hk
+        kf = k.float().repeat_interleave(rep, 2)
+        vf = v.float().repeat_interleave(rep, 2)
+        s = torch.einsum("bqhd,bkhd->bhqk", q.float(), kf) * scale
+        ref_lse = s.logsumexp(-1)
+        ref = torch.einsum("bhqk,bkhd->bqhd", s.softmax(-1), vf)
+        # aiter's rule: max error <= max(2 * error of a bf16 evaluation, 0.01).
+        s16 = torch.einsum("bqhd,bkhd->bhqk", q, (kf * scale).to(torch.bfloat16))
+        ref16 = torch.einsum("bhqk,bkhd->bqhd", s16.float().softmax(-1).to(torch.bfloat16),
+                             vf.to(torch.bfloat16)).float()
+        tol = max(2 * (ref16 - ref).abs().max().item(), 0.01)
+        assert not o.isnan().any(), "O not fully written"
+        err = (o.float() - ref).abs().max().item()
+        assert err <= tol, f"O max error {err:.3g} > tolerance {tol:.3g}"
+        lse_err = (lse - ref_lse).abs().max().item()
+        assert lse_err <= 1e-3, f"LSE max error {lse_err:.3g} > 1e-3"
+
+    return Case("fwd_hd128_bf16.co", "_ZN5aiter19fmha_fwd_hd128_bf16E",
+                (math.ceil(Sq / 256), Hq, B), (512, 1, 1), fmha_fwd_kernarg(q, k, v, o, lse, scale),
+                [q, k, v, o, lse], check)
+
+
+def fmha_fwd_kernarg(q, k, v, o, lse, scale: float) -> bytes:
+    """CASES.md §1: q/o [B, Sq, Hq, 128], k/v [B, Sk, Hk, 128] bf16, lse [B, Hq, Sq] f32;
+    every stride in bytes."""
+    Sq, Hq, D = q.shape[1:]
+    Sk, Hk = k.shape[1:3]
     ka = Kernarg(512)
     for off, t in ((0, o), (16, q), (32, k), (48, v), (64, lse)):
         ka.ptr(off, t)
@@ -133,27 +168,7 @@ def fmha_fwd(B: int, Hq: int, Hk: int, Sq: int, Sk: int, seed: int = 0) -> Case:
     ka.u32(400, o.stride(2) * 2)
     ka.u32(416, o.stride(0) * 2)
     ka.u32(464, lse.stride(1) * 4)
-
-    def check():
-        rep = Hq // Hk
-        kf = k.float().repeat_interleave(rep, 2)
-        vf = v.float().repeat_interleave(rep, 2)
-        s = torch.einsum("bqhd,bkhd->bhqk", q.float(), kf) * scale
-        ref_lse = s.logsumexp(-1)
-        ref = torch.einsum("bhqk,bkhd->bqhd", s.softmax(-1), vf)
-        # aiter's rule: max error <= max(2 * error of a bf16 evaluation, 0.01).
-        s16 = torch.einsum("bqhd,bkhd->bhqk", q, (kf * scale).to(torch.bfloat16))
-        ref16 = torch.einsum("bhqk,bkhd->bqhd", s16.float().softmax(-1).to(torch.bfloat16),
-                             vf.to(torch.bfloat16)).float()
-        tol = max(2 * (ref16 - ref).abs().max().item(), 0.01)
-        assert not o.isnan().any(), "O not fully written"
-        err = (o.float() - ref).abs().max().item()
-        assert err <= tol, f"O max error {err:.3g} > tolerance {tol:.3g}"
-        lse_err = (lse - ref_lse).abs().max().item()
-        assert lse_err <= 1e-3, f"LSE max error {lse_err:.3g} > 1e-3"
-
-    return Case("fwd_hd128_bf16.co", "_ZN5aiter19fmha_fwd_hd128_bf16E",
-                (math.ceil(Sq / 256), Hq, B), (512, 1, 1), ka.bytes(), [q, k, v, o, lse], check)
+    return ka.bytes()
 
 
 # ----------------------------------------------------------------- §3 paged attention decode
