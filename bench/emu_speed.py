@@ -17,9 +17,7 @@ import json
 import os
 import platform
 import struct
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,53 +25,14 @@ import numpy as np
 import torch
 
 import gfxasm.emu as emu
-from gfxasm.toolchain import find_tool
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "bench" / "out" / "emu_speed.json"
+sys.path.insert(0, str(ROOT))      # run as a script: the tests' kernel writer and recipes
 
-_HEADER = """
-.amdgcn_target "amdgcn-amd-amdhsa--gfx950"
-.amdhsa_code_object_version 5
-.text
-.globl {name}
-.p2align 8
-.type {name},@function
-{name}:
-{body}
-  s_endpgm
-.rodata
-.p2align 6
-.amdhsa_kernel {name}
-  .amdhsa_user_sgpr_kernarg_segment_ptr 1
-  .amdhsa_system_sgpr_workgroup_id_x 1
-  .amdhsa_next_free_vgpr 256
-  .amdhsa_next_free_sgpr 32
-  .amdhsa_accum_offset 128
-  .amdhsa_float_denorm_mode_32 3
-  .amdhsa_group_segment_fixed_size {lds}
-  .amdhsa_kernarg_size 16
-.end_amdhsa_kernel
-.amdgpu_metadata
----
-amdhsa.version: [1, 2]
-amdhsa.kernels:
-  - .name: {name}
-    .symbol: {name}.kd
-    .kernarg_segment_size: 16
-    .kernarg_segment_align: 8
-    .group_segment_fixed_size: {lds}
-    .private_segment_fixed_size: 0
-    .wavefront_size: 64
-    .sgpr_count: 32
-    .vgpr_count: 256
-    .max_flat_workgroup_size: 256
-    .args:
-      - {{.name: buf, .offset: 0, .size: 8, .value_kind: global_buffer, .address_space: global}}
-      - {{.name: iters, .offset: 8, .size: 4, .value_kind: by_value}}
-...
-.end_amdgpu_metadata
-"""
+from tests.conformance import cases  # noqa: E402
+from tests.kernel_source import assemble as assemble_source  # noqa: E402
+from tests.kernel_source import kernel_source  # noqa: E402
+OUT = ROOT / "bench" / "out" / "emu_speed.json"
 
 # Common prologue: s[4:5] = buffer, s10 = iterations, v1 = lane byte offset (16 B/lane,
 # within one wave's 1 KiB), v2 = this work-item's LDS byte offset (16 B per work-item).
@@ -155,22 +114,10 @@ L_loop:
 
 MICRO = {"mfma": (_mfma_body, 0), "valu": (_valu_body, 0), "mem": (_mem_body, 8192)}
 
-_cache: dict[str, bytes] = {}
-
-
 def assemble(name: str) -> bytes:
-    if name not in _cache:
-        make, lds = MICRO[name]
-        source = _HEADER.format(name=f"speed_{name}", body=make(), lds=lds)
-        with tempfile.TemporaryDirectory() as d:
-            src, obj = Path(d, "k.s"), Path(d, "k.co")
-            src.write_text(source)
-            proc = subprocess.run([find_tool("clang"), "-x", "assembler", "-target", "amdgcn-amd-amdhsa",
-                                   "-mcpu=gfx950", str(src), "-o", str(obj)], capture_output=True, text=True)
-            if proc.returncode:
-                raise RuntimeError(f"assembly of {name} failed:\n{proc.stderr}")
-            _cache[name] = obj.read_bytes()
-    return _cache[name]
+    make, lds = MICRO[name]
+    return assemble_source(kernel_source(f"speed_{name}", make() + "\n  s_endpgm", args=("buf", ("iters", 4)),
+                                         lds=lds, vgprs=256, accum_offset=128, sgprs=32, max_workgroup=256))
 
 
 def run_micro(name: str, waves: int, iters: int, repeat: int) -> dict:
@@ -191,8 +138,6 @@ def run_micro(name: str, waves: int, iters: int, repeat: int) -> dict:
 
 
 def run_fmha(repeat: int) -> dict:
-    sys.path.insert(0, str(ROOT))
-    from tests.conformance import cases
     times, cpu, count = [], [], 0
     for _ in range(repeat):
         case = cases.fmha_fwd(1, 8, 1, 256, 512)

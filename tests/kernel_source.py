@@ -58,14 +58,20 @@ amdhsa.kernels:
 def kernel_source(name: str, code: str, *, args=("inp", "out"), lds: int = 0, denorm: int = 3,
                   fp16_ovfl: int = 0, vgprs: int = 512, accum_offset: int = 256, sgprs: int = 100,
                   max_workgroup: int = 64) -> str:
-    """Assembly text of kernel `name` running `code` (which must end the program); `args`
-    are pointer arguments, 8 bytes each, in kernarg order."""
-    arg_lines = "\n".join(
-        f"      - {{.name: {arg}, .offset: {8 * n}, .size: 8, .value_kind: global_buffer, "
-        f".address_space: global}}" for n, arg in enumerate(args))
-    return _SOURCE.format(name=name, code=code, args=arg_lines, lds=lds, denorm=denorm,
+    """Assembly text of kernel `name` running `code` (which must end the program). `args`
+    in kernarg order: a name is a pointer (8 bytes); (name, size) is a by-value scalar."""
+    lines, offset = [], 0
+    for arg in args:
+        if isinstance(arg, str):
+            arg_name, size, kind = arg, 8, "global_buffer, .address_space: global"
+        else:
+            (arg_name, size), kind = arg, "by_value"
+        offset = -(-offset // size) * size                  # natural alignment
+        lines.append(f"      - {{.name: {arg_name}, .offset: {offset}, .size: {size}, .value_kind: {kind}}}")
+        offset += size
+    return _SOURCE.format(name=name, code=code, args="\n".join(lines), lds=lds, denorm=denorm,
                           fp16_ovfl=fp16_ovfl, vgprs=vgprs, accum_offset=accum_offset, sgprs=sgprs,
-                          max_workgroup=max_workgroup, kernarg_size=8 * len(args))
+                          max_workgroup=max_workgroup, kernarg_size=-(-offset // 8) * 8)
 
 
 _cache: dict[str, bytes] = {}
