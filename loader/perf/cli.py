@@ -62,9 +62,10 @@ def bench_main(argv=None) -> int:
     ap.add_argument("--sample-rounds", type=int, default=1,
                     help="workgroup rounds of one CU to simulate (modelled figures)")
     args = ap.parse_args(argv)
-    from bench.common import run   # noqa: E402  (bench/ is part of the checkout, not the package)
+    modules = list(bench_modules())    # puts the checkout on sys.path: bench/ is not in the package
+    from bench.common import run
     cases = []
-    for mod in bench_modules():
+    for mod in modules:
         cases += mod.cases(not args.small)
     if args.only:
         cases = [c for c in cases if args.only in c.label]
