@@ -258,8 +258,10 @@ def run(ex: Executor, budget: int) -> int:
         ex.srcc_is_dst = False
         try:
             ex.step(sel, inst)
-        except EmulatorError:
-            raise
+        except EmulatorError as exc:
+            if f"pc {inst.pc:#x}" in str(exc):
+                raise
+            raise type(exc)(f"{exc} ({ex.where()})") from exc   # say where, once
         except (ValueError, IndexError, TypeError, OverflowError) as exc:
             raise EmulatorError(f"internal error executing `{inst.text}` at pc {inst.pc:#x}: {exc}") from exc
         executed += len(w)

@@ -90,6 +90,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .errors import UnsupportedInstruction
+
 __all__ = [
     "UnverifiedNumericsError",
     "as_f32", "as_u32", "as_f16", "as_u16",
@@ -108,8 +110,9 @@ E5M2_MAX = 57344.0
 NAN_ENCODINGS = ("reject", "signed", "unsigned")
 
 
-class UnverifiedNumericsError(RuntimeError):
-    """Raised where the result depends on hardware behaviour nobody has confirmed."""
+class UnverifiedNumericsError(UnsupportedInstruction):
+    """Raised where the result depends on hardware behaviour nobody has confirmed: the
+    emulator cannot model it, like an unimplemented instruction form."""
 
 
 # ---------------------------------------------------------------------------
