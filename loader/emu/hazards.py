@@ -339,13 +339,19 @@ def check_read(ex, kind: str, w, index: int, count: int) -> None:
         return
     gap = waves.clock[w][:, None] - at - 1
     need = _required_for_read(ex, kind, w, index, count, writer, at, gap)
+    _require(ex, w, kind, index, gap, need, "read",
+             lambda row, col: f"{_writer_name(int(writer[row, col]))} wrote it")
+
+
+def _require(ex, w, kind: str, index: int, gap: np.ndarray, need: np.ndarray, verb: str, producer):
+    """HazardError where a register's `gap` is below its `need`; `producer(row, col)` says
+    what the register waits for."""
     short = gap < need
     if short.any():
         row, col = np.argwhere(short)[0]
         ex.hazard(w, short.any(axis=1),
-                  f"{kind}{index + col} read {int(gap[row, col])} wait states after "
-                  f"{_writer_name(int(writer[row, col]))} wrote it; {int(need[row, col])} are required "
-                  f"(insert s_nop)")
+                  f"{kind}{index + col} {verb} {int(gap[row, col])} wait states after "
+                  f"{producer(row, col)}; {int(need[row, col])} are required (insert s_nop)")
 
 
 def _waw_need(valu: bool) -> np.ndarray:
@@ -370,42 +376,23 @@ def check_write(ex, kind: str, w, index: int, count: int) -> None:
     at = waves.written_at[kind][w, index:index + count]
     writer = None if _all_settled(clock[:, 0], at) else waves.written_by[kind][w, index:index + count]
     if writer is not None and writer.any():
-        gap = clock - at - 1
-        need = _WAW_NEED[ex.klass in VALU_CLASSES][writer]
-        short = gap < need
-        if short.any():
-            row, col = np.argwhere(short)[0]
-            ex.hazard(w, short.any(axis=1),
-                      f"{kind}{index + col} overwritten {int(gap[row, col])} wait states after "
-                      f"{_writer_name(int(writer[row, col]))} wrote it; {int(need[row, col])} are "
-                      f"required (insert s_nop)")
+        _require(ex, w, kind, index, clock - at - 1, _WAW_NEED[ex.klass in VALU_CLASSES][writer],
+                 "overwritten", lambda row, col: f"{_writer_name(int(writer[row, col]))} wrote it")
     side = getattr(waves, "_hazard_side", None)
     if side is None:
         return
     passes = side.srcc_passes[kind][w, index:index + count]
     if passes.any():
         passes = passes.astype(np.int64)
-        gap = clock - side.srcc_at[kind][w, index:index + count] - 1
-        need = np.where(passes > 0, passes - 1, 0)
-        short = gap < need
-        if short.any():
-            row, col = np.argwhere(short)[0]
-            ex.hazard(w, short.any(axis=1),
-                      f"{kind}{index + col} overwritten {int(gap[row, col])} wait states after a "
-                      f"{int(passes[row, col])}-pass MFMA read it as srcC; {int(need[row, col])} are "
-                      f"required (insert s_nop)")
+        _require(ex, w, kind, index, clock - side.srcc_at[kind][w, index:index + count] - 1,
+                 np.where(passes > 0, passes - 1, 0), "overwritten",
+                 lambda row, col: f"a {int(passes[row, col])}-pass MFMA read it as srcC")
     if ex.klass in VALU_CLASSES:
         window = side.store_window[kind][w, index:index + count]
         if window.any():
             window = window.astype(np.int64)
-            gap = clock - side.store_at[kind][w, index:index + count] - 1
-            short = gap < window
-            if short.any():
-                row, col = np.argwhere(short)[0]
-                ex.hazard(w, short.any(axis=1),
-                          f"{kind}{index + col} overwritten {int(gap[row, col])} wait states after a "
-                          f">64-bit store read it as data; {int(window[row, col])} are required "
-                          f"(insert s_nop)")
+            _require(ex, w, kind, index, clock - side.store_at[kind][w, index:index + count] - 1, window,
+                     "overwritten", lambda row, col: "a >64-bit store read it as data")
 
 
 def _note_srcc_read(ex, kind, w, index, count):

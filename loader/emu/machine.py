@@ -226,13 +226,21 @@ class Executor:
         self.set_v(op, w, parts, mask, writer)
 
     # ------------------------------------------------------ in-flight tracking
-    def check_read(self, kind: str, w, index: int, count: int):
+    def _in_flight(self, kind: str, w, index: int, count: int):
+        """(rows, first register) of the waves with a load still landing in the registers,
+        or None; also refuses registers that do not exist."""
         if index + count > self.waves.busy[kind].shape[1]:
             raise EmulatorError(f"register {kind}{index + count - 1} does not exist ({self.where()})")
         busy = self.waves.busy[kind][w, index:index + count]
-        if busy.any():
-            rows = busy.any(axis=1)
-            reg = index + int(np.flatnonzero(busy[np.flatnonzero(rows)[0]])[0])
+        if not busy.any():
+            return None
+        rows = busy.any(axis=1)
+        return rows, index + int(np.flatnonzero(busy[np.flatnonzero(rows)[0]])[0])
+
+    def check_read(self, kind: str, w, index: int, count: int):
+        pending = self._in_flight(kind, w, index, count)
+        if pending is not None:
+            rows, reg = pending
             self.hazard(w, rows, f"{kind}{reg} read while a load into it is still in flight "
                                  f"(missing s_waitcnt)")
             self._land_early(w, kind, index, count)
@@ -250,12 +258,9 @@ class Executor:
 
     def write_regs(self, kind: str, w, index: int, count: int):
         """Check a register write: it may not race a load still landing in it."""
-        if index + count > self.waves.busy[kind].shape[1]:
-            raise EmulatorError(f"register {kind}{index + count - 1} does not exist ({self.where()})")
-        busy = self.waves.busy[kind][w, index:index + count]
-        if busy.any():
-            rows = busy.any(axis=1)
-            reg = index + int(np.flatnonzero(busy[np.flatnonzero(rows)[0]])[0])
+        pending = self._in_flight(kind, w, index, count)
+        if pending is not None:
+            rows, reg = pending
             self.hazard(w, rows, f"{kind}{reg} overwritten while a load into it is still in flight")
         hazards.check_write(self, kind, w, index, count)
 
@@ -301,6 +306,21 @@ class Executor:
                 hazards.check_write(self, kind, w, index, count)
                 return
         self.write_regs(kind, w, index, count)
+
+    def issue_load(self, w, counter: str, dst: Operand, regs: np.ndarray, mask: np.ndarray, after=None):
+        """Queue uint32[n,k,64] to land in the k registers from `dst` where mask[n,64] when
+        the op retires; `after(rows)` runs then too."""
+        count = regs.shape[1]
+        waves = self.wave_ids(w)
+        file = self.waves.file(dst.kind)
+
+        def land(rows):
+            r = waves[rows]
+            cur = file[r, dst.index:dst.index + count]
+            file[r, dst.index:dst.index + count] = np.where(mask[rows][:, None, :], regs[rows], cur)
+            if after is not None:
+                after(rows)
+        self.issue(w, counter, land, dest=(dst.kind, dst.index, count))
 
     def retire(self, w, counter: str, keep: int):
         """s_waitcnt: retire the oldest ops of each wave until at most `keep` remain."""

@@ -57,16 +57,7 @@ def _land_regs(ex, w, dst, regs: np.ndarray, mask: np.ndarray, after=None):
     count = regs.shape[1]
     if dst.count != count:
         raise UnsupportedInstruction(f"destination {dst.text} is not {count} registers ({ex.where()})")
-    waves = ex.wave_ids(w)
-    file = ex.waves.file(dst.kind)
-
-    def land(rows):
-        r = waves[rows]
-        cur = file[r, dst.index:dst.index + count]
-        file[r, dst.index:dst.index + count] = np.where(mask[rows][:, None, :], regs[rows], cur)
-        if after is not None:
-            after(rows)
-    ex.issue(w, "lgkm", land, dest=(dst.kind, dst.index, count))
+    ex.issue_load(w, "lgkm", dst, regs, mask, after)
 
 
 def land_bytes(ex, inst, w, dst, data: np.ndarray, mask: np.ndarray, extend: str = ""):

@@ -74,21 +74,14 @@ def _write_lanes(ex, w, addr: np.ndarray, ok: np.ndarray, data: np.ndarray, what
         ex.fault(w, err, what)
 
 
-def _land_load(ex, w, dst, data: np.ndarray, ok_bytes: np.ndarray, mask: np.ndarray, kind: str):
+def _land_load(ex, w, dst, data: np.ndarray, mask: np.ndarray, kind: str):
     """Queue a VGPR/AGPR load result: data uint8[n,64,nbytes]."""
     n, _, nbytes = data.shape
     regs = _to_regs(data.reshape(-1, nbytes), kind).reshape(n, LANES, -1).transpose(0, 2, 1)
     count = regs.shape[1]
     if dst.count < count:
         raise UnsupportedInstruction(f"destination {dst.text} is narrower than the load ({ex.where()})")
-    waves = ex.wave_ids(w)
-    file = ex.waves.file(dst.kind)
-
-    def land(rows):
-        r = waves[rows]
-        cur = file[r, dst.index:dst.index + count]
-        file[r, dst.index:dst.index + count] = np.where(mask[rows][:, None, :], regs[rows], cur)
-    ex.issue(w, "vm", land, dest=(dst.kind, dst.index, count))
+    ex.issue_load(w, "vm", dst, regs, mask)
 
 
 def _lds_dma(ex, inst, w, data: np.ndarray, mask: np.ndarray, size: int):
@@ -130,7 +123,7 @@ def global_load(ex, inst, w):
     mask = ex.exec_bits(w)
     addr = _global_address(ex, inst, w, vaddr, saddr)
     data = _read_lanes(ex, w, addr, mask, nbytes, inst.name)
-    _land_load(ex, w, dst, data, None, mask, kind)
+    _land_load(ex, w, dst, data, mask, kind)
 
 
 @handles(*GLOBAL_STORES, klass="vmem")
@@ -231,7 +224,7 @@ def buffer_load(ex, inst, w):
         return
     dst, vaddr, srsrc, soffset = inst.ops
     addr, in_range = _buffer_address(ex, inst, w, vaddr, srsrc, soffset, nbytes)
-    _land_load(ex, w, dst, _buffer_read(ex, inst, w, addr, in_range, mask, nbytes), None, mask, kind)
+    _land_load(ex, w, dst, _buffer_read(ex, inst, w, addr, in_range, mask, nbytes), mask, kind)
 
 
 @handles(*BUFFER_STORES, klass="vmem")
@@ -310,6 +303,6 @@ def global_atomic(ex, inst, w):
         ex.memory.write(a, new.view(np.uint8).reshape(1, 4))
     if returns:
         data = old_values.view(np.uint8).reshape(old_values.shape + (4,))
-        _land_load(ex, w, vdst, data, None, mask, "dword")
+        _land_load(ex, w, vdst, data, mask, "dword")
     else:
         ex.issue(w, "vm", lambda rows: None)
