@@ -5,6 +5,7 @@
     gfxasm check                    every built .co against the manifest
     gfxasm run KERNEL | --all       random inputs → emulator → compare with the reference
     gfxasm dis KERNEL               disassemble a built variant
+    gfxasm corpus fetch | coverage  the pinned aiter corpus (gfxasm.corpus_cli)
     gfxasm stats | bench ...        gfxasm.perf's commands (they parse their own arguments)
 
 These commands take --manifest/-m (repeatable; default: kernels.yaml of this checkout).
@@ -255,6 +256,8 @@ def cmd_dis(ns: argparse.Namespace) -> int:
     return subprocess.run([find_tool("llvm-objdump"), "-d", "--mcpu=gfx950", str(variant.co_path)]).returncode
 
 
+delegate("corpus", "the pinned aiter corpus of hardware-proven gfx950 code objects: fetch, coverage",
+         "gfxasm.corpus_cli", "corpus_main")
 delegate("stats", "static analysis of gfx950 code objects (gfxasm stats FILE.co --help)",
          "gfxasm.perf.cli", "stats_main")
 delegate("bench", "benchmark every kernel in bench/ (measured on a gfx950, modelled elsewhere)",

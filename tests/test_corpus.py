@@ -1,0 +1,48 @@
+"""gfxasm.corpus: the pinned aiter wheel is taken only with its sha256, extracted whole or not
+at all, and its absence is an error naming the command that fetches it."""
+from __future__ import annotations
+
+import hashlib
+import zipfile
+
+import pytest
+
+from gfxasm import corpus
+
+
+def fake_wheel(path, members):
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return path
+
+
+def test_missing_corpus_names_the_fetch_command(tmp_path, monkeypatch):
+    monkeypatch.setenv(corpus.CACHE_ENV, str(tmp_path))
+    with pytest.raises(corpus.CorpusMissing, match="gfxasm corpus fetch"):
+        corpus.root()
+
+
+def test_wheel_with_another_hash_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv(corpus.CACHE_ENV, str(tmp_path / "cache"))
+    wheel = fake_wheel(tmp_path / corpus.WHEEL, {"aiter_meta/hsa/gfx950/x/k.co": b"\x7fELF"})
+    with pytest.raises(RuntimeError, match="is not the pinned"):
+        corpus.fetch(wheel, log=lambda _: None)
+    with pytest.raises(corpus.CorpusMissing):
+        corpus.root()
+
+
+def test_fetch_extracts_only_the_trees_gfxasm_reads(tmp_path, monkeypatch):
+    monkeypatch.setenv(corpus.CACHE_ENV, str(tmp_path / "cache"))
+    wheel = fake_wheel(tmp_path / corpus.WHEEL, {
+        "aiter_meta/hsa/gfx950/pa/k.co": b"code", "aiter_meta/csrc/launch.cu": b"host",
+        "aiter/configs/t.csv": b"a,b", "aiter/ops/other.py": b"not read"})
+    monkeypatch.setattr(corpus, "SHA256", hashlib.sha256(wheel.read_bytes()).hexdigest())
+    tree = corpus.fetch(wheel, log=lambda _: None)
+    assert corpus.root() == tree
+    assert corpus.path("aiter_meta/hsa/gfx950/pa/k.co").read_bytes() == b"code"
+    assert corpus.gfx950_code_objects() == [tree / "aiter_meta/hsa/gfx950/pa/k.co"]
+    assert (tree / "aiter/configs/t.csv").is_file() and not (tree / "aiter/ops").exists()
+    with pytest.raises(FileNotFoundError, match="not in the corpus"):
+        corpus.path("aiter_meta/hsa/gfx950/pa/absent.co")
+    assert corpus.fetch(wheel, log=lambda _: None) == tree           # idempotent
