@@ -1,19 +1,22 @@
-"""Shared test fixtures: the fixture-kernel manifest, built once per session, and helpers
-for writing throwaway manifests and kernels in a temporary folder."""
+"""Shared test fixtures: the fixture-kernel manifest, built once per session, helpers
+for writing throwaway manifests and kernels in a temporary folder, and the recording
+stand-in HIP runtime (hip_stub)."""
 from __future__ import annotations
 
 import ctypes
-import enum
+import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 import yaml
 
-from gfxasm.backends.hip import HIP_LAUNCH_PARAM_BUFFER_POINTER, HIP_LAUNCH_PARAM_BUFFER_SIZE, HIP_LAUNCH_PARAM_END
+from gfxasm.backends.hip_runtime import LIBRARY_ENV
 from gfxasm.build import build_manifest
 from gfxasm.cli import load_cases
 from gfxasm.manifest import Manifest
+from gfxasm.toolchain import find_tool
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -70,63 +73,53 @@ def store_n_manifest(tmp_path: Path) -> Path:
     return write_manifest(tmp_path, {"store_n": STORE_N_KERNEL})
 
 
-class RecordingHip:
-    """Stands in for hip-python (`from hip import hip`), which needs ROCm and a GPU.
+class HipStub:
+    """The recording libamdhip64 stand-in (tests/hipstub/hipstub.c) as a test sees it: the
+    calls the binding made, parsed from the stub's log, and the failure it is told to give."""
 
-    Answers as hip-python does, with (error, *values) tuples, records every call, and
-    reads the `extra` array of a launch the way the HIP runtime does.
-    """
-    class hipError_t(enum.IntEnum):
-        hipSuccess = 0
-        hipErrorInvalidImage = 200
-        hipErrorLaunchFailure = 719
+    def __init__(self, library: Path, log: Path, monkeypatch):
+        self.library, self.log, self._monkeypatch = library, log, monkeypatch
+        self.arch: dict[int, str] = {}      # device -> gcnArchName torch reports
 
-    class hipDeviceProp_t:
-        gcnArchName = b""
+    def calls(self) -> list[tuple[str, dict[str, str]]]:
+        lines = self.log.read_text().splitlines() if self.log.exists() else []
+        return [(name, dict(item.split("=", 1) for item in items))
+                for name, *items in (line.split() for line in lines)]
 
-    ERROR_STRINGS = {200: b"device kernel image is invalid", 719: b"unspecified launch failure"}
+    def names(self) -> list[str]:
+        return [name for name, _ in self.calls()]
 
-    def __init__(self, arch=b"gfx950:sramecc+:xnack-", current_device=0, fail=None):
-        self.arch, self.current_device, self.fail = arch, current_device, fail or {}
-        self.calls = []
-        self.launches = []
+    def launches(self) -> list[dict[str, str]]:
+        return [values for name, values in self.calls() if name == "hipModuleLaunchKernel"]
 
-    def _answer(self, name, *values):
-        return (self.fail.get(name, self.hipError_t.hipSuccess), *values)
+    def clear(self) -> None:
+        self.log.unlink(missing_ok=True)
 
-    def hipGetDevice(self):
-        self.calls.append(("hipGetDevice",))
-        return self._answer("hipGetDevice", self.current_device)
+    def fail(self, call: str, error: int) -> None:
+        """Make `call` return hipError_t `error` from now on."""
+        self._monkeypatch.setenv("HIPSTUB_FAIL", f"{call}:{error}")
 
-    def hipSetDevice(self, device):
-        self.calls.append(("hipSetDevice", device))
-        self.current_device = device
-        return self._answer("hipSetDevice")
 
-    def hipGetDeviceProperties(self, properties, device):
-        self.calls.append(("hipGetDeviceProperties", device))
-        properties.gcnArchName = self.arch
-        return self._answer("hipGetDeviceProperties")
+@pytest.fixture(scope="session")
+def hipstub_library(tmp_path_factory) -> Path:
+    library = tmp_path_factory.mktemp("hipstub") / "libhipstub.so"   # not "libamdhip64": see test_hip_backend
+    subprocess.run([find_tool("clang"), "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror",
+                    str(Path(__file__).parent / "hipstub" / "hipstub.c"), "-o", str(library)], check=True)
+    return library
 
-    def hipModuleLoadData(self, data):
-        self.calls.append(("hipModuleLoadData", self.current_device, len(data)))
-        assert bytes(data[:4]) == b"\x7fELF"
-        return self._answer("hipModuleLoadData", f"module on device {self.current_device}")
 
-    def hipModuleGetFunction(self, module, name):
-        self.calls.append(("hipModuleGetFunction", module, name))
-        return self._answer("hipModuleGetFunction", (module, name))
-
-    def hipModuleLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        self.calls.append(("hipModuleLaunchKernel", self.current_device))
-        # Read `extra` as the runtime does: marker, pointer, marker, pointer to size_t, END.
-        slots = (ctypes.c_void_p * 5).from_address(extra)
-        assert [slots[0], slots[2], slots[4]] == [HIP_LAUNCH_PARAM_BUFFER_POINTER, HIP_LAUNCH_PARAM_BUFFER_SIZE,
-                                                  HIP_LAUNCH_PARAM_END]
-        size = ctypes.c_size_t.from_address(slots[3]).value
-        self.launches.append(dict(function=function, grid=(gx, gy, gz), block=(bx, by, bz), shared=shared,
-                                  stream=stream, params=params, kernarg=ctypes.string_at(slots[1], size)))
-        return self._answer("hipModuleLaunchKernel")
-
-    def hipGetErrorString(self, error):
-        return self.ERROR_STRINGS[int(error)]
+@pytest.fixture
+def hip_stub(hipstub_library, tmp_path, monkeypatch) -> HipStub:
+    """gfxasm's HIP binding pointed at the stand-in runtime (current device 0), and the torch side
+    of a ROCm machine stubbed, since this torch is a CPU build: only torch.version.hip and
+    torch.cuda.get_device_properties(d).gcnArchName, which is all the HIP backend asks of torch.
+    Every device is a gfx950 unless a test sets stub.arch[d]."""
+    stub = HipStub(hipstub_library, tmp_path / "hip_calls.log", monkeypatch)
+    monkeypatch.setenv(LIBRARY_ENV, str(hipstub_library))
+    monkeypatch.setenv("HIPSTUB_LOG", str(stub.log))
+    monkeypatch.delenv("HIPSTUB_FAIL", raising=False)
+    ctypes.CDLL(str(hipstub_library)).hipstub_reset(0)     # the same handle the binding opens
+    monkeypatch.setattr(torch.version, "hip", "7.0.0-hipstub")
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device: SimpleNamespace(gcnArchName=stub.arch.get(device, "gfx950:sramecc+:xnack-")))
+    return stub

@@ -1,90 +1,98 @@
-"""The HIP backend up to the hip-python calls.
+"""The HIP backend through its ctypes binding, against a recording stand-in libamdhip64.
 
-No gfx950 (and no ROCm) is reachable here, so hip-python is replaced by RecordingHip
-(conftest.py). What is verified: the call sequence and caching, the kernarg bytes,
-grid/block/stream, the refusals before launch, and error reporting. What is not: that a
-real runtime accepts these calls.
+No gfx950 (and no ROCm) is reachable here: tests/hipstub/hipstub.c, built by the hip_stub
+fixture, exports the HIP functions the binding calls with HIP's C signatures and logs each
+call; the binding loads it through GFXASM_HIP_LIBRARY, by the same code that finds the real
+runtime. torch's side (a ROCm build, the device's gcnArchName) is stubbed by the fixture.
+What is verified: the call sequence and caching, the bytes and values crossing the C ABI
+(kernarg, grid, block, stream, shared memory), the `extra` layout the runtime checks, error
+names and texts, the refusals, and where the runtime is looked for. What is not: that a
+real runtime and GPU accept these calls.
 """
+import json
+import os
+import shutil
 import subprocess
 import sys
 
 import pytest
+import torch
 
+from gfxasm.backends import hip_runtime
 from gfxasm.backends.hip import HipBackend, HipError, HipUnavailable
 from gfxasm.toolchain import find_tool
-
-from conftest import RecordingHip
-
-
-def names(calls):
-    return [c[0] for c in calls]
 
 
 @pytest.fixture
 def co(fixture_manifest):
-    """axpb's variant and .co: 32 kernarg bytes, no LDS."""
-    variant = fixture_manifest.kernel("axpb").variant("axpb")
-    return variant.co_path
+    """axpb's .co: 32 kernarg bytes, no LDS."""
+    return fixture_manifest.kernel("axpb").variant("axpb").co_path
 
 
-KERNARG = bytes(range(32))
+@pytest.fixture
+def kernarg(gen):
+    return torch.randint(0, 256, (32,), generator=gen, dtype=torch.uint8).numpy().tobytes()
 
 
-def test_first_launch_loads_then_later_launches_reuse(co):
-    hip = RecordingHip()
-    backend = HipBackend(hip)
-    backend.launch(co, "axpb", (5, 2, 1), (256, 1, 1), KERNARG, device=0, stream=0x1234)
-    assert names(hip.calls) == ["hipGetDevice", "hipGetDeviceProperties", "hipModuleLoadData",
-                                "hipModuleGetFunction", "hipModuleLaunchKernel"]
-    assert hip.calls[3][2] == b"axpb"
-    [launch] = hip.launches
-    assert launch["grid"] == (5, 2, 1) and launch["block"] == (256, 1, 1)
-    assert launch["shared"] == 0 and launch["params"] is None and launch["stream"] == 0x1234
-    assert launch["kernarg"] == KERNARG
-    assert launch["function"] == ("module on device 0", b"axpb")
-
-    hip.calls.clear()
-    second = bytes(reversed(KERNARG))
-    backend.launch(co, "axpb", (1, 1, 1), (256, 1, 1), second, device=0, stream=0)
-    assert names(hip.calls) == ["hipGetDevice", "hipModuleLaunchKernel"]
-    assert hip.launches[1]["kernarg"] == second
-    assert hip.launches[1]["stream"] is None            # stream 0: the null stream
+def launch(backend, co, kernarg, device=0, stream=0, grid=(1, 1, 1), symbol="axpb"):
+    backend.launch(co, symbol, grid, (256, 1, 1), kernarg, device=device, stream=stream)
 
 
-def test_launches_on_the_tensors_device_and_restores_the_current_one(co):
-    hip = RecordingHip(current_device=1)
-    backend = HipBackend(hip)
-    backend.launch(co, "axpb", (1, 1, 1), (256, 1, 1), KERNARG, device=0, stream=0)
-    assert hip.calls[1] == ("hipSetDevice", 0)
-    assert ("hipModuleLoadData", 0, co.stat().st_size) in hip.calls
-    assert ("hipModuleLaunchKernel", 0) in hip.calls
-    assert hip.calls[-1] == ("hipSetDevice", 1) and hip.current_device == 1
-    # A module belongs to one device: device 1 loads its own.
-    backend.launch(co, "axpb", (1, 1, 1), (256, 1, 1), KERNARG, device=1, stream=0)
-    assert [c for c in hip.calls if c[0] == "hipModuleLoadData"] == [
-        ("hipModuleLoadData", 0, co.stat().st_size), ("hipModuleLoadData", 1, co.stat().st_size)]
+def test_first_launch_loads_then_later_launches_reuse(hip_stub, co, kernarg):
+    backend = HipBackend()
+    launch(backend, co, kernarg, stream=0x7F00DEAD1234, grid=(5, 2, 7))
+    assert hip_stub.names() == ["hipGetDevice", "hipModuleLoadData", "hipModuleGetFunction",
+                                "hipModuleLaunchKernel"]
+    [_, (_, load), (_, get), (_, first)] = hip_stub.calls()
+    # The runtime is handed the whole code object: the size it reads from the ELF header is the file's.
+    assert load == {"device": "0", "amdgpu": "1", "bytes": str(co.stat().st_size)}
+    assert get == {"module": "0", "name": "axpb"}
+    assert first == {"device": "0", "module": "0", "function": "axpb", "grid": "5,2,7", "block": "256,1,1",
+                     "shared": "0", "stream": str(0x7F00DEAD1234), "kernarg": kernarg.hex()}
+
+    hip_stub.clear()
+    second = bytes(reversed(kernarg))
+    launch(backend, co, second, stream=0)
+    assert hip_stub.names() == ["hipGetDevice", "hipModuleLaunchKernel"]
+    [launched] = hip_stub.launches()
+    assert launched["kernarg"] == second.hex() and launched["stream"] == "0"    # 0: the null stream
 
 
-def test_a_rebuilt_code_object_is_loaded_again(co, tmp_path):
+def test_launches_on_the_tensors_device_and_restores_the_current_one(hip_stub, co, kernarg):
+    backend = HipBackend()
+    launch(backend, co, kernarg, device=3)
+    assert hip_stub.calls()[1] == ("hipSetDevice", {"device": "3"})
+    assert hip_stub.calls()[-1] == ("hipSetDevice", {"device": "0"})
+    assert hip_stub.launches()[0]["device"] == "3" and hip_stub.launches()[0]["module"] == "3"
+    # A module belongs to one device: device 0 loads its own, then each device reuses its own.
+    launch(backend, co, kernarg, device=0)
+    launch(backend, co, kernarg, device=3)
+    assert [c["device"] for n, c in hip_stub.calls() if n == "hipModuleLoadData"] == ["3", "0"]
+    assert [(c["device"], c["module"]) for c in hip_stub.launches()] == [("3", "3"), ("0", "0"), ("3", "3")]
+
+
+def test_a_rebuilt_code_object_is_loaded_again(hip_stub, co, kernarg, tmp_path):
     copy = tmp_path / "axpb.co"
     copy.write_bytes(co.read_bytes())
-    hip = RecordingHip()
-    backend = HipBackend(hip)
-    backend.launch(copy, "axpb", (1, 1, 1), (256, 1, 1), KERNARG, device=0, stream=0)
-    copy.write_bytes(co.read_bytes() + b"\0" * 8)        # same code, new file: new size and mtime
-    backend.launch(copy, "axpb", (1, 1, 1), (256, 1, 1), KERNARG, device=0, stream=0)
-    assert names(hip.calls).count("hipModuleLoadData") == 2
+    backend = HipBackend()
+    launch(backend, copy, kernarg)
+    launch(backend, copy, kernarg)
+    copy.write_bytes(co.read_bytes() + b"\0" * 8)        # same code, new file version: new size and mtime
+    launch(backend, copy, kernarg)
+    assert hip_stub.names().count("hipModuleLoadData") == 2
 
 
-def test_a_device_that_is_not_gfx950_is_refused_before_loading(co):
-    hip = RecordingHip(arch=b"gfx942:sramecc+:xnack-", current_device=2)
-    with pytest.raises(HipError, match="device 0 is gfx942:sramecc\\+:xnack-, not gfx950"):
-        HipBackend(hip).launch(co, "axpb", (1, 1, 1), (256, 1, 1), KERNARG, device=0, stream=0)
-    assert "hipModuleLoadData" not in names(hip.calls) and "hipModuleLaunchKernel" not in names(hip.calls)
-    assert hip.current_device == 2                       # restored even though the launch failed
+def test_a_device_that_is_not_gfx950_is_refused_before_any_hip_call(hip_stub, co, kernarg):
+    hip_stub.arch[1] = "gfx942:sramecc+:xnack-"
+    with pytest.raises(HipError, match=r"device 1 is gfx942:sramecc\+:xnack-, not gfx950"):
+        launch(HipBackend(), co, kernarg, device=1)
+    hip_stub.arch[1] = "gfx9500"                          # the name, not a prefix of it
+    with pytest.raises(HipError, match="device 1 is gfx9500, not gfx950"):
+        launch(HipBackend(), co, kernarg, device=1)
+    assert hip_stub.names() == []
 
 
-def test_lds_beyond_160_kib_is_refused_before_loading(tmp_path):
+def test_lds_beyond_160_kib_is_refused_before_loading(hip_stub, tmp_path):
     # The manifest cannot ask for this, so the .co is assembled by hand: 200000 bytes of LDS.
     source = tmp_path / "big_lds.s"
     source.write_text(
@@ -96,35 +104,94 @@ def test_lds_beyond_160_kib_is_refused_before_loading(tmp_path):
     co = tmp_path / "big_lds.co"
     subprocess.run([find_tool("clang"), "-x", "assembler", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx950",
                     f"--ld-path={find_tool('ld.lld')}", str(source), "-o", str(co)], check=True)
-    hip = RecordingHip()
     with pytest.raises(HipError, match="needs 200000 bytes of LDS; gfx950 allows 163840"):
-        HipBackend(hip).launch(co, "big", (1, 1, 1), (64, 1, 1), b"", device=0, stream=0)
-    assert "hipModuleLoadData" not in names(hip.calls)
+        launch(HipBackend(), co, b"", symbol="big")
+    assert "hipModuleLoadData" not in hip_stub.names()
 
 
-def test_a_kernarg_size_that_does_not_match_the_code_object_is_refused(co):
-    hip = RecordingHip()
+def test_a_kernarg_size_that_does_not_match_the_code_object_is_refused(hip_stub, co, kernarg):
     with pytest.raises(HipError, match="takes 32 kernarg bytes, got 24: is the .co stale"):
-        HipBackend(hip).launch(co, "axpb", (1, 1, 1), (256, 1, 1), bytes(24), device=0, stream=0)
+        launch(HipBackend(), co, kernarg[:24])
     with pytest.raises(HipError, match="has no kernel 'axmb'"):
-        HipBackend(hip).launch(co, "axmb", (1, 1, 1), (256, 1, 1), KERNARG, device=0, stream=0)
-    assert "hipModuleLaunchKernel" not in names(hip.calls)
+        launch(HipBackend(), co, kernarg, symbol="axmb")
+    assert "hipModuleLoadData" not in hip_stub.names() and hip_stub.launches() == []
 
 
-@pytest.mark.parametrize("call, code, text", [
-    ("hipModuleLoadData", 200, "device kernel image is invalid"),
-    ("hipModuleLaunchKernel", 719, "unspecified launch failure"),
+@pytest.mark.parametrize("call, code, message", [
+    ("hipGetDevice", 1, "hipGetDevice failed: hipErrorInvalidValue: invalid argument (hipError_t 1)"),
+    ("hipModuleLoadData", 200,
+     "hipModuleLoadData failed: hipErrorInvalidImage: device kernel image is invalid (hipError_t 200)"),
+    ("hipModuleGetFunction", 500,
+     "hipModuleGetFunction('axpb') failed: hipErrorNotFound: named symbol not found (hipError_t 500)"),
+    ("hipModuleLaunchKernel", 719,
+     "hipModuleLaunchKernel failed: hipErrorLaunchFailure: unspecified launch failure (hipError_t 719)"),
 ])
-def test_a_failing_call_raises_with_hipGetErrorString(co, call, code, text):
-    hip = RecordingHip(fail={call: RecordingHip.hipError_t(code)})
+def test_a_failing_call_raises_with_the_errors_name_and_text(hip_stub, co, kernarg, monkeypatch, call, code, message):
+    backend = HipBackend()
+    hip_stub.fail(call, code)
     with pytest.raises(HipError) as error:
-        HipBackend(hip).launch(co, "axpb", (1, 1, 1), (256, 1, 1), KERNARG, device=0, stream=0)
-    assert str(error.value).startswith(f"{call} failed: {text}")
+        launch(backend, co, kernarg, device=2)
+    assert str(error.value) == message
+    if call != "hipGetDevice":
+        assert hip_stub.calls()[-1] == ("hipSetDevice", {"device": "0"})    # restored despite the failure
+    # Nothing half-made was cached: the next launch completes.
+    monkeypatch.delenv("HIPSTUB_FAIL")
+    hip_stub.clear()
+    launch(backend, co, kernarg, device=2)
+    assert [c["kernarg"] for c in hip_stub.launches()] == [kernarg.hex()]
 
 
-def test_without_hip_python_the_error_is_one_line(co, monkeypatch):
-    monkeypatch.setitem(sys.modules, "hip", None)        # makes `from hip import hip` fail, as here
+def test_a_torch_that_is_not_a_rocm_build_is_refused(hip_stub, co, kernarg, monkeypatch):
+    monkeypatch.setattr(torch.version, "hip", None)
+    with pytest.raises(HipUnavailable, match=r"no HIP runtime: this PyTorch is not a ROCm build \(torch.version.hip"):
+        launch(HipBackend(), co, kernarg)
+    assert hip_stub.names() == []
+
+
+def test_a_missing_runtime_is_hip_unavailable_in_one_line(hip_stub, co, kernarg, monkeypatch, tmp_path):
+    monkeypatch.setenv(hip_runtime.LIBRARY_ENV, str(tmp_path / "nowhere" / "libamdhip64.so"))
     with pytest.raises(HipUnavailable) as error:
-        HipBackend().launch(co, "axpb", (1, 1, 1), (256, 1, 1), KERNARG, device=0, stream=0)
-    assert str(error.value).startswith("no HIP runtime") and "\n" not in str(error.value)
-    assert "pip install hip-python" in str(error.value)
+        launch(HipBackend(), co, kernarg)
+    assert str(error.value).startswith(f"no HIP runtime: cannot load {tmp_path}/nowhere/libamdhip64.so (")
+    assert "\n" not in str(error.value)
+
+    # Nothing set, nothing mapped, an empty ROCM_PATH, and no libamdhip64 on the loader's path
+    # (true of this CI machine, which has no ROCm): every place is named.
+    monkeypatch.delenv(hip_runtime.LIBRARY_ENV)
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path))
+    assert hip_runtime.mapped_library() is None
+    with pytest.raises(HipUnavailable, match="no HIP runtime: cannot load libamdhip64.so .*GFXASM_HIP_LIBRARY"):
+        launch(HipBackend(), co, kernarg)
+
+
+def test_a_library_that_is_not_a_hip_runtime_is_refused(hip_stub, co, kernarg, monkeypatch):
+    monkeypatch.setenv(hip_runtime.LIBRARY_ENV, "libm.so.6")
+    with pytest.raises(HipUnavailable, match="libm.so.6 is not a HIP runtime: it has no hipGetDevice"):
+        launch(HipBackend(), co, kernarg)
+
+
+# In a fresh interpreter: once a libamdhip64 is mapped it stays for the process's life.
+SEARCH = """
+import ctypes, importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("hip_runtime", sys.argv[1])
+hip_runtime = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(hip_runtime)
+before = hip_runtime.library_candidates()
+ctypes.CDLL(sys.argv[2])                  # as a ROCm torch maps its libamdhip64 when imported
+after = hip_runtime.library_candidates()
+print(json.dumps([before, after, hip_runtime.open_runtime().path]))
+"""
+
+
+def test_the_runtime_already_in_the_process_comes_first_then_rocm_path(hipstub_library, tmp_path):
+    torch_lib, rocm_lib = tmp_path / "torch" / "lib", tmp_path / "rocm" / "lib"
+    for folder in (torch_lib, rocm_lib):
+        folder.mkdir(parents=True)
+        shutil.copy(hipstub_library, folder / "libamdhip64.so")
+    env = {k: v for k, v in os.environ.items() if k != hip_runtime.LIBRARY_ENV} | {"ROCM_PATH": str(tmp_path / "rocm")}
+    result = subprocess.run([sys.executable, "-c", SEARCH, hip_runtime.__file__, str(torch_lib / "libamdhip64.so")],
+                            env=env, capture_output=True, text=True, check=True)
+    before, after, opened = json.loads(result.stdout)
+    assert before == [str(rocm_lib / "libamdhip64.so"), "libamdhip64.so"]
+    assert after == [str(torch_lib / "libamdhip64.so"), str(rocm_lib / "libamdhip64.so"), "libamdhip64.so"]
+    assert opened == str(torch_lib / "libamdhip64.so")

@@ -14,7 +14,7 @@ import gfxasm
 from gfxasm.backends.hip import HipBackend, HipUnavailable
 from gfxasm.manifest import Manifest
 
-from conftest import RecordingHip, write_manifest
+from conftest import write_manifest
 
 launch_module = importlib.import_module("gfxasm.launch")   # `gfxasm.launch` itself is the function
 
@@ -166,15 +166,13 @@ def test_a_cuda_tensor_without_a_hip_runtime_is_a_clear_error(fixture_manifest, 
         gfxasm.launch(fixture_manifest.kernel("axpb"), variant="axpb", **args)
 
 
-def test_rocm_tensors_go_to_hip_on_the_current_stream(fixture_manifest, monkeypatch):
-    hip = RecordingHip()
-    monkeypatch.setattr(torch.version, "hip", "6.4.0")
-    monkeypatch.setattr(launch_module, "hip_backend", HipBackend(hip))
+def test_rocm_tensors_go_to_hip_on_the_current_stream(fixture_manifest, monkeypatch, hip_stub):
+    monkeypatch.setattr(launch_module, "hip_backend", HipBackend())
     monkeypatch.setattr(launch_module, "current_stream", lambda device: 0xBEEF)
     args = {k: on_cuda(v) if isinstance(v, torch.Tensor) else v for k, v in axpb_args(600).items()}
     assert gfxasm.launch(fixture_manifest.kernel("axpb"), variant="axmb", **args) is None
-    [launch] = hip.launches
-    assert launch["grid"] == (3, 1, 1) and launch["block"] == (256, 1, 1) and launch["stream"] == 0xBEEF
-    assert launch["function"] == ("module on device 0", b"axpb")
-    assert launch["kernarg"] == struct.pack("<QQQfI", args["a"].data_ptr(), args["b"].data_ptr(),
-                                            args["out"].data_ptr(), -0.75, 600)
+    [launch] = hip_stub.launches()
+    assert launch["grid"] == "3,1,1" and launch["block"] == "256,1,1" and launch["stream"] == str(0xBEEF)
+    assert launch["function"] == "axpb" and launch["device"] == launch["module"] == "0"
+    assert bytes.fromhex(launch["kernarg"]) == struct.pack("<QQQfI", args["a"].data_ptr(), args["b"].data_ptr(),
+                                                           args["out"].data_ptr(), -0.75, 600)

@@ -1,112 +1,82 @@
-"""HIP backend: launches a built `.co` on a gfx950 GPU through hip-python.
+"""HIP backend: launches a built `.co` on a gfx950 GPU through the HIP runtime's C API.
 
-hip-python is imported on first use, so the package works without ROCm. Every HIP call
-goes through `check`, which raises with hipGetErrorString. Per launch:
+The runtime is the libamdhip64 a ROCm torch already loaded, reached through a small ctypes
+binding (hip_runtime.py: which library, and why that one); nothing to install beyond torch,
+and the package still imports without ROCm. Refused with HipUnavailable: a torch that is not
+a ROCm build, or no loadable runtime. Every failing HIP call raises HipError with the
+error's name and text. Per launch:
 
+    torch.cuda.get_device_properties  once per device: refuse anything but gfx950
     hipGetDevice / hipSetDevice       launch on the tensors' device, then restore it
-    hipGetDeviceProperties            once per device: refuse anything but gfx950
-    hipModuleLoadData                 once per (device, .co contents)
+    hipModuleLoadData                 once per (device, .co file version)
     hipModuleGetFunction              once per (module, symbol)
     hipModuleLaunchKernel             on the given stream, kernarg bytes through `extra`
 
 Nothing here has run on a real gfx950 yet (none is reachable from the development
-machines); tests drive it with a recording stand-in for hip-python.
+machines); tests drive this very binding against a recording stand-in libamdhip64 built
+from tests/hipstub/hipstub.c, loaded through GFXASM_HIP_LIBRARY.
 """
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from ..codeobj import KernelInfo, load_code_object
 from ..manifest import LDS_LIMIT_BYTES
+from .hip_runtime import HipError, HipRuntime, HipUnavailable, open_runtime
 
-# hip_runtime_api.h: markers of the `extra` array (END is 3 in HIP, unlike CUDA's 0).
-HIP_LAUNCH_PARAM_BUFFER_POINTER = 0x01
-HIP_LAUNCH_PARAM_BUFFER_SIZE = 0x02
-HIP_LAUNCH_PARAM_END = 0x03
+__all__ = ["HipBackend", "HipError", "HipUnavailable"]
 SUPPORTED_ARCH = "gfx950"
-
-
-class HipError(RuntimeError):
-    pass
-
-
-class HipUnavailable(HipError):
-    pass
-
-
-def import_hip():
-    try:
-        from hip import hip
-    except (ImportError, OSError) as exc:
-        raise HipUnavailable(f"no HIP runtime: cannot import hip-python ({exc}); on a ROCm machine with a "
-                             f"gfx950, pip install hip-python") from None
-    return hip
 
 
 @dataclass
 class _LoadedModule:
-    handle: object                                   # hipModule_t
-    functions: dict[str, object] = field(default_factory=dict)   # symbol -> hipFunction_t
+    handle: int                                                  # hipModule_t
+    functions: dict[str, int] = field(default_factory=dict)     # symbol -> hipFunction_t
 
 
 class HipBackend:
-    def __init__(self, hip=None):
-        self._hip = hip
+    def __init__(self):
+        self._runtime: HipRuntime | None = None
         self._arch: dict[int, str] = {}                                  # device -> gcnArchName
         self._code_objects: dict[tuple, tuple[bytes, dict[str, KernelInfo]]] = {}
         self._modules: dict[tuple, _LoadedModule] = {}                   # (device, file key)
 
     @property
-    def hip(self):
-        if self._hip is None:
-            self._hip = import_hip()
-        return self._hip
-
-    def check(self, result, call: str):
-        """hip-python returns (error, *values): raise on an error, else return the value(s)."""
-        error, *values = result
-        if error != self.hip.hipError_t.hipSuccess:
-            message = self.hip.hipGetErrorString(error)
-            if isinstance(message, bytes):
-                message = message.decode(errors="replace")
-            raise HipError(f"{call} failed: {message} ({error})")
-        return values[0] if len(values) == 1 else tuple(values)
+    def runtime(self) -> HipRuntime:
+        if self._runtime is None:
+            if torch.version.hip is None:
+                raise HipUnavailable("no HIP runtime: this PyTorch is not a ROCm build (torch.version.hip is "
+                                     "None); gfxasm launches on a GPU only through a ROCm torch on a gfx950")
+            self._runtime = open_runtime()
+        return self._runtime
 
     def launch(self, co_path: Path, symbol: str, grid: tuple[int, int, int], block: tuple[int, int, int],
                kernarg: bytes, device: int, stream: int) -> None:
-        hip = self.hip
-        previous = self.check(hip.hipGetDevice(), "hipGetDevice")
+        hip = self.runtime
+        self._require_gfx950(device)
+        previous = hip.get_device()
         if previous != device:
-            self.check(hip.hipSetDevice(device), "hipSetDevice")
+            hip.set_device(device)
         try:
-            self._require_gfx950(device)
             function = self._function(device, co_path, symbol, len(kernarg))
-            # The runtime copies the kernarg bytes during the call, so these may die after it.
-            arguments = (ctypes.c_char * len(kernarg)).from_buffer_copy(kernarg)
-            size = ctypes.c_size_t(len(kernarg))
-            extra = (ctypes.c_void_p * 5)(HIP_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(arguments),
-                                          HIP_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size),
-                                          HIP_LAUNCH_PARAM_END)
-            self.check(hip.hipModuleLaunchKernel(function, *grid, *block, 0, stream or None, None,
-                                                 ctypes.addressof(extra)), "hipModuleLaunchKernel")
+            hip.launch_kernel(function, grid, block, stream, kernarg)
         finally:
             if previous != device:
-                self.check(hip.hipSetDevice(previous), "hipSetDevice")
+                hip.set_device(previous)
 
     def _require_gfx950(self, device: int) -> None:
+        # From torch, not hipGetDeviceProperties: hipDeviceProp_t's layout changes between ROCm releases.
         if device not in self._arch:
-            properties = self.hip.hipDeviceProp_t()
-            self.check(self.hip.hipGetDeviceProperties(properties, device), "hipGetDeviceProperties")
-            arch = properties.gcnArchName
-            self._arch[device] = arch.decode() if isinstance(arch, bytes) else str(arch)
+            self._arch[device] = torch.cuda.get_device_properties(device).gcnArchName
         arch = self._arch[device]
-        if arch.split(":")[0] != SUPPORTED_ARCH:
+        if arch.split(":")[0] != SUPPORTED_ARCH:     # "gfx950:sramecc+:xnack-": features after ':'
             raise HipError(f"device {device} is {arch}, not {SUPPORTED_ARCH}: gfxasm's code objects run "
                            f"only on gfx950 (MI350X / MI355X)")
 
-    def _function(self, device: int, co_path: Path, symbol: str, kernarg_size: int):
+    def _function(self, device: int, co_path: Path, symbol: str, kernarg_size: int) -> int:
         stat = co_path.stat()
         file_key = (str(co_path), stat.st_mtime_ns, stat.st_size)   # a rebuilt .co is loaded afresh
         if file_key not in self._code_objects:
@@ -116,11 +86,10 @@ class HipBackend:
         self._refuse_unlaunchable(co_path, kernels, symbol, kernarg_size)
         module = self._modules.get((device, file_key))
         if module is None:
-            module = _LoadedModule(self.check(self.hip.hipModuleLoadData(data), "hipModuleLoadData"))
+            module = _LoadedModule(self.runtime.load_module(data))   # `data` stays cached: alive
             self._modules[(device, file_key)] = module
         if symbol not in module.functions:
-            module.functions[symbol] = self.check(
-                self.hip.hipModuleGetFunction(module.handle, symbol.encode()), "hipModuleGetFunction")
+            module.functions[symbol] = self.runtime.get_function(module.handle, symbol)
         return module.functions[symbol]
 
     @staticmethod

@@ -1,0 +1,161 @@
+"""A ctypes binding to the six HIP runtime C functions gfxasm launches with.
+
+Signatures and values are those of ROCm's public header include/hip/hip_runtime_api.h
+(github.com/ROCm/HIP, commit c5e11fc, 2024-10), cited at each binding; what the runtime does
+with `extra` is read from ROCm's clr (hipamd/src/hip_module.cpp, commit f9f995c). The C ABI
+is what a ROCm torch links against; hip-python's Python signatures, used before, changed in
+10.x (issue 14).
+
+Which libamdhip64: torch's stream handles and device pointers belong to the HIP runtime a
+ROCm torch already loaded, so that very library is used (one HIP runtime per process; a
+second copy would be handed handles it never made). Searched in this order:
+
+    $GFXASM_HIP_LIBRARY   an explicit path (or soname): used alone, so a wrong one is an error
+    /proc/self/maps       a libamdhip64 already mapped into this process (by torch)
+    $ROCM_PATH/lib        (ROCM_PATH defaults to /opt/rocm)
+    libamdhip64.so        the dynamic loader's own search
+
+This module needs only the standard library (tests load it in a bare subprocess).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+from pathlib import Path
+
+LIBRARY_ENV = "GFXASM_HIP_LIBRARY"
+LIBRARY_NAME = "libamdhip64.so"
+PROCESS_MAPS = Path("/proc/self/maps")
+
+# hip_runtime_api.h: `#define HIP_LAUNCH_PARAM_BUFFER_POINTER ((void*)0x01)`, `..._SIZE ((void*)0x02)`,
+# `..._END ((void*)0x03)` (CUDA's END is 0x00: HIP's differs).
+HIP_LAUNCH_PARAM_BUFFER_POINTER = 0x01
+HIP_LAUNCH_PARAM_BUFFER_SIZE = 0x02
+HIP_LAUNCH_PARAM_END = 0x03
+
+_error_t = ctypes.c_int           # `typedef enum hipError_t {hipSuccess = 0, ...}`: an int in the C ABI
+_handle = ctypes.c_void_p         # hipModule_t, hipFunction_t, hipStream_t: opaque pointers
+_uint = ctypes.c_uint
+# name: (restype, argtypes), each as declared in hip_runtime_api.h.
+SIGNATURES = {
+    # hipError_t hipGetDevice(int* deviceId);
+    "hipGetDevice": (_error_t, [ctypes.POINTER(ctypes.c_int)]),
+    # hipError_t hipSetDevice(int deviceId);
+    "hipSetDevice": (_error_t, [ctypes.c_int]),
+    # hipError_t hipModuleLoadData(hipModule_t* module, const void* image);
+    "hipModuleLoadData": (_error_t, [ctypes.POINTER(_handle), ctypes.c_char_p]),
+    # hipError_t hipModuleGetFunction(hipFunction_t* function, hipModule_t module, const char* kname);
+    "hipModuleGetFunction": (_error_t, [ctypes.POINTER(_handle), _handle, ctypes.c_char_p]),
+    # hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned int gridDimX, gridDimY, gridDimZ,
+    #     unsigned int blockDimX, blockDimY, blockDimZ, unsigned int sharedMemBytes, hipStream_t stream,
+    #     void** kernelParams, void** extra);   grid in workgroups ("multiple of blockDim")
+    "hipModuleLaunchKernel": (_error_t, [_handle, _uint, _uint, _uint, _uint, _uint, _uint, _uint, _handle,
+                                         ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]),
+    # const char* hipGetErrorName(hipError_t hip_error);  const char* hipGetErrorString(hipError_t hipError);
+    "hipGetErrorName": (ctypes.c_char_p, [_error_t]),
+    "hipGetErrorString": (ctypes.c_char_p, [_error_t]),
+}
+
+
+class HipError(RuntimeError):
+    pass
+
+
+class HipUnavailable(HipError):
+    pass
+
+
+def mapped_library(maps: Path = PROCESS_MAPS) -> str | None:
+    """The path of a libamdhip64 already mapped into this process, if any."""
+    try:
+        lines = maps.read_text().splitlines()
+    except OSError:                  # not Linux
+        return None
+    for line in lines:
+        fields = line.split(maxsplit=5)   # address perms offset dev inode [path]
+        if len(fields) == 6 and Path(fields[5]).name.startswith("libamdhip64"):
+            return fields[5]
+    return None
+
+
+def library_candidates() -> list[str]:
+    """Where to look for the HIP runtime, in order (see the module docstring)."""
+    override = os.environ.get(LIBRARY_ENV)
+    if override:
+        return [override]
+    mapped = mapped_library()
+    rocm = Path(os.environ.get("ROCM_PATH") or "/opt/rocm") / "lib" / LIBRARY_NAME
+    return [*([mapped] if mapped else []), *([str(rocm)] if rocm.is_file() else []), LIBRARY_NAME]
+
+
+def open_runtime() -> HipRuntime:
+    """The process's HIP runtime, from the first candidate that loads."""
+    failures = []
+    for candidate in library_candidates():
+        try:
+            return _runtime_at(candidate)
+        except OSError as exc:
+            failures.append(f"{candidate} ({' '.join(str(exc).split())})")
+    raise HipUnavailable(f"no HIP runtime: cannot load {'; '.join(failures)}; on a ROCm machine install a "
+                         f"ROCm build of torch, or name libamdhip64.so in {LIBRARY_ENV}")
+
+
+@functools.cache
+def _runtime_at(path: str) -> HipRuntime:
+    return HipRuntime(ctypes.CDLL(path), path)
+
+
+class HipRuntime:
+    """The bound functions; every call's hipError_t is checked, and raised with its name and text."""
+
+    def __init__(self, library: ctypes.CDLL, path: str):
+        self.path = path
+        for name, (restype, argtypes) in SIGNATURES.items():
+            try:
+                function = getattr(library, name)
+            except AttributeError:
+                raise HipUnavailable(f"{path} is not a HIP runtime: it has no {name}") from None
+            function.restype, function.argtypes = restype, argtypes
+            setattr(self, f"_{name}", function)
+
+    def check(self, error: int, call: str) -> None:
+        if error:
+            raise HipError(f"{call} failed: {self.describe(error)}")
+
+    def describe(self, error: int) -> str:
+        name, text = ((f(error) or b"?").decode(errors="replace")
+                      for f in (self._hipGetErrorName, self._hipGetErrorString))
+        return f"{name}: {text} (hipError_t {error})"
+
+    def get_device(self) -> int:
+        device = ctypes.c_int()
+        self.check(self._hipGetDevice(ctypes.byref(device)), "hipGetDevice")
+        return device.value
+
+    def set_device(self, device: int) -> None:
+        self.check(self._hipSetDevice(device), "hipSetDevice")
+
+    def load_module(self, image: bytes) -> int:
+        """A module from a code object in memory; `image` must stay alive while it is loaded."""
+        module = _handle()
+        self.check(self._hipModuleLoadData(ctypes.byref(module), image), "hipModuleLoadData")
+        return module.value
+
+    def get_function(self, module: int, symbol: str) -> int:
+        function = _handle()
+        self.check(self._hipModuleGetFunction(ctypes.byref(function), module, symbol.encode()),
+                   f"hipModuleGetFunction('{symbol}')")
+        return function.value
+
+    def launch_kernel(self, function: int, grid: tuple[int, int, int], block: tuple[int, int, int],
+                      stream: int, kernarg: bytes) -> None:
+        """Queue `function` on `stream` (0: the null stream), its kernarg bytes passed through `extra`."""
+        # The runtime copies the kernarg bytes during the call (clr hip_module.cpp), so these
+        # buffers need not outlive it.
+        arguments = ctypes.create_string_buffer(kernarg, len(kernarg))
+        size = ctypes.c_size_t(len(kernarg))
+        extra = (ctypes.c_void_p * 5)(HIP_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(arguments),
+                                      HIP_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size), HIP_LAUNCH_PARAM_END)
+        self.check(self._hipModuleLaunchKernel(function, *grid, *block, 0, stream or None, None, extra),
+                   "hipModuleLaunchKernel")
