@@ -141,7 +141,7 @@ def run_fmha(repeat: int) -> dict:
     times, cpu, count = [], [], 0
     for _ in range(repeat):
         case = cases.fmha_fwd(1, 8, 1, 256, 512)
-        kernel = emu.load(cases.CONFORMANCE_DIR / case.co).kernel(case.symbol)
+        kernel = emu.load(case.path).kernel(case.symbol)
         t0, c0 = time.perf_counter(), time.process_time()
         res = kernel.launch(grid=case.grid, block=case.block, kernarg=case.kernarg, buffers=case.buffers,
                             strict=True)

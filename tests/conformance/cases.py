@@ -1,9 +1,14 @@
-"""Launch recipes for the hardware-proven code objects of ../shared/conformance/.
+"""Launch recipes for hardware-proven gfx950 code objects.
 
-Each case builds inputs, the kernarg exactly as ../shared/conformance/CASES.md lays it
-out (every argument in its own 16-byte slot), the grid, and a float32 PyTorch reference
-with the tolerance CASES.md documents. These kernels ran correctly on MI355X hardware:
-when one disagrees with its reference here, the emulator is wrong.
+Two sources. The corpus (gfxasm.corpus: the pinned amd-aiter 0.1.7.post2.dev18 wheel,
+fetched by `gfxasm corpus fetch`) is the ground truth every checkout can reach; its
+kernarg layouts are written from the wheel's own host code, cited per recipe. The
+objects of ../shared/conformance/ (an older aiter commit, CASES.md) are extras that run
+only where that folder exists; their layouts follow CASES.md.
+
+Each case builds inputs, the kernarg (every argument in its own 16-byte slot), the grid,
+and a float32 PyTorch reference. These kernels ran correctly on MI355X hardware: when
+one disagrees with its reference here, the emulator (or the recipe) is wrong.
 """
 from __future__ import annotations
 
@@ -15,12 +20,14 @@ from typing import Callable
 
 import torch
 
-CONFORMANCE_DIR = Path(__file__).resolve().parents[3] / "shared" / "conformance"
+from gfxasm import corpus
+
+SHARED_DIR = Path(__file__).resolve().parents[3] / "shared" / "conformance"
 
 
 @dataclass
 class Case:
-    co: str
+    co: str                            # corpus: path under hsa/gfx950; shared: file name
     symbol: str
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
@@ -28,6 +35,13 @@ class Case:
     buffers: list
     check: Callable[[], None]          # raises AssertionError with the measured error
     keep: list = field(default_factory=list)
+    source: str = "corpus"             # "corpus" or "shared"
+
+    @property
+    def path(self) -> Path:
+        if self.source == "shared":
+            return SHARED_DIR / self.co
+        return corpus.path(f"{corpus.GFX950_DIR}/{self.co}")
 
 
 class Kernarg:
@@ -68,7 +82,7 @@ def bf16_gemm(M: int, N: int, K: int, out_bf16: bool = True, seed: int = 0) -> C
 
     return Case("bf16gemm_bf16_tn_256x256.co", "_ZN5aiter24bf16gemm_bf16_tn_256x256E",
                 (math.ceil(N / 256), math.ceil(M / 256), 1), (256, 1, 1), bf16_gemm_kernarg(a, b, d),
-                [a, b, d], check)
+                [a, b, d], check, source="shared")
 
 
 def bf16_gemm_kernarg(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor) -> bytes:
@@ -132,14 +146,15 @@ def fmha_fwd(B: int, Hq: int, Hk: int, Sq: int, Sk: int, seed: int = 0) -> Case:
         lse_err = (lse - ref_lse).abs().max().item()
         assert lse_err <= 1e-3, f"LSE max error {lse_err:.3g} > 1e-3"
 
-    return Case("fwd_hd128_bf16.co", "_ZN5aiter19fmha_fwd_hd128_bf16E",
+    return Case("fmha_v3_fwd/fwd_hd128_bf16.co", "_ZN5aiter19fmha_fwd_hd128_bf16E",
                 (math.ceil(Sq / 256), Hq, B), (512, 1, 1), fmha_fwd_kernarg(q, k, v, o, lse, scale),
                 [q, k, v, o, lse], check)
 
 
 def fmha_fwd_kernarg(q, k, v, o, lse, scale: float) -> bytes:
-    """CASES.md §1: q/o [B, Sq, Hq, 128], k/v [B, Sk, Hk, 128] bf16, lse [B, Hq, Sq] f32;
-    every stride in bytes."""
+    """q/o [B, Sq, Hq, 128], k/v [B, Sk, Hk, 128] bf16, lse [B, Hq, Sq] f32; every stride
+    in bytes. CASES.md §1; the wheel's fmha_v3_fwd object takes the same layout (its host
+    code: aiter_meta/csrc/py_itfs_cu/asm_mha_fwd.cu, struct fmha_fwd_v3_args)."""
     Sq, Hq, D = q.shape[1:]
     Sk, Hk = k.shape[1:3]
     ka = Kernarg(512)
@@ -183,14 +198,16 @@ def paged_attention(ctx_lens: list[int], Hk: int = 2, gqa: int = 8, block_size: 
     q = (torch.rand(S, Hq, D, generator=g) * 2 - 1).to(torch.bfloat16)
     k_logical = (torch.rand(num_blocks, Hk, block_size, D, generator=g) * 2 - 1).to(torch.bfloat16)
     v_logical = (torch.rand(num_blocks, Hk, block_size, D, generator=g) * 2 - 1).to(torch.bfloat16)
-    # K cache [nb, Hk, D/8, bs, 8]; V cache [nb, Hk, bs/8, D, 8] (CASES.md §3).
+    # K cache [nb, Hk, D/8, bs, 8]; V cache [nb, Hk, bs/8, D, 8] (asm_pa.cu's pa_fwd comments).
     k_cache = k_logical.view(num_blocks, Hk, block_size, D // 8, 8).permute(0, 1, 3, 2, 4).contiguous()
     v_cache = v_logical.view(num_blocks, Hk, block_size // 8, 8, D).permute(0, 1, 2, 4, 3).contiguous()
     block_table = torch.randperm(num_blocks, generator=g).to(torch.int32).view(S, max_blocks).contiguous()
     ctx = torch.tensor(ctx_lens, dtype=torch.int32)
     o = poison((S, Hq, D), torch.bfloat16)
     scale = 1.0 / math.sqrt(D)
-    ka = Kernarg(272)
+    # aiter_meta/csrc/py_itfs_cu/asm_pa.cu, struct KernelArgs and pa_fwd(): no K/V scales
+    # (noquant), no qo_indptr (not an MTP kernel); grid (Hk, batch), 4 waves.
+    ka = Kernarg(256)
     for off, t in ((0, o), (16, q), (32, k_cache), (48, v_cache), (64, block_table), (80, ctx)):
         ka.ptr(off, t)
     ka.f32(128, scale * math.log2(math.e))
@@ -199,7 +216,7 @@ def paged_attention(ctx_lens: list[int], Hk: int = 2, gqa: int = 8, block_size: 
     ka.u32(176, q.stride(0) * 2)
     ka.u32(192, k_cache.stride(0) * 2)
     ka.u32(208, k_cache.stride(1) * 2)
-    ka.u32(240, gqa)
+    ka.u32(224, gqa)
 
     def check():
         ref = torch.empty(S, Hq, D)
@@ -215,7 +232,7 @@ def paged_attention(ctx_lens: list[int], Hk: int = 2, gqa: int = 8, block_size: 
         assert not o.isnan().any(), "O not fully written"
         torch.testing.assert_close(o.float(), ref, rtol=1e-2, atol=1e-2)
 
-    return Case("pa_bf16_noquant_gqa8_1tg_4w.co", "_ZN5aiter27pa_bf16_noquant_gqa8_1tg_4wE",
+    return Case("pa/pa_bf16_noquant_gqa8_1tg_4w.co", "_ZN5aiter27pa_bf16_noquant_gqa8_1tg_4wE",
                 (Hk, S, 1), (256, 1, 1), ka.bytes(), [q, k_cache, v_cache, block_table, ctx, o], check)
 
 
@@ -255,4 +272,4 @@ def fp8_blockscale_gemm(M: int, N: int, K: int, seed: int = 0) -> Case:
     return Case("fp8gemm_bf16_blockscale_BpreShuffle_128x128.co",
                 "_ZN5aiter43fp8gemm_bf16_blockscale_BpreShuffle_128x128E",
                 (N // 128, math.ceil(M / 128), 1), (256, 1, 1), ka.bytes(),
-                [xb, w_shuf, sa, w_scale, bias, c], check)
+                [xb, w_shuf, sa, w_scale, bias, c], check, source="shared")

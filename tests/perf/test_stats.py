@@ -1,17 +1,16 @@
 """Static analysis on the hardware-proven code objects and on a microkernel."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from gfxasm import perf
+from gfxasm import corpus, perf
 from gfxasm.perf import cli, stats
 
+from ..conformance.cases import SHARED_DIR
 from . import microkernels as mk
 
-CONFORMANCE = Path(__file__).resolve().parents[3] / "shared" / "conformance"
-needs_conformance = pytest.mark.skipif(not CONFORMANCE.is_dir(), reason="../shared/conformance absent")
+FMHA_FWD = f"{corpus.GFX950_DIR}/fmha_v3_fwd/fwd_hd128_bf16.co"
+PAGED_ATTENTION = f"{corpus.GFX950_DIR}/pa/pa_bf16_noquant_gqa8_1tg_4w.co"
 
 
 def test_copy_loop_found_with_its_traffic():
@@ -29,9 +28,8 @@ def test_mfma_cycles_are_passes_times_four():
     assert s.mix.mfma_flops == 10 * 2 * 32 * 32 * 16
 
 
-@needs_conformance
 def test_fmha_fwd_static_facts():
-    s = perf.analyze(str(CONFORMANCE / "fwd_hd128_bf16.co"))
+    s = perf.analyze(str(corpus.path(FMHA_FWD)))
     r, o = s.registers, s.occupancy
     assert (r.vgpr_alloc, r.accum_offset, r.agpr_count, s.lds_bytes) == (256, 160, 0, 163840)
     assert (o.waves_per_workgroup, o.limit_vgpr, o.workgroups_per_cu, o.waves_per_simd) == (8, 2, 1, 2)
@@ -44,26 +42,32 @@ def test_fmha_fwd_static_facts():
     assert h.counts["trans"] == 66
 
 
-@needs_conformance
+@pytest.mark.shared_conformance
 def test_gemm_uses_agprs_and_one_wave_per_simd():
-    s = perf.analyze(str(CONFORMANCE / "bf16gemm_bf16_tn_256x256.co"))
+    s = perf.analyze(str(SHARED_DIR / "bf16gemm_bf16_tn_256x256.co"))
     assert s.registers.vgpr_alloc == 512 and s.registers.highest_a == 255
     assert s.occupancy.limit_vgpr == 1 and s.occupancy.workgroups_per_cu == 1
     assert s.hottest.mix.mfma == 256 and s.hottest.mix.mfma_cycles == 256 * 16
 
 
-@needs_conformance
-@pytest.mark.parametrize("co", ["fwd_hd128_bf16.co", "bf16gemm_bf16_tn_256x256.co",
-                                "pa_bf16_noquant_gqa8_1tg_4w.co",
-                                "fp8gemm_bf16_blockscale_BpreShuffle_128x128.co"])
-def test_stats_cli_runs_on_every_conformance_object(co, capsys):
-    assert cli.stats_main([str(CONFORMANCE / co)]) == 0
+def check_stats_cli(co, capsys):
+    assert cli.stats_main([str(co)]) == 0
     out = capsys.readouterr().out
     assert "occupancy" in out and "hottest loop" in out
-    assert cli.stats_main([str(CONFORMANCE / co), "--json"]) == 0
+    assert cli.stats_main([str(co), "--json"]) == 0
 
 
-@needs_conformance
+@pytest.mark.parametrize("co", [FMHA_FWD, PAGED_ATTENTION])
+def test_stats_cli_runs_on_corpus_objects(co, capsys):
+    check_stats_cli(corpus.path(co), capsys)
+
+
+@pytest.mark.shared_conformance
+@pytest.mark.parametrize("co", ["bf16gemm_bf16_tn_256x256.co", "fp8gemm_bf16_blockscale_BpreShuffle_128x128.co"])
+def test_stats_cli_runs_on_shared_conformance_objects(co, capsys):
+    check_stats_cli(SHARED_DIR / co, capsys)
+
+
 def test_bench_cli_runs_from_any_directory(tmp_path, monkeypatch, capsys):
     # Regression: `gfxasm bench` imported bench/ before putting the checkout on sys.path,
     # so it failed anywhere but the repository root.
