@@ -6,7 +6,7 @@ import pytest
 from gfxasm import corpus, perf
 from gfxasm.perf import cli, stats
 
-from ..conformance.cases import SHARED_DIR
+from tests.conformance.cases import SHARED_DIR
 from . import microkernels as mk
 
 FMHA_FWD = f"{corpus.GFX950_DIR}/fmha_v3_fwd/fwd_hd128_bf16.co"
