@@ -101,7 +101,8 @@ __all__ = [
     "fp8_e4m3_to_f32", "fp8_e5m2_to_f32", "f32_to_fp8_e4m3", "f32_to_fp8_e5m2",
     "e8m0_to_f32", "e8m0_to_f64", "mfma_scale_factor",
     "scale_exponent_from_f32_bits", "scale_down", "scale_up",
-    "E4M3_MAX", "E5M2_MAX",
+    "fp4_e2m1_to_f32", "f32_to_fp4_e2m1",
+    "E4M3_MAX", "E5M2_MAX", "E2M1_MAX",
 ]
 
 E4M3_MAX = 448.0
@@ -421,6 +422,41 @@ def fp8_e5m2_to_f32(u8) -> np.ndarray:
     c = _bits(u8, np.uint8)
     m = c & 0x7F
     return _decode(c, _E5M2, m > 0x7C, m == 0x7C)
+
+
+# ---------------------------------------------------------------------------
+# OCP MX FP4 (E2M1)
+# ---------------------------------------------------------------------------
+# OCP Microscaling Formats (MX) v1.0, §5.3.3: E2M1 has bias 1, no Inf and no NaN;
+# magnitudes 0, 0.5 (subnormal), 1, 1.5, 2, 3, 4, 6.
+
+_E2M1 = _Fmt(2, 1, 1, 0x7)
+E2M1_MAX = 6.0
+
+
+def fp4_e2m1_to_f32(u4) -> np.ndarray:
+    """FP4 E2M1 code (0..15, in any integer array) -> float32; exact."""
+    c = _bits(u4, np.uint8)
+    if c.size and int(c.max()) > 0xF:
+        raise ValueError("FP4 codes must be 0..15")
+    none = np.zeros(c.shape, bool)
+    return _decode(c, _E2M1, none, none)
+
+
+def f32_to_fp4_e2m1(x) -> np.ndarray:
+    """f32 (or exact float64) -> FP4 E2M1 code (uint8 0..15), round to nearest even.
+
+    A finite magnitude above 6 after rounding saturates to +-6: E2M1 has no Inf or NaN
+    to overflow to, and the CDNA4 ISA says conversions to F4/F6 do not support
+    FP16_OVFL (numerics docstring) — saturation is the only encodable result; that the
+    silicon saturates rather than e.g. wrapping is inferred, not measured. NaN and
+    +-Inf inputs raise UnverifiedNumericsError (no documented result)."""
+    v, sign, nan, inf, a = _split(x)
+    if (nan | inf).any():
+        raise UnverifiedNumericsError("f32_to_fp4_e2m1: NaN or Inf input; the FP4 result on "
+                                      "gfx950 is unverified")
+    mag = np.minimum(_round_magnitude(a, _E2M1), _E2M1.max_code)
+    return (mag | np.where(sign, _E2M1.sign_bit, 0)).astype(np.uint8)
 
 
 # ---------------------------------------------------------------------------

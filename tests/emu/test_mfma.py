@@ -31,6 +31,10 @@ def seed(*key) -> int:
 
 def k_of(name: str, lane: int, e: int) -> int:
     """K index held by element e (16-bit half / 8-bit byte, in register order) of lane."""
+    if "16x16x64" in name:                    # i8 (4 VGPRs): any K order shared by A and B
+        return 16 * (lane // 16) + e          # gives the same exact integer sum
+    if "32x32x32" in name:
+        return 16 * (lane // 32) + e
     if "16x16x128" in name:
         return 16 * (lane // 16) + e % 16 + 64 * (e // 16)
     if "32x32x64" in name:
@@ -47,13 +51,18 @@ def k_of(name: str, lane: int, e: int) -> int:
 
 
 def shape_of(name: str) -> tuple[int, int]:
-    for m, k in ((16, 128), (32, 64), (16, 32), (32, 16), (16, 16), (32, 8)):
+    for m, k in ((16, 128), (32, 64), (16, 64), (32, 32), (16, 32), (32, 16), (16, 16), (32, 8)):
         if f"{m}x{m}x{k}" in name:
             return m, k
     raise ValueError(name)
 
 
-def pack_operand(name: str, codes: np.ndarray, bits: int) -> np.ndarray:
+def k_of_fp4(name: str, lane: int, t: int) -> int:
+    """f8f6f4 with FP4 operands: nibble t of lane holds k = 32 * (lane / M) + t."""
+    return 32 * (lane // shape_of(name)[0]) + t
+
+
+def pack_operand(name: str, codes: np.ndarray, bits: int, k_fn=k_of) -> np.ndarray:
     """codes[M, K] (A; pass B transposed) -> uint32[R, 64] operand registers."""
     m, k = codes.shape
     per_reg = 32 // bits
@@ -61,7 +70,7 @@ def pack_operand(name: str, codes: np.ndarray, bits: int) -> np.ndarray:
     regs = np.zeros((per_lane // per_reg, 64), np.uint64)
     for lane in range(64):
         for e in range(per_lane):
-            code = int(codes[lane % m, k_of(name, lane, e)])
+            code = int(codes[lane % m, k_fn(name, lane, e)])
             regs[e // per_reg, lane] |= np.uint64(code << (bits * (e % per_reg)))
     return regs.astype(np.uint32)
 
@@ -384,7 +393,7 @@ def test_probe_data_files_are_complete():
 # ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("body", [
-    "v_mfma_f32_16x16x128_f8f6f4 v[0:3], v[4:7], v[12:19], v[0:3] cbsz:4",      # FP4 A
+    "v_mfma_f32_16x16x128_f8f6f4 v[0:3], v[4:9], v[12:19], v[0:3] cbsz:2",      # FP6 A
     "v_mfma_f32_16x16x128_f8f6f4 v[0:3], v[4:11], v[12:17], v[0:3] blgp:2",     # FP6 B
     "v_mfma_f32_16x16x32_bf16 v[0:3], v[4:7], v[8:11], v[0:3] cbsz:1 abid:1",   # broadcast
     "v_mfma_f32_32x32x8_f16 v[0:15], v[16:17], v[18:19], v[0:15] blgp:3",       # lane rotate
@@ -468,3 +477,155 @@ def test_partially_overlapping_srcc_needs_wait():
     with pytest.raises(HazardError):
         run_snippet(body.format(nop="  s_nop 8\n"), vgprs=ONES)
     run_snippet(body.format(nop="  s_nop 9\n"), vgprs=ONES)
+
+
+# ----------------------------------------------------------------------------------
+# integer MFMAs: signed i8 operands, i32 C/D (exact integer arithmetic)
+# ----------------------------------------------------------------------------------
+
+I8_NAMES = ["v_mfma_i32_16x16x32_i8", "v_mfma_i32_32x32x16_i8", "v_mfma_i32_16x16x64_i8",
+            "v_mfma_i32_32x32x32_i8"]
+
+
+def pack_c_i32(c: np.ndarray) -> np.ndarray:
+    m = c.shape[0]
+    regs = np.zeros((4 if m == 16 else 16, 64), np.int32)
+    for r in range(regs.shape[0]):
+        for lane in range(64):
+            regs[r, lane] = c[d_position(m, r, lane)]
+    return regs.view(np.uint32)
+
+
+def unpack_d_i32(regs: np.ndarray) -> np.ndarray:
+    m = 16 if regs.shape[0] == 4 else 32
+    d = np.zeros((m, m), np.int64)
+    f = regs.view(np.int32)
+    for r in range(regs.shape[0]):
+        for lane in range(64):
+            d[d_position(m, r, lane)] = f[r, lane]
+    return d
+
+
+@pytest.mark.parametrize("name", I8_NAMES)
+def test_dense_i8(name):
+    """D = C + A.B over signed bytes (-128..127) with i32 C, both register files."""
+    m, k = shape_of(name)
+    rng = np.random.default_rng(seed(name))
+    cases = []
+    for n in range(3):
+        a = rng.integers(-128, 128, (m, k))
+        b = rng.integers(-128, 128, (k, m))
+        if n == 0:                               # extremes: -128 * -128 summed over K
+            a[0, :], b[:, 0] = -128, -128
+        c = rng.integers(-2**30, 2**30, (m, m))
+        cases.append((a, b, c))
+    nr = 2 if k * m == 512 else 4
+    nc = 4 if m == 16 else 16
+    inputs = [("a", r) for r in range(nr)] + [("v", 16 + r) for r in range(nr)] + [("a", 32 + r) for r in range(nc)]
+    data = [np.concatenate([pack_operand(name, (a & 0xFF).astype(np.uint8), 8),
+                            pack_operand(name, (b.T & 0xFF).astype(np.uint8), 8), pack_c_i32(c)])
+            for a, b, c in cases]
+    body = f"  {name} a[64:{63 + nc}], a[0:{nr - 1}], v[16:{15 + nr}], a[32:{31 + nc}]"
+    out = run_batch(body, inputs, np.array(data), [("a", 64 + r) for r in range(nc)])
+    for (a, b, c), got in zip(cases, out):
+        np.testing.assert_array_equal(unpack_d_i32(got), c + a @ b)
+
+
+def test_i8_overflow_is_rejected():
+    """An i32 result out of range (wrap or saturate: unverified) stops the run."""
+    ones = np.full(64, 0x7F7F7F7F, np.uint32)
+    big = np.full(64, 0x7FFFFFF0, np.uint32)
+    with pytest.raises(UnsupportedInstruction, match="overflows"):
+        run_snippet("v_mfma_i32_16x16x32_i8 v[0:3], v[4:5], v[6:7], v[8:11]",
+                    vgprs={4: ones, 5: ones, 6: ones, 7: ones, 8: big, 9: big, 10: big, 11: big})
+
+
+# ----------------------------------------------------------------------------------
+# f8f6f4 with FP4 (E2M1) operands
+# ----------------------------------------------------------------------------------
+
+# OCP MX v1.0 E2M1 value table (sign bit 3): written out here, not taken from the emulator.
+E2M1_VALUES = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
+
+
+class Fp4Case(Case):
+    """A and/or B in FP4 (the other may stay FP8)."""
+
+    def __init__(self, name, a_fmt, b_fmt, rng):
+        m, k = shape_of(name)
+        self.name, self.m, self.k = name, m, k
+        ops = []
+        for fmt, shape in ((a_fmt, (m, k)), (b_fmt, (k, m))):
+            if fmt == "fp4":
+                codes = rng.integers(0, 16, shape).astype(np.uint8)
+                ops.append((codes, E2M1_VALUES[codes], 4, k_of_fp4))
+            else:
+                codes, vals = random_fp8(rng, shape, fmt)
+                ops.append((codes, vals, 8, k_of))
+        (ac, self.a, abits, akf), (bc, self.b, bbits, bkf) = ops
+        self.a_regs = pack_operand(name, ac, abits, akf)
+        self.b_regs = pack_operand(name, bc.T, bbits, bkf)
+        self.c = random_c(rng, m)
+        self.c_regs = pack_c(self.c)
+
+
+def run_fp4_cases(name, cases, mods, scale_regs=None):
+    first = cases[0]
+    na, nb, nc = first.a_regs.shape[0], first.b_regs.shape[0], first.c_regs.shape[0]
+    inputs = ([("v", r) for r in range(na)] + [("a", 16 + r) for r in range(nb)]
+              + [("v", 32 + r) for r in range(nc)])
+    data = [np.concatenate([c.a_regs, c.b_regs, c.c_regs]) for c in cases]
+    ops = f"v[64:{63 + nc}], v[0:{na - 1}], a[16:{15 + nb}], v[32:{31 + nc}]"
+    if scale_regs is not None:
+        inputs += [("v", 100), ("v", 101)]
+        data = [np.concatenate([d, s]) for d, s in zip(data, scale_regs)]
+        ops += ", v100, v101"
+    out = run_batch(f"  {name} {ops} {mods}", inputs, np.array(data), [("v", 64 + r) for r in range(nc)])
+    return [unpack_d(o) for o in out]
+
+
+FP4_FORMATS = {"fp8": 0, "bf8": 1, "fp4": 4}
+
+
+@pytest.mark.parametrize("name", F8F6F4)
+@pytest.mark.parametrize("fmts", [("fp4", "fp4"), ("fp8", "fp4"), ("fp4", "bf8")])
+def test_f8f6f4_fp4_unscaled(name, fmts):
+    rng = np.random.default_rng(seed((name, fmts, "fp4")))
+    cases = [Fp4Case(name, *fmts, rng) for _ in range(3)]
+    got = run_fp4_cases(name, cases, f"cbsz:{FP4_FORMATS[fmts[0]]} blgp:{FP4_FORMATS[fmts[1]]}")
+    for c, d in zip(cases, got):
+        np.testing.assert_allclose(d, c.expected(), rtol=2e-7, atol=0)
+
+
+@pytest.mark.parametrize("name", SCALED)
+def test_f8f6f4_fp4_scaled(name):
+    """The corpus form (f4gemm: cbsz:4 blgp:4, 4-VGPR operands) with per-block scales."""
+    rng = np.random.default_rng(seed((name, "fp4 scaled")))
+    m, k = shape_of(name)
+    cases, scales, regs = [], [], []
+    for _ in range(3):
+        cases.append(Fp4Case(name, "fp4", "fp4", rng))
+        sa, sb, sr = scale_registers(rng, m, k, 1, 2)
+        scales.append((sa, sb))
+        regs.append(sr)
+    got = run_fp4_cases(name, cases, "op_sel:[1,0,0] op_sel_hi:[0,1,0] cbsz:4 blgp:4", regs)
+    for c, (sa, sb), d in zip(cases, scales, got):
+        np.testing.assert_allclose(d, c.expected(sa, sb), rtol=2e-7, atol=0)
+
+
+@pytest.mark.parametrize("body,need", [
+    ("v_mfma_f32_16x16x128_f8f6f4 v[24:27], v[4:7], v[12:15], 0 cbsz:4 blgp:4", 8),      # 4 passes
+    ("v_mfma_f32_32x32x64_f8f6f4 v[24:39], v[4:7], v[12:15], 0 cbsz:4 blgp:4", 12),      # 8 passes
+    ("v_mfma_f32_16x16x128_f8f6f4 v[24:27], v[4:11], v[12:15], 0 blgp:4", 12),           # FP8 A: 8
+    ("v_mfma_i32_16x16x32_i8 v[24:27], v[4:5], v[12:13], 0", 8),
+    ("v_mfma_i32_32x32x32_i8 v[24:39], v[4:7], v[12:15], 0", 12),
+])
+def test_new_mfma_result_wait_states(body, need):
+    """Fact sheet §2 passes (FP4 x FP4 runs at half the FP8 passes; i8 like fp8), so a VALU
+    read of the result needs passes + 4 wait states (LLVM 22 gfx950)."""
+    regs = {r: np.full(64, 0x22222222, np.uint32) for r in range(4, 20)}
+    first = int(body.split()[1][2:].split(":")[0])
+    snippet = lambda n: f"  {body}\n{_nops(n)}\n  v_mov_b32 v200, v{first}"
+    with pytest.raises(HazardError, match="wait states"):
+        run_snippet(snippet(need - 1), vgprs=regs)
+    run_snippet(snippet(need), vgprs=regs)

@@ -46,8 +46,12 @@ from ..errors import UnsupportedInstruction
 from ..registry import handles
 from ..state import LANES
 
-F16, BF16, FP8, BF8 = "f16", "bf16", "fp8", "bf8"
-F8F6F4_FORMATS = {0: FP8, 1: BF8, 2: "fp6 (e2m3)", 3: "bf6 (e3m2)", 4: "fp4 (e2m1)"}
+F16, BF16, FP8, BF8, I8 = "f16", "bf16", "fp8", "bf8", "i8"
+FP6, BF6, FP4 = "fp6 (e2m3)", "bf6 (e3m2)", "fp4 (e2m1)"
+F8F6F4_FORMATS = {0: FP8, 1: BF8, 2: FP6, 3: BF6, 4: FP4}
+# VGPRs per lane of an f8f6f4 operand: 32 elements of 8, 6 or 4 bits (llvm-mc rejects
+# other tuple sizes: "wrong register tuple size for cbsz value").
+F8F6F4_REGS = {FP8: 8, BF8: 8, FP6: 6, BF6: 6, FP4: 4}
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,13 @@ def _dense_table() -> dict[str, Spec]:
         for b in (FP8, BF8):
             t[f"v_mfma_f32_16x16x32_{a}_{b}"] = Spec(16, 32, a, b, 2, 4, 4)
             t[f"v_mfma_f32_32x32x16_{a}_{b}"] = Spec(32, 16, a, b, 2, 16, 8)
-    # Passes for FP8/BF8 operands (the only f8f6f4 formats modelled).
+    # Signed 8-bit integer MFMAs (i32 accumulators); passes from LLVM 22's gfx950 hazard
+    # model (llc inserts 8 / 12 wait states before a VALU reads the 16x16 / 32x32 result).
+    t["v_mfma_i32_16x16x32_i8"] = Spec(16, 32, I8, I8, 2, 4, 4)
+    t["v_mfma_i32_32x32x16_i8"] = Spec(32, 16, I8, I8, 2, 16, 8)
+    t["v_mfma_i32_16x16x64_i8"] = Spec(16, 64, I8, I8, 4, 4, 4)
+    t["v_mfma_i32_32x32x32_i8"] = Spec(32, 32, I8, I8, 4, 16, 8)
+    # Passes with an FP8/BF8 operand; with FP4 on both sides half of that (_f8f6f4_passes).
     t["v_mfma_f32_16x16x128_f8f6f4"] = Spec(16, 128, None, None, 8, 4, 8, f8f6f4=True)
     t["v_mfma_f32_32x32x64_f8f6f4"] = Spec(32, 64, None, None, 8, 16, 16, f8f6f4=True)
     t["v_mfma_scale_f32_16x16x128_f8f6f4"] = Spec(16, 128, None, None, 8, 4, 8, f8f6f4=True, scaled=True)
@@ -139,6 +149,40 @@ def _d_flat(m: int) -> np.ndarray:
 
 
 @lru_cache(maxsize=None)
+def _fp4_index(m: int) -> np.ndarray:
+    """int[M * K]: for A[i][k] (C-contiguous [M, K], K = 2048 / M) the position
+    lane * 32 + t of the FP4 element holding it: nibble t of lane l holds row l % M,
+    k = 32 * (l / M) + t (fact sheet §2, f8f6f4 FP4: 16x16x128 k = 32*(l/16) + t,
+    32x32x64 k = 32*(l/32) + t), the low nibble of each byte the even k."""
+    lanes = np.arange(LANES)
+    idx = np.empty((m, 2048 // m), np.int64)
+    for t in range(32):
+        idx[lanes % m, 32 * (lanes // m) + t] = lanes * 32 + t
+    return idx.ravel()
+
+
+def _read_fp4(ex, op, w, m: int, b_side: bool) -> np.ndarray:
+    """float64 A [n, M, K] (or B [n, K, N]) from 4 registers of FP4 (E2M1) codes, rows of
+    A in _row_order like _read_decode's."""
+    if op.kind not in ("v", "a") or op.count != 4:
+        raise UnsupportedInstruction(f"operand {op.text} is not 4 vector registers ({ex.where()})")
+    regs = ex.vregs(op, w, 4)                                   # [n, 4, 64]
+    n = regs.shape[0]
+    by_lane = np.ascontiguousarray(regs.transpose(0, 2, 1)).view(np.uint8).reshape(n, LANES * 16)
+    nibbles = np.stack([by_lane & 0xF, by_lane >> 4], axis=-1).reshape(n, LANES * 32)
+    k = 2048 // m
+    vals = _fp4_table()[np.take(nibbles, _fp4_index(m), axis=1)].reshape(n, m, k)
+    if b_side:
+        return np.ascontiguousarray(vals.transpose(0, 2, 1))
+    return vals[:, _row_order(m)]
+
+
+@lru_cache(maxsize=None)
+def _fp4_table() -> np.ndarray:
+    return numerics.fp4_e2m1_to_f32(np.arange(16, dtype=np.uint8)).astype(np.float64)
+
+
+@lru_cache(maxsize=None)
 def _fp8_table(fmt: str) -> np.ndarray:
     codes = np.arange(256, dtype=np.uint8)
     f = numerics.fp8_e4m3_to_f32 if fmt == FP8 else numerics.fp8_e5m2_to_f32
@@ -155,6 +199,8 @@ def decode_elements(regs: np.ndarray, fmt: str) -> np.ndarray:
         if fmt == F16:
             return halves.view(np.float16).astype(np.float64)
         return (halves.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
+    if fmt == I8:
+        return per_lane.view(np.int8).reshape(n, -1).astype(np.float64)
     codes = per_lane.view(np.uint8).reshape(n, -1)
     return _fp8_table(fmt)[codes]
 
@@ -175,12 +221,28 @@ def _formats(ex, inst, spec: Spec) -> tuple[str, str]:
     fmts = []
     for what, code in (("A (cbsz)", cbsz), ("B (blgp)", blgp)):
         fmt = F8F6F4_FORMATS.get(code)
-        if fmt not in (FP8, BF8):
+        if fmt is None:
+            raise UnsupportedInstruction(f"{inst.name}: operand {what} format {code} is reserved "
+                                         f"({ex.where()})")
+        if fmt in (FP6, BF6):
+            # The order of the 32 six-bit elements in the 6 VGPRs is not pinned by any
+            # source we found (fact sheet §2: UNVERIFIED), so it is not guessed.
             raise UnsupportedInstruction(
-                f"{inst.name}: operand {what} format {code} ({fmt or 'reserved'}) is not modelled; "
-                f"only FP8 (0) and BF8 (1) operands are supported ({ex.where()})")
+                f"{inst.name}: operand {what} format {code} ({fmt}) is not modelled: the packing of "
+                f"FP6/BF6 elements in their 6 VGPRs is unverified ({ex.where()})")
         fmts.append(fmt)
     return fmts[0], fmts[1]
+
+
+def _operand_regs(spec: Spec, fmt: str) -> int:
+    return F8F6F4_REGS[fmt] if spec.f8f6f4 else spec.ab_regs
+
+
+def _f8f6f4_passes(spec: Spec, a_fmt: str, b_fmt: str) -> int:
+    """Fact sheet §2 (LLVM 22): 8 / 16 passes when A or B is FP8/BF8, else 4 / 8."""
+    if not spec.f8f6f4 or a_fmt in (FP8, BF8) or b_fmt in (FP8, BF8):
+        return spec.passes
+    return spec.passes // 2
 
 
 def _scale_bytes(ex, inst, op, w, operand: int) -> np.ndarray:
@@ -257,6 +319,8 @@ def _read_decode(ex, op, w, count: int, fmt: str, units: np.ndarray, m: int, k: 
         out = np.left_shift(vals, 16, dtype=np.uint32, order="C").view(np.float32).astype(np.float64)
     elif fmt == F16:
         out = vals.view(np.float16).astype(np.float64, order="C")
+    elif fmt == I8:
+        out = vals.view(np.int8).astype(np.float64, order="C")
     else:
         out = _fp8_table(fmt)[vals]
     return np.ascontiguousarray(out)
@@ -270,14 +334,15 @@ class _Prepared:
         self.a_fmt, self.b_fmt = a_fmt, b_fmt
         ops = inst.ops
         self.dst, self.a_op, self.b_op, self.c_op = ops[:4]
-        self.a_units = _unit_index(inst.name, 2 if a_fmt in (F16, BF16) else 1, True)
-        self.b_units = _unit_index(inst.name, 2 if b_fmt in (F16, BF16) else 1, False)
+        self.a_regs, self.b_regs = _operand_regs(spec, a_fmt), _operand_regs(spec, b_fmt)
+        self.a_units = None if a_fmt == FP4 else _unit_index(inst.name, 2 if a_fmt in (F16, BF16) else 1, True)
+        self.b_units = None if b_fmt == FP4 else _unit_index(inst.name, 2 if b_fmt in (F16, BF16) else 1, False)
         order = _row_order(spec.m)
         nb = spec.k // 32
         # Scale lanes of A's rows (in _row_order) and B's columns, [M, nb] each.
         self.sa_lane = (order[:, None] + spec.m * np.arange(nb)[None, :]).ravel()
         self.sb_lane = (np.arange(spec.m)[:, None] + spec.m * np.arange(nb)[None, :]).ravel()
-        self.writer = _writer(inst.name, spec.passes)
+        self.writer = _writer(inst.name, _f8f6f4_passes(spec, a_fmt, b_fmt))
         c_op = self.c_op
         self.c_zero = c_op.kind == "imm"
         self.srcc_is_dst = (not self.c_zero and c_op.index == self.dst.index
@@ -296,7 +361,7 @@ def _prepare(ex, inst):
     if len(ops) != (6 if spec.scaled else 4):
         return None
     dst, a_op, b_op, c_op = ops[:4]
-    for op, count in ((dst, spec.c_regs), (a_op, spec.ab_regs), (b_op, spec.ab_regs)):
+    for op, count in ((dst, spec.c_regs), (a_op, _operand_regs(spec, a_fmt)), (b_op, _operand_regs(spec, b_fmt))):
         if op.kind not in ("v", "a") or op.count != count:
             return None
     if any(k in inst.mods for k in ("neg", "neg_lo", "neg_hi", "clamp")):
@@ -335,8 +400,8 @@ def mfma(ex, inst, w):
     spec = prep.spec
     m, k = spec.m, spec.k
     ex.role = None
-    a = _read_decode(ex, prep.a_op, w, spec.ab_regs, prep.a_fmt, prep.a_units, m, k, False)
-    b = _read_decode(ex, prep.b_op, w, spec.ab_regs, prep.b_fmt, prep.b_units, m, k, True)
+    a = _operand(ex, prep.a_op, w, prep.a_regs, prep.a_fmt, prep.a_units, m, k, False)
+    b = _operand(ex, prep.b_op, w, prep.b_regs, prep.b_fmt, prep.b_units, m, k, True)
     n = a.shape[0]
     if spec.scaled:
         sa = _scale_bytes(ex, inst, inst.ops[4], w, 0)
@@ -348,7 +413,8 @@ def mfma(ex, inst, w):
         ex.srcc_is_dst = prep.srcc_is_dst
         c_op = prep.c_op
         ex.check_read(c_op.kind, w, c_op.index, spec.c_regs)
-        c = ex.waves.file(c_op.kind)[w, c_op.index:c_op.index + spec.c_regs].view(np.float32).reshape(n, -1)
+        c = ex.waves.file(c_op.kind)[w, c_op.index:c_op.index + spec.c_regs].view(
+            np.int32 if spec.a_fmt == I8 else np.float32).reshape(n, -1)
         ex.role = None
         ex.srcc_is_dst = False
     with np.errstate(all="ignore"):
@@ -361,7 +427,26 @@ def mfma(ex, inst, w):
         d = np.matmul(a, b).reshape(n, m * m)      # rows in _row_order: register order
         if c is not None:
             d += c
-        ex.set_v_f32(prep.dst, w, d.reshape(n, spec.c_regs, LANES), prep.writer)
+        if spec.a_fmt == I8:
+            ex.set_v(prep.dst, w, _i32_result(ex, inst, d).reshape(n, spec.c_regs, LANES), None, prep.writer)
+        else:
+            ex.set_v_f32(prep.dst, w, d.reshape(n, spec.c_regs, LANES), prep.writer)
+
+
+def _operand(ex, op, w, count, fmt, units, m, k, b_side):
+    if fmt == FP4:
+        return _read_fp4(ex, op, w, m, b_side)
+    return _read_decode(ex, op, w, count, fmt, units, m, k, b_side)
+
+
+def _i32_result(ex, inst, d: np.ndarray) -> np.ndarray:
+    """uint32 bits of the integer MFMA result d (float64 holding exact integers: products
+    of i8 are below 2^14, K <= 64 of them and an i32 C stay far below 2^53). A result
+    outside int32 would wrap or saturate; which one the hardware does is unverified."""
+    if d.size and (d.max() > np.iinfo(np.int32).max or d.min() < np.iinfo(np.int32).min):
+        raise UnsupportedInstruction(f"{inst.name}: the i32 result overflows; wrap-around or "
+                                     f"saturation is unverified ({ex.where()})")
+    return d.astype(np.int64).astype(np.uint32)
 
 
 def _mfma_checked(ex, inst, w):
@@ -372,8 +457,8 @@ def _mfma_checked(ex, inst, w):
         raise UnsupportedInstruction(f"{inst.name}: unexpected operand list ({ex.where()})")
     dst, a_op, b_op, c_op = ops[:4]
     _check_reg_operand(ex, inst, dst, spec.c_regs, "vdst")
-    _check_reg_operand(ex, inst, a_op, spec.ab_regs, "src A")
-    _check_reg_operand(ex, inst, b_op, spec.ab_regs, "src B")
+    _check_reg_operand(ex, inst, a_op, _operand_regs(spec, a_fmt), "src A")
+    _check_reg_operand(ex, inst, b_op, _operand_regs(spec, b_fmt), "src B")
     if any(k in inst.mods for k in ("neg", "neg_lo", "neg_hi", "clamp")):
         raise UnsupportedInstruction(f"{inst.name}: modifiers {inst.mods} are not modelled ({ex.where()})")
     exec_bits = ex.exec_bits(w)
