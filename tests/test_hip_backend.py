@@ -9,6 +9,7 @@ What is verified: the call sequence and caching, the bytes and values crossing t
 names and texts, the refusals, and where the runtime is looked for. What is not: that a
 real runtime and GPU accept these calls.
 """
+import ctypes.util
 import json
 import os
 import shutil
@@ -125,6 +126,7 @@ def test_a_kernarg_size_that_does_not_match_the_code_object_is_refused(hip_stub,
      "hipModuleGetFunction('axpb') failed: hipErrorNotFound: named symbol not found (hipError_t 500)"),
     ("hipModuleLaunchKernel", 719,
      "hipModuleLaunchKernel failed: hipErrorLaunchFailure: unspecified launch failure (hipError_t 719)"),
+    ("hipSetDevice", 999, "hipSetDevice failed: hipErrorUnknown (hipError_t 999)"),   # text = name: said once
 ])
 def test_a_failing_call_raises_with_the_errors_name_and_text(hip_stub, co, kernarg, monkeypatch, call, code, message):
     backend = HipBackend()
@@ -132,7 +134,7 @@ def test_a_failing_call_raises_with_the_errors_name_and_text(hip_stub, co, kerna
     with pytest.raises(HipError) as error:
         launch(backend, co, kernarg, device=2)
     assert str(error.value) == message
-    if call != "hipGetDevice":
+    if call not in ("hipGetDevice", "hipSetDevice"):
         assert hip_stub.calls()[-1] == ("hipSetDevice", {"device": "0"})    # restored despite the failure
     # Nothing half-made was cached: the next launch completes.
     monkeypatch.delenv("HIPSTUB_FAIL")
@@ -155,12 +157,13 @@ def test_a_missing_runtime_is_hip_unavailable_in_one_line(hip_stub, co, kernarg,
     assert str(error.value).startswith(f"no HIP runtime: cannot load {tmp_path}/nowhere/libamdhip64.so (")
     assert "\n" not in str(error.value)
 
-    # Nothing set, nothing mapped, an empty ROCM_PATH, and no libamdhip64 on the loader's path
-    # (true of this CI machine, which has no ROCm): every place is named.
+    # Nothing set, nothing mapped, an empty ROCM_PATH, and a name the dynamic loader cannot find
+    # (not libamdhip64.so itself: this machine may have Debian's libamdhip64-5 installed).
     monkeypatch.delenv(hip_runtime.LIBRARY_ENV)
     monkeypatch.setenv("ROCM_PATH", str(tmp_path))
+    monkeypatch.setattr(hip_runtime, "LIBRARY_NAME", "libamdhip64-absent.so")
     assert hip_runtime.mapped_library() is None
-    with pytest.raises(HipUnavailable, match="no HIP runtime: cannot load libamdhip64.so .*GFXASM_HIP_LIBRARY"):
+    with pytest.raises(HipUnavailable, match="no HIP runtime: cannot load libamdhip64-absent.so .*GFXASM_HIP_LIBRARY"):
         launch(HipBackend(), co, kernarg)
 
 
@@ -170,12 +173,15 @@ def test_a_library_that_is_not_a_hip_runtime_is_refused(hip_stub, co, kernarg, m
         launch(HipBackend(), co, kernarg)
 
 
-# In a fresh interpreter: once a libamdhip64 is mapped it stays for the process's life.
-SEARCH = """
+# These run hip_runtime.py alone in a fresh interpreter: once a libamdhip64 is mapped it stays
+# for the process's life.
+LOAD_HIP_RUNTIME = """
 import ctypes, importlib.util, json, sys
 spec = importlib.util.spec_from_file_location("hip_runtime", sys.argv[1])
 hip_runtime = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(hip_runtime)
+"""
+SEARCH = LOAD_HIP_RUNTIME + """
 before = hip_runtime.library_candidates()
 ctypes.CDLL(sys.argv[2])                  # as a ROCm torch maps its libamdhip64 when imported
 after = hip_runtime.library_candidates()
@@ -195,3 +201,26 @@ def test_the_runtime_already_in_the_process_comes_first_then_rocm_path(hipstub_l
     assert before == [str(rocm_lib / "libamdhip64.so"), "libamdhip64.so"]
     assert after == [str(torch_lib / "libamdhip64.so"), str(rocm_lib / "libamdhip64.so"), "libamdhip64.so"]
     assert opened == str(torch_lib / "libamdhip64.so")
+
+
+REAL = LOAD_HIP_RUNTIME + """
+runtime = hip_runtime.open_runtime()
+try:
+    device = runtime.get_device()
+except hip_runtime.HipError as error:
+    device = str(error)
+print(json.dumps([runtime.describe(200), device]))
+"""
+REAL_LIBRARY = ctypes.util.find_library("amdhip64")
+
+
+@pytest.mark.skipif(REAL_LIBRARY is None, reason="no real HIP runtime here (Debian: apt-get install libamdhip64-5)")
+def test_a_real_hip_runtime_binds_and_reports_errors():
+    """Against an actual libamdhip64 (on CI's machine, Debian's ROCm 5.2 build, with no GPU):
+    every bound function resolves, and a failing call is reported by name."""
+    env = os.environ | {hip_runtime.LIBRARY_ENV: REAL_LIBRARY}
+    result = subprocess.run([sys.executable, "-c", REAL, hip_runtime.__file__], env=env, capture_output=True,
+                            text=True, check=True)
+    invalid_image, device = json.loads(result.stdout)
+    assert invalid_image.startswith("hipErrorInvalidImage") and invalid_image.endswith("(hipError_t 200)")
+    assert isinstance(device, int) or device.startswith("hipGetDevice failed: hipError")

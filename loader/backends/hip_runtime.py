@@ -126,7 +126,8 @@ class HipRuntime:
     def describe(self, error: int) -> str:
         name, text = ((f(error) or b"?").decode(errors="replace")
                       for f in (self._hipGetErrorName, self._hipGetErrorString))
-        return f"{name}: {text} (hipError_t {error})"
+        # Older runtimes (ROCm 5.2, tried) answer hipGetErrorString with the name again.
+        return f"{name}{f': {text}' * (text != name)} (hipError_t {error})"
 
     def get_device(self) -> int:
         device = ctypes.c_int()

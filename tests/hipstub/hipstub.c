@@ -128,6 +128,6 @@ const char *hipGetErrorString(hipError_t error) {
     case hipErrorInvalidImage: return "device kernel image is invalid";
     case hipErrorNotFound: return "named symbol not found";
     case hipErrorLaunchFailure: return "unspecified launch failure";
-    default: return "unknown error";
+    default: return "hipErrorUnknown";        /* as ROCm 5.2 answers every code: the name again */
     }
 }
