@@ -83,6 +83,16 @@ def test_a_rebuilt_code_object_is_loaded_again(hip_stub, co, kernarg, tmp_path):
     assert hip_stub.names().count("hipModuleLoadData") == 2
 
 
+@pytest.mark.parametrize("grid", [(2**31, 1, 1), (1, 2**16 + 1, 1), (1, 1, 2**16 + 1), (2**24, 1, 1)])
+def test_a_grid_beyond_what_hip_launches_is_refused_by_name(hip_stub, co, kernarg, grid):
+    # (2**24, 1, 1) of 256 workitems is 2**32 workitems in x.
+    with pytest.raises(ValueError, match=r"grid \(.*\) of \(256, 1, 1\) workitems: HIP launches at most"):
+        launch(HipBackend(), co, kernarg, grid=grid, device=1)
+    assert hip_stub.launches() == [] and hip_stub.calls()[-1] == ("hipSetDevice", {"device": "0"})
+    launch(HipBackend(), co, kernarg, grid=(2**24 - 1, 2**16, 2**16))      # the largest it takes
+    assert hip_stub.launches()[0]["grid"] == f"{2**24 - 1},{2**16},{2**16}"
+
+
 def test_a_device_that_is_not_gfx950_is_refused_before_any_hip_call(hip_stub, co, kernarg):
     hip_stub.arch[1] = "gfx942:sramecc+:xnack-"
     with pytest.raises(HipError, match=r"device 1 is gfx942:sramecc\+:xnack-, not gfx950"):

@@ -1,4 +1,4 @@
-"""A ctypes binding to the six HIP runtime C functions gfxasm launches with.
+"""A ctypes binding to the seven HIP runtime C functions gfxasm launches with.
 
 Signatures and values are those of ROCm's public header include/hip/hip_runtime_api.h
 (github.com/ROCm/HIP, commit c5e11fc, 2024-10), cited at each binding; what the runtime does
@@ -34,6 +34,11 @@ HIP_LAUNCH_PARAM_BUFFER_POINTER = 0x01
 HIP_LAUNCH_PARAM_BUFFER_SIZE = 0x02
 HIP_LAUNCH_PARAM_END = 0x03
 
+# clr's hipModuleLaunchKernel (hipamd/src/hip_module.cpp, commit f9f995c) refuses larger grids with a
+# bare hipErrorInvalidValue / hipErrorInvalidConfiguration; they are refused here by name instead.
+MAX_GRID = (2**31 - 1, 2**16, 2**16)       # workgroups in x, y, z
+MAX_GRID_X_ITEMS = 2**32 - 1               # gridDimX * blockDimX
+
 _error_t = ctypes.c_int           # `typedef enum hipError_t {hipSuccess = 0, ...}`: an int in the C ABI
 _handle = ctypes.c_void_p         # hipModule_t, hipFunction_t, hipStream_t: opaque pointers
 _uint = ctypes.c_uint
@@ -49,7 +54,7 @@ SIGNATURES = {
     "hipModuleGetFunction": (_error_t, [ctypes.POINTER(_handle), _handle, ctypes.c_char_p]),
     # hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned int gridDimX, gridDimY, gridDimZ,
     #     unsigned int blockDimX, blockDimY, blockDimZ, unsigned int sharedMemBytes, hipStream_t stream,
-    #     void** kernelParams, void** extra);   grid in workgroups ("multiple of blockDim")
+    #     void** kernelParams, void** extra);   grid in workgroups: clr multiplies it by blockDim
     "hipModuleLaunchKernel": (_error_t, [_handle, _uint, _uint, _uint, _uint, _uint, _uint, _uint, _handle,
                                          ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]),
     # const char* hipGetErrorName(hipError_t hip_error);  const char* hipGetErrorString(hipError_t hipError);
@@ -126,8 +131,9 @@ class HipRuntime:
     def describe(self, error: int) -> str:
         name, text = ((f(error) or b"?").decode(errors="replace")
                       for f in (self._hipGetErrorName, self._hipGetErrorString))
-        # Older runtimes (ROCm 5.2, tried) answer hipGetErrorString with the name again.
-        return f"{name}{f': {text}' * (text != name)} (hipError_t {error})"
+        if text != name:          # older runtimes (ROCm 5.2, tried) answer hipGetErrorString with the name
+            name = f"{name}: {text}"
+        return f"{name} (hipError_t {error})"
 
     def get_device(self) -> int:
         device = ctypes.c_int()
@@ -152,6 +158,9 @@ class HipRuntime:
     def launch_kernel(self, function: int, grid: tuple[int, int, int], block: tuple[int, int, int],
                       stream: int, kernarg: bytes) -> None:
         """Queue `function` on `stream` (0: the null stream), its kernarg bytes passed through `extra`."""
+        if any(g > limit for g, limit in zip(grid, MAX_GRID)) or grid[0] * block[0] > MAX_GRID_X_ITEMS:
+            raise ValueError(f"grid {tuple(grid)} of {tuple(block)} workitems: HIP launches at most "
+                             f"{MAX_GRID} workgroups and {MAX_GRID_X_ITEMS} workitems in x")
         # The runtime copies the kernarg bytes during the call (clr hip_module.cpp), so these
         # buffers need not outlive it.
         arguments = ctypes.create_string_buffer(kernarg, len(kernarg))
