@@ -6,11 +6,20 @@ when its vmcnt retires; lane i's bytes go to M0 + inst_offset + i * stride, wher
 stride is the access size except for dwordx3, which fills 12 bytes of a 16-byte slot
 (CDNA4 ISA §9.1.9: "TIDinWave * 16"; "LOAD_DWORDX3 writes 3 dwords and skips the 4th").
 
-Buffer range checking (raw buffers, the only kind our kernels and the conformance
-objects use): a dword at voffset + inst_offset + 4j is in range iff it ends at or below
-num_records; soffset is not range-checked (fact sheet §3, LLVM's relaxed buffer OOB
-mode). Out-of-range loads return 0 and stores are dropped. Descriptor features we do
-not model (swizzle, add_tid, idxen, a dword straddling num_records) are rejected.
+Buffer range checking, raw buffers (stride 0 or no idxen): a dword at voffset +
+inst_offset + 4j is in range iff it ends at or below num_records; soffset is not
+range-checked (fact sheet §3, LLVM's relaxed buffer OOB mode). Out-of-range loads
+return 0 and stores are dropped. Descriptor features we do not model (swizzle, add_tid,
+addr64, a dword straddling num_records) are rejected.
+
+Structured buffers (idxen with a non-zero stride, V# dword 1 bits [29:16]): vaddr holds
+the index (with offen too, vaddr+1 the offset); address = base + soffset + index * stride
++ voffset + inst_offset, and num_records counts records of `stride` bytes, so a lane is
+in range iff index < num_records (Mesa's ac_build_buffer_descriptor: on gfx6-7 and
+gfx9-10 NUM_RECORDS is in units of STRIDE when STRIDE != 0 and IDXEN is used; gfx8
+alone differs). The offset is not checked against the stride: aiter's hardware-proven
+fmha_v3_bwd objects issue `buffer_atomic_add_f32 ... idxen offset:128` on stride-4
+buffers, which such a check would drop — inferred from that use, not from a document.
 """
 from __future__ import annotations
 
@@ -150,9 +159,9 @@ def global_load_lds(ex, inst, w):
 
 # ------------------------------------------------------------------ buffer
 def _buffer_address(ex, inst, w, vaddr, srsrc, soffset, nbytes):
-    """(address[n,64] uint64, in_range[n,64]) for a raw-buffer access."""
-    if inst.mods.get("idxen") or inst.mods.get("addr64"):
-        raise UnsupportedInstruction(f"idxen/addr64 buffer addressing is not modelled ({ex.where()})")
+    """(address[n,64] uint64, in_range[n,64,dwords]) for a buffer access."""
+    if inst.mods.get("addr64"):
+        raise UnsupportedInstruction(f"addr64 buffer addressing is not modelled ({ex.where()})")
     desc = ex.sregs(srsrc, w, 4).astype(np.uint64)
     if ((desc[:, 1] >> np.uint64(31)) & np.uint64(1)).any():
         raise UnsupportedInstruction(f"swizzled buffer descriptors are not modelled ({ex.where()})")
@@ -161,8 +170,20 @@ def _buffer_address(ex, inst, w, vaddr, srsrc, soffset, nbytes):
     base = desc[:, 0] | ((desc[:, 1] & np.uint64(0xFFFF)) << np.uint64(32))
     num_records = desc[:, 2].astype(np.int64)
     soff = ex.s32(soffset, w).astype(np.int64) if soffset.kind != "off" else np.zeros(ex._n(w), np.int64)
+    index = None
+    if inst.mods.get("idxen"):
+        index_op, vaddr = _idxen_vaddr(ex, inst, vaddr)
+        index = ex.v32(index_op, w).astype(np.int64)
     voff = ex.v32(vaddr, w).astype(np.int64) if inst.mods.get("offen") else np.zeros((ex._n(w), LANES), np.int64)
     offset = voff + int(inst.mods.get("offset", 0))
+    stride = ((desc[:, 1] >> np.uint64(16)) & np.uint64(0x3FFF)).astype(np.int64)
+    if index is not None and (stride != 0).any():
+        if (stride == 0).any():
+            raise UnsupportedInstruction(f"idxen access with waves of stride 0 and non-zero mixed "
+                                         f"({ex.where()})")
+        addr = (base[:, None].astype(np.int64) + soff[:, None] + index * stride[:, None] + offset)
+        in_range = np.repeat((index < num_records[:, None])[:, :, None], max(1, nbytes // 4), axis=2)
+        return addr.astype(np.uint64), in_range
     # Range-check dword by dword (sub-dword accesses by their own size).
     unit = min(nbytes, 4)
     ends = offset[:, :, None] + unit * np.arange(1, max(1, nbytes // 4) + 1)
@@ -175,6 +196,18 @@ def _buffer_address(ex, inst, w, vaddr, srsrc, soffset, nbytes):
     in_range = ends <= limit          # [n, 64, dwords]
     addr = (base[:, None].astype(np.int64) + soff[:, None] + offset).astype(np.uint64)
     return addr, in_range
+
+
+def _idxen_vaddr(ex, inst, vaddr):
+    """(index VGPR, offset VGPR) of an idxen access: vaddr is the index; with offen it is
+    a pair whose second VGPR is the offset."""
+    from ..decode import Operand
+    pair = 2 if inst.mods.get("offen") else 1
+    if vaddr.kind != "v" or vaddr.count != pair:
+        raise UnsupportedInstruction(f"{inst.name}: vaddr {vaddr.text} must be {pair} VGPR(s) with idxen "
+                                     f"({ex.where()})")
+    return (Operand("v", vaddr.index, 1, text=f"v{vaddr.index}"),
+            Operand("v", vaddr.index + pair - 1, 1, text=f"v{vaddr.index + pair - 1}"))
 
 
 def _buffer_bytes_ok(in_range: np.ndarray, nbytes: int) -> np.ndarray:
@@ -273,6 +306,29 @@ ATOMICS = {
 }
 
 
+def _atomic_rmw(ex, w, addr: np.ndarray, ok: np.ndarray, values: np.ndarray, fn, what: str) -> np.ndarray:
+    """Apply fn(old, value) to the dword at addr for the lanes `ok`, one lane at a time in
+    lane order (so lanes hitting one address combine); returns the old values (0 where
+    not applied)."""
+    old_values = np.zeros(addr.shape, np.uint32)
+    for row, lane in zip(*np.nonzero(ok)):
+        a = addr[row, lane:lane + 1]
+        try:
+            old = ex.memory.read(a, 4).view(np.uint32).reshape(1)
+        except OutOfBounds as err:
+            err.position = row * LANES + lane
+            ex.fault(w, err, what)
+        old_values[row, lane] = old[0]
+        new = np.asarray(fn(old.copy(), values[row, lane:lane + 1]), np.uint32)
+        ex.memory.write(a, new.view(np.uint8).reshape(1, 4))
+    return old_values
+
+
+def _atomic_return(ex, w, vdst, old_values: np.ndarray, mask: np.ndarray):
+    data = old_values.view(np.uint8).reshape(old_values.shape + (4,))
+    _land_load(ex, w, vdst, data, mask, "dword")
+
+
 @handles(*ATOMICS, klass="vmem")
 def global_atomic(ex, inst, w):
     """32-bit atomics, applied lane by lane in lane order (so equal addresses combine).
@@ -289,20 +345,35 @@ def global_atomic(ex, inst, w):
     ex.role = "store"
     values = ex.v32(vdata, w)
     ex.role = None
-    old_values = np.zeros(addr.shape, np.uint32)
-    fn = ATOMICS[inst.name]
-    for row, lane in zip(*np.nonzero(mask)):
-        a = addr[row, lane:lane + 1]
-        try:
-            old = ex.memory.read(a, 4).view(np.uint32).reshape(1)
-        except OutOfBounds as err:
-            err.position = row * LANES + lane
-            ex.fault(w, err, inst.name)
-        old_values[row, lane] = old[0]
-        new = np.asarray(fn(old.copy(), values[row, lane:lane + 1]), np.uint32)
-        ex.memory.write(a, new.view(np.uint8).reshape(1, 4))
+    old_values = _atomic_rmw(ex, w, addr, mask, values, ATOMICS[inst.name], inst.name)
     if returns:
-        data = old_values.view(np.uint8).reshape(old_values.shape + (4,))
-        _land_load(ex, w, vdst, data, mask, "dword")
+        _atomic_return(ex, w, vdst, old_values, mask)
+    else:
+        ex.issue(w, "vm", lambda rows: None)
+
+
+BUFFER_ATOMICS = {"buffer_" + name[len("global_"):]: fn for name, fn in ATOMICS.items()}
+
+
+@handles(*BUFFER_ATOMICS, klass="vmem")
+def buffer_atomic(ex, inst, w):
+    """MUBUF 32-bit atomics: the global atomics' operations on a buffer address (raw or
+    structured, range-checked like a dword store: an out-of-range lane does nothing).
+    With glc the pre-op value lands in vdata. What an out-of-range lane returns then is
+    not documented that we found, so that case is rejected."""
+    vdata, vaddr, srsrc, soffset = inst.ops
+    returns = bool(inst.mods.get("glc") or inst.mods.get("sc0"))
+    mask = ex.exec_bits(w)
+    addr, in_range = _buffer_address(ex, inst, w, vaddr, srsrc, soffset, 4)
+    ok = in_range[:, :, 0] & mask
+    if returns and (mask & ~ok).any():
+        raise UnsupportedInstruction(f"{inst.name} glc with an out-of-range lane: the value it returns "
+                                     f"is unverified ({ex.where()})")
+    ex.role = "store"
+    values = ex.v32(vdata, w)
+    ex.role = None
+    old_values = _atomic_rmw(ex, w, addr, ok, values, BUFFER_ATOMICS[inst.name], inst.name)
+    if returns:
+        _atomic_return(ex, w, vdata, old_values, mask)
     else:
         ex.issue(w, "vm", lambda rows: None)
