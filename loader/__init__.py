@@ -1,5 +1,5 @@
 """gfxasm: hand-written gfx950 kernels, their loader, and a strict gfx950 emulator."""
 from .launch import launch
-from .ops import fmha_fwd, mxfp8_gemm
+from .ops import decode_attention, fmha_fwd, mxfp8_gemm
 
-__all__ = ["launch", "fmha_fwd", "mxfp8_gemm"]
+__all__ = ["launch", "decode_attention", "fmha_fwd", "mxfp8_gemm"]

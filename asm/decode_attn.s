@@ -1,0 +1,570 @@
+; decode_attn — attention of a few new query tokens over a KV cache (decode / speculative
+; verification), bf16/fp16, head dim D = 64 or 128, contiguous or paged cache, split-K.
+; gfx950 (CDNA4), wave64, one wave per workgroup.
+;
+;   O[b, s, h, :] = sum_j softmax_j(scale * Q[b,s,h,:] . K[j, h/G, :]) * V[j, h/G, :]
+;
+; over the keys j this query sees: j < seqlen[b]; causal (future_keys = 0): j <= qpos,
+; where qpos = seqlen - seq_q + s (bottom-right aligned); sliding window: j >= qpos -
+; window_left (window_left = 2^30 for none). G = heads_q / heads_kv query heads share a KV
+; head. Key j of batch b lives in page block_table[b, j >> page_shift], slot j & (2^page_shift - 1);
+; a contiguous cache is handed in as one page per batch (page_shift 31, block_table [b]).
+;
+; Grid (num_splits, heads_kv * row_tiles, batch). A workgroup owns one KV head, one tile of
+; 16 query rows of its group (row m = s*G + g: query token s, head hkv*G + g; rows = seq_q*G)
+; and one split of the keys, [split*chunk, split*chunk + chunk). The rows of one KV head
+; share every K/V load (GQA); with rows > 16, row tiles re-read the same K/V (through L2).
+;
+; Why MFMA and this shape: decode reads each key once per (batch, KV head) and does 2*rows
+; FLOP per byte, so the kernel is memory-bound and must keep VGPRs low and loads wide. A
+; 16x16x32 MFMA covers up to 16 rows at the cost of one issue slot per 32 keys x 32 dims;
+; the VALU dot products of a lane-per-key design would cost rows x D/2 ops per key.
+;
+; --- Math, per 32-key tile (two 16-key blocks kb = 0, 1; a block never crosses a page) ---
+; S^T = K Q^T with v_mfma_f32_16x16x32 (A = K: row = key l%16; B = Q^T: column = query
+; row l%16). Within each 32-wide k step c, lane group g = l/16 holds dims
+; d = (D/4) g + 8c + e (e = 0..7): the same permutation for A and B, and each lane's K bytes
+; are D/2 contiguous bytes of its key row (dwordx4 loads straight into the A operand).
+; C layout: lane l holds query row n = l%16 and keys 16kb + 4g + r (r = 0..3) — 8 scores per
+; lane per tile. Scores are scaled by scale*log2(e) in f32 and masked (-inf) per element;
+; the running max m (floor -1e30, so a row with no key stays NaN-free) is reduced over the 4
+; lane groups with v_permlane32_swap / v_permlane16_swap; P = exp2(S - m); each lane keeps a
+; partial row sum l (summed over the groups at the end); O is rescaled by exp2(m_old - m)
+; only when some row's max grew.
+; O^T += V^T P^T (A = V^T: row = dim, B = P^T: column = query row). The B operand's k index
+; 8g + e is key 16(e/4) + 4g + e%4 — exactly the lane's own P values, packed to bf16/fp16,
+; no lane movement. A must hold 8 keys of one dim per lane: each lane loads one dword (2
+; dims) of each of its 8 keys per 32-dim block and v_perm_b32 splits the even and odd dims
+; into two A operands (O^T rows i = dims 32 dblk + 2i and 2i + 1). Lane l then holds dims
+; 32 dblk + 8g + (0..7) of query row l%16: 16 contiguous bytes of O per 32-dim block.
+;
+; --- Memory safety ---
+; Each 16-key block gets its own K and V descriptors: base = cache + page * page_stride
+; (64-bit product: pools over 4 GiB, page ids >= 65536) + slot * seq_stride + head offset,
+; num_records = (valid keys of the block) * seq_stride, so keys past min(seqlen, split end)
+; read zeros and never touch memory. Page-table entries are read only for keys below that
+; end (the entry index is clamped to the last valid key's). Page ids are clamped to
+; num_pages - 1 (unsigned: negative ids too), so a bad id reads a wrong page of the pool,
+; never outside it. Query rows past `rows` load and store through an out-of-range offset.
+;
+; --- Output ---
+; partial = 0: O (q's dtype) and, with store_lse, LSE [b, h, s] (natural log).
+; partial = 1: this split's normalised O in f32 to ws_o[split, (b*seq_q + s)*heads_q + h, :]
+; and its log2-sum-exp to ws_lse[split, same row] (-inf for no key); decode_attn_merge
+; combines the splits.
+;
+; Defines: D (64 | 128), F16 (0: bf16, 1: fp16). Kernarg: see kernels.yaml. LDS: none.
+;
+; --- Pipeline ---
+; Per tile: descriptors from the page ids fetched one tile ahead; K (2 x D/32 dwordx4) and V
+; (8 x D/32 dword) loads issued together; next tile's page ids fetched; wait for K; 2 x D/32
+; S MFMAs; softmax; wait for V; v_perm + D/16 PV MFMAs. One tile in flight per wave; the
+; other waves of the SIMD (about 150 VGPRs: 3 waves) overlap their loads with it.
+
+.include "buffer_rsrc.inc"
+
+.if F16
+    .macro mfma_16x16x32 args:vararg
+        v_mfma_f32_16x16x32_f16 \args
+    .endm
+    .macro cvt_pk_f32 args:vararg                     ; two f32 -> packed fp16, round to nearest even
+        v_cvt_pk_f16_f32 \args
+    .endm
+.else
+    .macro mfma_16x16x32 args:vararg
+        v_mfma_f32_16x16x32_bf16 \args
+    .endm
+    .macro cvt_pk_f32 args:vararg                     ; two f32 -> packed bf16, round to nearest even
+        v_cvt_pk_bf16_f32 \args
+    .endm
+.endif
+
+.if (D != 64) && (D != 128)
+    .error "decode_attn: D must be 64 or 128"
+.endif
+.if WORKGROUP_SIZE_X != 64
+    .error "decode_attn: one wave per workgroup"
+.endif
+
+; --- constants ---
+.set NC, D / 32                        ; 32-dim k steps of S = K Q^T; 32-dim blocks of O
+.if D == 128
+    .set D_LOG2, 7
+.else
+    .set D_LOG2, 6
+.endif
+.set KV_BLOCK, 16                      ; keys per descriptor (page sizes are powers of two >= 16)
+.set TILE, 32                          ; keys per iteration
+.set ROW_BYTES, 2 * D
+.set OOB, 0x80000000                   ; an offset every descriptor here rejects
+.set RECORDS_ALL, 0x7fffffff           ; num_records of Q/O/LSE/ws (the ops layer keeps offsets below)
+.set M_INIT, 0xf149f2ca                ; -1e30f: finite floor of m
+.set NEG_INF, 0xff800000
+.set L_FLOOR, 0x0da24260               ; 1e-30f: 1/max(l, floor) keeps O = 0 for rows with no key
+.set LN2, 0x3f317218
+.set SEL_LO, 0x05040100                ; v_perm_b32: low halves of (src1, src0) -> one dword
+.set SEL_HI, 0x07060302                ; high halves
+
+; --- SGPRs (s[0:1] kernarg, s2 = split, s3 = kv head * row_tiles + row tile, s4 = batch) ---
+.set s_ptr_q, 6             ; [6:7]
+.set s_ptr_k, 8             ; [8:9]   K cache + kv head offset
+.set s_ptr_v, 10            ; [10:11]
+.set s_ptr_sl, 12           ; [12:13] cache_seqlens
+.set s_ptr_bt, 14           ; [14:15] block table row of this batch
+.set s_ptr_o, 16            ; [16:17]
+.set s_ptr_lse, 18          ; [18:19]
+.set s_ptr_wso, 20          ; [20:21]
+.set s_ptr_wsl, 22          ; [22:23]
+.set s_rsrc_q, 24           ; [24:27]
+.set s_rsrc_k0, 28          ; [28:31] K block 0 of the tile
+.set s_rsrc_k1, 32          ; [32:35] K block 1
+.set s_rsrc_v0, 36          ; [36:39]
+.set s_rsrc_v1, 40          ; [40:43]
+.set s_rsrc_o, 44           ; [44:47] O / ws_o
+.set s_rsrc_l, 48           ; [48:51] LSE / ws_lse
+.set s_tmp64, 52            ; [52:53]
+.set s_seq_q, 54
+.set s_heads_q, 55
+.set s_group, 56
+.set s_group_magic, 57
+.set s_tiles_magic, 58
+.set s_row_tiles, 59
+.set s_rows, 60
+.set s_max_pages, 61
+.set s_pages_m1, 62
+.set s_page_shift, 63
+.set s_page_mask, 64
+.set s_k_ps, 65             ; byte strides: page, seq (slot), head
+.set s_k_ss, 66
+.set s_k_hs, 67
+.set s_v_ps, 68
+.set s_v_ss, 69
+.set s_v_hs, 70
+.set s_q_ss, 71
+.set s_q_hs, 72
+.set s_q_bs, 73
+.set s_o_ss, 74
+.set s_o_hs, 75
+.set s_o_bs, 76
+.set s_lse_hs, 77
+.set s_lse_bs, 78
+.set s_ws_stride, 79        ; bytes of ws_o per split
+.set s_wsl_stride, 80       ; bytes of ws_lse per split
+.set s_chunk, 81            ; keys per split
+.set s_window, 82           ; window_left (2^30: none)
+.set s_future, 83           ; keys past the diagonal a query sees (0: causal, 2^30: not)
+.set s_scale_log2, 84
+.set s_partial, 85
+.set s_store_lse, 86
+.set s_hkv, 87
+.set s_tile, 88             ; query row tile
+.set s_seqlen, 89
+.set s_klo, 90              ; first key of the wave's range (multiple of 16)
+.set s_khi, 91              ; end of the wave's range: min(split end, seqlen)
+.set s_t0, 92               ; first key of the current tile
+.set s_pg0, 93              ; page ids of the current tile's blocks (fetched a tile ahead)
+.set s_pg1, 94
+.set s_t, 95                ; temporaries
+.set s_u, 96
+.set s_w, 97
+.set s_sel_lo, 100         ; v_perm_b32 selectors (SEL_LO, SEL_HI)
+.set s_sel_hi, 101
+.set s_rowmask, 98          ; [98:99] epilogue: lanes whose row exists
+
+; --- VGPRs ---
+.set v_lane, 1              ; l = work-item (one wave)
+.set v_n, 2                 ; l % 16: query row in the tile (B/C column), key in a block (A row)
+.set v_g, 3                 ; l / 16: lane group
+.set v_koff, 4              ; K voffset: n * k_seq_stride + (D/2) g
+.set v_voff, 5              ; [5:8] V voffsets: (4g + r) * v_seq_stride + 4n, r = 0..3
+.set v_span, 9              ; keys this row sees in the wave's range: [lo, lo + span)
+.set v_klo, 10              ; 4g - lo: (key - lo) = t0 + 16kb + r + v_klo
+.set v_m, 11                ; running max (log2 units)
+.set v_l, 12                ; this lane's partial row sum
+.set v_srow, 13             ; query token s of the lane's row
+.set v_hq, 14               ; query head of the lane's row
+.set v_t0, 15               ; temporaries
+.set v_t1, 16
+.set v_t2, 17
+.set v_t3, 18
+.set v_alpha, 19
+.set v_key, 20
+.set v_neginf, 21
+.set v_s, 24                ; [24:31] scores / P (f32): block kb at v_s + 4kb
+.set v_p, 32                ; [32:35] P packed: the B operand of O^T += V^T P^T
+.set v_q, 36                ; [36:36+4NC) Q^T: the B operand of S^T = K Q^T, k step c at v_q + 4c
+.set v_k, 52                ; [52:52+8NC) K: block kb, k step c at v_k + 4(kb NC + c)
+.set v_a, v_k               ; [52:68) PV A operands (even, odd dims) x 2 sets, over K (dead by then)
+.set v_v, 84                ; [84:84+8NC) V dwords: 32-dim block db, key e at v_v + 8 db + e
+.set v_o, 116               ; [116:116+8NC) O^T: block db, parity p at v_o + 4(2 db + p)
+.set v_ost, v_k             ; epilogue: O packed for the stores (over K)
+
+; ============================================================================ macros
+
+; s[\dst] = (s[\a] * s[\magic]) >> 31 = s[\a] / divisor, for magic = ceil(2^31 / divisor)
+; (exact while a * divisor < 2^31)
+.macro sdiv_magic dst, a, magic
+    s_mul_i32 s[s_t], s[\a], s[\magic]
+    s_mul_hi_u32 s[s_u], s[\a], s[\magic]
+    s_lshr_b32 s[s_t], s[s_t], 31
+    s_lshl_b32 s[s_u], s[s_u], 1
+    s_or_b32 s[\dst], s[s_t], s[s_u]
+.endm
+
+; v[\dst] = v[\a] / divisor likewise (v_t2, v_t3 clobbered)
+.macro vdiv_magic dst, a, magic
+    v_mul_lo_u32 v[v_t2], v[\a], s[\magic]
+    v_mul_hi_u32 v[v_t3], v[\a], s[\magic]
+    v_alignbit_b32 v[\dst], v[v_t3], v[v_t2], 31
+.endm
+
+; Fetch the page id of key s[\key] (index clamped to the wave's last key: entries past the
+; sequence's end are never read) into s[\dst]. Lands at the next lgkmcnt(0).
+.macro fetch_page dst, key
+    s_add_u32 s[s_t], s[s_khi], -1
+    s_min_u32 s[s_t], s[\key], s[s_t]
+    s_lshr_b32 s[s_t], s[s_t], s[s_page_shift]
+    s_lshl_b32 s[s_t], s[s_t], 2
+    s_load_dword s[\dst], s[s_ptr_bt:s_ptr_bt+1], s[s_t]
+.endm
+
+; K and V descriptors of block \kb of the tile at s_t0, page id s[\pg] (clamped here)
+.macro block_rsrc kb, pg
+    s_min_u32 s[\pg], s[\pg], s[s_pages_m1]             ; out-of-range page ids (negative too): the last page
+    s_add_u32 s[s_w], s[s_t0], KV_BLOCK * \kb           ; first key of the block
+    s_and_b32 s[s_u], s[s_w], s[s_page_mask]            ; its slot in the page
+    s_sub_i32 s[s_w], s[s_khi], s[s_w]                  ; keys left in the range
+    s_max_i32 s[s_w], s[s_w], 0
+    s_min_u32 s[s_w], s[s_w], KV_BLOCK
+    block_rsrc1 s_rsrc_k\kb, s_ptr_k, \pg, s_k_ps, s_k_ss
+    block_rsrc1 s_rsrc_v\kb, s_ptr_v, \pg, s_v_ps, s_v_ss
+.endm
+.macro block_rsrc1 rsrc, ptr, pg, ps, ss
+    s_mov_b32 s[\rsrc], s[\ptr]
+    s_mov_b32 s[\rsrc+1], s[\ptr+1]
+    add_mul_u64 \rsrc, \pg, \ps, s_tmp64                ; + page * page_stride (64-bit)
+    s_mul_i32 s[s_t], s[s_u], s[\ss]                    ; + slot * seq_stride (< page_stride < 2^32)
+    s_add_u32 s[\rsrc], s[\rsrc], s[s_t]
+    s_addc_u32 s[\rsrc+1], s[\rsrc+1], 0
+    s_and_b32 s[\rsrc+1], s[\rsrc+1], 0xffff
+    s_mul_i32 s[\rsrc+2], s[s_w], s[\ss]                ; valid keys * seq_stride
+    s_mov_b32 s[\rsrc+3], RSRC_DW3_RAW
+.endm
+
+; Reduce v[\x] over the 4 lane groups with \op (v_max_f32 / v_add_f32); v_t1 clobbered
+.macro group_reduce op, x
+    v_mov_b32 v[v_t1], v[\x]
+    s_nop 1                                             ; VALU write -> v_permlane32_swap read: 2 wait states
+    v_permlane32_swap_b32 v[\x], v[v_t1]                    ; x = lanes 0-31 twice, t1 = lanes 32-63 twice
+    \op v[\x], v[\x], v[v_t1]
+    v_mov_b32 v[v_t1], v[\x]
+    s_nop 1                                             ; VALU write -> v_permlane16_swap read: 2 wait states
+    v_permlane16_swap_b32 v[\x], v[v_t1]                    ; x = even rows twice, t1 = odd rows twice
+    \op v[\x], v[\x], v[v_t1]
+.endm
+
+; ============================================================================ prologue
+
+    s_load_dwordx2 s[s_ptr_q:s_ptr_q+1], s[s_kernarg:s_kernarg+1], k_q
+    s_load_dwordx2 s[s_ptr_k:s_ptr_k+1], s[s_kernarg:s_kernarg+1], k_k_cache
+    s_load_dwordx2 s[s_ptr_v:s_ptr_v+1], s[s_kernarg:s_kernarg+1], k_v_cache
+    s_load_dwordx2 s[s_ptr_sl:s_ptr_sl+1], s[s_kernarg:s_kernarg+1], k_cache_seqlens
+    s_load_dwordx2 s[s_ptr_bt:s_ptr_bt+1], s[s_kernarg:s_kernarg+1], k_block_table
+    s_load_dwordx2 s[s_ptr_o:s_ptr_o+1], s[s_kernarg:s_kernarg+1], k_o
+    s_load_dwordx2 s[s_ptr_lse:s_ptr_lse+1], s[s_kernarg:s_kernarg+1], k_lse
+    s_load_dwordx2 s[s_ptr_wso:s_ptr_wso+1], s[s_kernarg:s_kernarg+1], k_ws_o
+    s_load_dwordx2 s[s_ptr_wsl:s_ptr_wsl+1], s[s_kernarg:s_kernarg+1], k_ws_lse
+    .irp name, seq_q, heads_q, group, group_magic, tiles_magic, row_tiles, rows, max_pages, pages_m1, page_shift
+        s_load_dword s[s_\name], s[s_kernarg:s_kernarg+1], k_\name
+    .endr
+    .irp name, k_ps, k_ss, k_hs, v_ps, v_ss, v_hs, q_ss, q_hs, q_bs, o_ss, o_hs, o_bs, lse_hs, lse_bs
+        s_load_dword s[s_\name], s[s_kernarg:s_kernarg+1], k_\name
+    .endr
+    .irp name, ws_stride, wsl_stride, chunk, window, future, scale_log2, partial, store_lse
+        s_load_dword s[s_\name], s[s_kernarg:s_kernarg+1], k_\name
+    .endr
+    v_and_b32 v[v_lane], 0x3ff, v[v_workitem]
+    v_and_b32 v[v_n], 15, v[v_lane]
+    v_lshrrev_b32 v[v_g], 4, v[v_lane]
+    v_mov_b32 v[v_m], M_INIT
+    v_mov_b32 v[v_l], 0
+    v_mov_b32 v[v_neginf], NEG_INF
+    s_mov_b32 s[s_sel_lo], SEL_LO
+    s_mov_b32 s[s_sel_hi], SEL_HI
+    .irp i, 0, 1, 2, 3, 4, 5, 6, 7
+        v_mov_b32 v[v_o + \i], 0
+        v_mov_b32 v[v_o + 8 + \i], 0
+        .if D == 128
+            v_mov_b32 v[v_o + 16 + \i], 0
+            v_mov_b32 v[v_o + 24 + \i], 0
+        .endif
+    .endr
+    s_waitcnt lgkmcnt(0)                                ; in flight: the kernargs -> wait for all
+    s_lshl_b32 s[s_t], s[s_wg_z], 2
+    s_load_dword s[s_seqlen], s[s_ptr_sl:s_ptr_sl+1], s[s_t]
+    sdiv_magic s_hkv, s_wg_y, s_tiles_magic             ; kv head = y / row_tiles
+    s_mul_i32 s[s_t], s[s_hkv], s[s_row_tiles]
+    s_sub_u32 s[s_tile], s[s_wg_y], s[s_t]
+    s_lshl_b32 s[s_page_mask], 1, s[s_page_shift]
+    s_add_u32 s[s_page_mask], s[s_page_mask], -1
+    s_mul_i32 s[s_t], s[s_wg_z], s[s_max_pages]         ; block table row of batch b
+    s_lshl_b32 s[s_t], s[s_t], 2
+    s_add_u32 s[s_ptr_bt], s[s_ptr_bt], s[s_t]
+    s_addc_u32 s[s_ptr_bt+1], s[s_ptr_bt+1], 0
+    s_mul_i32 s[s_t], s[s_hkv], s[s_k_hs]               ; caches: + kv head offset
+    s_add_u32 s[s_ptr_k], s[s_ptr_k], s[s_t]
+    s_addc_u32 s[s_ptr_k+1], s[s_ptr_k+1], 0
+    s_mul_i32 s[s_t], s[s_hkv], s[s_v_hs]
+    s_add_u32 s[s_ptr_v], s[s_ptr_v], s[s_t]
+    s_addc_u32 s[s_ptr_v+1], s[s_ptr_v+1], 0
+    add_mul_u64 s_ptr_q, s_wg_z, s_q_bs, s_tmp64        ; Q: this batch
+    s_mov_b32 s[s_t], RECORDS_ALL
+    rsrc_raw s_rsrc_q, s_ptr_q, s_t
+
+    ; --- the lane's query row m = 16 tile + n: token s = m / G, head hkv*G + m % G ---
+    s_lshl_b32 s[s_t], s[s_tile], 4
+    v_add_u32 v[v_t0], s[s_t], v[v_n]                   ; m
+    vdiv_magic v_srow, v_t0, s_group_magic
+    v_mul_lo_u32 v[v_t1], v[v_srow], s[s_group]
+    v_sub_u32 v[v_t1], v[v_t0], v[v_t1]                 ; m % G
+    s_mul_i32 s[s_t], s[s_hkv], s[s_group]
+    v_add_u32 v[v_hq], s[s_t], v[v_t1]
+    v_cmp_gt_u32 vcc, s[s_rows], v[v_t0]                ; row exists
+    v_mul_lo_u32 v[v_t1], v[v_srow], s[s_q_ss]
+    v_mul_lo_u32 v[v_t2], v[v_hq], s[s_q_hs]
+    v_add_u32 v[v_t1], v[v_t1], v[v_t2]
+    v_lshl_add_u32 v[v_t1], v[v_g], D_LOG2 - 1, v[v_t1]     ; + (D/2) g bytes
+    v_mov_b32 v[v_t2], OOB
+    v_cndmask_b32 v[v_t1], v[v_t2], v[v_t1], vcc        ; rows past `rows` read zeros
+    .irp c, 0, 1, 2, 3
+        .if \c < NC
+            buffer_load_dwordx4 v[v_q + 4*\c : v_q + 4*\c + 3], v[v_t1], s[s_rsrc_q:s_rsrc_q+3], 0 offen offset: 16*\c
+        .endif
+    .endr
+    ; lane offsets into K and V blocks
+    v_mul_lo_u32 v[v_koff], v[v_n], s[s_k_ss]
+    v_lshl_add_u32 v[v_koff], v[v_g], D_LOG2 - 1, v[v_koff]
+    v_lshlrev_b32 v[v_t1], 2, v[v_g]                    ; 4g
+    v_mul_lo_u32 v[v_t1], v[v_t1], s[s_v_ss]
+    v_lshl_add_u32 v[v_voff], v[v_n], 2, v[v_t1]
+    v_add_u32 v[v_voff + 1], s[s_v_ss], v[v_voff]
+    v_add_u32 v[v_voff + 2], s[s_v_ss], v[v_voff + 1]
+    v_add_u32 v[v_voff + 3], s[s_v_ss], v[v_voff + 2]
+
+    s_waitcnt lgkmcnt(0)                                ; in flight: seqlen -> wait
+    ; --- key ranges: the split's [lo, lo + chunk) within [0, seqlen); the wave's [klo, khi) ---
+    s_mul_i32 s[s_w], s[s_wg_x], s[s_chunk]             ; split start
+    s_add_u32 s[s_khi], s[s_w], s[s_chunk]
+    s_min_i32 s[s_khi], s[s_khi], s[s_seqlen]
+    s_sub_i32 s[s_t], s[s_seqlen], s[s_seq_q]           ; qpos of token 0
+    s_sub_i32 s[s_t], s[s_t], s[s_window]               ; its window start
+    s_max_i32 s[s_klo], s[s_t], s[s_w]
+    s_and_b32 s[s_klo], s[s_klo], -KV_BLOCK
+    ; per lane: lo = max(qpos - window, split start), hi = min(qpos + 1 + future, khi)
+    s_sub_i32 s[s_t], s[s_seqlen], s[s_seq_q]
+    v_add_u32 v[v_t0], s[s_t], v[v_srow]                ; qpos
+    v_subrev_u32 v[v_t1], s[s_window], v[v_t0]
+    v_max_i32 v[v_t1], s[s_w], v[v_t1]                  ; lo
+    v_add3_u32 v[v_t2], v[v_t0], 1, s[s_future]
+    v_min_i32 v[v_t2], s[s_khi], v[v_t2]                ; hi
+    v_sub_u32 v[v_span], v[v_t2], v[v_t1]
+    v_max_i32 v[v_span], 0, v[v_span]
+    v_mov_b32 v[v_t2], 0
+    v_cndmask_b32 v[v_span], v[v_t2], v[v_span], vcc    ; rows past `rows` see nothing
+    v_lshlrev_b32 v[v_klo], 2, v[v_g]
+    v_sub_u32 v[v_klo], v[v_klo], v[v_t1]               ; 4g - lo
+    s_mov_b32 s[s_t0], s[s_klo]
+    s_cmp_lt_i32 s[s_t0], s[s_khi]
+    s_cbranch_scc0 L_epilogue
+    fetch_page s_pg0, s_t0
+    s_add_u32 s[s_w], s[s_t0], KV_BLOCK
+    fetch_page s_pg1, s_w
+
+; ============================================================================ main loop
+L_tile:
+    s_waitcnt vmcnt(0) lgkmcnt(0)                       ; in flight: page ids of this tile (and Q once) -> wait
+    block_rsrc 0, s_pg0
+    block_rsrc 1, s_pg1
+    .irp kb, 0, 1
+        .irp c, 0, 1, 2, 3
+            .if \c < NC
+                buffer_load_dwordx4 v[v_k + 4*(\kb*NC + \c) : v_k + 4*(\kb*NC + \c) + 3], v[v_koff], s[s_rsrc_k\kb:s_rsrc_k\kb+3], 0 offen offset: 16*\c
+            .endif
+        .endr
+    .endr
+    .irp db, 0, 1, 2, 3
+        .if \db < NC
+            .irp e, 0, 1, 2, 3, 4, 5, 6, 7
+                buffer_load_dword v[v_v + 8*\db + \e], v[v_voff + \e % 4], s[s_rsrc_v0 + 4*(\e / 4):s_rsrc_v0 + 4*(\e / 4) + 3], 0 offen offset: 64*\db
+            .endr
+        .endif
+    .endr
+    s_add_u32 s[s_w], s[s_t0], TILE                     ; page ids of the next tile
+    fetch_page s_pg0, s_w
+    s_add_u32 s[s_w], s[s_t0], TILE + KV_BLOCK
+    fetch_page s_pg1, s_w
+    s_waitcnt vmcnt(8 * NC)                             ; in flight: K (2 NC), V (8 NC) -> wait for K
+    .irp kb, 0, 1
+        .irp c, 0, 1, 2, 3
+            .if \c == 0
+                mfma_16x16x32 v[v_s + 4*\kb : v_s + 4*\kb + 3], v[v_k + 4*\kb*NC : v_k + 4*\kb*NC + 3], v[v_q : v_q + 3], 0
+            .elseif \c < NC
+                mfma_16x16x32 v[v_s + 4*\kb : v_s + 4*\kb + 3], v[v_k + 4*(\kb*NC + \c) : v_k + 4*(\kb*NC + \c) + 3], v[v_q + 4*\c : v_q + 4*\c + 3], v[v_s + 4*\kb : v_s + 4*\kb + 3]
+            .endif
+        .endr
+    .endr
+    v_add_u32 v[v_key], s[s_t0], v[v_klo]               ; key(kb 0, r 0) - lo
+    s_nop 6                                             ; MFMA (4 passes) result -> VALU read: 8 wait states
+
+    ; --- softmax: scale, mask, max over the 4 lane groups, P = exp2(S - m), l ---
+    .irp i, 0, 1, 2, 3, 4, 5, 6, 7
+        v_mul_f32 v[v_s + \i], s[s_scale_log2], v[v_s + \i]
+        v_add_u32 v[v_t0], 16*(\i / 4) + \i % 4, v[v_key]
+        v_cmp_gt_u32 vcc, v[v_span], v[v_t0]            ; lo <= key < lo + span
+        v_cndmask_b32 v[v_s + \i], v[v_neginf], v[v_s + \i], vcc
+    .endr
+    v_max3_f32 v[v_t0], v[v_s], v[v_s + 1], v[v_s + 2]
+    v_max3_f32 v[v_t0], v[v_t0], v[v_s + 3], v[v_s + 4]
+    v_max3_f32 v[v_t0], v[v_t0], v[v_s + 5], v[v_s + 6]
+    v_max3_f32 v[v_t0], v[v_t0], v[v_s + 7], v[v_m]
+    group_reduce v_max_f32, v_t0
+    v_sub_f32 v[v_t1], v[v_m], v[v_t0]
+    v_mov_b32 v[v_m], v[v_t0]
+    v_exp_f32 v[v_alpha], v[v_t1]                       ; exp2(m_old - m_new)
+    .irp i, 0, 1, 2, 3, 4, 5, 6, 7
+        v_sub_f32 v[v_s + \i], v[v_s + \i], v[v_m]
+    .endr
+    .irp i, 0, 1, 2, 3, 4, 5, 6, 7
+        v_exp_f32 v[v_s + \i], v[v_s + \i]
+    .endr
+    v_mul_f32 v[v_l], v[v_l], v[v_alpha]
+    s_nop 0                                             ; v_exp result -> VALU read: 1 wait state
+    .irp i, 0, 1, 2, 3, 4, 5, 6, 7
+        v_add_f32 v[v_l], v[v_l], v[v_s + \i]
+    .endr
+    cvt_pk_f32 v[v_p], v[v_s], v[v_s + 1]
+    cvt_pk_f32 v[v_p + 1], v[v_s + 2], v[v_s + 3]
+    cvt_pk_f32 v[v_p + 2], v[v_s + 4], v[v_s + 5]
+    cvt_pk_f32 v[v_p + 3], v[v_s + 6], v[v_s + 7]
+    v_cmp_gt_f32 vcc, 1.0, v[v_alpha]                   ; some row's max grew: rescale O
+    s_cbranch_vccz L_no_rescale
+    .irp i, 0, 1, 2, 3, 4, 5, 6, 7
+        .irp j, 0, 8, 16, 24
+            .if \j < 8 * NC
+                v_mul_f32 v[v_o + \i + \j], v[v_o + \i + \j], v[v_alpha]
+            .endif
+        .endr
+    .endr
+L_no_rescale:
+    s_waitcnt vmcnt(0)                                  ; in flight: V -> wait
+
+    ; --- O^T += V^T P^T: per 32-dim block, even and odd dims ---
+    .irp db, 0, 1, 2, 3
+        .if \db < NC
+            .set _a, v_a + 8 * (\db % 2)
+            .irp k, 0, 1, 2, 3
+                v_perm_b32 v[_a + \k], v[v_v + 8*\db + 2*\k + 1], v[v_v + 8*\db + 2*\k], s[s_sel_lo]
+            .endr
+            .irp k, 0, 1, 2, 3
+                v_perm_b32 v[_a + 4 + \k], v[v_v + 8*\db + 2*\k + 1], v[v_v + 8*\db + 2*\k], s[s_sel_hi]
+            .endr
+            mfma_16x16x32 v[v_o + 8*\db : v_o + 8*\db + 3], v[_a : _a + 3], v[v_p : v_p + 3], v[v_o + 8*\db : v_o + 8*\db + 3]
+            s_nop 0                                     ; VALU write -> MFMA read (odd A): 2 wait states
+            mfma_16x16x32 v[v_o + 8*\db + 4 : v_o + 8*\db + 7], v[_a + 4 : _a + 7], v[v_p : v_p + 3], v[v_o + 8*\db + 4 : v_o + 8*\db + 7]
+        .endif
+    .endr
+    s_add_u32 s[s_t0], s[s_t0], TILE
+    s_cmp_lt_i32 s[s_t0], s[s_khi]
+    s_cbranch_scc1 L_tile
+
+; ============================================================================ epilogue
+L_epilogue:
+    s_waitcnt lgkmcnt(0)                                ; in flight: the last (unused) page-id fetch -> settle
+    group_reduce v_add_f32, v_l
+    v_max_f32 v[v_t0], L_FLOOR, v[v_l]
+    v_rcp_f32 v[v_t0], v[v_t0]                          ; 1 / l (O stays 0 for a row with no key)
+    v_log_f32 v[v_t1], v[v_l]                           ; log2 l: -inf for a row with no key
+    s_lshl_b32 s[s_t], s[s_tile], 4
+    v_add_u32 v[v_t2], s[s_t], v[v_n]
+    v_cmp_gt_u32 s[s_rowmask:s_rowmask+1], s[s_rows], v[v_t2]   ; row exists
+    s_nop 0                                             ; transcendental result -> VALU read: 1 wait state
+    v_add_f32 v[v_t1], v[v_m], v[v_t1]                  ; log2-sum-exp of the row (this split)
+    s_nop 4                                             ; last PV MFMA (4 passes) result -> VALU read
+    .irp i, 0, 1, 2, 3, 4, 5, 6, 7
+        .irp j, 0, 8, 16, 24
+            .if \j < 8 * NC
+                v_mul_f32 v[v_o + \i + \j], v[v_o + \i + \j], v[v_t0]
+            .endif
+        .endr
+    .endr
+    v_mov_b32 v[v_t3], OOB
+    v_cmp_eq_u32 vcc, 0, v[v_g]                         ; one lane per row writes the LSE
+    s_and_b64 vcc, vcc, s[s_rowmask:s_rowmask+1]
+    s_cmp_eq_u32 s[s_partial], 0
+    s_cbranch_scc1 L_final
+
+    ; --- partial: ws_o[split, R, :] (f32) and ws_lse[split, R] (log2), R = (b seq_q + s) heads_q + h ---
+    s_mul_i32 s[s_t], s[s_wg_z], s[s_seq_q]
+    v_add_u32 v[v_t2], s[s_t], v[v_srow]
+    v_mul_lo_u32 v[v_t2], v[v_t2], s[s_heads_q]
+    v_add_u32 v[v_t2], v[v_t2], v[v_hq]                 ; R
+    v_lshlrev_b32 v[v_t0], 2, v[v_t2]                   ; ws_lse offset
+    v_cndmask_b32 v[v_t0], v[v_t3], v[v_t0], vcc
+    v_lshlrev_b32 v[v_t2], D_LOG2 + 2, v[v_t2]  ; R * D * 4
+    v_lshl_add_u32 v[v_t2], v[v_g], 5, v[v_t2]          ; + 32 g
+    v_cndmask_b32 v[v_t2], v[v_t3], v[v_t2], s[s_rowmask:s_rowmask+1]
+    add_mul_u64 s_ptr_wso, s_wg_x, s_ws_stride, s_tmp64
+    add_mul_u64 s_ptr_wsl, s_wg_x, s_wsl_stride, s_tmp64
+    s_mov_b32 s[s_t], RECORDS_ALL
+    rsrc_raw s_rsrc_o, s_ptr_wso, s_t
+    rsrc_raw s_rsrc_l, s_ptr_wsl, s_t
+    .irp db, 0, 1, 2, 3
+        .if \db < NC
+            .irp r, 0, 1, 2, 3
+                v_mov_b32 v[v_ost + 8*\db + 2*\r], v[v_o + 8*\db + \r]            ; dim 32db + 8g + 2r
+                v_mov_b32 v[v_ost + 8*\db + 2*\r + 1], v[v_o + 8*\db + 4 + \r]    ; dim 32db + 8g + 2r + 1
+            .endr
+        .endif
+    .endr
+    .irp db, 0, 1, 2, 3
+        .if \db < NC
+            buffer_store_dwordx4 v[v_ost + 8*\db : v_ost + 8*\db + 3], v[v_t2], s[s_rsrc_o:s_rsrc_o+3], 0 offen offset: 128*\db
+            buffer_store_dwordx4 v[v_ost + 8*\db + 4 : v_ost + 8*\db + 7], v[v_t2], s[s_rsrc_o:s_rsrc_o+3], 0 offen offset: 128*\db + 16
+        .endif
+    .endr
+    buffer_store_dword v[v_t1], v[v_t0], s[s_rsrc_l:s_rsrc_l+3], 0 offen
+    s_endpgm
+
+    ; --- final: O[b, s, h, :] in q's dtype, LSE[b, h, s] (natural log) with store_lse ---
+L_final:
+    v_mul_lo_u32 v[v_t2], v[v_srow], s[s_o_ss]
+    v_mul_lo_u32 v[v_t0], v[v_hq], s[s_o_hs]
+    v_add_u32 v[v_t2], v[v_t2], v[v_t0]
+    v_lshl_add_u32 v[v_t2], v[v_g], 4, v[v_t2]          ; + 16 g bytes
+    v_cndmask_b32 v[v_t2], v[v_t3], v[v_t2], s[s_rowmask:s_rowmask+1]
+    v_mul_lo_u32 v[v_t0], v[v_hq], s[s_lse_hs]
+    v_lshl_add_u32 v[v_t0], v[v_srow], 2, v[v_t0]
+    v_cndmask_b32 v[v_t0], v[v_t3], v[v_t0], vcc
+    add_mul_u64 s_ptr_o, s_wg_z, s_o_bs, s_tmp64
+    add_mul_u64 s_ptr_lse, s_wg_z, s_lse_bs, s_tmp64
+    s_mov_b32 s[s_t], RECORDS_ALL
+    rsrc_raw s_rsrc_o, s_ptr_o, s_t
+    rsrc_raw s_rsrc_l, s_ptr_lse, s_t
+    .irp db, 0, 1, 2, 3
+        .if \db < NC
+            .irp r, 0, 1, 2, 3
+                cvt_pk_f32 v[v_ost + 4*\db + \r], v[v_o + 8*\db + \r], v[v_o + 8*\db + 4 + \r]
+            .endr
+        .endif
+    .endr
+    .irp db, 0, 1, 2, 3
+        .if \db < NC
+            buffer_store_dwordx4 v[v_ost + 4*\db : v_ost + 4*\db + 3], v[v_t2], s[s_rsrc_o:s_rsrc_o+3], 0 offen offset: 64*\db
+        .endif
+    .endr
+    s_cmp_eq_u32 s[s_store_lse], 0
+    s_cbranch_scc1 L_end
+    v_mul_f32 v[v_t1], LN2, v[v_t1]
+    buffer_store_dword v[v_t1], v[v_t0], s[s_rsrc_l:s_rsrc_l+3], 0 offen
+L_end:
+    s_endpgm

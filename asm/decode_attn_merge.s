@@ -1,0 +1,181 @@
+; decode_attn_merge — second pass of split-K decode attention: combine the splits' partial
+; results, add the attention sinks, write O in q's dtype and the natural-log LSE.
+;
+;   lse2 = log2(sum_z 2^ws_lse[z, R] + 2^(sink[h] log2 e))      (sink only with has_sinks)
+;   O[b, s, h, :] = sum_z 2^(ws_lse[z, R] - lse2) ws_o[z, R, :]      R = (b seq_q + s) heads_q + h
+;   LSE[b, h, s] = lse2 * ln 2                                       (with store_lse)
+;
+; ws_o holds each split's normalised O (f32), ws_lse its log2-sum-exp (-inf: no key), as
+; decode_attn writes them with partial = 1. The sum runs over the splits in order with an
+; online max (floor -1e30, so a row with no key and no sink gives O = 0, LSE = -inf):
+; deterministic, no atomics.
+;
+; gfx950, wave64; grid (heads_q, seq_q, batch), one wave per output row; lane l owns dims
+; (D/64) l .. (D/64) l + D/64 - 1. Defines: D (64 | 128), F16 (0: bf16 out, 1: fp16).
+; Kernarg: see kernels.yaml. LDS: none.
+
+.include "buffer_rsrc.inc"
+
+.if (D != 64) && (D != 128)
+    .error "decode_attn_merge: D must be 64 or 128"
+.endif
+.set DPL, D / 64                       ; dims per lane
+.set M_INIT, 0xf149f2ca                ; -1e30f
+.set L_FLOOR, 0x0da24260               ; 1e-30f
+.set LN2, 0x3f317218
+.set LOG2E, 0x3fb8aa3b
+.set RECORDS_ALL, 0x7fffffff
+.set OOB, 0x80000000
+
+; --- SGPRs (s[0:1] kernarg, s2 = head h, s3 = token s, s4 = batch b) ---
+.set s_ptr_wso, 6           ; [6:7]
+.set s_ptr_wsl, 8           ; [8:9]   ws_lse + 4R
+.set s_ptr_sink, 10         ; [10:11]
+.set s_ptr_o, 12            ; [12:13]
+.set s_ptr_lse, 14          ; [14:15]
+.set s_rsrc_w, 16           ; [16:19] ws_o
+.set s_rsrc_o, 20           ; [20:23]
+.set s_rsrc_l, 24           ; [24:27]
+.set s_tmp64, 28            ; [28:29]
+.set s_splits, 30
+.set s_seq_q, 31
+.set s_heads_q, 32
+.set s_ws_stride, 33
+.set s_wsl_stride, 34
+.set s_o_ss, 35
+.set s_o_hs, 36
+.set s_o_bs, 37
+.set s_lse_hs, 38
+.set s_lse_bs, 39
+.set s_has_sinks, 40
+.set s_store_lse, 41
+.set s_row, 42              ; R
+.set s_z, 43                ; split
+.set s_woff, 44             ; z * ws_stride
+.set s_loff, 45             ; z * wsl_stride
+.set s_x, 46                ; the split's log2-sum-exp (or the sink)
+.set s_t, 47
+; --- VGPRs ---
+.set v_lane, 1
+.set v_off, 2               ; ws_o offset of the lane's dims in row R
+.set v_m, 3
+.set v_l, 4
+.set v_t0, 5
+.set v_a, 6                 ; rescale of the running sums
+.set v_w, 7                 ; weight of the split
+.set v_acc, 8               ; [8:9]  sum of weighted O
+.set v_part, 10             ; [10:11] the split's O
+
+; running (m, l, acc) += the term 2^x (with O row v_part when \with_o); \x an SGPR or VGPR operand
+.macro merge_term x, with_o
+    v_max_f32 v[v_t0], \x, v[v_m]
+    v_sub_f32 v[v_a], v[v_m], v[v_t0]
+    v_sub_f32 v[v_w], \x, v[v_t0]
+    v_mov_b32 v[v_m], v[v_t0]
+    v_exp_f32 v[v_a], v[v_a]
+    v_exp_f32 v[v_w], v[v_w]
+    s_nop 0                                             ; transcendental result -> VALU read: 1 wait state
+    v_mul_f32 v[v_l], v[v_l], v[v_a]
+    v_add_f32 v[v_l], v[v_l], v[v_w]
+    .irp i, 0, 1
+        .if \i < DPL
+            v_mul_f32 v[v_acc + \i], v[v_acc + \i], v[v_a]
+            .if \with_o
+                v_fma_f32 v[v_acc + \i], v[v_w], v[v_part + \i], v[v_acc + \i]
+            .endif
+        .endif
+    .endr
+.endm
+
+    s_load_dwordx2 s[s_ptr_wso:s_ptr_wso+1], s[s_kernarg:s_kernarg+1], k_ws_o
+    s_load_dwordx2 s[s_ptr_wsl:s_ptr_wsl+1], s[s_kernarg:s_kernarg+1], k_ws_lse
+    s_load_dwordx2 s[s_ptr_sink:s_ptr_sink+1], s[s_kernarg:s_kernarg+1], k_sinks
+    s_load_dwordx2 s[s_ptr_o:s_ptr_o+1], s[s_kernarg:s_kernarg+1], k_o
+    s_load_dwordx2 s[s_ptr_lse:s_ptr_lse+1], s[s_kernarg:s_kernarg+1], k_lse
+    .irp name, splits, seq_q, heads_q, ws_stride, wsl_stride, o_ss, o_hs, o_bs, lse_hs, lse_bs, has_sinks, store_lse
+        s_load_dword s[s_\name], s[s_kernarg:s_kernarg+1], k_\name
+    .endr
+    v_and_b32 v[v_lane], 0x3ff, v[v_workitem]
+    v_mov_b32 v[v_m], M_INIT
+    v_mov_b32 v[v_l], 0
+    v_mov_b32 v[v_acc], 0
+    v_mov_b32 v[v_acc + 1], 0
+    s_waitcnt lgkmcnt(0)                                ; in flight: the kernargs -> wait for all
+    s_mul_i32 s[s_row], s[s_wg_z], s[s_seq_q]
+    s_add_u32 s[s_row], s[s_row], s[s_wg_y]
+    s_mul_i32 s[s_row], s[s_row], s[s_heads_q]
+    s_add_u32 s[s_row], s[s_row], s[s_wg_x]             ; R
+    s_lshl_b32 s[s_t], s[s_row], 2
+    s_add_u32 s[s_ptr_wsl], s[s_ptr_wsl], s[s_t]
+    s_addc_u32 s[s_ptr_wsl+1], s[s_ptr_wsl+1], 0
+    s_mov_b32 s[s_t], RECORDS_ALL
+    rsrc_raw s_rsrc_w, s_ptr_wso, s_t
+    s_mul_i32 s[s_t], s[s_row], 4 * D                   ; row R of a split
+    v_lshlrev_b32 v[v_off], 2 + DPL - 1, v[v_lane]      ; 4 DPL l bytes
+    v_add_u32 v[v_off], s[s_t], v[v_off]
+    s_mov_b32 s[s_z], 0
+    s_mov_b32 s[s_woff], 0
+    s_mov_b32 s[s_loff], 0
+L_split:
+    s_load_dword s[s_x], s[s_ptr_wsl:s_ptr_wsl+1], s[s_loff]
+.if DPL == 2
+    buffer_load_dwordx2 v[v_part:v_part+1], v[v_off], s[s_rsrc_w:s_rsrc_w+3], s[s_woff] offen
+.else
+    buffer_load_dword v[v_part], v[v_off], s[s_rsrc_w:s_rsrc_w+3], s[s_woff] offen
+.endif
+    s_waitcnt vmcnt(0) lgkmcnt(0)                       ; in flight: the split's lse and O -> wait for both
+    merge_term s[s_x], 1
+    s_add_u32 s[s_woff], s[s_woff], s[s_ws_stride]
+    s_add_u32 s[s_loff], s[s_loff], s[s_wsl_stride]
+    s_add_u32 s[s_z], s[s_z], 1
+    s_cmp_lt_u32 s[s_z], s[s_splits]
+    s_cbranch_scc1 L_split
+
+    s_cmp_eq_u32 s[s_has_sinks], 0
+    s_cbranch_scc1 L_store
+    s_lshl_b32 s[s_t], s[s_wg_x], 2
+    s_load_dword s[s_x], s[s_ptr_sink:s_ptr_sink+1], s[s_t]
+    s_waitcnt lgkmcnt(0)                                ; in flight: sink[h] -> wait
+    v_mov_b32 v[v_part], s[s_x]
+    v_mul_f32 v[v_part], LOG2E, v[v_part]               ; the sink in log2 units
+    merge_term v[v_part], 0
+
+L_store:
+    v_max_f32 v[v_t0], L_FLOOR, v[v_l]
+    v_rcp_f32 v[v_t0], v[v_t0]                          ; 1 / l (O stays 0 for a row with no key)
+    v_log_f32 v[v_w], v[v_l]                            ; log2 l: -inf for nothing
+    s_nop 0                                             ; transcendental result -> VALU read: 1 wait state
+    v_mul_f32 v[v_acc], v[v_acc], v[v_t0]
+    v_mul_f32 v[v_acc + 1], v[v_acc + 1], v[v_t0]
+    v_add_f32 v[v_w], v[v_m], v[v_w]
+    v_mul_f32 v[v_w], LN2, v[v_w]                       ; LSE (natural log)
+.if F16
+    v_cvt_pk_f16_f32 v[v_acc], v[v_acc], v[v_acc + 1]   ; round to nearest even
+.else
+    v_cvt_pk_bf16_f32 v[v_acc], v[v_acc], v[v_acc + 1]  ; round to nearest even
+.endif
+    add_mul_u64 s_ptr_o, s_wg_z, s_o_bs, s_tmp64
+    add_mul_u64 s_ptr_o, s_wg_y, s_o_ss, s_tmp64
+    add_mul_u64 s_ptr_o, s_wg_x, s_o_hs, s_tmp64
+    s_mov_b32 s[s_t], RECORDS_ALL
+    rsrc_raw s_rsrc_o, s_ptr_o, s_t
+    v_lshlrev_b32 v[v_off], DPL, v[v_lane]              ; 2 DPL l bytes
+.if DPL == 2
+    buffer_store_dword v[v_acc], v[v_off], s[s_rsrc_o:s_rsrc_o+3], 0 offen
+.else
+    buffer_store_short v[v_acc], v[v_off], s[s_rsrc_o:s_rsrc_o+3], 0 offen
+.endif
+    s_cmp_eq_u32 s[s_store_lse], 0
+    s_cbranch_scc1 L_end
+    add_mul_u64 s_ptr_lse, s_wg_z, s_lse_bs, s_tmp64
+    add_mul_u64 s_ptr_lse, s_wg_x, s_lse_hs, s_tmp64
+    s_mov_b32 s[s_t], RECORDS_ALL
+    rsrc_raw s_rsrc_l, s_ptr_lse, s_t
+    v_lshlrev_b32 v[v_off], 2, v[v_lane]
+    v_mov_b32 v[v_t0], OOB
+    v_cmp_eq_u32 vcc, 0, v[v_lane]                      ; lane 0 writes LSE[b, h, s]
+    v_cndmask_b32 v[v_off], v[v_t0], v[v_off], vcc
+    s_lshl_b32 s[s_t], s[s_wg_y], 2
+    buffer_store_dword v[v_w], v[v_off], s[s_rsrc_l:s_rsrc_l+3], s[s_t] offen
+L_end:
+    s_endpgm

@@ -1,0 +1,474 @@
+"""Decode attention over a KV cache: `gfxasm.decode_attention` on decode_attn (+ decode_attn_merge).
+
+    out = gfxasm.decode_attention(q, k_cache, v_cache, cache_seqlens)                 # contiguous cache
+    out, lse = gfxasm.decode_attention(q, k_cache, v_cache, cache_seqlens,
+                                       block_table=block_table, return_lse=True)       # paged cache
+
+flash-attention's `flash_attn_with_kvcache` conventions:
+  * q [B, Sq, Hq, D], bf16 or fp16, 1 <= Sq <= 16, D in {64, 128}, Hq % Hkv == 0 (GQA/MQA).
+  * k_cache / v_cache in q's dtype: contiguous [B, S_max, Hkv, D], or paged
+    [num_pages, page_size, Hkv, D] with block_table [B, max_pages] int32 (page_size a power
+    of two >= 16). Key j of batch b sits in page block_table[b, j // page_size].
+  * cache_seqlens [B] int32: keys visible to the batch entry, the Sq new tokens included
+    (they are its last Sq keys). 0 gives O = 0 and LSE = -inf.
+  * causal=True: query token s sees key j iff j <= seqlen - Sq + s (bottom-right aligned).
+    window_left >= 0 (flash-attention's sliding window): also j >= seqlen - Sq + s - window_left.
+  * sinks [Hq] float32: one attention-sink logit per query head (gpt-oss), added to each
+    row's softmax denominator only; the LSE returned includes it.
+  * softmax_scale defaults to 1/sqrt(D). O [B, Sq, Hq, D] in q's dtype (written into `out`
+    when given); LSE [B, Hq, Sq] float32, natural log.
+
+Split-K: the keys of each (batch, KV head) are cut into `num_splits` chunks of `chunk` keys
+(a multiple of 32), one wave each; with more than one split (or with sinks) each wave writes
+an f32 partial (O normalised, log2-sum-exp) and decode_attn_merge combines them in split
+order — deterministic, no atomics. `plan` documents how num_splits is chosen.
+
+Page ids are not validated on the host (that would need a device sync): the kernel clamps
+each id to [0, num_pages - 1] (a negative id, read as unsigned, becomes num_pages - 1), so
+a bad id reads a wrong page of the pool, never memory outside it. Page-table entries past a
+sequence's end (and pages wholly before a sliding window) are never read, nor are cache
+rows at or past cache_seqlens.
+
+FP8 caches (k_descale/v_descale, k_scale_shift/v_scale_shift) are not implemented yet: those
+arguments, and a float8 cache, raise NotImplementedError.
+
+Everything checkable on the host is checked before any launch: a violation is a
+ValueError/TypeError naming the argument.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..gridexpr import cdiv
+
+KERNEL = "decode_attn"
+MERGE = "decode_attn_merge"
+DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
+HEAD_DIMS = (64, 128)
+MAX_SEQ_Q = 16
+ROW_TILE = 16                      # query rows (token, head of the group) per wave
+TILE = 32                          # keys per kernel iteration; a split's chunk is a multiple
+MIN_PAGE = 16                      # a 16-key block never crosses a page
+NUM_CUS = 256
+WAVES_PER_CU = 8                   # target resident waves per CU for the split model
+MIN_SPLIT_KEYS = 256               # a split's work should outweigh its partial's write and merge
+MAX_SPLITS = 64
+NO_LIMIT = 2**30                   # window_left / future keys meaning "none"
+CONTIGUOUS_SHIFT = 31              # page_shift of a contiguous cache: one page per batch entry
+LOG2E = 1.4426950408889634
+_U32 = 2**32
+_MAX_OFFSET = 2**31                # the kernels' descriptors hold offsets below 2^31
+_ALIGN = 16
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one call is launched."""
+    num_splits: int
+    chunk: int                     # keys per split (multiple of TILE)
+    row_tiles: int                 # 16-row query tiles per KV head
+    partial: bool                  # splits (or sinks): f32 partials + decode_attn_merge
+
+
+def plan(batch: int, heads_kv: int, rows: int, capacity: int, num_splits: int | None = None) -> Plan:
+    """The split model. A wave per (batch, KV head, 16-row query tile, split); the grid
+    without splits has batch * heads_kv * row_tiles waves. Splits multiply it up to about
+    NUM_CUS * WAVES_PER_CU resident waves (256 CUs x 8), but each split keeps at least
+    MIN_SPLIT_KEYS keys of the cache's capacity (contiguous: S_max; paged: max_pages *
+    page_size — the longest sequence the call can hold, known without a device sync), and
+    at most MAX_SPLITS. The chunk is rounded up to TILE keys and splits that would be empty
+    for every sequence are dropped. `num_splits` overrides the model (then only the chunk
+    rounding applies)."""
+    row_tiles = cdiv(rows, ROW_TILE)
+    waves = max(1, batch * heads_kv * row_tiles)
+    capacity = max(1, capacity)
+    if num_splits is None:
+        wanted = cdiv(NUM_CUS * WAVES_PER_CU, waves)
+        num_splits = max(1, min(wanted, capacity // MIN_SPLIT_KEYS, MAX_SPLITS))
+    chunk = cdiv(cdiv(capacity, num_splits), TILE) * TILE
+    splits = cdiv(capacity, chunk)
+    return Plan(splits, chunk, row_tiles, splits > 1)
+
+
+# ------------------------------------------------------------------ validation
+
+def _fail(exc, msg: str):
+    raise exc(f"decode_attention: {msg}")
+
+
+def _tensor(name: str, value, rank: int, what: str) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        _fail(TypeError, f"'{name}' must be a torch.Tensor ({what}), got {type(value).__name__}")
+    if value.dim() != rank:
+        _fail(ValueError, f"'{name}' must have rank {rank} ({what}), got shape {tuple(value.shape)}")
+    return value
+
+
+def _stride(t: torch.Tensor, axis: int) -> int:
+    """A dim's stride, taken as 0 when the dim has size 1 (never stepped along)."""
+    return 0 if t.shape[axis] == 1 else t.stride(axis)
+
+
+def _check_rows(name: str, t: torch.Tensor, row_axis: int) -> list[int]:
+    """Head dim contiguous, 16-byte aligned data and strides; returns the byte strides."""
+    e = t.element_size()
+    if t.stride(-1) != 1 and t.shape[-1] > 1:
+        _fail(ValueError, f"'{name}' must be contiguous in the head dim (stride 1), got strides {t.stride()}")
+    if t.data_ptr() % _ALIGN:
+        _fail(ValueError, f"'{name}' data must be 16-byte aligned, got address {t.data_ptr():#x}")
+    strides = [_stride(t, a) * e for a in range(t.dim() - 1)]
+    for axis, s in enumerate(strides):
+        if s % _ALIGN or s < 0:
+            _fail(ValueError, f"'{name}' strides must be non-negative multiples of 16 bytes, got {t.stride()}")
+        if s >= _U32:
+            _fail(ValueError, f"'{name}' stride {t.stride(axis)} (axis {axis}) must be below 2^32 bytes")
+    if t.shape[row_axis] > 1 and strides[row_axis] < t.shape[-1] * e:
+        _fail(ValueError, f"'{name}' rows may not overlap (seq stride >= head dim), got strides {t.stride()}")
+    return strides
+
+
+def _span(t: torch.Tensor, axes) -> int:
+    """Bytes from a slice's first element to past its last over the given axes."""
+    e = t.element_size()
+    return sum((t.shape[a] - 1) * _stride(t, a) * e for a in axes) + t.shape[-1] * e
+
+
+def _not_implemented(**given) -> None:
+    for name, value in given.items():
+        if value is not None:
+            _fail(NotImplementedError, f"'{name}' (FP8 KV caches) is not implemented yet")
+
+
+def _validate(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, causal, window_left, sinks,
+              num_splits, out, return_lse):
+    q = _tensor("q", q, 4, "[batch, seq_q, heads_q, head_dim]")
+    if q.dtype not in DTYPES:
+        _fail(TypeError, f"'q' dtype must be torch.bfloat16 or torch.float16, got {q.dtype}")
+    if q.device.type not in ("cpu", "cuda"):
+        _fail(ValueError, f"tensors must be on the CPU (emulator) or a ROCm gfx950 GPU, got {q.device}")
+    batch, seq_q, heads_q, dim = q.shape
+    if dim not in HEAD_DIMS:
+        _fail(ValueError, f"'q' head dim must be 64 or 128, got {dim}")
+    if not 1 <= seq_q <= MAX_SEQ_Q:
+        _fail(ValueError, f"'q' seq_q must be in 1..{MAX_SEQ_Q}, got {seq_q}")
+    paged = block_table is not None
+    what = "[num_pages, page_size, heads_kv, head_dim]" if paged else "[batch, seq_max, heads_kv, head_dim]"
+    k_cache = _tensor("k_cache", k_cache, 4, what)
+    v_cache = _tensor("v_cache", v_cache, 4, what)
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dtype in _FP8:
+            _fail(NotImplementedError, f"'{name}' dtype {t.dtype}: FP8 KV caches are not implemented yet")
+        if t.dtype != q.dtype:
+            _fail(TypeError, f"'{name}' dtype must equal q's ({q.dtype}), got {t.dtype}")
+        if t.device != q.device:
+            _fail(ValueError, f"'{name}' must be on q's device ({q.device}), got {t.device}")
+    if v_cache.shape != k_cache.shape:
+        _fail(ValueError, f"'v_cache' shape must equal k_cache's {tuple(k_cache.shape)}, got {tuple(v_cache.shape)}")
+    pages, page_size, heads_kv, kdim = k_cache.shape
+    if kdim != dim:
+        _fail(ValueError, f"'k_cache' head dim must equal q's ({dim}), got {kdim}")
+    if heads_kv < 1 or heads_q % heads_kv:
+        _fail(ValueError, f"heads of q must be a multiple of the cache's KV heads (Hq % Hkv == 0), "
+                          f"got Hq={heads_q}, Hkv={heads_kv}")
+    if not paged and pages != batch:
+        _fail(ValueError, f"'k_cache' batch must equal q's ({batch}) for a contiguous cache, got {pages}")
+    if paged:
+        if page_size < MIN_PAGE or page_size & (page_size - 1):
+            _fail(ValueError, f"'k_cache' page_size must be a power of two >= {MIN_PAGE}, got {page_size}")
+        if pages < 1:
+            _fail(ValueError, "'k_cache' must have at least one page")
+        block_table = _tensor("block_table", block_table, 2, "[batch, max_pages] int32")
+        if block_table.dtype != torch.int32:
+            _fail(TypeError, f"'block_table' dtype must be torch.int32, got {block_table.dtype}")
+        if block_table.shape[0] != batch or block_table.shape[1] < 1:
+            _fail(ValueError, f"'block_table' must be [{batch}, max_pages >= 1], got {tuple(block_table.shape)}")
+        if not block_table.is_contiguous():
+            _fail(ValueError, f"'block_table' must be contiguous, got strides {block_table.stride()}")
+        if block_table.device != q.device:
+            _fail(ValueError, f"'block_table' must be on q's device ({q.device}), got {block_table.device}")
+    cache_seqlens = _tensor("cache_seqlens", cache_seqlens, 1, "[batch] int32")
+    if cache_seqlens.dtype != torch.int32:
+        _fail(TypeError, f"'cache_seqlens' dtype must be torch.int32, got {cache_seqlens.dtype}")
+    if cache_seqlens.shape[0] != batch:
+        _fail(ValueError, f"'cache_seqlens' must be [{batch}], got {tuple(cache_seqlens.shape)}")
+    if cache_seqlens.device != q.device:
+        _fail(ValueError, f"'cache_seqlens' must be on q's device ({q.device}), got {cache_seqlens.device}")
+    if not cache_seqlens.is_contiguous():
+        _fail(ValueError, "'cache_seqlens' must be contiguous")
+    capacity = block_table.shape[1] * page_size if paged else page_size
+    if cache_seqlens.device.type == "cpu" and batch:        # known on the host without a sync
+        lo, hi = int(cache_seqlens.min()), int(cache_seqlens.max())
+        if lo < 0:
+            _fail(ValueError, f"'cache_seqlens' must be >= 0, got {lo}")
+        if hi > capacity:
+            where = f"block_table holds {block_table.shape[1]} pages x {page_size}" if paged else \
+                f"the cache holds {page_size} keys"
+            _fail(ValueError, f"max(cache_seqlens) = {hi} exceeds the cache: {where}")
+    q_strides = _check_rows("q", q, 1)
+    k_strides = _check_rows("k_cache", k_cache, 1)
+    v_strides = _check_rows("v_cache", v_cache, 1)
+    if _span(q, (1, 2)) >= _MAX_OFFSET:
+        _fail(ValueError, "'q' is too large: offsets within one batch entry must stay below 2^31 bytes")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if paged and page_size * _stride(t, 1) * t.element_size() > _stride(t, 0) * t.element_size() and pages > 1:
+            _fail(ValueError, f"'{name}' pages may not overlap (page stride >= page_size x seq stride)")
+        if page_size * _stride(t, 1) * t.element_size() >= _U32:
+            _fail(ValueError, f"'{name}' one page (contiguous: one batch entry) must span < 2^32 bytes of rows")
+        if (heads_kv - 1) * _stride(t, 2) * t.element_size() + 16 * _stride(t, 1) * t.element_size() >= _U32:
+            _fail(ValueError, f"'{name}' head or seq strides too large (need < 2^32 bytes per 16 keys of all heads)")
+    if not isinstance(causal, bool):
+        _fail(TypeError, f"'causal' must be a bool, got {type(causal).__name__}")
+    if isinstance(window_left, bool) or not isinstance(window_left, int) or window_left < -1:
+        _fail(ValueError, f"'window_left' must be an int >= -1 (-1: no window), got {window_left!r}")
+    if window_left >= NO_LIMIT:
+        window_left = -1
+    if sinks is not None:
+        sinks = _tensor("sinks", sinks, 1, "[heads_q] float32")
+        if sinks.dtype != torch.float32:
+            _fail(TypeError, f"'sinks' dtype must be torch.float32, got {sinks.dtype}")
+        if sinks.shape[0] != heads_q:
+            _fail(ValueError, f"'sinks' must be [{heads_q}], got {tuple(sinks.shape)}")
+        if sinks.device != q.device:
+            _fail(ValueError, f"'sinks' must be on q's device ({q.device}), got {sinks.device}")
+        if not sinks.is_contiguous():
+            _fail(ValueError, "'sinks' must be contiguous")
+    if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int)
+                                   or not 1 <= num_splits <= MAX_SPLITS):
+        _fail(ValueError, f"'num_splits' must be an int in [1, {MAX_SPLITS}] or None, got {num_splits!r}")
+    if not isinstance(return_lse, bool):
+        _fail(TypeError, f"'return_lse' must be a bool, got {type(return_lse).__name__}")
+    if out is not None:
+        if not isinstance(out, torch.Tensor):
+            _fail(TypeError, f"'out' must be a torch.Tensor, got {type(out).__name__}")
+        if out.shape != q.shape:
+            _fail(ValueError, f"'out' shape must equal q's {tuple(q.shape)}, got {tuple(out.shape)}")
+        if out.dtype != q.dtype:
+            _fail(TypeError, f"'out' dtype must equal q's ({q.dtype}), got {out.dtype}")
+        if out.device != q.device:
+            _fail(ValueError, f"'out' must be on q's device ({q.device}), got {out.device}")
+        _check_rows("out", out, 1)
+        if _span(out, (1, 2)) >= _MAX_OFFSET:
+            _fail(ValueError, "'out' is too large: offsets within one batch entry must stay below 2^31 bytes")
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(dim)
+    elif isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)) \
+            or not math.isfinite(softmax_scale) or softmax_scale <= 0:
+        _fail(ValueError, f"'softmax_scale' must be a finite float > 0, got {softmax_scale!r}")
+    return dict(q=q, k=k_cache, v=v_cache, seqlens=cache_seqlens, block_table=block_table, paged=paged,
+                capacity=capacity, window_left=window_left, sinks=sinks, scale=float(softmax_scale),
+                q_strides=q_strides, k_strides=k_strides, v_strides=v_strides)
+
+
+# ------------------------------------------------------------------ launch
+
+def variant_name(kernel: str, dtype: torch.dtype, dim: int) -> str:
+    return f"{kernel}_d{dim}_{DTYPES[dtype]}"
+
+
+def _magic(divisor: int) -> int:
+    return -(-2**31 // divisor)
+
+
+def decode_attention(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_descale=None, v_descale=None,
+                     k_scale_shift=None, v_scale_shift=None, softmax_scale=None, causal=True, window_left=-1,
+                     sinks=None, num_splits=None, out=None, return_lse=False):
+    """Attention of q's new tokens over the KV cache; returns out, or (out, lse) with
+    return_lse. See the module docstring for conventions and limits."""
+    from ..launch import launch
+    _not_implemented(k_descale=k_descale, v_descale=v_descale, k_scale_shift=k_scale_shift,
+                     v_scale_shift=v_scale_shift)
+    a = _validate(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, causal, window_left, sinks,
+                  num_splits, out, return_lse)
+    q, k, v = a["q"], a["k"], a["v"]
+    batch, seq_q, heads_q, dim = q.shape
+    heads_kv = k.shape[2]
+    group = heads_q // heads_kv
+    dev = q.device
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=dev)
+    lse = torch.empty((batch, heads_q, seq_q), dtype=torch.float32, device=dev) if return_lse else None
+    if not q.numel():
+        return (out, lse) if return_lse else out
+    p = plan(batch, heads_kv, seq_q * group, a["capacity"], num_splits)
+    partial = p.partial or a["sinks"] is not None
+    if a["paged"]:
+        table, shift, pages = a["block_table"], int(math.log2(k.shape[1])), k.shape[0]
+    else:
+        table, shift, pages = torch.arange(batch, dtype=torch.int32, device=dev).view(batch, 1), CONTIGUOUS_SHIFT, batch
+    rows_total = batch * seq_q * heads_q
+    ws_stride = rows_total * dim * 4
+    if p.num_splits * ws_stride >= _MAX_OFFSET:
+        _fail(ValueError, f"the split-K workspace ({p.num_splits} x {ws_stride} bytes) must stay below 2^31 bytes; "
+                          f"pass a smaller num_splits")
+    dummy = torch.empty(4, dtype=torch.float32, device=dev)
+    if partial:
+        ws_o = torch.empty(p.num_splits * rows_total * dim, dtype=torch.float32, device=dev)
+        ws_lse = torch.empty(p.num_splits * rows_total, dtype=torch.float32, device=dev)
+    else:
+        ws_o = ws_lse = dummy
+    lse_t = lse if lse is not None else dummy.view(1, 1, 4)
+    e = q.element_size()
+    o_bs, o_ss, o_hs = (_stride(out, i) * e for i in range(3))
+    lse_bs, lse_hs = (lse.stride(0) * 4, lse.stride(1) * 4) if lse is not None else (0, 0)
+    qs, ks, vs = a["q_strides"], a["k_strides"], a["v_strides"]
+    window = NO_LIMIT if a["window_left"] < 0 else a["window_left"]
+    launch(KERNEL, variant=variant_name(KERNEL, q.dtype, dim), q=q, k_cache=k, v_cache=v,
+           cache_seqlens=a["seqlens"], block_table=table, o=out, lse=lse_t, ws_o=ws_o, ws_lse=ws_lse,
+           num_splits=p.num_splits, heads_kv=heads_kv, row_tiles=p.row_tiles, seq_q=seq_q, heads_q=heads_q,
+           group=group, group_magic=_magic(group), tiles_magic=_magic(p.row_tiles), rows=seq_q * group,
+           max_pages=table.shape[1], pages_m1=pages - 1, page_shift=shift,
+           k_ps=ks[0], k_ss=ks[1], k_hs=ks[2], v_ps=vs[0], v_ss=vs[1], v_hs=vs[2],
+           q_ss=qs[1], q_hs=qs[2], q_bs=qs[0], o_ss=o_ss, o_hs=o_hs, o_bs=o_bs, lse_hs=lse_hs, lse_bs=lse_bs,
+           ws_stride=ws_stride, wsl_stride=rows_total * 4, chunk=p.chunk, window=window,
+           future=0 if causal else NO_LIMIT, scale_log2=a["scale"] * LOG2E, partial=int(partial),
+           store_lse=int(lse is not None))
+    if partial:
+        sinks_t = a["sinks"] if a["sinks"] is not None else dummy
+        launch(MERGE, variant=variant_name(MERGE, q.dtype, dim), ws_o=ws_o, ws_lse=ws_lse, sinks=sinks_t, o=out,
+               lse=lse_t, splits=p.num_splits, seq_q=seq_q, heads_q=heads_q, ws_stride=ws_stride,
+               wsl_stride=rows_total * 4, o_ss=o_ss, o_hs=o_hs, o_bs=o_bs, lse_hs=lse_hs, lse_bs=lse_bs,
+               has_sinks=int(a["sinks"] is not None), store_lse=int(lse is not None))
+    return (out, lse) if return_lse else out
+
+
+def build_kernels(force: bool = False) -> None:
+    """Assemble (incrementally) and check this op's kernels only."""
+    from ..build import BuildError, build_variant, ensure_toolchain
+    from ..check import verify
+    from ..manifest import default_manifest
+    toolchain = ensure_toolchain()
+    manifest = default_manifest()
+    for name in (KERNEL, MERGE):
+        for variant in manifest.kernel(name).variants.values():
+            problems = verify(build_variant(variant, toolchain, force).co_path, variant)
+            if problems:
+                raise BuildError(f"{variant.name} disagrees with the manifest:\n" + "\n".join(problems))
+
+
+# ------------------------------------------------------------------ reference
+
+def gather_kv(cache: torch.Tensor, b: int, seqlen: int, block_table: torch.Tensor | None) -> torch.Tensor:
+    """Keys 0..seqlen-1 of batch entry b as [seqlen, Hkv, D] float64."""
+    if block_table is None:
+        return cache[b, :seqlen].double()
+    page_size = cache.shape[1]
+    pages = block_table[b, :cdiv(seqlen, page_size)].long()
+    return cache[pages].reshape(-1, *cache.shape[2:])[:seqlen].double()
+
+
+def reference(q, k_cache, v_cache, cache_seqlens, *, block_table=None, softmax_scale=None, causal=True,
+              window_left=-1, sinks=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(O, LSE, O_abs) in float64: O [B, Sq, Hq, D], LSE [B, Hq, Sq] (natural log, the
+    sink included), O_abs = P |V| (for `tolerance`). Rows that see no key (and no sink):
+    O = 0, LSE = -inf."""
+    batch, seq_q, heads_q, dim = q.shape
+    scale = 1.0 / math.sqrt(dim) if softmax_scale is None else softmax_scale
+    group = heads_q // k_cache.shape[2]
+    o = torch.zeros(q.shape, dtype=torch.float64)
+    o_abs = torch.zeros(q.shape, dtype=torch.float64)
+    lse = torch.full((batch, heads_q, seq_q), float("-inf"), dtype=torch.float64)
+    for b in range(batch):
+        n = int(cache_seqlens[b])
+        kb = gather_kv(k_cache, b, n, block_table).repeat_interleave(group, 1).transpose(0, 1)   # [Hq, n, D]
+        vb = gather_kv(v_cache, b, n, block_table).repeat_interleave(group, 1).transpose(0, 1)
+        s = torch.matmul(q[b].double().transpose(0, 1), kb.transpose(1, 2)) * scale               # [Hq, Sq, n]
+        qpos = n - seq_q + torch.arange(seq_q)[:, None]
+        j = torch.arange(n)[None, :]
+        visible = torch.ones(seq_q, n, dtype=torch.bool)
+        if causal:
+            visible &= j <= qpos
+        if window_left >= 0:
+            visible &= j >= qpos - window_left
+        s = s.masked_fill(~visible, float("-inf"))
+        if sinks is not None:
+            s = torch.cat([s, sinks.double()[:, None, None].expand(heads_q, seq_q, 1)], dim=-1)
+        row_lse = torch.logsumexp(s, dim=-1)                                                      # [Hq, Sq]
+        p = torch.exp(s - row_lse[..., None]).nan_to_num(0.0)[..., :n]
+        o[b] = torch.matmul(p, vb).transpose(0, 1)
+        o_abs[b] = torch.matmul(p, vb.abs()).transpose(0, 1)
+        lse[b] = row_lse
+    return o, lse, o_abs
+
+
+def tolerance(o_ref: torch.Tensor, o_abs: torch.Tensor | float, dtype: torch.dtype) -> torch.Tensor:
+    """Per-element bound on |O - O_ref|: the kernel rounds each P to the input dtype before
+    P.V (relative error <= u each, so at most u (P|V|) = u O_abs) and rounds O once (u |O|);
+    twice that, u the dtype's unit roundoff, plus f32 accumulation noise. The merge alone
+    (no P rounding) passes O_abs = 0."""
+    u = torch.finfo(dtype).eps / 2
+    return 2 * u * (o_abs + o_ref.abs()) + 1e-5
+
+
+LSE_TOL = 2e-5                     # relative to max(1, |LSE|): f32 scores, exp2/log2 and sums
+
+
+# ------------------------------------------------------------------ `gfxasm run`
+
+def _register_run_cases() -> None:
+    from ..cli import RunCase, run_case
+
+    @run_case(KERNEL)
+    def decode_case(variant, gen: torch.Generator) -> RunCase:
+        """One unsplit launch (partial = 0) on a paged cache: B2, Sq 2, Hq 8 / Hkv 2."""
+        dim = variant.defines["D"]
+        dtype = torch.float16 if variant.defines["F16"] else torch.bfloat16
+        batch, seq_q, heads_q, heads_kv, page, pages = 2, 2, 8, 2, 16, 12
+        q = torch.randn(batch, seq_q, heads_q, dim, generator=gen).to(dtype)
+        k = torch.randn(pages, page, heads_kv, dim, generator=gen).to(dtype)
+        v = torch.randn(pages, page, heads_kv, dim, generator=gen).to(dtype)
+        table = torch.randperm(pages, generator=gen).to(torch.int32).view(batch, pages // batch)
+        seqlens = torch.tensor([37, 90], dtype=torch.int32)
+        o = torch.full(q.shape, float("nan"), dtype=dtype)
+        lse = torch.full((batch, heads_q, seq_q), float("nan"))
+        o_ref, lse_ref, o_abs = reference(q, k, v, seqlens, block_table=table)
+        dummy = torch.empty(4)
+        e = q.element_size()
+        args = dict(q=q, k_cache=k, v_cache=v, cache_seqlens=seqlens, block_table=table, o=o, lse=lse, ws_o=dummy,
+                    ws_lse=dummy, num_splits=1, heads_kv=heads_kv, row_tiles=1, seq_q=seq_q, heads_q=heads_q,
+                    group=4, group_magic=_magic(4), tiles_magic=_magic(1), rows=seq_q * 4,
+                    max_pages=table.shape[1], pages_m1=pages - 1, page_shift=4,
+                    k_ps=k.stride(0) * e, k_ss=k.stride(1) * e, k_hs=k.stride(2) * e,
+                    v_ps=v.stride(0) * e, v_ss=v.stride(1) * e, v_hs=v.stride(2) * e,
+                    q_ss=q.stride(1) * e, q_hs=q.stride(2) * e, q_bs=q.stride(0) * e,
+                    o_ss=o.stride(1) * e, o_hs=o.stride(2) * e, o_bs=o.stride(0) * e,
+                    lse_hs=lse.stride(1) * 4, lse_bs=lse.stride(0) * 4, ws_stride=0, wsl_stride=0,
+                    chunk=cdiv(page * pages // batch, TILE) * TILE, window=NO_LIMIT, future=0,
+                    scale_log2=LOG2E / math.sqrt(dim), partial=0, store_lse=1)
+        atol = float(tolerance(o_ref, o_abs, dtype).max())
+        return RunCase(args=args, expected={"o": o_ref.float(), "lse": lse_ref.float()}, atol=atol, rtol=LSE_TOL,
+                       note=f"paged 16, B{batch} Sq{seq_q} Hq{heads_q}/Hkv{heads_kv} seqlens 37, 90")
+
+    @run_case(MERGE)
+    def merge_case(variant, gen: torch.Generator) -> RunCase:
+        """Random partials of 5 splits (one empty for some rows) and sinks."""
+        dim = variant.defines["D"]
+        dtype = torch.float16 if variant.defines["F16"] else torch.bfloat16
+        batch, seq_q, heads_q, splits = 2, 3, 4, 5
+        rows = batch * seq_q * heads_q
+        ws_o = torch.randn(splits, rows, dim, generator=gen)
+        ws_lse = torch.randn(splits, rows, generator=gen) * 4
+        ws_lse[2, ::3] = float("-inf")
+        sinks = torch.randn(heads_q, generator=gen)
+        o = torch.full((batch, seq_q, heads_q, dim), float("nan"), dtype=dtype)
+        lse = torch.full((batch, heads_q, seq_q), float("nan"))
+        terms = torch.cat([ws_lse.double() / LOG2E,
+                           sinks.double().repeat(batch * seq_q)[None, :]], dim=0)            # natural log
+        total = torch.logsumexp(terms, dim=0)
+        weights = torch.exp(ws_lse.double() / LOG2E - total)
+        o_ref = (weights[..., None] * ws_o.double()).sum(0).view(batch, seq_q, heads_q, dim)
+        lse_ref = total.view(batch, seq_q, heads_q).transpose(1, 2)
+        e = o.element_size()
+        args = dict(ws_o=ws_o.view(-1), ws_lse=ws_lse.view(-1), sinks=sinks, o=o, lse=lse, splits=splits,
+                    seq_q=seq_q, heads_q=heads_q, ws_stride=rows * dim * 4, wsl_stride=rows * 4,
+                    o_ss=o.stride(1) * e, o_hs=o.stride(2) * e, o_bs=o.stride(0) * e,
+                    lse_hs=lse.stride(1) * 4, lse_bs=lse.stride(0) * 4, has_sinks=1, store_lse=1)
+        atol = float(tolerance(o_ref, 0.0, dtype).max())
+        return RunCase(args=args, expected={"o": o_ref.float(), "lse": lse_ref.float()}, atol=atol, rtol=LSE_TOL,
+                       note=f"{splits} splits, B{batch} Sq{seq_q} Hq{heads_q}, sinks")
+
+
+_register_run_cases()
