@@ -366,3 +366,124 @@ def test_fp8_down_convert_ignores_nan_in_lanes_exec_disables():
     np.testing.assert_array_equal(out["v2"][:63] & 0xFFFF, want | (want << 8))
     with pytest.raises(UnsupportedInstruction):
         run_snippet("v_cvt_pk_fp8_f32 v2, v0, v0", vgprs={0: x.view(np.uint32)}, outputs=["v2"])
+
+
+# ---------------------------------------------------------------------------- FP4 (E2M1)
+# OCP MX v1.0 E2M1 magnitudes by code 0..7 (bit 3 is the sign), from the spec's table.
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+
+
+def ref_fp4(x: np.ndarray) -> np.ndarray:
+    """Brute-force RNE onto the E2M1 table: nearest magnitude, a tie to the even code; a
+    value that would round past 6 (to the next binade's 8) saturates to 6."""
+    mags = np.append(E2M1, 8.0)
+    a = np.abs(x)[:, None]
+    dist = np.abs(a - mags[None, :])
+    best = dist.min(axis=1, keepdims=True)
+    cands = np.where(dist == best, np.arange(9)[None, :], 99)
+    even = np.where(cands % 2 == 0, cands, 99).min(axis=1)
+    code = np.where(even < 99, even, cands.min(axis=1))
+    code = np.minimum(code, 7)
+    return (code | (np.signbit(x) << 3)).astype(np.uint32)
+
+
+def fp4_inputs(rng, n):
+    """f32 values around the E2M1 range: table values, exact midpoints, random, overflow."""
+    mids = np.concatenate([E2M1, (E2M1[1:] + E2M1[:-1]) / 2, [6.5, 7.0, 7.5, 100.0, 0.25, 0.2]])
+    vals = np.concatenate([mids, rng.uniform(0, 8, n)])
+    vals = vals * rng.choice([-1.0, 1.0], len(vals))
+    return vals.astype(np.float32)
+
+
+def test_cvt_scalef32_pk_fp4_f32_every_byte():
+    rng = np.random.default_rng(seed("fp4 pk"))
+    x = fp4_inputs(rng, 300)
+    y = np.roll(x, 7)
+    s_bits, e = scale_operands(rng, len(x), 120, 134)
+    factor = np.exp2(e.astype(np.float64) - 127)
+    xs, ys = (x * factor).astype(np.float32), (y * factor).astype(np.float32)   # exact: x = xs / 2^s
+    old = rng.integers(0, 2**32, len(x), dtype=np.uint64).astype(np.uint32)
+    data = np.stack([lanes(v)[:, 0] for v in (xs.view(np.uint32), ys.view(np.uint32), s_bits)]
+                    + [lanes(old)[:, 0]] * 4, axis=1)
+    body = "\n".join(f"  v_cvt_scalef32_pk_fp4_f32 v{10 + b}, v0, v1, v2 op_sel:[0,0,{b & 1},{b >> 1}]"
+                     for b in range(4)) + "\n  s_nop 0"
+    out = run_batch(body, [("v", 0), ("v", 1), ("v", 2)] + [("v", 10 + b) for b in range(4)], data,
+                    [("v", 10 + b) for b in range(4)])
+    packed = ref_fp4(x) | (ref_fp4(y) << 4)
+    for b in range(4):
+        got = out[:, b].reshape(-1)[:len(x)]
+        want = (old & ~np.uint32(0xFF << (8 * b))) | (packed << np.uint32(8 * b))
+        np.testing.assert_array_equal(got, want, err_msg=f"byte {b}")
+
+
+@pytest.mark.parametrize("src", ["f16", "bf16"])
+def test_cvt_scalef32_pk_fp4_16bit(src):
+    rng = np.random.default_rng(seed("fp4 pk16", src))
+    x = fp4_inputs(rng, 200)
+    y = np.roll(x, 3)
+    s_bits, e = scale_operands(rng, len(x), 124, 131)
+    factor = np.exp2(e.astype(np.float64) - 127)
+    dt = torch.float16 if src == "f16" else torch.bfloat16
+    def half(v):       # 16-bit bits of v * 2^s; the reference uses the value actually stored
+        t = torch.from_numpy((v * factor).astype(np.float32)).to(dt)
+        return t.view(torch.int16).numpy().view(np.uint16).astype(np.uint32), t.double().numpy() / factor
+    (hx, vx), (hy, vy) = half(x), half(y)
+    old = rng.integers(0, 2**32, len(x), dtype=np.uint64).astype(np.uint32)
+    data = np.stack([lanes(hx | (hy << 16))[:, 0], lanes(s_bits)[:, 0], lanes(old)[:, 0]], axis=1)
+    body = f"  v_cvt_scalef32_pk_fp4_{src} v10, v0, v1 op_sel:[0,0,1,1]\n  s_nop 0"
+    got = run_batch(body, [("v", 0), ("v", 1), ("v", 10)], data, [("v", 10)])[:, 0].reshape(-1)[:len(x)]
+    want = (old & 0x00FFFFFF) | ((ref_fp4(vx) | (ref_fp4(vy) << 4)) << 24)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dst", ["f32", "f16", "bf16"])
+def test_cvt_scalef32_pk_from_fp4_every_code_and_byte(dst):
+    """Every FP4 pair (256 bytes) in every byte position, times 2^(e - 127)."""
+    rng = np.random.default_rng(seed("fp4 up", dst))
+    codes = np.tile(np.arange(256, dtype=np.uint32), 4)
+    byte = np.repeat(np.arange(4), 256)
+    junk = rng.integers(0, 2**32, len(codes), dtype=np.uint64).astype(np.uint32)
+    words = (junk & ~(np.uint32(0xFF) << (8 * byte).astype(np.uint32))) | (codes << (8 * byte).astype(np.uint32))
+    s_bits, e = scale_operands(rng, len(codes), 120, 135)
+    data = np.stack([lanes(words)[:, 0], lanes(s_bits)[:, 0]], axis=1)
+    regs = "v[{0}:{1}]" if dst == "f32" else "v{0}"
+    step = 2 if dst == "f32" else 1
+    body = "\n".join(f"  v_cvt_scalef32_pk_{dst}_fp4 {regs.format(10 + step * b, 11 + step * b)}, v0, v1 "
+                     f"op_sel:[{b & 1},{b >> 1},0]" for b in range(4))
+    out = run_batch(body, [("v", 0), ("v", 1)], data, [("v", 10 + r) for r in range(4 * step)])
+    sign = np.where(codes & 0x8, -1.0, 1.0), np.where(codes & 0x80, -1.0, 1.0)
+    lo = sign[0] * E2M1[codes & 7] * np.exp2(e - 127.0)
+    hi = sign[1] * E2M1[(codes >> 4) & 7] * np.exp2(e - 127.0)
+    n = np.arange(len(codes))
+    if dst == "f32":
+        got = out.reshape(-1, 4, 2, 64).transpose(1, 2, 0, 3).reshape(4, 2, -1)[byte, :, n]
+        np.testing.assert_array_equal(got[:, 0].view(np.float32), lo.astype(np.float32))
+        np.testing.assert_array_equal(got[:, 1].view(np.float32), hi.astype(np.float32))
+        return
+    got = out.transpose(1, 0, 2).reshape(4, -1)[byte, n]
+    dt = torch.float16 if dst == "f16" else torch.bfloat16
+    enc = lambda v: torch.from_numpy(v).to(dt).view(torch.int16).numpy().view(np.uint16).astype(np.uint32)
+    np.testing.assert_array_equal(got, enc(lo) | (enc(hi) << 16))
+
+
+def test_cvt_scalef32_pk_fp4_byte_select_forwarding_hazard():
+    """A byte-select write (byte != 0) -> a VALU read of it needs 1 wait state (llc-22
+    inserts s_nop 0 there; none after a byte-0 write)."""
+    regs = {0: np.full(64, 0x3F800000, np.uint32), 1: np.full(64, 0x3F800000, np.uint32),
+            10: np.zeros(64, np.uint32)}
+    body = "  v_cvt_scalef32_pk_fp4_f32 v10, v0, v0, v1 op_sel:[0,0,1,0]\n{nop}  v_mov_b32 v11, v10"
+    with pytest.raises(HazardError):
+        run_snippet(body.format(nop=""), vgprs=regs)
+    out = run_snippet(body.format(nop="  s_nop 0\n"), vgprs=regs, outputs=["v11"])
+    assert (out["v11"] == 0x2200).all()                  # 1.0 is E2M1 code 2 in both nibbles
+    out = run_snippet("  v_cvt_scalef32_pk_fp4_f32 v10, v0, v0, v1\n  v_mov_b32 v11, v10", vgprs=regs,
+                      outputs=["v11"])
+    assert (out["v11"] == 0x22).all()
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_fp4_nan_or_inf_source_is_rejected(value):
+    bits = np.array([value], np.float32).view(np.uint32)[0]
+    with pytest.raises(UnsupportedInstruction, match="NaN or Inf"):
+        run_snippet("  v_cvt_scalef32_pk_fp4_f32 v10, v0, v0, v1",
+                    vgprs={0: np.full(64, bits, np.uint32), 1: np.full(64, 0x3F800000, np.uint32)})

@@ -16,6 +16,8 @@ lowering checked with llc for every select bit below):
                                  f32(fp8(byte op_sel[1:0] of s)) * 2^s
   v_cvt_scalef32_pk_f32_{fp8,bf8} d[2], s, scale
                                  the two bytes of word op_sel[0] of s, times 2^s
+  v_cvt_scalef32_pk_fp4_{f32,f16,bf16}, v_cvt_scalef32_pk_{f32,f16,bf16}_fp4
+                                 FP4 (E2M1) pairs, one byte of the word (section at the end)
   where 2^s = 2^(E - 127) with E the exponent field of the f32 scale operand.
 op_sel is read from the raw VOP3 word (bits 11..14 = op_sel[0..3]); LLVM prints the
 destination bit as the last list entry whatever the operand count.
@@ -343,3 +345,125 @@ def cvt_scalef32_pk_f32_fp8(ex, inst, w):
     pair = [_scale_up_f32(ex, inst, w, (word >> np.uint32(8 * b)) & np.uint32(0xFF), fmt, scale).view(np.uint32)
             for b in (0, 1)]
     ex.set_v(dst, w, np.stack(pair, axis=1), ex.exec_bits(w), hazards.VALU)
+
+
+# ------------------------------------------------------------------ FP4 (E2M1) converts
+# Operand forms and select bits checked with llc-22 (llvm.amdgcn.cvt.scalef32.pk.*):
+#   v_cvt_scalef32_pk_fp4_f32 d, a, b, scale   byte op_sel[2] + 2*op_sel[3] of d =
+#                                              fp4(a / 2^s) | fp4(b / 2^s) << 4; other bytes kept
+#   v_cvt_scalef32_pk_fp4_{f16,bf16} d, s, scale   the same from the two halves of s (low first)
+#   v_cvt_scalef32_pk_{f32,f16,bf16}_fp4 d, s, scale
+#                                              byte op_sel[0] + 2*op_sel[1] of s: low nibble ->
+#                                              element 0, high nibble -> element 1, times 2^s
+# llc puts one wait state after a byte-select (byte != 0) write before a VALU reads the
+# register (gfx950 CvtScaleForwarding), so those writes carry the dst-sel writer code.
+# FP4 results may be denormal (0.5) regardless of MODE; E2M1 has no Inf/NaN, so finite
+# overflow saturates to +-6 and NaN/Inf sources are rejected (numerics.f32_to_fp4_e2m1).
+
+
+def _encode_fp4(ex, inst, w, x):
+    try:
+        return numerics.f32_to_fp4_e2m1(np.where(ex.exec_bits(w), x, 0))
+    except numerics.UnverifiedNumericsError as err:
+        raise _unverified(ex, inst, err) from err
+
+
+def _half_sources(ex, inst, w, op):
+    """float64 [2, n, 64]: the low and high 16-bit halves of op as f16 or bf16 values. A
+    denormal half under a flushing MODE is rejected: whether these converts flush their
+    16-bit sources is unverified."""
+    if op.neg or op.abs:
+        raise UnsupportedInstruction(f"{inst.name}: source modifiers are not modelled ({ex.where()})")
+    bits = ex.v32(op, w)
+    halves = [(bits >> np.uint32(16 * h)) & np.uint32(0xFFFF) for h in (0, 1)]
+    if inst.name.endswith("_bf16"):
+        vals = [numerics.bf16_to_f32(h.astype(np.uint16)) for h in halves]
+        flushing, smallest = not ex.denorm_f32, np.finfo(np.float32).tiny
+    else:
+        vals = [numerics.f16_to_f32(h.astype(np.uint16)) for h in halves]
+        flushing, smallest = not ex.denorm_f16, np.finfo(np.float16).tiny
+    out = np.stack(vals).astype(np.float64)
+    tiny = (out != 0) & (np.abs(out) < smallest)
+    if flushing and (tiny & ex.exec_bits(w)[None]).any():
+        raise UnsupportedInstruction(f"{inst.name}: denormal 16-bit source under a flushing denormal "
+                                     f"mode; the hardware behaviour is unverified ({ex.where()})")
+    return out
+
+
+@handles("v_cvt_scalef32_pk_fp4_f32", "v_cvt_scalef32_pk_fp4_f16", "v_cvt_scalef32_pk_fp4_bf16",
+         klass="valu")
+def cvt_scalef32_pk_fp4(ex, inst, w):
+    _no_output_mods(ex, inst)
+    sel = vop3_op_sel(inst)
+    if sel[0] or sel[1]:
+        raise UnsupportedInstruction(f"{inst.name}: source op_sel is not defined ({ex.where()})")
+    ex.role = None
+    dst = _dst1(ex, inst)
+    scale = _scale(ex, inst, w, inst.ops[-1])
+    if inst.name.endswith("_f32"):
+        xs = [_f32_source(ex, op, ex.v32(op, w)) for op in inst.ops[1:3]]
+    else:
+        xs = list(_half_sources(ex, inst, w, inst.ops[1]))
+    lo, hi = (_encode_fp4(ex, inst, w, numerics.scale_down(x, scale)).astype(np.uint32) for x in xs)
+    byte = sel[2] + 2 * sel[3]
+    shift = np.uint32(8 * byte)
+    old = ex.v32(dst, w)
+    value = (old & ~np.uint32(0xFF << (8 * byte))) | ((lo | (hi << np.uint32(4))) << shift)
+    ex.set_v(dst, w, value, ex.exec_bits(w), _DST_SEL if byte else hazards.VALU)
+
+
+@handles("v_cvt_scalef32_pk_f32_fp4", "v_cvt_scalef32_pk_f16_fp4", "v_cvt_scalef32_pk_bf16_fp4",
+         klass="valu")
+def cvt_scalef32_pk_from_fp4(ex, inst, w):
+    _no_output_mods(ex, inst)
+    sel = vop3_op_sel(inst)
+    if sel[2] or sel[3]:
+        raise UnsupportedInstruction(f"{inst.name}: op_sel[2]/op_sel[3] are not defined ({ex.where()})")
+    ex.role = None
+    dst, src, s_op = inst.ops
+    if src.neg or src.abs:
+        raise UnsupportedInstruction(f"{inst.name}: source modifiers are not modelled ({ex.where()})")
+    byte = (ex.v32(src, w) >> np.uint32(8 * (sel[0] + 2 * sel[1]))) & np.uint32(0xFF)
+    scale = _scale(ex, inst, w, s_op)
+    vals = [numerics.scale_up(numerics.fp4_e2m1_to_f32((byte >> np.uint32(4 * h)) & np.uint32(0xF))
+                              .astype(np.float64), scale) for h in (0, 1)]
+    if inst.name == "v_cvt_scalef32_pk_f32_fp4":
+        _dst2(ex, inst)
+        pair = [_exact(ex, inst, w, v, np.float32).view(np.uint32) for v in vals]
+        ex.set_v(dst, w, np.stack(pair, axis=1), ex.exec_bits(w), hazards.VALU)
+        return
+    _dst1(ex, inst)
+    if inst.name.endswith("_bf16_fp4"):
+        halves = [_exact_bf16(ex, inst, w, v) for v in vals]
+    else:
+        halves = [_exact(ex, inst, w, v, np.float16).view(np.uint16) for v in vals]
+    ex.set_v(dst, w, halves[0].astype(np.uint32) | (halves[1].astype(np.uint32) << np.uint32(16)),
+             ex.exec_bits(w), hazards.VALU)
+
+
+def _exact(ex, inst, w, v: np.ndarray, dtype) -> np.ndarray:
+    """v (exact float64) as `dtype`; a value that overflows, is inexact (below the
+    format's subnormal resolution) or is a denormal the MODE would flush is rejected:
+    those results are unverified."""
+    with np.errstate(over="ignore", under="ignore"):
+        r = v.astype(dtype)
+    active = ex.exec_bits(w)
+    if ((r.astype(np.float64) != v) & active).any():
+        raise UnsupportedInstruction(f"{inst.name}: the scaled value is not exact in {np.dtype(dtype).name}; "
+                                     f"overflow/rounding is unverified ({ex.where()})")
+    flush = not (ex.denorm_f16 if dtype == np.float16 else ex.denorm_f32)
+    tiny = (r != 0) & (np.abs(r) < np.finfo(dtype).tiny)
+    if flush and (tiny & active).any():
+        raise UnsupportedInstruction(f"{inst.name}: the result is a denormal while the denormal mode "
+                                     f"flushes; the hardware behaviour is unverified ({ex.where()})")
+    return r
+
+
+def _exact_bf16(ex, inst, w, v: np.ndarray) -> np.ndarray:
+    """bf16 bits of v, which must be exact in bf16 (the f32 checks, then bf16's shorter
+    subnormal resolution)."""
+    bits = numerics.f32_to_bf16_rne(_exact(ex, inst, w, v, np.float32))
+    if ((numerics.bf16_to_f32(bits).astype(np.float64) != v) & ex.exec_bits(w)).any():
+        raise UnsupportedInstruction(f"{inst.name}: the scaled value is not exact in bf16; its rounding "
+                                     f"is unverified ({ex.where()})")
+    return bits
