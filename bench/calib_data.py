@@ -1,0 +1,122 @@
+"""The timing model's calibration data set: MI355X hardware timings of code objects we can run.
+
+    python -m bench.calib_data          # rebuilds bench/calib_points.json from the corpus
+
+Points (one launch each, with its measured time):
+  * aiter's asm MX-FP4 GEMMs: every `cu_num` 256 (gfx950, 256 CUs) row of the corpus's
+    `aiter/configs/a4w4_blockscale_tuned_gemm.csv` whose kernel is an f4gemm object of the
+    corpus (`us` = aiter's tuner measurement; launched as gemm_a4w4_asm does:
+    gfxasm.perf.aiter_f4gemm);
+  * aiter's `bf16gemm_bf16_tn_256x256` (the conformance object): the gfx950 rows of
+    `aiter/configs/bf16_tuned_gemm.csv` at ROCm/aiter commit BF16_COMMIT (not in the wheel,
+    so the numbers are written below, with their source);
+  * aiter's FMHA forward (`fwd_hd128_bf16.co`): the five published MI355X points of the
+    conformance README (bench.bench_conformance.FMHA_PUBLISHED).
+
+Regimes by M: "M<=64", "64<M<=1024", "M>1024" (FMHA: its own regime "fmha").
+Split (declared, seeded): within each (kernel, regime) stratum the points are shuffled
+with random.Random(SEED) and the first floor(n/2) go to "fit", the rest (and every
+stratum of one point) are "held" out. So at most half of the points are fitted on, and
+every kernel and regime with two points or more is on both sides (FMHA: 2 fit, 3 held).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import random
+from pathlib import Path
+
+SEED = 13
+OUT = Path(__file__).resolve().parent / "calib_points.json"
+A4W4_CSV = "aiter/configs/a4w4_blockscale_tuned_gemm.csv"
+
+BF16_SYMBOL = "_ZN5aiter24bf16gemm_bf16_tn_256x256E"
+BF16_COMMIT = "e4048607a535ace3a2b51ded31b1c8c2d45c0879"
+BF16_SOURCE = f"ROCm/aiter@{BF16_COMMIT[:12]} aiter/configs/bf16_tuned_gemm.csv (gfx950, cu_num 256)"
+# (M, N, K, us) of the bf16gemm_bf16_tn_256x256 rows of that file (splitK 1).
+BF16_ROWS = [
+    (2048, 6144, 2048, 58.7492), (2048, 6144, 3072, 77.3258), (4096, 3072, 6144, 138.0331),
+    (4096, 6144, 2048, 109.5022), (4096, 6144, 3072, 147.9731), (8192, 3072, 6144, 262.1828),
+    (8192, 6144, 2048, 184.6449), (8192, 6144, 3072, 245.0526), (16384, 3072, 6144, 448.6444),
+    (16384, 6144, 2048, 341.6912), (16384, 6144, 3072, 467.8675),
+]
+
+
+def regime(M: int) -> str:
+    return "M<=64" if M <= 64 else "64<M<=1024" if M <= 1024 else "M>1024"
+
+
+def f4gemm_points() -> list[dict]:
+    from gfxasm import corpus
+    from gfxasm.perf import aiter_f4gemm
+    cfgs = aiter_f4gemm.configs()
+    pts = []
+    with open(corpus.path(A4W4_CSV), newline="") as f:
+        for row in csv.DictReader(f):
+            cfg = cfgs.get(row["kernelName"])
+            if row["cu_num"] != "256" or cfg is None:
+                continue
+            M, N, K = int(row["M"]), int(row["N"]), int(row["K"])
+            pts.append({"family": "f4gemm", "kernel": f"f4gemm_{cfg.tile_m}x{cfg.tile_n}",
+                        "symbol": cfg.symbol, "M": M, "N": N, "K": K, "log2_k_split": int(row["splitK"]),
+                        "measured_us": float(row["us"]), "regime": regime(M), "source": "a4w4"})
+    return pts
+
+
+def bf16gemm_points() -> list[dict]:
+    return [{"family": "bf16gemm", "kernel": "bf16gemm_256x256", "symbol": BF16_SYMBOL, "M": M, "N": N,
+             "K": K, "measured_us": us, "regime": regime(M), "source": "bf16"}
+            for M, N, K, us in BF16_ROWS]
+
+
+def fmha_points() -> list[dict]:
+    from bench.bench_conformance import FMHA_PUBLISHED
+    out = []
+    for B, Hq, Hk, S, tflops, source in FMHA_PUBLISHED:
+        flops = 4.0 * B * Hq * S * S * 128
+        out.append({"family": "fmha", "kernel": "fmha_fwd_hd128_bf16", "B": B, "Hq": Hq, "Hk": Hk, "S": S,
+                    "measured_us": flops / (tflops * 1e12) * 1e6, "regime": "fmha",
+                    "source": f"conformance README: {source} ({tflops} TFLOP/s)"})
+    return out
+
+
+def split(points: list[dict], seed: int = SEED) -> None:
+    """Mark each point 'fit' or 'held' in place (see the module docstring)."""
+    strata: dict[tuple, list[dict]] = {}
+    for p in points:
+        strata.setdefault((p["kernel"], p["regime"]), []).append(p)
+    rng = random.Random(seed)
+    for key in sorted(strata):
+        group = sorted(strata[key], key=lambda p: (p.get("M", 0), p.get("N", 0), p.get("K", 0), p.get("S", 0)))
+        rng.shuffle(group)
+        nfit = len(group) // 2
+        for n, p in enumerate(group):
+            p["split"] = "fit" if n < nfit else "held"
+
+
+def build() -> list[dict]:
+    points = f4gemm_points() + bf16gemm_points() + fmha_points()
+    split(points)
+    for n, p in enumerate(points):
+        p["id"] = n
+    return points
+
+
+SOURCES = {"a4w4": f"amd-aiter==0.1.7.post2.dev18 {A4W4_CSV} (column us)", "bf16": BF16_SOURCE}
+
+
+def load() -> list[dict]:
+    """The committed data set (bench/calib_points.json)."""
+    return json.loads(OUT.read_text())["points"]
+
+
+def main():
+    points = build()
+    body = ",\n".join(json.dumps(p, separators=(",", ":")) for p in points)
+    OUT.write_text(f'{{"seed": {SEED}, "sources": {json.dumps(SOURCES)},\n"points": [\n{body}\n]}}\n')
+    fit = sum(p["split"] == "fit" for p in points)
+    print(f"wrote {OUT}: {len(points)} points, {fit} fit / {len(points) - fit} held out (seed {SEED})")
+
+
+if __name__ == "__main__":
+    main()

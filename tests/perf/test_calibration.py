@@ -1,0 +1,71 @@
+"""The calibration data set and the launch of aiter's f4gemm objects it rests on."""
+from __future__ import annotations
+
+import random
+import struct
+from collections import Counter
+
+import pytest
+import torch
+
+from bench import calib_data
+from gfxasm import emu
+from gfxasm.perf import aiter_f4gemm as F
+
+
+def _metadata_offsets(cfg: F.F4Config) -> dict[str, int]:
+    from gfxasm import corpus
+    info = emu.load(str(corpus.path(cfg.co))).kernel(cfg.symbol).info
+    assert info.metadata[".kernarg_segment_size"] == F.KERNARG_BYTES
+    return {a[".name"]: a[".offset"] for a in info.metadata[".args"] if a[".name"] != "pad"}
+
+
+@pytest.mark.parametrize("tile", ["32x128", "256x256"])
+def test_f4gemm_kernarg_lands_where_the_code_object_metadata_says(tile):
+    cfg = next(c for c in F.configs().values() if c.co.endswith(f"_BpreShuffle_{tile}.co"))
+    off = _metadata_offsets(cfg)
+    rng = random.Random(7)
+    M, N, K = rng.randrange(1, 5000), rng.randrange(1, 300) * 32, rng.randrange(1, 300) * 32
+    t = [torch.empty(n + 1, 8, dtype=torch.uint8) for n in range(5)]    # distinct addresses
+    raw = F.kernarg(t[0], t[1], t[2], t[3], t[4], M, N, K, alpha=0.75, beta=-2.5, log2_k_split=3)
+    assert len(raw) == F.KERNARG_BYTES
+    q = lambda name: struct.unpack_from("<Q", raw, off[name])[0]        # noqa: E731
+    u = lambda name: struct.unpack_from("<I", raw, off[name])[0]        # noqa: E731
+    f = lambda name: struct.unpack_from("<f", raw, off[name])[0]        # noqa: E731
+    assert (q("D"), q("A"), q("B"), q("ScaleA"), q("ScaleB")) == tuple(x.data_ptr() for x in t)
+    assert q("C") == 0                                                   # no bias
+    assert (f("alpha"), f("beta")) == (0.75, -2.5)
+    assert (u("Mdim"), u("Ndim"), u("Kdim")) == (M, N, K)
+    # gemm_a4w4_asm: stride_C0 = out.stride(0); A/B row strides in FP4 elements; scales in bytes
+    assert (u("strideC0"), u("strideA0"), u("strideB0")) == (8, 16, 16)
+    assert (u("strideScaleA0"), u("strideScaleB0")) == (8, 8)
+    assert u("log2_k_split") == 3
+
+
+def test_f4gemm_grid_follows_the_host_rule():
+    cfgs = F.configs()
+    plain = next(c for c in cfgs.values() if c.tile_m == 96 and c.tile_n == 256)
+    split = next(c for c in cfgs.values() if c.split_k and c.tile_m == 256)
+    assert F.grid(plain, 1000, 2560, 8192) == (10, 11, 1)
+    # split-K: k_per_tg = K / 2^s rounded up to 256 -> ceil(K / k_per_tg) slices
+    assert F.grid(split, 512, 512, 8192, 2) == (2, 2, 4)
+    assert F.grid(split, 512, 512, 32000, 3) == (2, 2, 8)      # 4000 -> 4096 per slice
+    with pytest.raises(ValueError, match="log2_k_split"):
+        F.grid(plain, 64, 256, 1024, 1)
+    with pytest.raises(ValueError, match="K"):
+        F.kernarg(*[torch.empty(1)] * 5, 1, 32, 48)
+
+
+def test_data_set_is_rebuilt_from_the_corpus_with_a_stratified_split():
+    committed = calib_data.load()
+    assert calib_data.build() == committed
+    strata = Counter((p["kernel"], p["regime"]) for p in committed)
+    fit = Counter((p["kernel"], p["regime"]) for p in committed if p["split"] == "fit")
+    for key, n in strata.items():
+        assert fit[key] == n // 2, key                  # at most half, both sides when n >= 2
+    assert sum(fit.values()) <= len(committed) / 2
+    for p in committed:
+        M = p.get("M")
+        if M is not None:
+            assert p["regime"] == ("M<=64" if M <= 64 else "64<M<=1024" if M <= 1024 else "M>1024")
+    assert {p["family"] for p in committed} == {"f4gemm", "bf16gemm", "fmha"}
