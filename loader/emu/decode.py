@@ -46,7 +46,8 @@ class Operand:
     """One source or destination operand as printed.
 
     kind: 's' (SGPR file, incl. vcc/exec/m0), 'v', 'a', 'imm' (an integer or inline
-    float constant; `text` keeps the printed form), 'scc' (src_scc), 'off', 'label'.
+    float constant; `text` keeps the printed form), 'scc' (src_scc), 'off', 'label',
+    'gpr_idx' (s_set_gpr_idx_on's mode list; handlers read the bits from the raw word).
     """
     kind: str
     index: int = 0
@@ -120,6 +121,8 @@ def _parse_operand(text: str) -> Operand:
         lo = int(m["one"] if m["one"] is not None else m["lo"])
         hi = lo if m["one"] is not None else int(m["hi"])
         return Operand("s", 108 + lo, hi - lo + 1, neg, absolute, text)
+    if t.startswith("gpr_idx(") and t.endswith(")"):   # s_set_gpr_idx_on's mode field
+        return Operand("gpr_idx", text=t)
     if t == "src_scc":
         return Operand("scc", text=text, neg=neg, abs=absolute)
     if t == "off":

@@ -4,6 +4,10 @@ Waves that stand at the same pc — across the waves of a workgroup and across
 workgroups — execute each instruction as one numpy operation. The scheduler always
 advances the group at the lowest pc, so waves that fell behind catch up and merge.
 
+Under an adversarial schedule (adversarial.py) waves run in a random legal order, loads
+land at random legal times, and a register read while its load is in flight sees the
+value from before the load (`stale_reads`).
+
 Strict mode (the default) reports as `HazardError`:
   * reading or overwriting a register while a load into it is still in flight
     (results land only when the `s_waitcnt` that covers them retires);
@@ -67,6 +71,8 @@ class Executor:
         self.trace = None                     # optional callable(inst, w) for the timing model
         self.waived: frozenset[str] = frozenset()   # hazard rules not enforced (hazards.WAIVABLE)
         self.srcc_noted: list = []
+        self.mode_split = None                # set while a wave has VSKIP or GPR index mode on
+        self.stale_reads = False              # True: an in-flight register reads its old value
 
     # ----------------------------------------------------------------- errors
     def where(self, wave: int | None = None) -> str:
@@ -243,7 +249,8 @@ class Executor:
             rows, reg = pending
             self.hazard(w, rows, f"{kind}{reg} read while a load into it is still in flight "
                                  f"(missing s_waitcnt)")
-            self._land_early(w, kind, index, count)
+            if not self.stale_reads:
+                self._land_early(w, kind, index, count)
         hazards.check_read(self, kind, w, index, count)
 
     def _land_early(self, w, kind: str, index: int, count: int):
@@ -361,12 +368,27 @@ class Executor:
                         else np.flatnonzero(np.isin(op.waves, members)))
                 op.land(rows)
 
+    def land_now(self, wave: int, counter: str, position: int):
+        """Land the op at `position` of `wave`'s queue for that wave alone, before any
+        s_waitcnt asks for it (adversarial schedules pick one the ISA lets land now)."""
+        queue = self.waves.queues[counter][wave]
+        op = queue[position]
+        del queue[position]
+        op.land(np.flatnonzero(op.waves == wave))
+
     def drain(self, w):
         for counter in ("vm", "lgkm"):
             self.retire(w, counter, 0)
 
     # ---------------------------------------------------------------- running
     def step(self, w, inst: Inst) -> None:
+        if self.mode_split is not None:       # VSKIP / GPR index mode (families/modes.py)
+            for sub_w, sub_inst in self.mode_split(self, w, inst):
+                self._step(sub_w, sub_inst)
+            return
+        self._step(w, inst)
+
+    def _step(self, w, inst: Inst) -> None:
         self.inst = inst
         if inst.handler is None:
             inst.handler = lookup(inst)

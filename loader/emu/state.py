@@ -88,6 +88,9 @@ class Waves:
         self.written_by = {k: np.zeros(v.shape, np.int16) for k, v in self.busy.items()}
         self.exec_written_at = np.full(count, -(1 << 40), np.int64)
         self.exec_valu_written = False      # exec_written_at set for any wave yet
+        # Mode bits set by s_setvskip and s_set_gpr_idx_on/off (families/modes.py).
+        self.vskip = np.zeros(count, dtype=bool)
+        self.gpr_idx_on = np.zeros(count, dtype=bool)
         self.lds = np.zeros((lds_slots, max(lds_bytes, 1)), dtype=np.uint8)
         self.lds_bytes = lds_bytes
         self._exec_stale = True

@@ -374,13 +374,10 @@ def s_waitcnt(ex, inst, w):
         ex.retire(w, "lgkm", lgkmcnt)
 
 
-@handles("s_nop", "s_setprio", "s_sleep", "s_code_end", "s_sethalt", "s_ttracedata",
-         "s_set_gpr_idx_off", klass="nop")
+@handles("s_nop", "s_setprio", "s_sleep", "s_code_end", "s_sethalt", "s_ttracedata", klass="nop")
 def s_nop(ex, inst, w):
     if inst.name == "s_sethalt" and int(inst.ops[0].text, 0) & 1:
         raise UnsupportedInstruction(f"s_sethalt 1 halts the wave; not modelled ({ex.where()})")
-    if inst.name == "s_set_gpr_idx_off":
-        raise UnsupportedInstruction(f"GPR indexing mode is not modelled ({ex.where()})")
     if inst.name == "s_code_end":
         raise UnsupportedInstruction(f"executed s_code_end padding: fell off the end of the kernel "
                                      f"({ex.where()})")
