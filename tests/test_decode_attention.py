@@ -1,0 +1,345 @@
+"""gfxasm.decode_attention on the strict gfx950 emulator against a float64 reference
+(gfxasm.ops.decode_attention.reference: the visible keys gathered through the page table).
+
+Tolerance (decode_attention.tolerance, per element): the kernel rounds each softmax weight
+P to the input dtype before P.V and rounds O once, so |O - O_ref| <= 2u (P|V| + |O|) + 1e-5
+(u the dtype's unit roundoff); LSE within 2e-5 x max(1, |LSE|), -inf exactly where a row
+sees no key.
+
+Memory: every cache slot at or past a sequence's length and every page no sequence uses is
+NaN, so a read of one shows up as NaN in O (with a sliding window, so is every 16-key
+block wholly before the window: the kernel must skip them); page-table entries past a sequence's end hold
+ids outside the pool. `out` is a strided view into a NaN-poisoned buffer: every element must
+be written and nothing around it. One case places the used pages at ids >= 65,536 of a
+pool over 4 GiB (allocated lazily; only the used pages are touched).
+
+Shapes: ragged cache_seqlens with 0, 1, page boundaries +-1 and split boundaries +-1;
+shuffled pages of 16, 64 and 1024 keys; contiguous caches (also as views into one KV
+tensor); GQA ratios 1, 8, 16 (16 x Sq 16 = 256 query rows: 16 row tiles); Sq 1, 4, 16
+causal and non-causal; sliding windows and sinks, split and unsplit; D 64 and 128; bf16
+and fp16. Default-suite budget: 120 s on a 2-core machine.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+
+import pytest
+import torch
+
+import gfxasm
+
+da = importlib.import_module("gfxasm.ops.decode_attention")   # the module (gfxasm.ops.decode_attention is the op)
+DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built():
+    da.build_kernels()
+
+
+def make_cache(seqlens, heads_kv, dim, dtype, gen, page_size=None, spare_pages=3, first_page=0, pool_pages=None):
+    """(k_cache, v_cache, block_table) with random visible keys and NaN everywhere else.
+    Paged: each sequence gets shuffled pages of the pool (ids from first_page on), the
+    table's entries past a sequence's end are ids outside the pool."""
+    batch = len(seqlens)
+    if page_size is None:
+        s_max = max(max(seqlens), 1) + 5
+        k = torch.full((batch, s_max, heads_kv, dim), float("nan"), dtype=dtype)
+        v = torch.full((batch, s_max, heads_kv, dim), float("nan"), dtype=dtype)
+        for b, n in enumerate(seqlens):
+            k[b, :n] = torch.randn(n, heads_kv, dim, generator=gen).to(dtype)
+            v[b, :n] = torch.randn(n, heads_kv, dim, generator=gen).to(dtype)
+        return k, v, None
+    per_seq = [da.cdiv(n, page_size) for n in seqlens]
+    max_pages = max(max(per_seq), 1) + 1
+    used = sum(per_seq)
+    total = pool_pages or (first_page + used + spare_pages)
+    shape = (total, page_size, heads_kv, dim)
+    if pool_pages:                                  # lazily allocated: fill only the used range
+        k, v = torch.empty(shape, dtype=dtype), torch.empty(shape, dtype=dtype)
+        k[first_page:].fill_(float("nan"))
+        v[first_page:].fill_(float("nan"))
+    else:
+        k, v = torch.full(shape, float("nan"), dtype=dtype), torch.full(shape, float("nan"), dtype=dtype)
+    ids = (first_page + torch.randperm(total - first_page, generator=gen)[:used]).tolist()
+    table = torch.full((batch, max_pages), total + 7, dtype=torch.int32)
+    table[:, -1] = -3
+    for b, n in enumerate(seqlens):
+        for i in range(per_seq[b]):
+            page = ids.pop()
+            table[b, i] = page
+            keys = min(page_size, n - i * page_size)
+            k[page, :keys] = torch.randn(keys, heads_kv, dim, generator=gen).to(dtype)
+            v[page, :keys] = torch.randn(keys, heads_kv, dim, generator=gen).to(dtype)
+    return k, v, table
+
+
+def hide_before_window(k, v, table, seqlens, seq_q, window_left):
+    """Copies of the caches with NaN in every key slot below the first 16-key block any
+    query's window reaches (the kernel must not read them; the reference masks them)."""
+    k, v = k.clone(), v.clone()
+    for b, n in enumerate(seqlens):
+        cut = max(0, n - seq_q - window_left) // 16 * 16
+        for j in range(cut):
+            if table is None:
+                k[b, j], v[b, j] = float("nan"), float("nan")
+            else:
+                page, slot = int(table[b, j // k.shape[1]]), j % k.shape[1]
+                k[page, slot], v[page, slot] = float("nan"), float("nan")
+    return k, v
+
+
+def poisoned_out(q):
+    """A NaN view shaped like q inside a larger NaN buffer (two extra heads): (view, base)."""
+    batch, seq_q, heads_q, dim = q.shape
+    base = torch.full((batch, seq_q, heads_q + 2, dim), float("nan"), dtype=q.dtype)
+    return base[:, :, 1:heads_q + 1], base
+
+
+def check(seqlens, heads_q, heads_kv, seq_q=1, dim=128, dtype=torch.bfloat16, page_size=None, causal=True,
+          window_left=-1, sinks=False, num_splits=None, seed=0, cache=None, softmax_scale=None):
+    gen = torch.Generator().manual_seed(seed)
+    batch = len(seqlens)
+    q = torch.randn(batch, seq_q, heads_q, dim, generator=gen).to(dtype)
+    k, v, table = cache if cache is not None else make_cache(seqlens, heads_kv, dim, dtype, gen, page_size)
+    seqlens_t = torch.tensor(seqlens, dtype=torch.int32)
+    sink_t = torch.randn(heads_q, generator=gen) * 2 if sinks else None
+    out, base = poisoned_out(q)
+    k_in, v_in = hide_before_window(k, v, table, seqlens, seq_q, window_left) if window_left >= 0 else (k, v)
+    o, lse = gfxasm.decode_attention(q, k_in, v_in, seqlens_t, block_table=table, causal=causal, window_left=window_left,
+                                     sinks=sink_t, num_splits=num_splits, out=out, return_lse=True,
+                                     softmax_scale=softmax_scale)
+    assert o is out
+    assert torch.isnan(base[:, :, 0]).all() and torch.isnan(base[:, :, -1]).all(), "a store landed outside out"
+    if table is not None:
+        last = k.shape[0] - 1                         # the device's clamp (ids read as unsigned)
+        table = torch.where((table < 0) | (table > last), torch.full_like(table, last), table)
+    o_ref, lse_ref, o_abs = da.reference(q, k, v, seqlens_t, block_table=table, causal=causal,
+                                         window_left=window_left, sinks=sink_t, softmax_scale=softmax_scale)
+    assert not torch.isnan(o).any(), f"{int(torch.isnan(o).sum())} O elements NaN (unwritten, or a NaN slot read)"
+    err = (o.double() - o_ref).abs()
+    bound = da.tolerance(o_ref, o_abs, dtype)
+    worst = int(torch.argmax(err / bound))
+    assert (err <= bound).all(), (f"{int((err > bound).sum())} of {o.numel()} O elements off; worst "
+                                  f"{err.view(-1)[worst]:.3g} > {bound.view(-1)[worst]:.3g} at "
+                                  f"{list(torch.unravel_index(torch.tensor(worst), o.shape))}")
+    assert lse.shape == (batch, heads_q, seq_q) and not torch.isnan(lse).any()
+    assert torch.equal(torch.isinf(lse), torch.isinf(lse_ref)), "LSE -inf where the reference is not (or not)"
+    finite = torch.isfinite(lse_ref)
+    lse_err = (lse.double() - lse_ref)[finite].abs()
+    assert (lse_err <= da.LSE_TOL * lse_ref[finite].abs().clamp(min=1)).all(), f"max LSE error {lse_err.max():.3g}"
+    return o
+
+
+# (seqlens, Hq, Hkv, Sq, D, dtype, page_size, causal, window, sinks, num_splits)
+CASES = [
+    # ragged lengths around 16-key page boundaries, 0 and 1, GQA 8, one split
+    ([0, 1, 15, 16, 17, 33, 47, 48], 8, 1, 1, 128, "bf16", 16, True, -1, False, 1),
+    # split boundaries: chunk 64 (4 splits of 256 capacity): 63, 64, 65, 127, 128, 129
+    ([63, 64, 65, 127, 128, 129], 8, 1, 1, 128, "f16", 64, True, -1, False, 4),
+    # page 64 boundaries +-1, the model chooses the splits
+    ([63, 64, 65, 191, 200], 4, 4, 1, 64, "bf16", 64, True, -1, False, None),
+    # a 1024-key page, GQA 16, Sq 4 causal, with a split inside the page
+    ([1, 700, 1024, 1030], 16, 1, 4, 64, "f16", 1024, True, -1, False, 3),
+    # GQA 1 (MHA), Sq 16 causal, page 16
+    ([16, 40, 3], 2, 2, 16, 128, "bf16", 16, True, -1, False, 2),
+    # GQA 16, Sq 16: 256 query rows = 16 row tiles; lengths shorter than Sq (rows with no key)
+    ([20, 9, 0], 16, 1, 16, 64, "bf16", 16, True, -1, False, 2),
+    # non-causal Sq 4
+    ([50, 77], 8, 2, 4, 128, "f16", 16, False, -1, False, 2),
+    # sliding window (pages wholly before the window are skipped), with and without splits
+    ([300, 45, 5], 8, 1, 4, 128, "bf16", 16, True, 37, False, 1),
+    ([300, 129], 8, 1, 1, 64, "f16", 64, True, 100, False, 3),
+    # sinks, unsplit (the merge runs alone) and split, with a window
+    ([0, 33, 90], 8, 2, 2, 128, "bf16", 16, True, -1, True, 1),
+    ([200, 31], 16, 2, 1, 64, "bf16", 64, True, 50, True, 4),
+    # contiguous caches
+    ([0, 1, 31, 32, 33, 100], 8, 1, 1, 128, "bf16", None, True, -1, False, 1),
+    ([70, 130], 8, 2, 4, 64, "f16", None, True, -1, True, None),
+    ([90, 5], 4, 4, 16, 128, "f16", None, False, 20, False, 3),
+]
+
+
+@pytest.mark.parametrize("seqlens,hq,hkv,sq,dim,dtype,page,causal,window,sinks,splits", CASES, ids=lambda x: str(x))
+def test_decode(seqlens, hq, hkv, sq, dim, dtype, page, causal, window, sinks, splits):
+    check(seqlens, hq, hkv, sq, dim, DTYPES[dtype], page, causal, window, sinks, splits)
+
+
+def test_split_chunks_line_up_with_the_cases():
+    # the split-boundary case above relies on chunk 64 for 4 splits of a 4-page x 64 table
+    assert da.plan(6, 1, 8, 4 * 64, 4).chunk == 64
+
+
+def test_contiguous_views_into_one_kv_tensor_and_scale():
+    gen = torch.Generator().manual_seed(4)
+    seqlens = [45, 12]
+    kv = torch.full((2, 50, 2, 3, 128), float("nan"), dtype=torch.bfloat16)    # [B, S, K/V, Hkv, D]
+    for b, n in enumerate(seqlens):
+        kv[b, :n] = torch.randn(n, 2, 3, 128, generator=gen).to(torch.bfloat16)
+    check(seqlens, 6, 3, 2, 128, torch.bfloat16, cache=(kv[:, :, 0], kv[:, :, 1], None), num_splits=2,
+          softmax_scale=0.05)
+
+
+def test_page_ids_clamped():
+    # ids past the pool (and negative) are clamped to the last page on the device
+    gen = torch.Generator().manual_seed(5)
+    k, v, table = make_cache([40], 1, 64, torch.float16, gen, page_size=16, spare_pages=0)
+    last = k.shape[0] - 1
+    k[last, :] = torch.randn(16, 1, 64, generator=gen).to(torch.float16)
+    v[last, :] = torch.randn(16, 1, 64, generator=gen).to(torch.float16)
+    table[0, 1] = 1000
+    table[0, 2] = -1
+    check([40], 4, 1, 1, 64, torch.float16, cache=(k, v, table))
+
+
+def test_pool_over_4gib_high_page_ids():
+    # 70,000 pages of 256 keys x 1 head x 128 dims (64 KiB each): 4.6 GB, allocated lazily;
+    # the sequences live in pages >= 66,000, whose byte offsets exceed 2^32
+    gen = torch.Generator().manual_seed(6)
+    cache = make_cache([300, 513], 1, 128, torch.bfloat16, gen, page_size=256, first_page=66_000, pool_pages=70_000)
+    table = cache[2]
+    assert table[(table >= 0) & (table < 70_000)].min() >= 66_000
+    check([300, 513], 8, 1, 1, 128, torch.bfloat16, cache=cache, num_splits=2)
+
+
+def test_allocates_out_and_no_lse():
+    gen = torch.Generator().manual_seed(7)
+    q = torch.randn(2, 1, 4, 64, generator=gen).to(torch.float16)
+    k, v, table = make_cache([10, 33], 2, 64, torch.float16, gen, page_size=16)
+    seqlens = torch.tensor([10, 33], dtype=torch.int32)
+    o = gfxasm.decode_attention(q, k, v, seqlens, block_table=table)
+    o_ref, _, o_abs = da.reference(q, k, v, seqlens, block_table=table)
+    assert o.shape == q.shape and o.dtype == q.dtype
+    assert ((o.double() - o_ref).abs() <= da.tolerance(o_ref, o_abs, torch.float16)).all()
+
+
+def test_splits_are_deterministic_and_agree():
+    gen = torch.Generator().manual_seed(8)
+    q = torch.randn(1, 1, 8, 128, generator=gen).to(torch.bfloat16)
+    k, v, table = make_cache([250], 1, 128, torch.bfloat16, gen, page_size=16)
+    seqlens = torch.tensor([250], dtype=torch.int32)
+    runs = [gfxasm.decode_attention(q, k, v, seqlens, block_table=table, num_splits=s) for s in (1, 3, 3)]
+    assert torch.equal(runs[1], runs[2])
+    o_ref, _, o_abs = da.reference(q, k, v, seqlens, block_table=table)
+    assert all(((r.double() - o_ref).abs() <= da.tolerance(o_ref, o_abs, torch.bfloat16)).all() for r in runs)
+
+
+def test_split_model():
+    # B128 Hkv1, 8k keys: 128 waves -> 16 splits fill 256 CUs x 8; chunk a multiple of 32
+    p = da.plan(128, 1, 8, 8192)
+    assert p.num_splits == 16 and p.chunk == 512 and p.row_tiles == 1 and p.partial
+    assert da.plan(16, 8, 8, 1024).num_splits == 4              # capped by 256 keys per split
+    assert da.plan(4096, 8, 8, 8192).num_splits == 1            # the grid alone fills the GPU
+    assert da.plan(1, 1, 256, 100).num_splits == 1              # short caches: one split
+    forced = da.plan(1, 1, 8, 1000, 7)
+    assert forced.num_splits == 7 and forced.chunk == 160 and forced.row_tiles == 1
+    assert da.plan(1, 1, 8, 100, 64).num_splits == 4             # empty splits dropped (chunk 32)
+
+
+# ------------------------------------------------------------------ bad inputs
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    """Any kernel launch fails the test: errors must come before."""
+    def boom(*args, **kwargs):
+        raise AssertionError("a kernel was launched")
+    monkeypatch.setattr(importlib.import_module("gfxasm.launcher"), "launch", boom)
+
+
+def good(dtype=torch.bfloat16, paged=True):
+    q = torch.zeros(2, 1, 8, 128, dtype=dtype)
+    if paged:
+        k = torch.zeros(6, 16, 2, 128, dtype=dtype)
+        table = torch.zeros(2, 3, dtype=torch.int32)
+    else:
+        k, table = torch.zeros(2, 40, 2, 128, dtype=dtype), None
+    return dict(q=q, k_cache=k, v_cache=k.clone(), cache_seqlens=torch.tensor([5, 30], dtype=torch.int32),
+                block_table=table)
+
+
+def raises(exc, match, **changes):
+    args = good()
+    args.update(changes)
+    with pytest.raises(exc, match=match):
+        gfxasm.decode_attention(args.pop("q"), args.pop("k_cache"), args.pop("v_cache"), args.pop("cache_seqlens"),
+                                **args)
+
+
+def test_not_implemented_arguments(no_launch):
+    one = torch.ones(1)
+    for name in ("k_descale", "v_descale", "k_scale_shift", "v_scale_shift"):
+        raises(NotImplementedError, f"'{name}'", **{name: one})
+    fp8 = torch.zeros(6, 16, 2, 128, dtype=torch.float8_e4m3fn)
+    raises(NotImplementedError, "'k_cache' dtype torch.float8_e4m3fn", k_cache=fp8, v_cache=fp8)
+
+
+def test_bad_shapes_and_dtypes(no_launch):
+    q = good()["q"]
+    raises(TypeError, "'q' dtype must be torch.bfloat16 or torch.float16", q=q.float())
+    raises(ValueError, "'q' head dim must be 64 or 128, got 96", q=torch.zeros(2, 1, 8, 96, dtype=torch.bfloat16))
+    raises(ValueError, r"'q' seq_q must be in 1..16, got 17", q=torch.zeros(2, 17, 8, 128, dtype=torch.bfloat16))
+    raises(ValueError, "'q' must have rank 4", q=q[0])
+    raises(TypeError, "'k_cache' dtype must equal q's", k_cache=torch.zeros(6, 16, 2, 128, dtype=torch.float16))
+    raises(ValueError, "'v_cache' shape must equal k_cache's", v_cache=torch.zeros(6, 16, 1, 128, dtype=torch.bfloat16))
+    raises(ValueError, r"Hq % Hkv == 0\), got Hq=8, Hkv=3", k_cache=torch.zeros(6, 16, 3, 128, dtype=torch.bfloat16),
+           v_cache=torch.zeros(6, 16, 3, 128, dtype=torch.bfloat16))
+    raises(ValueError, "'k_cache' head dim must equal q's", k_cache=torch.zeros(6, 16, 2, 64, dtype=torch.bfloat16),
+           v_cache=torch.zeros(6, 16, 2, 64, dtype=torch.bfloat16))
+    raises(ValueError, "page_size must be a power of two >= 16, got 24",
+           k_cache=torch.zeros(6, 24, 2, 128, dtype=torch.bfloat16), v_cache=torch.zeros(6, 24, 2, 128, dtype=torch.bfloat16))
+    raises(ValueError, "page_size must be a power of two >= 16, got 8",
+           k_cache=torch.zeros(6, 8, 2, 128, dtype=torch.bfloat16), v_cache=torch.zeros(6, 8, 2, 128, dtype=torch.bfloat16))
+    raises(TypeError, "'block_table' dtype must be torch.int32", block_table=torch.zeros(2, 3, dtype=torch.int64))
+    raises(ValueError, r"'block_table' must be \[2, max_pages >= 1\]", block_table=torch.zeros(3, 3, dtype=torch.int32))
+    raises(ValueError, "'block_table' must be contiguous", block_table=torch.zeros(3, 2, dtype=torch.int32).T)
+    raises(TypeError, "'cache_seqlens' dtype must be torch.int32", cache_seqlens=torch.tensor([5, 30]))
+    raises(ValueError, r"'cache_seqlens' must be \[2\]", cache_seqlens=torch.tensor([5], dtype=torch.int32))
+    raises(ValueError, "'cache_seqlens' must be >= 0, got -1", cache_seqlens=torch.tensor([-1, 3], dtype=torch.int32))
+    raises(ValueError, r"max\(cache_seqlens\) = 49 exceeds the cache: block_table holds 3 pages x 16",
+           cache_seqlens=torch.tensor([5, 49], dtype=torch.int32))
+    raises(TypeError, "'k_cache' must be a torch.Tensor", k_cache=[[0.0]])
+    raises(ValueError, "'k_cache' must be on q's device", k_cache=good()["k_cache"].to("meta"))
+
+
+def test_bad_contiguous_cache(no_launch):
+    c = good(paged=False)
+    raises(ValueError, "'k_cache' batch must equal q's \\(2\\) for a contiguous cache, got 3",
+           k_cache=torch.zeros(3, 40, 2, 128, dtype=torch.bfloat16), v_cache=torch.zeros(3, 40, 2, 128, dtype=torch.bfloat16),
+           block_table=None)
+    raises(ValueError, r"max\(cache_seqlens\) = 41 exceeds the cache: the cache holds 40 keys", k_cache=c["k_cache"],
+           v_cache=c["v_cache"], block_table=None, cache_seqlens=torch.tensor([41, 3], dtype=torch.int32))
+    wide = torch.zeros(2, 40, 2, 130, dtype=torch.bfloat16)[..., 1:129]
+    raises(ValueError, "'k_cache' data must be 16-byte aligned", k_cache=wide, v_cache=wide, block_table=None)
+    t = torch.zeros(2, 128, 40, 2, dtype=torch.bfloat16).permute(0, 2, 3, 1)
+    raises(ValueError, "'k_cache' must be contiguous in the head dim", k_cache=t, v_cache=t, block_table=None)
+
+
+def test_bad_options(no_launch):
+    raises(TypeError, "'causal' must be a bool", causal=1)
+    raises(ValueError, "'window_left' must be an int >= -1", window_left=-2)
+    raises(ValueError, "'window_left' must be an int >= -1", window_left=3.0)
+    raises(TypeError, "'sinks' dtype must be torch.float32", sinks=torch.zeros(8, dtype=torch.bfloat16))
+    raises(ValueError, r"'sinks' must be \[8\]", sinks=torch.zeros(4))
+    raises(ValueError, r"'num_splits' must be an int in \[1, 64\] or None, got 0", num_splits=0)
+    raises(ValueError, r"'num_splits' must be an int in \[1, 64\] or None, got 65", num_splits=65)
+    raises(ValueError, "'softmax_scale' must be a finite float > 0", softmax_scale=float("inf"))
+    raises(ValueError, "'out' shape must equal q's", out=torch.empty(2, 1, 8, 64, dtype=torch.bfloat16))
+    raises(TypeError, "'out' dtype must equal q's", out=torch.empty(2, 1, 8, 128, dtype=torch.float16))
+    raises(TypeError, "'return_lse' must be a bool", return_lse=None)
+    raises(ValueError, "must be on the CPU \\(emulator\\) or a ROCm gfx950 GPU, got meta",
+           q=good()["q"].to("meta"), k_cache=good()["k_cache"].to("meta"), v_cache=good()["v_cache"].to("meta"))
+
+
+def test_reference_known_answer():
+    # one key: O = V, LSE = score; two equal keys: O = mean, LSE = score + ln 2
+    q = torch.ones(1, 1, 1, 64, dtype=torch.bfloat16)
+    k = torch.full((1, 2, 1, 64), 0.5, dtype=torch.bfloat16)
+    v = torch.stack([torch.full((64,), 2.0), torch.full((64,), 4.0)]).view(1, 2, 1, 64).to(torch.bfloat16)
+    score = 64 * 0.5 / 8.0
+    o, lse, _ = da.reference(q, k, v, torch.tensor([1], dtype=torch.int32))
+    assert torch.allclose(o, torch.full_like(o, 2.0)) and lse.item() == pytest.approx(score)
+    o, lse, _ = da.reference(q, k, v, torch.tensor([2], dtype=torch.int32))
+    assert torch.allclose(o, torch.full_like(o, 3.0)) and lse.item() == pytest.approx(score + math.log(2))
+    o, lse, _ = da.reference(q, k, v, torch.tensor([0], dtype=torch.int32))
+    assert torch.all(o == 0) and lse.item() == float("-inf")
