@@ -278,7 +278,21 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_
                      sinks=None, num_splits=None, out=None, return_lse=False):
     """Attention of q's new tokens over the KV cache; returns out, or (out, lse) with
     return_lse. See the module docstring for conventions and limits."""
-    from ..launch import launch
+    from ..launcher import launch
+    out, lse, runs = launches(q, k_cache, v_cache, cache_seqlens, block_table=block_table, k_descale=k_descale,
+                              v_descale=v_descale, k_scale_shift=k_scale_shift, v_scale_shift=v_scale_shift,
+                              softmax_scale=softmax_scale, causal=causal, window_left=window_left, sinks=sinks,
+                              num_splits=num_splits, out=out, return_lse=return_lse)
+    for kernel, variant, args in runs:
+        launch(kernel, variant=variant, **args)
+    return (out, lse) if return_lse else out
+
+
+def launches(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_descale=None, v_descale=None,
+             k_scale_shift=None, v_scale_shift=None, softmax_scale=None, causal=True, window_left=-1, sinks=None,
+             num_splits=None, out=None, return_lse=False) -> tuple[torch.Tensor, torch.Tensor | None, list]:
+    """Validate and plan a call: (out, lse or None, [(kernel, variant, arguments), ...]) —
+    the launches decode_attention runs, in order (bench/decode.py models the same ones)."""
     _not_implemented(k_descale=k_descale, v_descale=v_descale, k_scale_shift=k_scale_shift,
                      v_scale_shift=v_scale_shift)
     a = _validate(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, causal, window_left, sinks,
@@ -292,7 +306,7 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_
         out = torch.empty(q.shape, dtype=q.dtype, device=dev)
     lse = torch.empty((batch, heads_q, seq_q), dtype=torch.float32, device=dev) if return_lse else None
     if not q.numel():
-        return (out, lse) if return_lse else out
+        return out, lse, []
     p = plan(batch, heads_kv, seq_q * group, a["capacity"], num_splits)
     partial = p.partial or a["sinks"] is not None
     if a["paged"]:
@@ -316,23 +330,23 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_
     lse_bs, lse_hs = (lse.stride(0) * 4, lse.stride(1) * 4) if lse is not None else (0, 0)
     qs, ks, vs = a["q_strides"], a["k_strides"], a["v_strides"]
     window = NO_LIMIT if a["window_left"] < 0 else a["window_left"]
-    launch(KERNEL, variant=variant_name(KERNEL, q.dtype, dim), q=q, k_cache=k, v_cache=v,
-           cache_seqlens=a["seqlens"], block_table=table, o=out, lse=lse_t, ws_o=ws_o, ws_lse=ws_lse,
-           num_splits=p.num_splits, heads_kv=heads_kv, row_tiles=p.row_tiles, seq_q=seq_q, heads_q=heads_q,
-           group=group, group_magic=_magic(group), tiles_magic=_magic(p.row_tiles), rows=seq_q * group,
-           max_pages=table.shape[1], pages_m1=pages - 1, page_shift=shift,
-           k_ps=ks[0], k_ss=ks[1], k_hs=ks[2], v_ps=vs[0], v_ss=vs[1], v_hs=vs[2],
-           q_ss=qs[1], q_hs=qs[2], q_bs=qs[0], o_ss=o_ss, o_hs=o_hs, o_bs=o_bs, lse_hs=lse_hs, lse_bs=lse_bs,
-           ws_stride=ws_stride, wsl_stride=rows_total * 4, chunk=p.chunk, window=window,
-           future=0 if causal else NO_LIMIT, scale_log2=a["scale"] * LOG2E, partial=int(partial),
-           store_lse=int(lse is not None))
+    runs = [(KERNEL, variant_name(KERNEL, q.dtype, dim), dict(
+        q=q, k_cache=k, v_cache=v, cache_seqlens=a["seqlens"], block_table=table, o=out, lse=lse_t, ws_o=ws_o,
+        ws_lse=ws_lse, num_splits=p.num_splits, heads_kv=heads_kv, row_tiles=p.row_tiles, seq_q=seq_q,
+        heads_q=heads_q, group=group, group_magic=_magic(group), tiles_magic=_magic(p.row_tiles),
+        rows=seq_q * group, max_pages=table.shape[1], pages_m1=pages - 1, page_shift=shift,
+        k_ps=ks[0], k_ss=ks[1], k_hs=ks[2], v_ps=vs[0], v_ss=vs[1], v_hs=vs[2],
+        q_ss=qs[1], q_hs=qs[2], q_bs=qs[0], o_ss=o_ss, o_hs=o_hs, o_bs=o_bs, lse_hs=lse_hs, lse_bs=lse_bs,
+        ws_stride=ws_stride, wsl_stride=rows_total * 4, chunk=p.chunk, window=window,
+        future=0 if causal else NO_LIMIT, scale_log2=a["scale"] * LOG2E, partial=int(partial),
+        store_lse=int(lse is not None)))]
     if partial:
         sinks_t = a["sinks"] if a["sinks"] is not None else dummy
-        launch(MERGE, variant=variant_name(MERGE, q.dtype, dim), ws_o=ws_o, ws_lse=ws_lse, sinks=sinks_t, o=out,
-               lse=lse_t, splits=p.num_splits, seq_q=seq_q, heads_q=heads_q, ws_stride=ws_stride,
-               wsl_stride=rows_total * 4, o_ss=o_ss, o_hs=o_hs, o_bs=o_bs, lse_hs=lse_hs, lse_bs=lse_bs,
-               has_sinks=int(a["sinks"] is not None), store_lse=int(lse is not None))
-    return (out, lse) if return_lse else out
+        runs.append((MERGE, variant_name(MERGE, q.dtype, dim), dict(
+            ws_o=ws_o, ws_lse=ws_lse, sinks=sinks_t, o=out, lse=lse_t, splits=p.num_splits, seq_q=seq_q,
+            heads_q=heads_q, ws_stride=ws_stride, wsl_stride=rows_total * 4, o_ss=o_ss, o_hs=o_hs, o_bs=o_bs,
+            lse_hs=lse_hs, lse_bs=lse_bs, has_sinks=int(a["sinks"] is not None), store_lse=int(lse is not None))))
+    return out, lse, runs
 
 
 def build_kernels(force: bool = False) -> None:
