@@ -6,6 +6,9 @@
     res = k.launch(grid=(gx, gy, gz), block=(bx, by, bz), kernarg=kernarg_bytes,
                    buffers=[t0, t1])      # the kernarg holds their data_ptr() values
     res.wave_instructions
+
+`schedule="adversarial", seed=N` runs a random legal order of waves and load landings
+instead of lockstep (adversarial.py; its `check` compares outputs across seeds).
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..codeobj import CodeObject, KernelInfo, load_code_object
-from . import families, hazards  # noqa: F401  (families registers every instruction handler)
+from . import adversarial, families, hazards  # noqa: F401  (families registers every instruction handler)
 from .decode import Program, decode
 from .errors import EmulatorError, LaunchError
 from .machine import Executor
@@ -139,13 +142,19 @@ class Kernel:
     # ------------------------------------------------------------------ launch
     def launch(self, grid, block, kernarg: bytes = b"", buffers=(), *, strict: bool = True,
                max_wave_instructions: int = 2_000_000_000, trace=None,
-               workgroups=None, waive=()) -> LaunchResult:
+               workgroups=None, waive=(), schedule: str = "lockstep", seed: int | None = None) -> LaunchResult:
         """Run the kernel. `trace(inst, w)` is called after every executed instruction; if
         it has an `attach(executor)` method, that is called first for every batch.
         `workgroups` (an iterable of (x, y, z)) runs only those workgroups of `grid` — the
         timing model (gfxasm.perf) runs one compute unit's share of a large grid.
         `waive` names strict-mode hazard rules (hazards.WAIVABLE) not to enforce: only for
-        third-party code objects whose silicon behaviour contradicts the rule."""
+        third-party code objects whose silicon behaviour contradicts the rule.
+        `schedule` "adversarial" with an int `seed` and strict=False draws a random legal
+        interleaving and load-landing times (adversarial.py); inside adversarial.override,
+        its schedule, seed and strictness replace these arguments."""
+        if adversarial.forced() is not None:
+            schedule, seed, strict = adversarial.forced()
+        adversarial.check_schedule(schedule, seed, strict)
         grid, block = _dims(grid, "grid"), _dims(block, "block")
         self._check_launch(grid, block)
         waived = hazards.check_waivers(waive)
@@ -170,8 +179,11 @@ class Kernel:
         total = 0
         for start in range(0, len(groups), per_batch):
             batch = [(x, y, z) for z, y, x in groups[start:start + per_batch]]
+            adversary = (adversarial.Adversarial(seed, start, len(batch) * waves_per_group)
+                         if schedule == "adversarial" else None)
             total += self._run_batch(batch, block, waves_per_group, memory, seg, kernarg_addr,
-                                     packet_addr, strict, waived, max_wave_instructions - total, trace)
+                                     packet_addr, strict, waived, max_wave_instructions - total, trace,
+                                     adversary)
         return LaunchResult(total, len(groups), len(groups) * waves_per_group)
 
     def _init_waves(self, batch, block, waves_per_group, seg, kernarg_addr, packet_addr) -> Waves:
@@ -222,7 +234,7 @@ class Kernel:
         return waves
 
     def _run_batch(self, batch, block, waves_per_group, memory, seg, kernarg_addr, packet_addr,
-                   strict, waived, budget, trace) -> int:
+                   strict, waived, budget, trace, adversary) -> int:
         waves = self._init_waves(batch, block, waves_per_group, seg, kernarg_addr, packet_addr)
         kd = self.info.descriptor
 
@@ -237,19 +249,26 @@ class Kernel:
         ex.waived = waived
         if trace is not None and hasattr(trace, "attach"):
             trace.attach(ex)
+        ex.adversary = adversary
         return run(ex, budget)
 
 
 def run(ex: Executor, budget: int) -> int:
-    """Schedule the waves of `ex` to completion; returns the wave-instructions executed."""
+    """Schedule the waves of `ex` to completion; returns the wave-instructions executed.
+    Lockstep (lowest pc first) unless `ex.adversary` picks the waves and lands loads."""
     waves = ex.waves
+    adversary = ex.adversary
     all_waves = np.arange(waves.count)
     groups: dict[int, np.ndarray] = {int(ex.program.entry): all_waves}
     at_barrier = np.zeros(waves.count, dtype=bool)
     executed = 0
     while groups:
-        pc = min(groups)
-        w = groups.pop(pc)
+        if adversary is None:
+            pc = min(groups)
+            w = groups.pop(pc)
+        else:
+            pc, w = adversary.pick(groups)
+            adversary.land_some(ex)
         sel = slice(None) if len(w) == waves.count else w
         inst = ex.program.at(pc)
         ex.next_pc = None

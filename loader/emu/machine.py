@@ -4,9 +4,9 @@ Waves that stand at the same pc — across the waves of a workgroup and across
 workgroups — execute each instruction as one numpy operation. The scheduler always
 advances the group at the lowest pc, so waves that fell behind catch up and merge.
 
-Under an adversarial schedule (adversarial.py) waves run in a random legal order, loads
-land at random legal times, and a register read while its load is in flight sees the
-value from before the load (`stale_reads`).
+Under an adversarial schedule (`adversary`, adversarial.py) waves run in a random legal
+order, loads land at random legal times, and a register read while its load is in
+flight sees the value from before the load.
 
 Strict mode (the default) reports as `HazardError`:
   * reading or overwriting a register while a load into it is still in flight
@@ -72,7 +72,7 @@ class Executor:
         self.waived: frozenset[str] = frozenset()   # hazard rules not enforced (hazards.WAIVABLE)
         self.srcc_noted: list = []
         self.mode_split = None                # set while a wave has VSKIP or GPR index mode on
-        self.stale_reads = False              # True: an in-flight register reads its old value
+        self.adversary = None                 # adversarial.Adversarial, or None: lockstep
 
     # ----------------------------------------------------------------- errors
     def where(self, wave: int | None = None) -> str:
@@ -249,7 +249,7 @@ class Executor:
             rows, reg = pending
             self.hazard(w, rows, f"{kind}{reg} read while a load into it is still in flight "
                                  f"(missing s_waitcnt)")
-            if not self.stale_reads:
+            if self.adversary is None:        # else the read sees the old value
                 self._land_early(w, kind, index, count)
         hazards.check_read(self, kind, w, index, count)
 
@@ -339,6 +339,11 @@ class Executor:
                     self.hazard([wave], np.array([True]),
                                 f"s_waitcnt lgkmcnt({keep}) with scalar loads in flight: scalar "
                                 f"memory returns out of order, only lgkmcnt(0) is safe")
+        if self.adversary is not None:
+            for wave in waves:                # one wave at a time, in the adversary's order
+                while len(queues[wave]) > keep:
+                    self.land_now(wave, counter, self.adversary.next_to_land(queues[wave]))
+            return
         qs = [queues[wave] for wave in waves]
         while qs:
             # The common case: every wave's queue is above `keep` and starts with the same
