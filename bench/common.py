@@ -153,7 +153,7 @@ def manifest_case(kernel: str, variant: str | None, label: str, group: str, flop
     """A BenchCase for one of our manifest kernels: kernarg and grid exactly as
     gfxasm.launch would build them (same checks), without launching."""
     from gfxasm import kernarg as ka
-    from gfxasm.launch import bind_scalars, check_argument_names, check_tensors, launch_grid
+    from gfxasm.launcher import bind_scalars, check_argument_names, check_tensors, launch_grid
     from gfxasm.manifest import default_manifest
     chosen = default_manifest().kernel(kernel).variant(variant)
     check_argument_names(chosen, args)

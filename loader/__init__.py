@@ -1,5 +1,7 @@
 """gfxasm: hand-written gfx950 kernels, their loader, and a strict gfx950 emulator."""
-from .launch import launch
-from .ops import decode_attention, fmha_fwd, mxfp8_gemm
+from .launcher import launch
+from .ops.decode_attention import decode_attention
+from .ops.fmha import fmha_fwd
+from .ops.mxfp8_gemm import mxfp8_gemm
 
 __all__ = ["launch", "decode_attention", "fmha_fwd", "mxfp8_gemm"]

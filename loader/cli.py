@@ -12,9 +12,10 @@ These commands take --manifest/-m (repeatable; default: kernels.yaml of this che
 A subcommand is one entry of COMMANDS: a function registered with @command (its name, a
 help line, a function adding its options), or one implemented elsewhere, by delegate().
 
-`gfxasm run` needs a reference for each kernel: a factory registered with @run_case that
-makes fresh inputs and the expected outputs (RunCase). Op modules register theirs when
-gfxasm.ops is imported; a manifest may also name a cases file (its `cases` field).
+`gfxasm run` needs a reference for each kernel: a factory registered with @run_case
+(gfxasm.runcases) that makes fresh inputs and the expected outputs (RunCase). Op modules
+register theirs when gfxasm.ops is imported; a manifest may also name a cases file (its
+`cases` field).
 """
 from __future__ import annotations
 
@@ -33,34 +34,10 @@ from typing import Any, Callable
 import torch
 
 from .manifest import DEFAULT_MANIFEST, Manifest, ManifestError, Variant
+from .runcases import RUN_CASES, RunCase, run_case  # noqa: F401  (run-case files import them from here too)
 
 
-# --- `gfxasm run` references -------------------------------------------------------------
-
-@dataclass
-class RunCase:
-    """One run of a kernel: its arguments (outputs poisoned beforehand) and the reference."""
-    args: dict[str, Any]
-    expected: dict[str, torch.Tensor]      # the value every output argument must have afterwards
-    atol: float
-    rtol: float
-    note: str = ""                         # shape or other detail worth printing
-
-
-CaseFactory = Callable[[Variant, torch.Generator], RunCase]
-RUN_CASES: dict[str, CaseFactory] = {}
-
-
-def run_case(kernel_name: str) -> Callable[[CaseFactory], CaseFactory]:
-    """Register the `gfxasm run` case factory of a kernel (by its manifest name)."""
-    def register(factory: CaseFactory) -> CaseFactory:
-        if kernel_name in RUN_CASES:
-            raise ValueError(f"a run case for kernel '{kernel_name}' is already registered "
-                             f"({RUN_CASES[kernel_name].__module__})")
-        RUN_CASES[kernel_name] = factory
-        return factory
-    return register
-
+# --- `gfxasm run` references (registered in gfxasm.runcases) ----------------------------
 
 @functools.lru_cache(maxsize=None)
 def load_cases(path: Path) -> None:
@@ -204,10 +181,10 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_one(variant: Variant, seed: int) -> bool:
-    from .launch import launch
+    from .launcher import launch
     factory = RUN_CASES.get(variant.kernel.name)
     if factory is None:
-        print(f"{variant.name:<24} FAIL  no reference registered (gfxasm.cli.run_case)")
+        print(f"{variant.name:<24} FAIL  no reference registered (gfxasm.runcases.run_case)")
         return False
     case = factory(variant, torch.Generator().manual_seed(seed))
     started = time.perf_counter()
@@ -288,7 +265,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # `python -m gfxasm.cli` runs this file as __main__, a second copy of the module: the
-    # ops register their run cases with gfxasm.cli, so hand over to that copy.
-    from gfxasm.cli import main as package_main
-    sys.exit(package_main())
+    sys.exit(main())

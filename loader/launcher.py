@@ -3,14 +3,22 @@
     gfxasm.launch("name", variant="...", q=q, out=out, n=n)   # a kernel of kernels.yaml
     gfxasm.launch(manifest.kernel("name"), ...)                # or of any loaded Manifest
 
-manifest → argument checks (names, dtype, rank, shape, contiguity, device) → kernarg bytes
-→ grid from the manifest's expressions → backend. Tensors on a ROCm GPU go to HIP (they
-must be on a gfx950), CPU tensors to the emulator; GFXASM_BACKEND=hip|emu insists on one
-and is an error when the tensors do not fit it. Nothing falls back silently.
+manifest → argument checks (names, dtype, rank, shape, contiguity, device, the size of
+rank-only buffers) → kernarg bytes → grid from the manifest's expressions → backend.
+Tensors on a ROCm GPU go to HIP (they must be on a gfx950), CPU tensors to the emulator;
+GFXASM_BACKEND=hip|emu insists on one and is an error when the tensors do not fit it.
+Nothing falls back silently.
+
+`prepare` does all of it but the data pointers and returns a PreparedLaunch, which the ops
+cache per argument layout: a call then only writes the pointers into the kernarg template.
+This module is `gfxasm.launcher`; the package exports its `launch` as `gfxasm.launch`.
 """
 from __future__ import annotations
 
 import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,8 +35,42 @@ ELEMENT_DTYPES: dict[str, torch.dtype] = {
     "u8": torch.uint8, "i32": torch.int32, "u32": torch.uint32,
 }
 MAX_GRID_DIM = 2**32 - 1
+_POINTER = struct.Struct("<Q")
 
 hip_backend = HipBackend()
+
+
+@dataclass(frozen=True, eq=False)
+class PreparedLaunch:
+    """One launch, checked, but for the data pointers: valid for every call whose tensors
+    have the dtypes, shapes, strides and device it was prepared with, and the same scalars."""
+    variant: str
+    backend: str | None                  # "emu", "hip"; None when the grid is empty
+    co_path: Path
+    symbol: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    template: bytes                      # the kernarg segment with every pointer 0
+    pointers: tuple[tuple[str, int, bool], ...]   # (name, kernarg offset, untouched: numel 0)
+    device: torch.device
+
+    def __call__(self, *tensors: torch.Tensor | None):
+        """Launch on the pointer arguments, in manifest order. None stands for a buffer the
+        kernel does not touch with these arguments (its `numel` is 0): a null pointer."""
+        if self.backend is None:
+            return None
+        segment = bytearray(self.template)
+        for (name, offset, untouched), tensor in zip(self.pointers, tensors):
+            if tensor is not None:
+                _POINTER.pack_into(segment, offset, tensor.data_ptr())
+            elif not untouched:
+                raise ValueError(f"{self.variant}: argument '{name}' is None, but the kernel touches it")
+        if self.backend == "emu":
+            return emu_backend.launch(self.co_path, self.symbol, self.grid, self.block, bytes(segment),
+                                      [t for t in tensors if t is not None])
+        hip_backend.launch(self.co_path, self.symbol, self.grid, self.block, bytes(segment), self.device.index or 0,
+                           current_stream(self.device))
+        return None
 
 
 def launch(kernel: str | Kernel, /, variant: str | None = None, **args: Any):
@@ -39,23 +81,26 @@ def launch(kernel: str | Kernel, /, variant: str | None = None, **args: Any):
     problem) launches nothing.
     """
     chosen = (kernel if isinstance(kernel, Kernel) else default_manifest().kernel(kernel)).variant(variant)
+    return prepare(chosen, args)(*(args[a.name] for a in chosen.args if a.type.is_pointer))
+
+
+def prepare(chosen: Variant, args: dict[str, Any]) -> PreparedLaunch:
+    """Check every argument of `chosen` and build its launch, but for the data pointers."""
     check_argument_names(chosen, args)
     device, sizes = check_tensors(chosen, args)
-    values = {a.name: args[a.name].data_ptr() if a.type.is_pointer else args[a.name] for a in chosen.args}
-    kernarg_bytes = kernarg.pack(chosen.args, chosen.kernarg_size, values)
+    values = {a.name: 0 if a.type.is_pointer else args[a.name] for a in chosen.args}
+    template = kernarg.pack(chosen.args, chosen.kernarg_size, values)
     bind_scalars(chosen, args, sizes)
+    needed = check_buffer_sizes(chosen, args, sizes)
     grid = launch_grid(chosen, sizes)
-    if 0 in grid:
-        return None
-    backend = choose_backend(device)   # before the .co check: a wrong device is the more useful error
-    co_path, symbol, block = chosen.co_path, chosen.kernel.symbol, chosen.kernel.workgroup
-    if not co_path.is_file():
-        raise FileNotFoundError(f"{co_path} is not built: run ./build.sh")
-    tensors = [args[a.name] for a in chosen.args if a.type.is_pointer]
-    if backend == "emu":
-        return emu_backend.launch(co_path, symbol, grid, block, kernarg_bytes, tensors)
-    hip_backend.launch(co_path, symbol, grid, block, kernarg_bytes, device.index or 0, current_stream(device))
-    return None
+    backend = None
+    if 0 not in grid:
+        backend = choose_backend(device)   # before the .co check: a wrong device is the more useful error
+        if not chosen.co_path.is_file():
+            raise FileNotFoundError(f"{chosen.co_path} is not built: run ./build.sh")
+    pointers = tuple((a.name, a.offset, needed.get(a.name) == 0) for a in chosen.args if a.type.is_pointer)
+    return PreparedLaunch(chosen.name, backend, chosen.co_path, chosen.kernel.symbol, grid, chosen.kernel.workgroup,
+                          template, pointers, device)
 
 
 def check_argument_names(variant: Variant, args: dict[str, Any]) -> None:
@@ -112,6 +157,19 @@ def bind_scalars(variant: Variant, args: dict[str, Any], sizes: dict[str, int]) 
             raise ValueError(f"{variant.name}: argument '{arg.name}' = {value}, but the tensors' shape "
                              f"name '{arg.name}' is {sizes[arg.name]}")
         sizes[arg.name] = value
+
+
+def check_buffer_sizes(variant: Variant, args: dict[str, Any], sizes: dict[str, int]) -> dict[str, int]:
+    """Every buffer with a `numel` expression holds at least that many elements; returns
+    the elements each needs with these arguments."""
+    needed = {}
+    for arg in (a for a in variant.args if a.numel is not None):
+        needed[arg.name] = arg.numel.evaluate(sizes)
+        if args[arg.name].numel() < needed[arg.name]:
+            raise ValueError(f"{variant.name}: argument '{arg.name}' ({arg.type.name}) has {args[arg.name].numel()} "
+                             f"elements; with these arguments the kernel touches {needed[arg.name]} "
+                             f"(numel '{arg.numel.text}')")
+    return needed
 
 
 def launch_grid(variant: Variant, sizes: dict[str, int]) -> tuple[int, int, int]:

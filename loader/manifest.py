@@ -17,9 +17,9 @@ from typing import Any, Iterator
 
 import yaml
 
-from .codegen import GENERATED_SYMBOLS, KERNARG_SYMBOL_PREFIX
 from .gridexpr import FUNCTIONS, GridExpr, GridExprError
 from .kernarg import ARG_TYPES, ArgType, layout
+from .symbols import GENERATED_SYMBOLS, KERNARG_SYMBOL_PREFIX
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MANIFEST = REPO_ROOT / "kernels.yaml"
@@ -47,6 +47,7 @@ class Arg:
     shape: tuple[str | int, ...] | None = None  # dims: names bind across args, ints are exact
     rank: int | None = None                    # set by `shape` or by `rank`
     contiguous: bool = True
+    numel: GridExpr | None = None              # rank-only buffers: elements the kernel may touch
 
     def describe(self) -> str:
         """'x: *f32 in [rows, cols]' — as `gfxasm list` and argument errors show it."""
@@ -55,7 +56,8 @@ class Arg:
         else:
             dims = f" (rank {self.rank})" if self.rank is not None else ""
         layout = "" if self.contiguous or not self.type.is_pointer else " strided"
-        return f"{self.name}: {self.type.name} {self.direction}{dims}{layout}"
+        size = f" numel >= {self.numel.text}" if self.numel is not None else ""
+        return f"{self.name}: {self.type.name} {self.direction}{dims}{layout}{size}"
 
 
 @dataclass(eq=False)
@@ -161,7 +163,7 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _m
 _TOP_FIELDS = {"build_dir", "include_dirs", "cases", "kernels"}
 _KERNEL_FIELDS = {"description", "source", "symbol", "workgroup", "lds_bytes", "grid",
                   "float_denorm_mode_32", "args", "variants"}
-_ARG_FIELDS = {"name", "type", "dir", "shape", "rank", "contiguous"}
+_ARG_FIELDS = {"name", "type", "dir", "shape", "rank", "contiguous", "numel"}
 _VARIANT_FIELDS = {"defines", "types"}
 
 
@@ -294,15 +296,16 @@ class _Parser:
         texts = self.sequence(value, kernel, "grid")
         if not 1 <= len(texts) <= 3:
             raise self.fail(kernel, "grid", f"expected 1 to 3 expressions, got {len(texts)}")
-        exprs = []
-        for i, text in enumerate(texts + [1] * (3 - len(texts))):
-            if isinstance(text, bool) or not isinstance(text, (str, int)):
-                raise self.fail(kernel, f"grid[{i}]", f"expected an expression or integer, got {text!r}")
-            try:
-                exprs.append(GridExpr(text))
-            except GridExprError as exc:
-                raise self.fail(kernel, f"grid[{i}]", str(exc)) from None
-        return tuple(exprs)
+        padded = texts + [1] * (3 - len(texts))
+        return tuple(self.expression(text, kernel, f"grid[{i}]") for i, text in enumerate(padded))
+
+    def expression(self, text: Any, kernel: str, where: str) -> GridExpr:
+        if isinstance(text, bool) or not isinstance(text, (str, int)):
+            raise self.fail(kernel, where, f"expected an expression or integer, got {text!r}")
+        try:
+            return GridExpr(text)
+        except GridExprError as exc:
+            raise self.fail(kernel, where, str(exc)) from None
 
     def args(self, value: Any, kernel: str) -> list[dict]:
         """Validated argument specs (types resolved, offsets not yet computed)."""
@@ -335,7 +338,7 @@ class _Parser:
         if not arg_type.is_pointer:
             if direction != "in":
                 raise self.fail(kernel, f"{where}.dir", "a scalar argument can only be 'in'")
-            for pointer_only in ("shape", "rank", "contiguous"):
+            for pointer_only in ("shape", "rank", "contiguous", "numel"):
                 if pointer_only in spec:
                     raise self.fail(kernel, f"{where}.{pointer_only}", "only pointer arguments have it")
             return details
@@ -347,9 +350,17 @@ class _Parser:
             details.update(shape=shape, rank=len(shape))
         elif "rank" in spec:
             details["rank"] = self.integer(spec["rank"], kernel, f"{where}.rank", 0, 8)
+        if "numel" in spec:
+            if "shape" in spec:
+                raise self.fail(kernel, f"{where}.numel", "a shape already gives the size; numel is for rank-only "
+                                "buffers")
+            details["numel"] = self.expression(spec["numel"], kernel, f"{where}.numel")
         contiguous = spec.get("contiguous", True)
         if not isinstance(contiguous, bool):
             raise self.fail(kernel, f"{where}.contiguous", f"expected true or false, got {contiguous!r}")
+        if "numel" in details and not contiguous:
+            raise self.fail(kernel, f"{where}.numel", "numel bounds a contiguous buffer; a strided one's extent "
+                            "depends on its strides")
         details["contiguous"] = contiguous
         return details
 
@@ -370,10 +381,12 @@ class _Parser:
                 raise self.fail(kernel.name, "args", f"shape name '{dim}' is also argument '{dim}' of type "
                                 f"{by_name[dim]['type'].name}; only an integer scalar can share a shape name")
         known = shape_names | {a["name"] for a in args if a["type"].is_integer}
-        for i, expr in enumerate(kernel.grid):
+        expressions = [(f"grid[{i}]", expr) for i, expr in enumerate(kernel.grid)]
+        expressions += [(f"args ({a['name']}).numel", a["numel"]) for a in args if "numel" in a]
+        for where, expr in expressions:
             unknown = sorted(expr.names - known)
             if unknown:
-                raise self.fail(kernel.name, f"grid[{i}]", f"'{expr.text}' uses {', '.join(unknown)}, which is "
+                raise self.fail(kernel.name, where, f"'{expr.text}' uses {', '.join(unknown)}, which is "
                                 f"neither an integer scalar argument nor a shape name")
 
     def variant(self, kernel: Kernel, name: str, spec: Any, args: list[dict]) -> Variant:

@@ -16,7 +16,7 @@ from gfxasm.manifest import Manifest
 
 from conftest import write_manifest
 
-launch_module = importlib.import_module("gfxasm.launch")   # `gfxasm.launch` itself is the function
+launch_module = importlib.import_module("gfxasm.launcher")   # the module; `gfxasm.launch` is its function
 
 
 class CudaStandIn(torch.Tensor):

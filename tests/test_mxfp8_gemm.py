@@ -193,7 +193,9 @@ def no_launch(monkeypatch):
     """Any kernel launch fails the test: errors must come before."""
     def boom(*args, **kwargs):
         raise AssertionError("a kernel was launched")
-    monkeypatch.setattr(importlib.import_module("gfxasm.launch"), "launch", boom)
+    launcher = importlib.import_module("gfxasm.launcher")
+    monkeypatch.setattr(launcher.emu_backend, "launch", boom)
+    monkeypatch.setattr(launcher.hip_backend, "launch", boom)
 
 
 def raises(exc, match, *args, **kwargs):
@@ -217,9 +219,8 @@ def test_bad_dtypes(no_launch):
 
 def test_bad_k(no_launch):
     a, sa, b, sb = good(K=64)
-    raises(ValueError, r"K \(a.shape\[1\]\) must be a positive multiple of 32, got 48",
+    raises(ValueError, r"K \(a.shape\[1\]\) must be a multiple of 32, got 48",
            a[:, :48].contiguous(), sa[:, :1].contiguous(), b[:, :48].contiguous(), sb[:, :1].contiguous())
-    raises(ValueError, r"multiple of 32, got 0", a[:, :0], sa[:, :0], b[:, :0], sb[:, :0])
 
 
 def test_shape_mismatch(no_launch):
@@ -261,8 +262,8 @@ def test_buffer_beyond_32bit_offsets(no_launch):
     row_scales = torch.empty((2**15, 1), dtype=E8M0, device="meta")
     raises(ValueError, r"output \[M, N\] = \[32768, 32768\] would be 2147483648 bytes", rows, row_scales, rows,
            row_scales)
-    # within range, a meta tensor is still refused: only CPU (emulator) and ROCm GPUs run
-    raises(ValueError, r"must be on the CPU \(emulator\) or a ROCm gfx950 GPU, got meta", a, sa, b, sb)
+    # within range, meta tensors give the output's shape (the op's fake kernel); nothing runs
+    assert gfxasm.mxfp8_gemm(a, sa, b, sb).shape == (1, 8)
 
 
 def test_bad_kernel_choice(no_launch):

@@ -1,6 +1,7 @@
-"""User-facing ops: validation, kernel launch, references."""
-from .decode_attention import decode_attention
-from .fmha import fmha_fwd
-from .mxfp8_gemm import mxfp8_gemm
-
-__all__ = ["decode_attention", "fmha_fwd", "mxfp8_gemm"]
+"""User-facing ops: validation, kernel launch, references, and their torch.library ops
+(gfxasm::<op>, see library.py). Importing this package registers every op and its
+`gfxasm run` cases. The functions are exported by the package itself (gfxasm.fmha_fwd,
+...), not here, so that no module of this package is shadowed by the function it defines."""
+from . import decode_attention  # noqa: F401
+from . import fmha  # noqa: F401
+from . import mxfp8_gemm  # noqa: F401

@@ -14,8 +14,19 @@ log-sum-exp of the scaled scores, float32, dense `[batch, heads_q, seq_q]`.
 The kernel reads 16-byte rows through buffer descriptors, so every tensor's data pointer
 and its batch/seq/head strides must be 16-byte aligned (multiples of 8 elements), rows of
 one head must not overlap (seq stride >= 128 elements), and one head's rows must span
-less than 2 GiB. Everything is checked here, before launching; a violation is a
-ValueError/TypeError naming the argument, what was expected and what was given.
+less than 2 GiB. `out` may not share memory with q, k or v, nor between its own elements
+(a stride 0), except `out=q` exactly (same address, shape and strides): each wave reads
+its 32 Q rows into registers once, before it writes the O rows of those same queries.
+Empty problems (batch, seq_q or heads 0) return empty outputs; seq_k = 0 with queries
+gives what a query without visible keys gets: O = 0, LSE = -inf. Everything is checked
+here, before launching; a violation is a ValueError/TypeError naming the argument, what
+was expected and what was given.
+
+torch ops (loader/ops/library.py): gfxasm::fmha_fwd(q, k, v, causal, softmax_scale,
+return_lse) -> (out, lse), lse empty unless return_lse; gfxasm::fmha_fwd_out(q, k, v,
+out!, lse!?, causal, softmax_scale). Both have fake kernels (meta tensors,
+torch.compile). The validated launch is cached per tensor layout (shapes, strides,
+dtypes, devices) and scalars, so a repeated call only checks pointers and launches.
 
 `reference` computes the float32 answer; `reference_lowp` the same attention evaluated
 with PyTorch in the inputs' precision, which sets the error budget (flash-attention's
@@ -24,8 +35,14 @@ rule: the kernel's error may be at most twice the error of that implementation).
 from __future__ import annotations
 
 import math
+import os
 
 import torch
+
+from ..launcher import BACKEND_ENV, PreparedLaunch, prepare
+from ..manifest import default_manifest
+from . import library
+from .aliasing import extent, refuse_internal_overlap, refuse_overlap
 
 HEAD_DIM = 128
 Q_TILE = 256                       # rows of Q per workgroup (the grid's x: cdiv(seq_q, 256))
@@ -62,8 +79,6 @@ def _check_layout(name: str, t: torch.Tensor) -> None:
     if t.stride(3) != 1:
         raise ValueError(f"fmha_fwd: '{name}' must be contiguous in the head dim (stride 1), got strides {t.stride()}")
     element = t.element_size()
-    if t.data_ptr() % (_ALIGN_ELEMENTS * element):
-        raise ValueError(f"fmha_fwd: '{name}' data must be 16-byte aligned, got address {t.data_ptr():#x}")
     for axis, what in ((0, "batch"), (1, "seq"), (2, "head")):
         stride = _stride(t, axis)
         if stride % _ALIGN_ELEMENTS:
@@ -112,8 +127,6 @@ def _validate(q, k, v, out, softmax_scale) -> float:
                          f"got Hq={heads_q}, Hk={heads_k}")
     if heads_q >= _MAX_HEADS:
         raise ValueError(f"fmha_fwd: heads_q must be below {_MAX_HEADS}, got {heads_q}")
-    if seq_k < 1 and seq_q * batch * heads_q > 0:
-        raise ValueError(f"fmha_fwd: 'k' must have seq_k >= 1 keys, got shape {tuple(k.shape)}")
     if out is not None:
         if not isinstance(out, torch.Tensor):
             raise TypeError(f"fmha_fwd: 'out' must be a torch.Tensor, got {type(out).__name__}")
@@ -133,11 +146,43 @@ def _validate(q, k, v, out, softmax_scale) -> float:
     return float(softmax_scale)
 
 
+def _check_lse(lse, q: torch.Tensor) -> None:
+    """The out= op's lse: f32, contiguous [batch, heads_q, seq_q], on q's device."""
+    batch, seq_q, heads_q, _ = q.shape
+    if not isinstance(lse, torch.Tensor):
+        raise TypeError(f"fmha_fwd: 'lse' must be a torch.Tensor or None, got {type(lse).__name__}")
+    if lse.dtype != torch.float32 or tuple(lse.shape) != (batch, heads_q, seq_q) or not lse.is_contiguous():
+        raise ValueError(f"fmha_fwd: 'lse' must be a contiguous float32 [batch, heads_q, seq_q] = "
+                         f"[{batch}, {heads_q}, {seq_q}], got {lse.dtype} shape {tuple(lse.shape)} "
+                         f"strides {lse.stride()}")
+    if lse.device != q.device:
+        raise ValueError(f"fmha_fwd: 'lse' must be on q's device ({q.device}), got {lse.device}")
+
+
+def _check_flag(name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"fmha_fwd: '{name}' must be a bool, got {type(value).__name__}")
+
+
+def _check_metadata(q, k, v, out, lse, causal, softmax_scale) -> float:
+    """Everything the tensors' metadata can tell (the fake kernels run only this); returns
+    the softmax scale."""
+    scale = _validate(q, k, v, out, softmax_scale)
+    _check_flag("causal", causal)
+    if out is not None:
+        refuse_internal_overlap("fmha_fwd", "out", out)
+    if lse is not None:
+        _check_lse(lse, q)
+    return scale
+
+
 # ------------------------------------------------------------------ kernel arguments
 
 def kernel_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor | None,
                 scale: float) -> dict:
-    """The manifest arguments of fmha_fwd_d128 (byte strides, kv head divisor, log2 scale)."""
+    """The manifest arguments of fmha_fwd_d128 (byte strides, kv head divisor, log2 scale).
+    Without lse the kernel never touches it: an empty placeholder stands in (a null
+    pointer at launch)."""
     e = q.element_size()
     ratio = q.shape[2] // k.shape[2]
     args = dict(q=q, k=k, v=v, o=o, seq_q=q.shape[1], seq_k=k.shape[1],
@@ -148,7 +193,7 @@ def kernel_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
         args[f"{name}_head_stride"] = _stride(t, 2) * e
         args[f"{name}_batch_stride"] = _stride(t, 0) * e
     if lse is None:
-        lse = torch.empty((1, 1, 1), dtype=torch.float32, device=q.device)   # never touched
+        lse = torch.empty((0, 0, 0), dtype=torch.float32, device=q.device)
         args.update(lse_head_stride=0, lse_batch_stride=0)
     else:
         args.update(lse_head_stride=lse.stride(1) * 4, lse_batch_stride=lse.stride(0) * 4)
@@ -156,20 +201,111 @@ def kernel_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
     return args
 
 
+# ------------------------------------------------------------------ the op
+
+class _Plan:
+    """A checked call: its launch (None: nothing to launch) and the byte extents the
+    per-call pointer checks need."""
+    __slots__ = ("launch", "no_keys", "extents", "in_place_ok")
+
+    def __init__(self, q, k, v, out, lse, causal: bool, softmax_scale):
+        scale = _check_metadata(q, k, v, out, lse, causal, softmax_scale)
+        self.no_keys = k.shape[1] == 0
+        self.launch: PreparedLaunch | None = None
+        if q.numel() and not self.no_keys:
+            variant = default_manifest().kernel(KERNEL).variant(variant_name(q.dtype, causal))
+            self.launch = prepare(variant, kernel_args(q, k, v, out, lse, scale))
+        self.extents = tuple(extent(t) for t in (q, k, v, out))
+        self.in_place_ok = out.shape == q.shape and out.stride() == q.stride()
+
+
+_PLANS: dict[tuple, _Plan] = {}
+_MAX_PLANS = 4096                  # a bound on memory for callers that never repeat a layout
+
+
+def _run(q, k, v, out, lse, causal, softmax_scale) -> None:
+    """Check and launch on given tensors (out and lse are written)."""
+    try:
+        key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+               v.shape, v.stride(), v.dtype, v.device, out.shape, out.stride(), out.dtype, out.device,
+               None if lse is None else (lse.shape, lse.stride(), lse.dtype, lse.device),
+               type(causal), causal, type(softmax_scale), softmax_scale, os.environ.get(BACKEND_ENV))
+        plan = _PLANS.get(key)
+    except (AttributeError, TypeError):       # not tensors, or an unhashable scale: _Plan says what is wrong
+        key, plan = None, None
+    if plan is None:
+        plan = _Plan(q, k, v, out, lse, causal, softmax_scale)
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    if plan.launch is None:
+        if plan.no_keys:
+            out.zero_()
+            if lse is not None:
+                lse.fill_(float("-inf"))
+        return
+    pointers = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr())
+    for name, pointer in zip(("q", "k", "v", "out"), pointers):
+        if pointer % 16:
+            raise ValueError(f"fmha_fwd: '{name}' data must be 16-byte aligned, got address {pointer:#x}")
+    q_bytes, k_bytes, v_bytes, out_bytes = plan.extents
+    refuse_overlap("fmha_fwd", "out", pointers[3], out_bytes,
+                   (("q", pointers[0], q_bytes, plan.in_place_ok), ("k", pointers[1], k_bytes, False),
+                    ("v", pointers[2], v_bytes, False)))
+    if lse is not None:
+        refuse_overlap("fmha_fwd", "lse", lse.data_ptr(), extent(lse),
+                       (("q", pointers[0], q_bytes, False), ("k", pointers[1], k_bytes, False),
+                        ("v", pointers[2], v_bytes, False), ("out", pointers[3], out_bytes, False)))
+    plan.launch(q, k, v, out, lse)
+
+
+def _new_lse(q: torch.Tensor) -> torch.Tensor:
+    return torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+
+
+def _fmha_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax_scale: float | None,
+              return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_flag("return_lse", return_lse)
+    q = _tensor("q", q, 4)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = _new_lse(q) if return_lse else None
+    _run(q, k, v, out, lse, causal, softmax_scale)
+    return out, lse if lse is not None else torch.empty(0, dtype=torch.float32, device=q.device)
+
+
+def _fmha_fwd_fake(q, k, v, causal, softmax_scale, return_lse):
+    _check_flag("return_lse", return_lse)
+    _check_metadata(q, k, v, None, None, causal, softmax_scale)
+    lse = _new_lse(q) if return_lse else torch.empty(0, dtype=torch.float32, device=q.device)
+    return torch.empty(q.shape, dtype=q.dtype, device=q.device), lse
+
+
+def _fmha_fwd_out(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None,
+                  causal: bool, softmax_scale: float | None) -> None:
+    if out is None:
+        raise TypeError("fmha_fwd: 'out' must be a torch.Tensor, got NoneType")
+    _run(q, k, v, out, lse, causal, softmax_scale)
+
+
+def _fmha_fwd_out_fake(q, k, v, out, lse, causal, softmax_scale) -> None:
+    _check_metadata(q, k, v, out, lse, causal, softmax_scale)
+
+
+fmha_fwd_op = library.define("fmha_fwd", _fmha_fwd, _fmha_fwd_fake)
+fmha_fwd_out_op = library.define("fmha_fwd_out", _fmha_fwd_out, _fmha_fwd_out_fake, mutates_args=("out", "lse"))
+
+
 def fmha_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
              softmax_scale: float | None = None, out: torch.Tensor | None = None, return_lse: bool = False):
     """Attention forward (flash-attention conventions); returns out, or (out, lse) with
-    return_lse. See the module docstring for the layout rules."""
-    from ..launch import launch
-    scale = _validate(q, k, v, out, softmax_scale)
-    if not isinstance(causal, bool):
-        raise TypeError(f"fmha_fwd: 'causal' must be a bool, got {type(causal).__name__}")
+    return_lse. See the module docstring for the layout rules; runs torch.ops.gfxasm.fmha_fwd
+    (or fmha_fwd_out when `out` is given)."""
     if out is None:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    batch, seq_q, heads_q, _ = q.shape
-    lse = torch.empty((batch, heads_q, seq_q), dtype=torch.float32, device=q.device) if return_lse else None
-    if q.numel():
-        launch(KERNEL, variant=variant_name(q.dtype, causal), **kernel_args(q, k, v, out, lse, scale))
+        out, lse = fmha_fwd_op(q, k, v, causal, softmax_scale, return_lse)
+        return (out, lse) if return_lse else out
+    _check_flag("return_lse", return_lse)
+    lse = _new_lse(_tensor("q", q, 4)) if return_lse else None
+    fmha_fwd_out_op(q, k, v, out, lse, causal, softmax_scale)
     return (out, lse) if return_lse else out
 
 
@@ -261,7 +397,7 @@ def tolerances(q, k, v, o_ref: torch.Tensor, lse_ref: torch.Tensor, *, causal: b
 # ------------------------------------------------------------------ `gfxasm run fmha_fwd_d128`
 
 def _register_run_case() -> None:
-    from ..cli import RunCase, run_case
+    from ..runcases import RunCase, run_case
 
     @run_case(KERNEL)
     def fmha_case(variant, gen: torch.Generator, batch: int = 1, seq_q: int = 300, seq_k: int = 300,

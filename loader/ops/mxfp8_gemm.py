@@ -6,7 +6,14 @@
 a [M, K] and b [N, K] (the weights, row-major: out = A @ B^T) are `torch.float8_e4m3fn`;
 a_scale [M, K/32] and b_scale [N, K/32] are OCP MX E8M0 scales, one per 32 elements along K,
 as `torch.float8_e8m0fnu` or as raw `torch.uint8` exponent bytes (0xFF is NaN). K % 32 == 0,
-any M >= 1 and N >= 1 (tails are handled inside the kernels). Output bf16 or fp16.
+any M and N (tails are handled inside the kernels). Output bf16 or fp16. Like torch.mm,
+M = 0 or N = 0 gives an empty output and K = 0 zeros, without a launch.
+
+Scale layout: plain row-major, scale[r, j] applies to elements 32j .. 32j+31 of row r. The
+blocked ("swizzled") layout of cuBLAS / torch._scaled_mm (rows padded to 128, K/32 padded
+to 4, in 128 x 4 tiles) is not accepted: a scale tensor of the blocked size but not of
+shape [rows, K/32] is refused with a note saying so. One of exactly [rows, K/32] elements
+(rows % 128 == 0, K/32 % 4 == 0) cannot be told apart by its shape: unswizzle it first.
 
 Two kernel families (kernels.yaml, asm/):
   * "gemv": mxfp8_gemv_m{1,2,4,8,16}, M <= 16. VALU: v_cvt_scalef32_pk_f32_fp8 applies each
@@ -24,9 +31,16 @@ each split writes f32 partials into a workspace and mxfp8_splitk_reduce adds the
 deterministic pass — see `choose_splits`).
 
 Every buffer is addressed with 32-bit offsets, so each tensor must be smaller than 2^31 bytes;
-a and b must be 16-byte aligned and every tensor contiguous. All of it is checked here before
-anything is launched: a violation is a ValueError/TypeError naming the argument, what was
-expected and what was given.
+a and b must be 16-byte aligned and every tensor contiguous; `out` may not share memory with
+any input (no in-place form: out's dtype differs from every input's). All of it is checked
+here before anything is launched: a violation is a ValueError/TypeError naming the
+argument, what was expected and what was given.
+
+torch ops (loader/ops/library.py): gfxasm::mxfp8_gemm(a, a_scale, b, b_scale, out_dtype,
+kernel, splits) -> out and gfxasm::mxfp8_gemm_out(a, a_scale, b, b_scale, out!, out_dtype,
+kernel, splits), with fake kernels (meta tensors, torch.compile). The checked plan and its
+launches are cached per tensor layout and arguments, so a repeated call only checks
+pointers, allocates what it returns (and the split-K workspace) and launches.
 
 `reference` computes the exact product of the same quantized values (float64, returned as
 float32); `error_bound` is the per-element tolerance the tests use.
@@ -34,11 +48,16 @@ float32); `error_bound` is the per-element tolerance the tests use.
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 import torch
 
 from ..gridexpr import cdiv
+from ..launcher import BACKEND_ENV, PreparedLaunch, prepare
+from ..manifest import default_manifest
+from . import library
+from .aliasing import extent, refuse_overlap
 
 E4M3 = torch.float8_e4m3fn
 E8M0 = torch.float8_e8m0fnu
@@ -79,12 +98,24 @@ def _name(value) -> str:
 def _tensor(name: str, value, what: str) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"mxfp8_gemm: '{name}' must be a torch.Tensor ({what}), got {_name(value)}")
-    if value.dim() != 2:
-        raise ValueError(f"mxfp8_gemm: '{name}' must be 2-D ({what}), got shape {tuple(value.shape)}")
     return value
 
 
+def _check_scale_shape(name: str, t: torch.Tensor, rows: int, K: int) -> None:
+    """[rows, K/32], plain row-major; a tensor the size of the blocked layout is named as such."""
+    if tuple(t.shape) == (rows, K // BLOCK):
+        return
+    blocked = cdiv(rows, 128) * 128 * cdiv(K // BLOCK, 4) * 4
+    note = (f"; {t.numel()} elements is the size of the blocked (swizzled 128x4-tile) scale layout of cuBLAS / "
+            f"torch._scaled_mm, which gfxasm does not take: pass plain row-major [rows, K/32] scales"
+            if blocked and t.numel() == blocked else "")
+    raise ValueError(f"mxfp8_gemm: '{name}' must be [{rows}, {K // BLOCK}] (one scale per {BLOCK} elements of "
+                     f"K = {K}), got shape {tuple(t.shape)}{note}")
+
+
 def _contiguous(name: str, t: torch.Tensor, what: str) -> None:
+    if t.numel() == 0:             # nothing is read or written: any strides will do
+        return
     rows, cols = t.shape
     row_ok = rows <= 1 or t.stride(0) == cols
     col_ok = cols <= 1 or t.stride(1) == 1
@@ -101,7 +132,8 @@ def _small(name: str, t: torch.Tensor) -> None:
 
 
 def validate(a, a_scale, b, b_scale, out, out_dtype, kernel) -> tuple[int, int, int]:
-    """Check every argument; return (M, N, K). Raises before anything is launched."""
+    """Check everything the arguments' metadata can tell (all the fake kernels run); return
+    (M, N, K). The device kind, alignment and overlap are checked at launch (_run)."""
     if not isinstance(kernel, str) or kernel not in KERNELS:
         raise ValueError(f"mxfp8_gemm: 'kernel' must be one of {', '.join(map(repr, KERNELS))}, got {kernel!r}")
     if out_dtype not in OUT_DTYPES:
@@ -110,6 +142,9 @@ def validate(a, a_scale, b, b_scale, out, out_dtype, kernel) -> tuple[int, int, 
     b = _tensor("b", b, "[N, K] weights")
     a_scale = _tensor("a_scale", a_scale, "[M, K/32] E8M0 scales")
     b_scale = _tensor("b_scale", b_scale, "[N, K/32] E8M0 scales")
+    for name, t, what in (("a", a, "[M, K] activations"), ("b", b, "[N, K] weights")):
+        if t.dim() != 2:
+            raise ValueError(f"mxfp8_gemm: '{name}' must be 2-D ({what}), got shape {tuple(t.shape)}")
     for name, t in (("a", a), ("b", b)):
         if t.dtype != E4M3:
             raise TypeError(f"mxfp8_gemm: '{name}' dtype must be torch.float8_e4m3fn, got {t.dtype}")
@@ -118,20 +153,14 @@ def validate(a, a_scale, b, b_scale, out, out_dtype, kernel) -> tuple[int, int, 
             raise TypeError(f"mxfp8_gemm: '{name}' dtype must be torch.float8_e8m0fnu or torch.uint8 (E8M0 "
                             f"exponent bytes), got {t.dtype}")
     (M, K), (N, Kb) = a.shape, b.shape
-    if M < 1:
-        raise ValueError(f"mxfp8_gemm: 'a' must have M >= 1 rows, got shape {tuple(a.shape)}")
-    if N < 1:
-        raise ValueError(f"mxfp8_gemm: 'b' must have N >= 1 rows, got shape {tuple(b.shape)}")
-    if K < BLOCK or K % BLOCK:
-        raise ValueError(f"mxfp8_gemm: K (a.shape[1]) must be a positive multiple of {BLOCK}, got {K}")
+    if K % BLOCK:
+        raise ValueError(f"mxfp8_gemm: K (a.shape[1]) must be a multiple of {BLOCK}, got {K}")
     if K >= _MAX_K:
         raise ValueError(f"mxfp8_gemm: K (a.shape[1]) must be below 2^24, got {K}")
     if Kb != K:
         raise ValueError(f"mxfp8_gemm: 'b' must be [N, K] with K = {K} (a's), got shape {tuple(b.shape)}")
-    for name, t, rows in (("a_scale", a_scale, M), ("b_scale", b_scale, N)):
-        if tuple(t.shape) != (rows, K // BLOCK):
-            raise ValueError(f"mxfp8_gemm: '{name}' must be [{rows}, {K // BLOCK}] (one scale per {BLOCK} "
-                             f"elements of K = {K}), got shape {tuple(t.shape)}")
+    _check_scale_shape("a_scale", a_scale, M, K)
+    _check_scale_shape("b_scale", b_scale, N, K)
     if out is not None:
         if not isinstance(out, torch.Tensor):
             raise TypeError(f"mxfp8_gemm: 'out' must be a torch.Tensor or None, got {_name(out)}")
@@ -149,16 +178,9 @@ def validate(a, a_scale, b, b_scale, out, out_dtype, kernel) -> tuple[int, int, 
     if out is None and out_bytes >= _MAX_BYTES:
         raise ValueError(f"mxfp8_gemm: the output [M, N] = [{M}, {N}] would be {out_bytes} bytes; the kernels need "
                          f"every tensor below 2^31 bytes")
-    device = a.device
     for name, t, _ in named[1:]:
-        if t.device != device:
-            raise ValueError(f"mxfp8_gemm: '{name}' must be on a's device ({device}), got {t.device}")
-    if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"mxfp8_gemm: tensors must be on the CPU (emulator) or a ROCm gfx950 GPU, got {device}")
-    for name, t in (("a", a), ("b", b)):
-        if t.data_ptr() % _ALIGN:
-            raise ValueError(f"mxfp8_gemm: '{name}' data must be {_ALIGN}-byte aligned (16-byte loads), got "
-                             f"address {t.data_ptr():#x}")
+        if t.device != a.device:
+            raise ValueError(f"mxfp8_gemm: '{name}' must be on a's device ({a.device}), got {t.device}")
     if kernel == "gemv" and M > GEMV_MAX_M:
         raise ValueError(f"mxfp8_gemm: kernel='gemv' takes M <= {GEMV_MAX_M}, got M = {M} (use 'mfma' or 'auto')")
     return M, N, K
@@ -240,39 +262,138 @@ def _scales(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype == E8M0 else t.view(E8M0)
 
 
+def _as_bytes(t):
+    return t.view(torch.uint8) if isinstance(t, torch.Tensor) and t.dtype == E8M0 else t
+
+
+def _check_splits(splits) -> None:
+    if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int)
+                               or not 1 <= splits <= MAX_SPLITS):
+        raise ValueError(f"mxfp8_gemm: 'splits' must be an int in [1, {MAX_SPLITS}] or None, got {splits!r}")
+
+
+class _Plan:
+    """A checked call: its launches (none for an empty problem), whether K = 0 asks for
+    zeros, the split-K workspace size and the byte extents the per-call checks need."""
+    __slots__ = ("launches", "zeros", "ws_numel", "extents")
+
+    def __init__(self, a, a_scale, b, b_scale, out, out_dtype, kernel, splits):
+        M, N, K = validate(a, a_scale, b, b_scale, out, out_dtype, kernel)
+        _check_splits(splits)
+        if a.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"mxfp8_gemm: tensors must be on the CPU (emulator) or a ROCm gfx950 GPU, got "
+                             f"{a.device}")
+        self.zeros = K == 0
+        self.launches: tuple[PreparedLaunch, ...] = ()
+        self.ws_numel = 0
+        self.extents = tuple(extent(t) for t in (a, a_scale, b, b_scale))
+        if M * N * K == 0:
+            return
+        chosen = plan(M, N, K, kernel, out_dtype, splits)
+        if chosen.splits > 1 and chosen.splits * M * N * 4 >= _MAX_BYTES:
+            raise ValueError(f"mxfp8_gemm: the split-K workspace ({chosen.splits} x {M} x {N} f32) would exceed "
+                             f"2^31 bytes; pass splits=1")
+        self.ws_numel = chosen.splits * M * N if chosen.splits > 1 else 0
+        ws = torch.empty(self.ws_numel, dtype=torch.float32, device=a.device)   # stands in for each call's
+        manifest = default_manifest()
+        self.launches = (prepare(manifest.kernel(chosen.kernel).variant(chosen.variant),
+                                 dict(a=a, a_scale=_scales(a_scale), b=b, b_scale=_scales(b_scale), out=out, ws=ws,
+                                      M=M, N=N, K=K, splits=chosen.splits)),)
+        if chosen.splits > 1:
+            reduce = manifest.kernel("mxfp8_splitk_reduce").variant(f"mxfp8_splitk_reduce_{OUT_DTYPES[out_dtype]}")
+            self.launches += (prepare(reduce, dict(ws=ws, out=out, M=M, N=N, splits=chosen.splits)),)
+
+
+_PLANS: dict[tuple, _Plan] = {}
+_MAX_PLANS = 4096                  # a bound on memory for callers that never repeat a layout
+
+
+def _run(a, a_scale, b, b_scale, out, out_dtype, kernel, splits) -> None:
+    """Check and launch; `out` is written."""
+    try:
+        key = (a.shape, a.stride(), a.dtype, a.device, a_scale.shape, a_scale.stride(), a_scale.dtype,
+               a_scale.device, b.shape, b.stride(), b.dtype, b.device, b_scale.shape, b_scale.stride(),
+               b_scale.dtype, b_scale.device, out.shape, out.stride(), out.dtype, out.device, out_dtype, kernel,
+               type(splits), splits, os.environ.get(BACKEND_ENV))
+        plan_ = _PLANS.get(key)
+    except (AttributeError, TypeError):       # not tensors, or unhashable: _Plan says what is wrong
+        key, plan_ = None, None
+    if plan_ is None:
+        plan_ = _Plan(a, a_scale, b, b_scale, out, out_dtype, kernel, splits)
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = plan_
+    if not plan_.launches:
+        if plan_.zeros:
+            out.zero_()
+        return
+    pointers = (a.data_ptr(), a_scale.data_ptr(), b.data_ptr(), b_scale.data_ptr())
+    for name, pointer in (("a", pointers[0]), ("b", pointers[2])):
+        if pointer % _ALIGN:
+            raise ValueError(f"mxfp8_gemm: '{name}' data must be {_ALIGN}-byte aligned (16-byte loads), got "
+                             f"address {pointer:#x}")
+    refuse_overlap("mxfp8_gemm", "out", out.data_ptr(), out.numel() * out.element_size(),
+                   tuple((name, pointer, nbytes, False) for name, pointer, nbytes
+                         in zip(("a", "a_scale", "b", "b_scale"), pointers, plan_.extents)))
+    ws = torch.empty(plan_.ws_numel, dtype=torch.float32, device=a.device) if plan_.ws_numel else None
+    plan_.launches[0](a, a_scale, b, b_scale, out, ws)
+    if ws is not None:
+        plan_.launches[1](ws, out)
+
+
+def _new_out(a, b, out_dtype) -> torch.Tensor:
+    return torch.empty((a.shape[0], b.shape[0]), dtype=out_dtype, device=a.device)
+
+
+def _mxfp8_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
+                out_dtype: torch.dtype, kernel: str, splits: int | None) -> torch.Tensor:
+    try:
+        out = _new_out(a, b, out_dtype)
+    except (AttributeError, IndexError, TypeError, RuntimeError):
+        validate(a, a_scale, b, b_scale, None, out_dtype, kernel)    # names what is wrong
+        raise
+    _run(a, a_scale, b, b_scale, out, out_dtype, kernel, splits)
+    return out
+
+
+def _mxfp8_gemm_fake(a, a_scale, b, b_scale, out_dtype, kernel, splits):
+    validate(a, a_scale, b, b_scale, None, out_dtype, kernel)
+    _check_splits(splits)
+    return _new_out(a, b, out_dtype)
+
+
+def _mxfp8_gemm_out(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
+                    out: torch.Tensor, out_dtype: torch.dtype, kernel: str, splits: int | None) -> None:
+    _run(a, a_scale, b, b_scale, out, out_dtype, kernel, splits)
+
+
+def _mxfp8_gemm_out_fake(a, a_scale, b, b_scale, out, out_dtype, kernel, splits) -> None:
+    validate(a, a_scale, b, b_scale, out, out_dtype, kernel)
+    _check_splits(splits)
+
+
+mxfp8_gemm_op = library.define("mxfp8_gemm", _mxfp8_gemm, _mxfp8_gemm_fake)
+mxfp8_gemm_out_op = library.define("mxfp8_gemm_out", _mxfp8_gemm_out, _mxfp8_gemm_out_fake, mutates_args=("out",))
+
+
 def mxfp8_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, *,
                out: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16,
                kernel: str = "auto", splits: int | None = None) -> torch.Tensor:
     """out[M, N] = (a * 2^(a_scale - 127)) @ (b * 2^(b_scale - 127))^T in bf16 (or fp16).
 
+    a [M, K], b [N, K]: float8_e4m3fn; a_scale [M, K/32], b_scale [N, K/32]: plain row-major
+    E8M0 scales (float8_e8m0fnu or uint8), not the blocked/swizzled layout (module docstring).
     kernel: "auto", "gemv" (M <= 16) or "mfma" (any M). splits: split-K factor along the
-    grid (1..16; None chooses, see choose_splits)."""
-    M, N, K = validate(a, a_scale, b, b_scale, out, out_dtype, kernel)
-    if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int)
-                               or not 1 <= splits <= MAX_SPLITS):
-        raise ValueError(f"mxfp8_gemm: 'splits' must be an int in [1, {MAX_SPLITS}] or None, got {splits!r}")
-    chosen = plan(M, N, K, kernel, out_dtype, splits)
-    if chosen.splits > 1 and chosen.splits * M * N * 4 >= _MAX_BYTES:
-        raise ValueError(f"mxfp8_gemm: the split-K workspace ({chosen.splits} x {M} x {N} f32) would exceed 2^31 "
-                         f"bytes; pass splits=1")
+    grid (1..16; None chooses, see choose_splits). Runs torch.ops.gfxasm.mxfp8_gemm (or
+    mxfp8_gemm_out when `out` is given)."""
+    if torch.compiler.is_compiling():
+        # Inductor (torch 2.13) fails on a mutating custom op with a float8_e8m0fnu input
+        # ("auto_functionalized_v2 was not removed"); as uint8 they are the same scale bytes.
+        a_scale, b_scale = _as_bytes(a_scale), _as_bytes(b_scale)
     if out is None:
-        out = torch.empty((M, N), dtype=out_dtype, device=a.device)
-    launch(chosen, a, _scales(a_scale), b, _scales(b_scale), out)
+        return mxfp8_gemm_op(a, a_scale, b, b_scale, out_dtype, kernel, splits)
+    mxfp8_gemm_out_op(a, a_scale, b, b_scale, out, out_dtype, kernel, splits)
     return out
-
-
-def launch(chosen: Plan, a, a_scale, b, b_scale, out) -> None:
-    """Launch the plan's kernel (and the split-K reduction) on checked arguments."""
-    from ..launch import launch as launch_kernel
-    M, K = a.shape
-    N = b.shape[0]
-    workspace = torch.empty(chosen.splits * M * N if chosen.splits > 1 else 1, dtype=torch.float32,
-                            device=a.device)
-    launch_kernel(chosen.kernel, variant=chosen.variant, a=a, a_scale=a_scale, b=b, b_scale=b_scale, out=out,
-                  ws=workspace, M=M, N=N, K=K, splits=chosen.splits)
-    if chosen.splits > 1:
-        launch_kernel("mxfp8_splitk_reduce", variant=f"mxfp8_splitk_reduce_{OUT_DTYPES[out.dtype]}", ws=workspace,
-                      out=out, M=M, N=N, splits=chosen.splits)
 
 
 def kernel_names() -> list[str]:
@@ -350,7 +471,7 @@ def random_operands(M: int, N: int, K: int, gen: torch.Generator, *, a_center: i
 
 
 def _register_run_cases() -> None:
-    from ..cli import RunCase, run_case
+    from ..runcases import RunCase, run_case
 
     def make(variant, gen: torch.Generator, M: int, N: int, K: int) -> RunCase:
         out_dtype = torch.float16 if variant.defines["OUT_F16"] else torch.bfloat16
