@@ -53,7 +53,17 @@
 ; and its log2-sum-exp to ws_lse[split, same row] (-inf for no key); decode_attn_merge
 ; combines the splits.
 ;
-; Defines: D (64 | 128), F16 (0: bf16, 1: fp16). Kernarg: see kernels.yaml. LDS: none.
+;
+; --- FP8 caches (FP8 = 1) ---
+; K and V are OCP e4m3 with per-tensor f32 descales (read from k_descale[0], v_descale[0]):
+; k_descale is folded into the score scale, v_descale into O's final 1/l. Each lane loads
+; its K slice as D/4 bytes and widens it to bf16/fp16 (v_cvt_pk_f32_fp8, exact) into the
+; same A operand as above; for V it loads 2 bytes (2 dims) per key with buffer_load_ushort
+; where the 16-bit path loads a dword, and the widening packs the even and odd dims of key
+; pairs directly (no v_perm). Everything else is the 16-bit path.
+;
+; Defines: D (64 | 128), F16 (0: bf16, 1: fp16 q/o), FP8 (0: cache in q's dtype, 1: e4m3).
+; Kernarg: see kernels.yaml. LDS: none.
 ;
 ; --- Pipeline ---
 ; Per tile: descriptors from the page ids fetched one tile ahead; K (2 x D/32 dwordx4) and V
@@ -88,6 +98,7 @@
 
 ; --- constants ---
 .set NC, D / 32                        ; 32-dim k steps of S = K Q^T; 32-dim blocks of O
+.set KRAW, D / 16                      ; FP8: dwords of one lane's K slice (D/4 bytes) per block
 .if D == 128
     .set D_LOG2, 7
 .else
@@ -169,6 +180,10 @@
 .set s_w, 97
 .set s_sel_lo, 100         ; v_perm_b32 selectors (SEL_LO, SEL_HI)
 .set s_sel_hi, 101
+.set s_ptr_kd, s_rsrc_o     ; FP8 prologue: k_descale (the O/LSE descriptors are set only at the end)
+.set s_ptr_vd, s_rsrc_l     ; FP8 prologue: v_descale
+.set s_kdesc, s_rsrc_o + 2  ; FP8 prologue: k_descale[0]
+.set s_vdesc, s_sel_lo      ; FP8: v_descale[0] (the v_perm selectors serve the 16-bit path only)
 .set s_rowmask, 98          ; [98:99] epilogue: lanes whose row exists
 
 ; --- VGPRs ---
@@ -198,6 +213,7 @@
 .set v_v, 84                ; [84:84+8NC) V dwords: 32-dim block db, key e at v_v + 8 db + e
 .set v_o, 116               ; [116:116+8NC) O^T: block db, parity p at v_o + 4(2 db + p)
 .set v_ost, v_k             ; epilogue: O packed for the stores (over K)
+.set v_kraw, 148            ; FP8: [148:148+2 KRAW) raw K bytes, block kb at v_kraw + KRAW kb
 
 ; ============================================================================ macros
 
@@ -263,6 +279,30 @@
     \op v[\x], v[\x], v[v_t1]
 .endm
 
+; FP8: widen K of block \kb, k step \c (raw dwords 2c, 2c+1: dims 8c..8c+7 of the lane's
+; slice) into its A operand; v_s..v_s+3 are temporaries (S is written after)
+.macro widen_k kb, c
+    .irp h, 0, 1
+        v_cvt_pk_f32_fp8 v[v_s : v_s + 1], v[v_kraw + KRAW*\kb + 2*\c + \h]
+        v_cvt_pk_f32_fp8_sdwa v[v_s + 2 : v_s + 3], v[v_kraw + KRAW*\kb + 2*\c + \h] src0_sel:WORD_1
+        cvt_pk_f32 v[v_k + 4*(\kb*NC + \c) + 2*\h], v[v_s], v[v_s + 1]
+        cvt_pk_f32 v[v_k + 4*(\kb*NC + \c) + 2*\h + 1], v[v_s + 2], v[v_s + 3]
+    .endr
+.endm
+
+; FP8: widen V keys 4h..4h+3 of 32-dim block \db (2 dims each) into A operands \a (even
+; dims) and \a + 4 (odd), entries 2h, 2h+1 (keys 2k, 2k+1 in the low, high half); v_s..v_s+7
+; are temporaries (P is packed in v_p by now)
+.macro widen_v db, h, a
+    .irp e, 0, 1, 2, 3
+        v_cvt_pk_f32_fp8 v[v_s + 2*\e : v_s + 2*\e + 1], v[v_v + 8*\db + 4*\h + \e]   ; (even, odd) dim of key 4h + e
+    .endr
+    .irp k, 0, 1
+        cvt_pk_f32 v[\a + 2*\h + \k], v[v_s + 4*\k], v[v_s + 4*\k + 2]
+        cvt_pk_f32 v[\a + 4 + 2*\h + \k], v[v_s + 4*\k + 1], v[v_s + 4*\k + 3]
+    .endr
+.endm
+
 ; ============================================================================ prologue
 
     s_load_dwordx2 s[s_ptr_q:s_ptr_q+1], s[s_kernarg:s_kernarg+1], k_q
@@ -274,6 +314,10 @@
     s_load_dwordx2 s[s_ptr_lse:s_ptr_lse+1], s[s_kernarg:s_kernarg+1], k_lse
     s_load_dwordx2 s[s_ptr_wso:s_ptr_wso+1], s[s_kernarg:s_kernarg+1], k_ws_o
     s_load_dwordx2 s[s_ptr_wsl:s_ptr_wsl+1], s[s_kernarg:s_kernarg+1], k_ws_lse
+.if FP8
+    s_load_dwordx2 s[s_ptr_kd:s_ptr_kd+1], s[s_kernarg:s_kernarg+1], k_k_descale
+    s_load_dwordx2 s[s_ptr_vd:s_ptr_vd+1], s[s_kernarg:s_kernarg+1], k_v_descale
+.endif
     .irp name, seq_q, heads_q, group, group_magic, tiles_magic, row_tiles, rows, max_pages, pages_m1, page_shift
         s_load_dword s[s_\name], s[s_kernarg:s_kernarg+1], k_\name
     .endr
@@ -289,8 +333,10 @@
     v_mov_b32 v[v_m], M_INIT
     v_mov_b32 v[v_l], 0
     v_mov_b32 v[v_neginf], NEG_INF
+.if FP8 == 0
     s_mov_b32 s[s_sel_lo], SEL_LO
     s_mov_b32 s[s_sel_hi], SEL_HI
+.endif
     .irp i, 0, 1, 2, 3, 4, 5, 6, 7
         v_mov_b32 v[v_o + \i], 0
         v_mov_b32 v[v_o + 8 + \i], 0
@@ -302,6 +348,10 @@
     s_waitcnt lgkmcnt(0)                                ; in flight: the kernargs -> wait for all
     s_lshl_b32 s[s_t], s[s_wg_z], 2
     s_load_dword s[s_seqlen], s[s_ptr_sl:s_ptr_sl+1], s[s_t]
+.if FP8
+    s_load_dword s[s_kdesc], s[s_ptr_kd:s_ptr_kd+1], 0
+    s_load_dword s[s_vdesc], s[s_ptr_vd:s_ptr_vd+1], 0
+.endif
     sdiv_magic s_hkv, s_wg_y, s_tiles_magic             ; kv head = y / row_tiles
     s_mul_i32 s[s_t], s[s_hkv], s[s_row_tiles]
     s_sub_u32 s[s_tile], s[s_wg_y], s[s_t]
@@ -343,15 +393,25 @@
     .endr
     ; lane offsets into K and V blocks
     v_mul_lo_u32 v[v_koff], v[v_n], s[s_k_ss]
-    v_lshl_add_u32 v[v_koff], v[v_g], D_LOG2 - 1, v[v_koff]
+.if FP8
+    v_lshl_add_u32 v[v_koff], v[v_g], D_LOG2 - 2, v[v_koff]         ; + (D/4) g bytes
+.else
+    v_lshl_add_u32 v[v_koff], v[v_g], D_LOG2 - 1, v[v_koff]         ; + (D/2) g bytes
+.endif
     v_lshlrev_b32 v[v_t1], 2, v[v_g]                    ; 4g
     v_mul_lo_u32 v[v_t1], v[v_t1], s[s_v_ss]
-    v_lshl_add_u32 v[v_voff], v[v_n], 2, v[v_t1]
+    v_lshl_add_u32 v[v_voff], v[v_n], 2 - FP8, v[v_t1]              ; + 2 dims of n
     v_add_u32 v[v_voff + 1], s[s_v_ss], v[v_voff]
     v_add_u32 v[v_voff + 2], s[s_v_ss], v[v_voff + 1]
     v_add_u32 v[v_voff + 3], s[s_v_ss], v[v_voff + 2]
 
-    s_waitcnt lgkmcnt(0)                                ; in flight: seqlen -> wait
+    s_waitcnt lgkmcnt(0)                                ; in flight: seqlen (FP8: descales) -> wait
+.if FP8
+    v_mov_b32 v[v_t0], s[s_scale_log2]
+    v_mul_f32 v[v_t0], s[s_kdesc], v[v_t0]              ; k_descale folded into the score scale
+    s_nop 0                                             ; VALU write -> v_readfirstlane read: 1 wait state
+    v_readfirstlane_b32 s[s_scale_log2], v[v_t0]        ; (read by VALU again only in the loop, far later)
+.endif
     ; --- key ranges: the split's [lo, lo + chunk) within [0, seqlen); the wave's [klo, khi) ---
     s_mul_i32 s[s_w], s[s_wg_x], s[s_chunk]             ; split start
     s_add_u32 s[s_khi], s[s_w], s[s_chunk]
@@ -387,15 +447,25 @@ L_tile:
     block_rsrc 1, s_pg1
     .irp kb, 0, 1
         .irp c, 0, 1, 2, 3
+.if FP8
+            .if \c < NC / 2
+                buffer_load_dwordx4 v[v_kraw + KRAW*\kb + 4*\c : v_kraw + KRAW*\kb + 4*\c + 3], v[v_koff], s[s_rsrc_k\kb:s_rsrc_k\kb+3], 0 offen offset: 16*\c
+            .endif
+.else
             .if \c < NC
                 buffer_load_dwordx4 v[v_k + 4*(\kb*NC + \c) : v_k + 4*(\kb*NC + \c) + 3], v[v_koff], s[s_rsrc_k\kb:s_rsrc_k\kb+3], 0 offen offset: 16*\c
             .endif
+.endif
         .endr
     .endr
     .irp db, 0, 1, 2, 3
         .if \db < NC
             .irp e, 0, 1, 2, 3, 4, 5, 6, 7
+.if FP8
+                buffer_load_ushort v[v_v + 8*\db + \e], v[v_voff + \e % 4], s[s_rsrc_v0 + 4*(\e / 4):s_rsrc_v0 + 4*(\e / 4) + 3], 0 offen offset: 32*\db
+.else
                 buffer_load_dword v[v_v + 8*\db + \e], v[v_voff + \e % 4], s[s_rsrc_v0 + 4*(\e / 4):s_rsrc_v0 + 4*(\e / 4) + 3], 0 offen offset: 64*\db
+.endif
             .endr
         .endif
     .endr
@@ -403,7 +473,16 @@ L_tile:
     fetch_page s_pg0, s_w
     s_add_u32 s[s_w], s[s_t0], TILE + KV_BLOCK
     fetch_page s_pg1, s_w
-    s_waitcnt vmcnt(8 * NC)                             ; in flight: K (2 NC), V (8 NC) -> wait for K
+    s_waitcnt vmcnt(8 * NC)                             ; in flight: K (2 NC; FP8 NC), V (8 NC) -> wait for K
+.if FP8
+    .irp kb, 0, 1
+        .irp c, 0, 1, 2, 3
+            .if \c < NC
+                widen_k \kb, \c
+            .endif
+        .endr
+    .endr
+.endif
     .irp kb, 0, 1
         .irp c, 0, 1, 2, 3
             .if \c == 0
@@ -462,12 +541,18 @@ L_no_rescale:
     .irp db, 0, 1, 2, 3
         .if \db < NC
             .set _a, v_a + 8 * (\db % 2)
+.if FP8
+            widen_v \db, 0, _a
+            widen_v \db, 1, _a
+            s_nop 1                                     ; VALU write -> MFMA read (even A): 2 wait states
+.else
             .irp k, 0, 1, 2, 3
                 v_perm_b32 v[_a + \k], v[v_v + 8*\db + 2*\k + 1], v[v_v + 8*\db + 2*\k], s[s_sel_lo]
             .endr
             .irp k, 0, 1, 2, 3
                 v_perm_b32 v[_a + 4 + \k], v[v_v + 8*\db + 2*\k + 1], v[v_v + 8*\db + 2*\k], s[s_sel_hi]
             .endr
+.endif
             mfma_16x16x32 v[v_o + 8*\db : v_o + 8*\db + 3], v[_a : _a + 3], v[v_p : v_p + 3], v[v_o + 8*\db : v_o + 8*\db + 3]
             s_nop 0                                     ; VALU write -> MFMA read (odd A): 2 wait states
             mfma_16x16x32 v[v_o + 8*\db + 4 : v_o + 8*\db + 7], v[_a + 4 : _a + 7], v[v_p : v_p + 3], v[v_o + 8*\db + 4 : v_o + 8*\db + 7]
@@ -483,6 +568,10 @@ L_epilogue:
     group_reduce v_add_f32, v_l
     v_max_f32 v[v_t0], L_FLOOR, v[v_l]
     v_rcp_f32 v[v_t0], v[v_t0]                          ; 1 / l (O stays 0 for a row with no key)
+.if FP8
+    s_nop 0                                             ; transcendental result -> VALU read: 1 wait state
+    v_mul_f32 v[v_t0], s[s_vdesc], v[v_t0]              ; v_descale folded into 1 / l
+.endif
     v_log_f32 v[v_t1], v[v_l]                           ; log2 l: -inf for a row with no key
     s_lshl_b32 s[s_t], s[s_tile], 4
     v_add_u32 v[v_t2], s[s_t], v[v_n]

@@ -13,6 +13,9 @@ ids outside the pool. `out` is a strided view into a NaN-poisoned buffer: every 
 be written and nothing around it. One case places the used pages at ids >= 65,536 of a
 pool over 4 GiB (allocated lazily; only the used pages are touched).
 
+FP8: float8_e4m3fn caches with random per-tensor descales (reference from the dequantised
+K/V); e4m3 NaN (0x7F) in every unused slot and page.
+
 Shapes: ragged cache_seqlens with 0, 1, page boundaries +-1 and split boundaries +-1;
 shuffled pages of 16, 64 and 1024 keys; contiguous caches (also as views into one KV
 tensor); GQA ratios 1, 8, 16 (16 x Sq 16 = 256 query rows: 16 row tiles); Sq 1, 4, 16
@@ -39,7 +42,8 @@ def built():
 
 
 def make_cache(seqlens, heads_kv, dim, dtype, gen, page_size=None, spare_pages=3, first_page=0, pool_pages=None):
-    """(k_cache, v_cache, block_table) with random visible keys and NaN everywhere else.
+    """(k_cache, v_cache, block_table) with random visible keys and NaN everywhere else
+    (dtype float8_e4m3fn: random e4m3 values up to +-8 and the e4m3 NaN 0x7F).
     Paged: each sequence gets shuffled pages of the pool (ids from first_page on), the
     table's entries past a sequence's end are ids outside the pool."""
     batch = len(seqlens)
@@ -48,8 +52,8 @@ def make_cache(seqlens, heads_kv, dim, dtype, gen, page_size=None, spare_pages=3
         k = torch.full((batch, s_max, heads_kv, dim), float("nan"), dtype=dtype)
         v = torch.full((batch, s_max, heads_kv, dim), float("nan"), dtype=dtype)
         for b, n in enumerate(seqlens):
-            k[b, :n] = torch.randn(n, heads_kv, dim, generator=gen).to(dtype)
-            v[b, :n] = torch.randn(n, heads_kv, dim, generator=gen).to(dtype)
+            k[b, :n] = (torch.randn(n, heads_kv, dim, generator=gen) * 2).to(dtype)
+            v[b, :n] = (torch.randn(n, heads_kv, dim, generator=gen) * 2).to(dtype)
         return k, v, None
     per_seq = [da.cdiv(n, page_size) for n in seqlens]
     max_pages = max(max(per_seq), 1) + 1
@@ -70,8 +74,8 @@ def make_cache(seqlens, heads_kv, dim, dtype, gen, page_size=None, spare_pages=3
             page = ids.pop()
             table[b, i] = page
             keys = min(page_size, n - i * page_size)
-            k[page, :keys] = torch.randn(keys, heads_kv, dim, generator=gen).to(dtype)
-            v[page, :keys] = torch.randn(keys, heads_kv, dim, generator=gen).to(dtype)
+            k[page, :keys] = (torch.randn(keys, heads_kv, dim, generator=gen) * 2).to(dtype)
+            v[page, :keys] = (torch.randn(keys, heads_kv, dim, generator=gen) * 2).to(dtype)
     return k, v, table
 
 
@@ -98,25 +102,29 @@ def poisoned_out(q):
 
 
 def check(seqlens, heads_q, heads_kv, seq_q=1, dim=128, dtype=torch.bfloat16, page_size=None, causal=True,
-          window_left=-1, sinks=False, num_splits=None, seed=0, cache=None, softmax_scale=None):
+          window_left=-1, sinks=False, num_splits=None, seed=0, cache=None, softmax_scale=None, fp8=False):
     gen = torch.Generator().manual_seed(seed)
     batch = len(seqlens)
     q = torch.randn(batch, seq_q, heads_q, dim, generator=gen).to(dtype)
-    k, v, table = cache if cache is not None else make_cache(seqlens, heads_kv, dim, dtype, gen, page_size)
+    kv_dtype = torch.float8_e4m3fn if fp8 else dtype
+    k, v, table = cache if cache is not None else make_cache(seqlens, heads_kv, dim, kv_dtype, gen, page_size)
+    descales = dict(k_descale=torch.rand(1, generator=gen) + 0.2, v_descale=torch.rand(1, generator=gen) * 3) \
+        if fp8 else {}
     seqlens_t = torch.tensor(seqlens, dtype=torch.int32)
     sink_t = torch.randn(heads_q, generator=gen) * 2 if sinks else None
     out, base = poisoned_out(q)
     k_in, v_in = hide_before_window(k, v, table, seqlens, seq_q, window_left) if window_left >= 0 else (k, v)
     o, lse = gfxasm.decode_attention(q, k_in, v_in, seqlens_t, block_table=table, causal=causal, window_left=window_left,
                                      sinks=sink_t, num_splits=num_splits, out=out, return_lse=True,
-                                     softmax_scale=softmax_scale)
+                                     softmax_scale=softmax_scale, **descales)
     assert o is out
     assert torch.isnan(base[:, :, 0]).all() and torch.isnan(base[:, :, -1]).all(), "a store landed outside out"
     if table is not None:
         last = k.shape[0] - 1                         # the device's clamp (ids read as unsigned)
         table = torch.where((table < 0) | (table > last), torch.full_like(table, last), table)
     o_ref, lse_ref, o_abs = da.reference(q, k, v, seqlens_t, block_table=table, causal=causal,
-                                         window_left=window_left, sinks=sink_t, softmax_scale=softmax_scale)
+                                         window_left=window_left, sinks=sink_t, softmax_scale=softmax_scale,
+                                         **descales)
     assert not torch.isnan(o).any(), f"{int(torch.isnan(o).sum())} O elements NaN (unwritten, or a NaN slot read)"
     err = (o.double() - o_ref).abs()
     bound = da.tolerance(o_ref, o_abs, dtype)
@@ -164,6 +172,20 @@ CASES = [
 @pytest.mark.parametrize("seqlens,hq,hkv,sq,dim,dtype,page,causal,window,sinks,splits", CASES, ids=lambda x: str(x))
 def test_decode(seqlens, hq, hkv, sq, dim, dtype, page, causal, window, sinks, splits):
     check(seqlens, hq, hkv, sq, dim, DTYPES[dtype], page, causal, window, sinks, splits)
+
+
+# FP8 (e4m3) caches with random per-tensor descales; unused slots and pages hold e4m3 NaN
+FP8_CASES = [
+    ([0, 1, 15, 16, 17, 100], 8, 1, 1, 128, "bf16", 16, True, -1, False, 3),
+    ([63, 64, 65, 300], 16, 1, 4, 64, "f16", 64, True, -1, False, None),
+    ([40, 9], 4, 2, 16, 128, "f16", None, True, 20, True, 2),
+    ([1030, 7], 8, 8, 2, 64, "bf16", 1024, False, -1, False, 1),
+]
+
+
+@pytest.mark.parametrize("seqlens,hq,hkv,sq,dim,dtype,page,causal,window,sinks,splits", FP8_CASES, ids=lambda x: str(x))
+def test_decode_fp8(seqlens, hq, hkv, sq, dim, dtype, page, causal, window, sinks, splits):
+    check(seqlens, hq, hkv, sq, dim, DTYPES[dtype], page, causal, window, sinks, splits, fp8=True)
 
 
 def test_split_chunks_line_up_with_the_cases():
@@ -268,10 +290,24 @@ def raises(exc, match, **changes):
 
 def test_not_implemented_arguments(no_launch):
     one = torch.ones(1)
-    for name in ("k_descale", "v_descale", "k_scale_shift", "v_scale_shift"):
+    for name in ("k_scale_shift", "v_scale_shift"):
         raises(NotImplementedError, f"'{name}'", **{name: one})
+
+
+def test_bad_fp8_arguments(no_launch):
     fp8 = torch.zeros(6, 16, 2, 128, dtype=torch.float8_e4m3fn)
-    raises(NotImplementedError, "'k_cache' dtype torch.float8_e4m3fn", k_cache=fp8, v_cache=fp8)
+    one = torch.ones(1)
+    raises(ValueError, "'k_descale' is required for a float8_e4m3fn cache", k_cache=fp8, v_cache=fp8)
+    raises(ValueError, "'v_descale' is required", k_cache=fp8, v_cache=fp8, k_descale=one)
+    raises(ValueError, "'k_descale' is only for an FP8", k_descale=one)
+    raises(TypeError, "'v_descale' must be one float32 element", k_cache=fp8, v_cache=fp8, k_descale=one,
+           v_descale=torch.ones(2))
+    raises(TypeError, "'k_descale' must be one float32 element", k_cache=fp8, v_cache=fp8, k_descale=one.double(),
+           v_descale=one)
+    raises(TypeError, "'v_cache' dtype must be q's", k_cache=fp8, k_descale=one, v_descale=one)
+    e5m2 = fp8.view(torch.uint8).view(torch.float8_e5m2)
+    raises(TypeError, "'k_cache' dtype must be q's .* got torch.float8_e5m2", k_cache=e5m2, v_cache=e5m2,
+           k_descale=one, v_descale=one)
 
 
 def test_bad_shapes_and_dtypes(no_launch):
@@ -280,7 +316,7 @@ def test_bad_shapes_and_dtypes(no_launch):
     raises(ValueError, "'q' head dim must be 64 or 128, got 96", q=torch.zeros(2, 1, 8, 96, dtype=torch.bfloat16))
     raises(ValueError, r"'q' seq_q must be in 1..16, got 17", q=torch.zeros(2, 17, 8, 128, dtype=torch.bfloat16))
     raises(ValueError, "'q' must have rank 4", q=q[0])
-    raises(TypeError, "'k_cache' dtype must equal q's", k_cache=torch.zeros(6, 16, 2, 128, dtype=torch.float16))
+    raises(TypeError, "'k_cache' dtype must be q's", k_cache=torch.zeros(6, 16, 2, 128, dtype=torch.float16))
     raises(ValueError, "'v_cache' shape must equal k_cache's", v_cache=torch.zeros(6, 16, 1, 128, dtype=torch.bfloat16))
     raises(ValueError, r"Hq % Hkv == 0\), got Hq=8, Hkv=3", k_cache=torch.zeros(6, 16, 3, 128, dtype=torch.bfloat16),
            v_cache=torch.zeros(6, 16, 3, 128, dtype=torch.bfloat16))

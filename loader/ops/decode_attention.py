@@ -29,8 +29,10 @@ a bad id reads a wrong page of the pool, never memory outside it. Page-table ent
 sequence's end (and pages wholly before a sliding window) are never read, nor are cache
 rows at or past cache_seqlens.
 
-FP8 caches (k_descale/v_descale, k_scale_shift/v_scale_shift) are not implemented yet: those
-arguments, and a float8 cache, raise NotImplementedError.
+FP8 caches: k_cache and v_cache torch.float8_e4m3fn (OCP e4m3) with per-tensor float32
+k_descale and v_descale ([1] or scalar-shaped tensors, read on the device): the keys and
+values are k * k_descale and v * v_descale. Per-token (scale, shift) pairs
+(k_scale_shift/v_scale_shift) are not implemented yet and raise NotImplementedError.
 
 Everything checkable on the host is checked before any launch: a violation is a
 ValueError/TypeError naming the argument.
@@ -62,7 +64,8 @@ LOG2E = 1.4426950408889634
 _U32 = 2**32
 _MAX_OFFSET = 2**31                # the kernels' descriptors hold offsets below 2^31
 _ALIGN = 16
-_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
+E4M3 = torch.float8_e4m3fn
+_FP8 = (E4M3, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
 
 
 @dataclass(frozen=True)
@@ -140,11 +143,29 @@ def _span(t: torch.Tensor, axes) -> int:
 def _not_implemented(**given) -> None:
     for name, value in given.items():
         if value is not None:
-            _fail(NotImplementedError, f"'{name}' (FP8 KV caches) is not implemented yet")
+            _fail(NotImplementedError, f"'{name}' (per-token FP8 scale/shift) is not implemented yet")
 
 
-def _validate(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, causal, window_left, sinks,
-              num_splits, out, return_lse):
+def _descales(fp8: bool, q: torch.Tensor, **given) -> None:
+    """Per-tensor descales: required (float32, one element, q's device) for an FP8 cache,
+    refused for a 16-bit one."""
+    for name, t in given.items():
+        if not fp8:
+            if t is not None:
+                _fail(ValueError, f"'{name}' is only for an FP8 (float8_e4m3fn) cache; this cache is {q.dtype}")
+            continue
+        if t is None:
+            _fail(ValueError, f"'{name}' is required for a float8_e4m3fn cache (per-tensor float32 descale)")
+        if not isinstance(t, torch.Tensor):
+            _fail(TypeError, f"'{name}' must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != torch.float32 or t.numel() != 1:
+            _fail(TypeError, f"'{name}' must be one float32 element, got {t.dtype} of shape {tuple(t.shape)}")
+        if t.device != q.device:
+            _fail(ValueError, f"'{name}' must be on q's device ({q.device}), got {t.device}")
+
+
+def _validate(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, softmax_scale, causal,
+              window_left, sinks, num_splits, out, return_lse):
     q = _tensor("q", q, 4, "[batch, seq_q, heads_q, head_dim]")
     if q.dtype not in DTYPES:
         _fail(TypeError, f"'q' dtype must be torch.bfloat16 or torch.float16, got {q.dtype}")
@@ -159,13 +180,14 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, ca
     what = "[num_pages, page_size, heads_kv, head_dim]" if paged else "[batch, seq_max, heads_kv, head_dim]"
     k_cache = _tensor("k_cache", k_cache, 4, what)
     v_cache = _tensor("v_cache", v_cache, 4, what)
+    fp8 = k_cache.dtype in _FP8
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
-        if t.dtype in _FP8:
-            _fail(NotImplementedError, f"'{name}' dtype {t.dtype}: FP8 KV caches are not implemented yet")
-        if t.dtype != q.dtype:
-            _fail(TypeError, f"'{name}' dtype must equal q's ({q.dtype}), got {t.dtype}")
+        if t.dtype != (E4M3 if fp8 else q.dtype):
+            _fail(TypeError, f"'{name}' dtype must be q's ({q.dtype}) or torch.float8_e4m3fn (both caches alike), "
+                             f"got {t.dtype}")
         if t.device != q.device:
             _fail(ValueError, f"'{name}' must be on q's device ({q.device}), got {t.device}")
+    _descales(fp8, q, k_descale=k_descale, v_descale=v_descale)
     if v_cache.shape != k_cache.shape:
         _fail(ValueError, f"'v_cache' shape must equal k_cache's {tuple(k_cache.shape)}, got {tuple(v_cache.shape)}")
     pages, page_size, heads_kv, kdim = k_cache.shape
@@ -259,14 +281,14 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, ca
             or not math.isfinite(softmax_scale) or softmax_scale <= 0:
         _fail(ValueError, f"'softmax_scale' must be a finite float > 0, got {softmax_scale!r}")
     return dict(q=q, k=k_cache, v=v_cache, seqlens=cache_seqlens, block_table=block_table, paged=paged,
-                capacity=capacity, window_left=window_left, sinks=sinks, scale=float(softmax_scale),
+                capacity=capacity, window_left=window_left, fp8=fp8, sinks=sinks, scale=float(softmax_scale),
                 q_strides=q_strides, k_strides=k_strides, v_strides=v_strides)
 
 
 # ------------------------------------------------------------------ launch
 
-def variant_name(kernel: str, dtype: torch.dtype, dim: int) -> str:
-    return f"{kernel}_d{dim}_{DTYPES[dtype]}"
+def variant_name(kernel: str, dtype: torch.dtype, dim: int, fp8: bool = False) -> str:
+    return f"{kernel}_d{dim}_{DTYPES[dtype]}{'_fp8' if fp8 else ''}"
 
 
 def _magic(divisor: int) -> int:
@@ -293,10 +315,9 @@ def launches(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_descale=
              num_splits=None, out=None, return_lse=False) -> tuple[torch.Tensor, torch.Tensor | None, list]:
     """Validate and plan a call: (out, lse or None, [(kernel, variant, arguments), ...]) —
     the launches decode_attention runs, in order (bench/decode.py models the same ones)."""
-    _not_implemented(k_descale=k_descale, v_descale=v_descale, k_scale_shift=k_scale_shift,
-                     v_scale_shift=v_scale_shift)
-    a = _validate(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, causal, window_left, sinks,
-                  num_splits, out, return_lse)
+    _not_implemented(k_scale_shift=k_scale_shift, v_scale_shift=v_scale_shift)
+    a = _validate(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, softmax_scale, causal,
+                  window_left, sinks, num_splits, out, return_lse)
     q, k, v = a["q"], a["k"], a["v"]
     batch, seq_q, heads_q, dim = q.shape
     heads_kv = k.shape[2]
@@ -330,9 +351,10 @@ def launches(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_descale=
     lse_bs, lse_hs = (lse.stride(0) * 4, lse.stride(1) * 4) if lse is not None else (0, 0)
     qs, ks, vs = a["q_strides"], a["k_strides"], a["v_strides"]
     window = NO_LIMIT if a["window_left"] < 0 else a["window_left"]
-    runs = [(KERNEL, variant_name(KERNEL, q.dtype, dim), dict(
+    runs = [(KERNEL, variant_name(KERNEL, q.dtype, dim, a["fp8"]), dict(
         q=q, k_cache=k, v_cache=v, cache_seqlens=a["seqlens"], block_table=table, o=out, lse=lse_t, ws_o=ws_o,
-        ws_lse=ws_lse, num_splits=p.num_splits, heads_kv=heads_kv, row_tiles=p.row_tiles, seq_q=seq_q,
+        ws_lse=ws_lse, k_descale=k_descale.reshape(1) if a["fp8"] else dummy,
+        v_descale=v_descale.reshape(1) if a["fp8"] else dummy, num_splits=p.num_splits, heads_kv=heads_kv, row_tiles=p.row_tiles, seq_q=seq_q,
         heads_q=heads_q, group=group, group_magic=_magic(group), tiles_magic=_magic(p.row_tiles),
         rows=seq_q * group, max_pages=table.shape[1], pages_m1=pages - 1, page_shift=shift,
         k_ps=ks[0], k_ss=ks[1], k_hs=ks[2], v_ps=vs[0], v_ss=vs[1], v_hs=vs[2],
@@ -365,17 +387,20 @@ def build_kernels(force: bool = False) -> None:
 
 # ------------------------------------------------------------------ reference
 
-def gather_kv(cache: torch.Tensor, b: int, seqlen: int, block_table: torch.Tensor | None) -> torch.Tensor:
-    """Keys 0..seqlen-1 of batch entry b as [seqlen, Hkv, D] float64."""
+def gather_kv(cache: torch.Tensor, b: int, seqlen: int, block_table: torch.Tensor | None,
+              descale: torch.Tensor | None = None) -> torch.Tensor:
+    """Keys 0..seqlen-1 of batch entry b as [seqlen, Hkv, D] float64 (times descale)."""
     if block_table is None:
-        return cache[b, :seqlen].double()
-    page_size = cache.shape[1]
-    pages = block_table[b, :cdiv(seqlen, page_size)].long()
-    return cache[pages].reshape(-1, *cache.shape[2:])[:seqlen].double()
+        rows = cache[b, :seqlen].double()
+    else:
+        page_size = cache.shape[1]
+        pages = block_table[b, :cdiv(seqlen, page_size)].long()
+        rows = cache[pages].reshape(-1, *cache.shape[2:])[:seqlen].double()
+    return rows if descale is None else rows * float(descale.reshape(()))
 
 
-def reference(q, k_cache, v_cache, cache_seqlens, *, block_table=None, softmax_scale=None, causal=True,
-              window_left=-1, sinks=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def reference(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_descale=None, v_descale=None,
+              softmax_scale=None, causal=True, window_left=-1, sinks=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(O, LSE, O_abs) in float64: O [B, Sq, Hq, D], LSE [B, Hq, Sq] (natural log, the
     sink included), O_abs = P |V| (for `tolerance`). Rows that see no key (and no sink):
     O = 0, LSE = -inf."""
@@ -387,8 +412,8 @@ def reference(q, k_cache, v_cache, cache_seqlens, *, block_table=None, softmax_s
     lse = torch.full((batch, heads_q, seq_q), float("-inf"), dtype=torch.float64)
     for b in range(batch):
         n = int(cache_seqlens[b])
-        kb = gather_kv(k_cache, b, n, block_table).repeat_interleave(group, 1).transpose(0, 1)   # [Hq, n, D]
-        vb = gather_kv(v_cache, b, n, block_table).repeat_interleave(group, 1).transpose(0, 1)
+        kb = gather_kv(k_cache, b, n, block_table, k_descale).repeat_interleave(group, 1).transpose(0, 1)   # [Hq, n, D]
+        vb = gather_kv(v_cache, b, n, block_table, v_descale).repeat_interleave(group, 1).transpose(0, 1)
         s = torch.matmul(q[b].double().transpose(0, 1), kb.transpose(1, 2)) * scale               # [Hq, Sq, n]
         qpos = n - seq_q + torch.arange(seq_q)[:, None]
         j = torch.arange(n)[None, :]
@@ -427,34 +452,25 @@ def _register_run_cases() -> None:
 
     @run_case(KERNEL)
     def decode_case(variant, gen: torch.Generator) -> RunCase:
-        """One unsplit launch (partial = 0) on a paged cache: B2, Sq 2, Hq 8 / Hkv 2."""
+        """One unsplit launch (partial = 0) on a paged cache: B2, Sq 2, Hq 8 / Hkv 2, the
+        arguments exactly as decode_attention builds them."""
         dim = variant.defines["D"]
         dtype = torch.float16 if variant.defines["F16"] else torch.bfloat16
+        fp8 = bool(variant.defines["FP8"])
         batch, seq_q, heads_q, heads_kv, page, pages = 2, 2, 8, 2, 16, 12
         q = torch.randn(batch, seq_q, heads_q, dim, generator=gen).to(dtype)
-        k = torch.randn(pages, page, heads_kv, dim, generator=gen).to(dtype)
-        v = torch.randn(pages, page, heads_kv, dim, generator=gen).to(dtype)
+        k = torch.randn(pages, page, heads_kv, dim, generator=gen).to(E4M3 if fp8 else dtype)
+        v = torch.randn(pages, page, heads_kv, dim, generator=gen).to(E4M3 if fp8 else dtype)
+        descales = dict(k_descale=torch.tensor([0.75]), v_descale=torch.tensor([1.5])) if fp8 else {}
         table = torch.randperm(pages, generator=gen).to(torch.int32).view(batch, pages // batch)
         seqlens = torch.tensor([37, 90], dtype=torch.int32)
         o = torch.full(q.shape, float("nan"), dtype=dtype)
-        lse = torch.full((batch, heads_q, seq_q), float("nan"))
-        o_ref, lse_ref, o_abs = reference(q, k, v, seqlens, block_table=table)
-        dummy = torch.empty(4)
-        e = q.element_size()
-        args = dict(q=q, k_cache=k, v_cache=v, cache_seqlens=seqlens, block_table=table, o=o, lse=lse, ws_o=dummy,
-                    ws_lse=dummy, num_splits=1, heads_kv=heads_kv, row_tiles=1, seq_q=seq_q, heads_q=heads_q,
-                    group=4, group_magic=_magic(4), tiles_magic=_magic(1), rows=seq_q * 4,
-                    max_pages=table.shape[1], pages_m1=pages - 1, page_shift=4,
-                    k_ps=k.stride(0) * e, k_ss=k.stride(1) * e, k_hs=k.stride(2) * e,
-                    v_ps=v.stride(0) * e, v_ss=v.stride(1) * e, v_hs=v.stride(2) * e,
-                    q_ss=q.stride(1) * e, q_hs=q.stride(2) * e, q_bs=q.stride(0) * e,
-                    o_ss=o.stride(1) * e, o_hs=o.stride(2) * e, o_bs=o.stride(0) * e,
-                    lse_hs=lse.stride(1) * 4, lse_bs=lse.stride(0) * 4, ws_stride=0, wsl_stride=0,
-                    chunk=cdiv(page * pages // batch, TILE) * TILE, window=NO_LIMIT, future=0,
-                    scale_log2=LOG2E / math.sqrt(dim), partial=0, store_lse=1)
+        _, lse, runs = launches(q, k, v, seqlens, block_table=table, num_splits=1, out=o, return_lse=True, **descales)
+        lse.fill_(float("nan"))
+        o_ref, lse_ref, o_abs = reference(q, k, v, seqlens, block_table=table, **descales)
         atol = float(tolerance(o_ref, o_abs, dtype).max())
-        return RunCase(args=args, expected={"o": o_ref.float(), "lse": lse_ref.float()}, atol=atol, rtol=LSE_TOL,
-                       note=f"paged 16, B{batch} Sq{seq_q} Hq{heads_q}/Hkv{heads_kv} seqlens 37, 90")
+        return RunCase(args=runs[0][2], expected={"o": o_ref.float(), "lse": lse_ref.float()}, atol=atol,
+                       rtol=LSE_TOL, note=f"paged 16, B{batch} Sq{seq_q} Hq{heads_q}/Hkv{heads_kv} seqlens 37, 90")
 
     @run_case(MERGE)
     def merge_case(variant, gen: torch.Generator) -> RunCase:
