@@ -114,6 +114,8 @@ def mfma_passes(inst) -> int:
         # 16x16x32 / 32x32x16 (gfx950 double-rate forms): 4096 FLOP per pass;
         # legacy 16x16x16 / 32x32x8 (incl. _1k): 2048 FLOP per pass.
         per_pass = 4096 if K * M >= 512 else 2048
+        if t == "i8" and K * M >= 1024:     # gfx950 i32_16x16x64 / 32x32x32_i8: 4 / 8 passes (llc-22)
+            per_pass = 8192
         return max(2, flops // per_pass)
     if t.endswith("bf16_1k") or t.endswith("f16_1k"):
         return max(2, flops // 2048)

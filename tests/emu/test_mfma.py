@@ -629,3 +629,17 @@ def test_new_mfma_result_wait_states(body, need):
     with pytest.raises(HazardError, match="wait states"):
         run_snippet(snippet(need - 1), vgprs=regs)
     run_snippet(snippet(need), vgprs=regs)
+
+
+def test_timing_model_passes_match_the_emulator():
+    """gfxasm.perf's pass count (cycles = 4 x passes) agrees with the passes the emulator's
+    wait-state checks use, for every MFMA it implements and every f8f6f4 format pair."""
+    from gfxasm.emu.decode import parse_line
+    from gfxasm.emu.families import mfma
+    from gfxasm.perf.stats import mfma_passes
+    for name, spec in mfma.MFMA.items():
+        pairs = [(0, 0), (0, 4), (4, 1), (4, 4)] if spec.f8f6f4 else [(0, 0)]
+        for cbsz, blgp in pairs:
+            inst = parse_line(f"{name} v[0:3], v[4:7], v[8:11], 0 cbsz:{cbsz} blgp:{blgp}", 0, (0,))
+            a, b = mfma.F8F6F4_FORMATS[cbsz], mfma.F8F6F4_FORMATS[blgp]
+            assert mfma_passes(inst) == mfma._f8f6f4_passes(spec, a, b), (name, cbsz, blgp)
