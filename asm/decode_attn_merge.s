@@ -8,7 +8,9 @@
 ; ws_o holds each split's normalised O (f32), ws_lse its log2-sum-exp (-inf: no key), as
 ; decode_attn writes them with partial = 1. The sum runs over the splits in order with an
 ; online max (floor -1e30, so a row with no key and no sink gives O = 0, LSE = -inf):
-; deterministic, no atomics.
+; deterministic, no atomics. The splits are read BATCH at a time, every load of a batch in
+; flight together (the kernel is latency-bound); a split index past the last is clamped
+; for the address and its term weighted 0 (lse -inf).
 ;
 ; gfx950, wave64; grid (heads_q, seq_q, batch), one wave per output row; lane l owns dims
 ; (D/64) l .. (D/64) l + D/64 - 1. Defines: D (64 | 128), F16 (0: bf16 out, 1: fp16).
@@ -26,6 +28,8 @@
 .set LOG2E, 0x3fb8aa3b
 .set RECORDS_ALL, 0x7fffffff
 .set OOB, 0x80000000
+.set NEG_INF, 0xff800000
+.set BATCH, 8
 
 ; --- SGPRs (s[0:1] kernarg, s2 = head h, s3 = token s, s4 = batch b) ---
 .set s_ptr_wso, 6           ; [6:7]
@@ -51,10 +55,10 @@
 .set s_store_lse, 41
 .set s_row, 42              ; R
 .set s_z, 43                ; split
-.set s_woff, 44             ; z * ws_stride
-.set s_loff, 45             ; z * wsl_stride
-.set s_x, 46                ; the split's log2-sum-exp (or the sink)
-.set s_t, 47
+.set s_t, 46
+.set s_u, 47
+.set s_splits_m1, 48
+.set s_x, 56                ; [56:64) the batch's log2-sum-exps (s_x: the sink)
 ; --- VGPRs ---
 .set v_lane, 1
 .set v_off, 2               ; ws_o offset of the lane's dims in row R
@@ -64,10 +68,10 @@
 .set v_a, 6                 ; rescale of the running sums
 .set v_w, 7                 ; weight of the split
 .set v_acc, 8               ; [8:9]  sum of weighted O
-.set v_part, 10             ; [10:11] the split's O
+.set v_part, 10             ; [10:26) the batch's O rows, split i at v_part + 2i
 
-; running (m, l, acc) += the term 2^x (with O row v_part when \with_o); \x an SGPR or VGPR operand
-.macro merge_term x, with_o
+; running (m, l, acc) += the term 2^x (with O row v[\part] when \with_o); \x an SGPR or VGPR operand
+.macro merge_term x, with_o, part=v_part
     v_max_f32 v[v_t0], \x, v[v_m]
     v_sub_f32 v[v_a], v[v_m], v[v_t0]
     v_sub_f32 v[v_w], \x, v[v_t0]
@@ -81,7 +85,7 @@
         .if \i < DPL
             v_mul_f32 v[v_acc + \i], v[v_acc + \i], v[v_a]
             .if \with_o
-                v_fma_f32 v[v_acc + \i], v[v_w], v[v_part + \i], v[v_acc + \i]
+                v_fma_f32 v[v_acc + \i], v[v_w], v[\part + \i], v[v_acc + \i]
             .endif
         .endif
     .endr
@@ -113,23 +117,31 @@
     s_mul_i32 s[s_t], s[s_row], 4 * D                   ; row R of a split
     v_lshlrev_b32 v[v_off], 2 + DPL - 1, v[v_lane]      ; 4 DPL l bytes
     v_add_u32 v[v_off], s[s_t], v[v_off]
+    s_add_u32 s[s_splits_m1], s[s_splits], -1
     s_mov_b32 s[s_z], 0
-    s_mov_b32 s[s_woff], 0
-    s_mov_b32 s[s_loff], 0
-L_split:
-    s_load_dword s[s_x], s[s_ptr_wsl:s_ptr_wsl+1], s[s_loff]
+L_batch:
+    .irp i, 0, 1, 2, 3, 4, 5, 6, 7
+        s_add_u32 s[s_t], s[s_z], \i
+        s_min_u32 s[s_t], s[s_t], s[s_splits_m1]          ; past the last split: read the last (weighted 0)
+        s_mul_i32 s[s_u], s[s_t], s[s_wsl_stride]
+        s_load_dword s[s_x + \i], s[s_ptr_wsl:s_ptr_wsl+1], s[s_u]
+        s_mul_i32 s[s_u], s[s_t], s[s_ws_stride]          ; soffset: in range by the clamp
 .if DPL == 2
-    buffer_load_dwordx2 v[v_part:v_part+1], v[v_off], s[s_rsrc_w:s_rsrc_w+3], s[s_woff] offen
+        buffer_load_dwordx2 v[v_part + 2*\i : v_part + 2*\i + 1], v[v_off], s[s_rsrc_w:s_rsrc_w+3], s[s_u] offen
 .else
-    buffer_load_dword v[v_part], v[v_off], s[s_rsrc_w:s_rsrc_w+3], s[s_woff] offen
+        buffer_load_dword v[v_part + 2*\i], v[v_off], s[s_rsrc_w:s_rsrc_w+3], s[s_u] offen
 .endif
-    s_waitcnt vmcnt(0) lgkmcnt(0)                       ; in flight: the split's lse and O -> wait for both
-    merge_term s[s_x], 1
-    s_add_u32 s[s_woff], s[s_woff], s[s_ws_stride]
-    s_add_u32 s[s_loff], s[s_loff], s[s_wsl_stride]
-    s_add_u32 s[s_z], s[s_z], 1
+    .endr
+    s_waitcnt vmcnt(0) lgkmcnt(0)                       ; in flight: the batch's lse and O -> wait for all
+    .irp i, 0, 1, 2, 3, 4, 5, 6, 7
+        s_add_u32 s[s_t], s[s_z], \i
+        s_cmp_lt_u32 s[s_t], s[s_splits]
+        s_cselect_b32 s[s_x + \i], s[s_x + \i], NEG_INF
+        merge_term s[s_x + \i], 1, v_part + 2*\i
+    .endr
+    s_add_u32 s[s_z], s[s_z], BATCH
     s_cmp_lt_u32 s[s_z], s[s_splits]
-    s_cbranch_scc1 L_split
+    s_cbranch_scc1 L_batch
 
     s_cmp_eq_u32 s[s_has_sinks], 0
     s_cbranch_scc1 L_store

@@ -162,6 +162,8 @@ CASES = [
     # sinks, unsplit (the merge runs alone) and split, with a window
     ([0, 33, 90], 8, 2, 2, 128, "bf16", 16, True, -1, True, 1),
     ([200, 31], 16, 2, 1, 64, "bf16", 64, True, 50, True, 4),
+    # 11 splits of 32 keys: the merge reads two batches of 8, the second partly past the end
+    ([330, 40], 8, 2, 2, 64, "bf16", 16, True, -1, True, 11),
     # contiguous caches
     ([0, 1, 31, 32, 33, 100], 8, 1, 1, 128, "bf16", None, True, -1, False, 1),
     ([70, 130], 8, 2, 4, 64, "f16", None, True, -1, True, None),
@@ -248,10 +250,11 @@ def test_splits_are_deterministic_and_agree():
 
 
 def test_split_model():
-    # B128 Hkv1, 8k keys: 128 waves -> 16 splits fill 256 CUs x 8; chunk a multiple of 32
+    # B128 Hkv1, 8k keys: 128 waves -> 8 splits fill 256 CUs x 4; chunk a multiple of 32
     p = da.plan(128, 1, 8, 8192)
-    assert p.num_splits == 16 and p.chunk == 512 and p.row_tiles == 1 and p.partial
-    assert da.plan(16, 8, 8, 1024).num_splits == 4              # capped by 256 keys per split
+    assert p.num_splits == 8 and p.chunk == 1024 and p.row_tiles == 1 and p.partial
+    assert da.plan(16, 8, 8, 1024).num_splits == 8              # 128 keys per split
+    assert da.plan(16, 8, 8, 512).num_splits == 4               # capped by 128 keys per split
     assert da.plan(4096, 8, 8, 8192).num_splits == 1            # the grid alone fills the GPU
     assert da.plan(1, 1, 256, 100).num_splits == 1              # short caches: one split
     forced = da.plan(1, 1, 8, 1000, 7)

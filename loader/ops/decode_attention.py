@@ -55,8 +55,8 @@ ROW_TILE = 16                      # query rows (token, head of the group) per w
 TILE = 32                          # keys per kernel iteration; a split's chunk is a multiple
 MIN_PAGE = 16                      # a 16-key block never crosses a page
 NUM_CUS = 256
-WAVES_PER_CU = 8                   # target resident waves per CU for the split model
-MIN_SPLIT_KEYS = 256               # a split's work should outweigh its partial's write and merge
+WAVES_PER_CU = 4                   # target resident waves per CU for the split model
+MIN_SPLIT_KEYS = 128               # a split's work should outweigh its partial's write and merge
 MAX_SPLITS = 64
 NO_LIMIT = 2**30                   # window_left / future keys meaning "none"
 CONTIGUOUS_SHIFT = 31              # page_shift of a contiguous cache: one page per batch entry
@@ -80,12 +80,15 @@ class Plan:
 def plan(batch: int, heads_kv: int, rows: int, capacity: int, num_splits: int | None = None) -> Plan:
     """The split model. A wave per (batch, KV head, 16-row query tile, split); the grid
     without splits has batch * heads_kv * row_tiles waves. Splits multiply it up to about
-    NUM_CUS * WAVES_PER_CU resident waves (256 CUs x 8), but each split keeps at least
+    NUM_CUS * WAVES_PER_CU resident waves (256 CUs x 4), but each split keeps at least
     MIN_SPLIT_KEYS keys of the cache's capacity (contiguous: S_max; paged: max_pages *
     page_size — the longest sequence the call can hold, known without a device sync), and
     at most MAX_SPLITS. The chunk is rounded up to TILE keys and splits that would be empty
     for every sequence are dropped. `num_splits` overrides the model (then only the chunk
-    rounding applies)."""
+    rounding applies). The constants come from bench/decode.py's modelled sweep over 4..64
+    splits on the issue's shapes: 8 splits (4 waves per CU) was at or near the best for
+    every one (fewer leave the memory pipes idle at 1k keys; a grid above one round of
+    resident waves, 12 per CU, doubles the time)."""
     row_tiles = cdiv(rows, ROW_TILE)
     waves = max(1, batch * heads_kv * row_tiles)
     capacity = max(1, capacity)
@@ -448,7 +451,7 @@ LSE_TOL = 2e-5                     # relative to max(1, |LSE|): f32 scores, exp2
 # ------------------------------------------------------------------ `gfxasm run`
 
 def _register_run_cases() -> None:
-    from ..cli import RunCase, run_case
+    from ..runcases import RunCase, run_case
 
     @run_case(KERNEL)
     def decode_case(variant, gen: torch.Generator) -> RunCase:
