@@ -65,7 +65,7 @@ def classify(inst) -> str:
 
 # ---------------------------------------------------------------- MFMA facts
 # Passes per gfx950 MFMA (fact sheet §2, from LLVM 22's hazard model; cycles = 4 x passes).
-_MFMA = re.compile(r"^v_mfma_(?:scale_)?(?:f32|i32|f64)_(\d+)x(\d+)x(\d+)(?:_?(\d+)b)?_?(\w+)$")
+_MFMA = re.compile(r"^v_s?mfmac?_(?:scale_)?(?:f32|i32|f64)_(\d+)x(\d+)x(\d+)(?:_?(\d+)b)?_?(\w+)$")
 
 
 def mfma_shape(inst) -> tuple[int, int, int, int, str] | None:
@@ -104,6 +104,8 @@ def mfma_passes(inst) -> int:
     if shape is None:
         return 4
     M, N, K, blocks, t = shape
+    if inst.name.startswith("v_smfmac"):    # every gfx950 SMFMAC: 4 (16x16) / 8 (32x32) passes, llc-22
+        return 4 if M == 16 else 8
     if "f8f6f4" in t:
         eight_bit = mfma_dtype(inst) == "fp8"
         if M == 16:

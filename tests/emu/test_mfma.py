@@ -633,7 +633,8 @@ def test_new_mfma_result_wait_states(body, need):
 
 def test_timing_model_passes_match_the_emulator():
     """gfxasm.perf's pass count (cycles = 4 x passes) agrees with the passes the emulator's
-    wait-state checks use, for every MFMA it implements and every f8f6f4 format pair."""
+    wait-state checks use, for every MFMA and SMFMAC it implements and every f8f6f4 format
+    pair."""
     from gfxasm.emu.decode import parse_line
     from gfxasm.emu.families import mfma
     from gfxasm.perf.stats import mfma_passes
@@ -643,3 +644,6 @@ def test_timing_model_passes_match_the_emulator():
             inst = parse_line(f"{name} v[0:3], v[4:7], v[8:11], 0 cbsz:{cbsz} blgp:{blgp}", 0, (0,))
             a, b = mfma.F8F6F4_FORMATS[cbsz], mfma.F8F6F4_FORMATS[blgp]
             assert mfma_passes(inst) == mfma._f8f6f4_passes(spec, a, b), (name, cbsz, blgp)
+    from gfxasm.emu.families.smfmac import SMFMAC
+    for name, spec in SMFMAC.items():
+        assert mfma_passes(parse_line(f"{name} v[0:3], v[4:5], v[6:9], v10", 0, (0,))) == spec.passes, name
