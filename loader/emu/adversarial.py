@@ -13,8 +13,8 @@ kernel whose result depends on the schedule has a race that this one order may h
   points is itself drawn per seed, from about one per 2 steps (fine interleaving) to
   one per 500 (one wave runs far ahead of the others). s_barrier holds as always.
 * When loads land. Before every step every outstanding memory op lands with a
-  probability drawn per seed (from 1e-3 to 1), and s_waitcnt and s_endpgm still land
-  whatever they must. Order within a wave is the ISA's: VMEM ops (loads, stores, LDS
+  probability drawn per seed: 0 for one seed in four (every load lands as late as the
+  ISA allows, at the s_waitcnt or s_endpgm that needs it), else from 1e-3 to 1. Order within a wave is the ISA's: VMEM ops (loads, stores, LDS
   DMA) return in issue order, and so do DS ops; scalar loads in any order. An LDS DMA
   writes LDS when it lands, so other waves may see it at any time before the wait.
 * s_waitcnt lgkmcnt(N) over scalar loads lands a random choice of them.
@@ -37,6 +37,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from .errors import EmulatorError
 
 SCHEDULES = ("lockstep", "adversarial")
 
@@ -89,7 +91,7 @@ class Adversarial:
         self.priority = rng.permutation(count).astype(np.float64)
         self.change = 10.0 ** -rng.uniform(0.3, 2.7)     # change points per step
         self.split = rng.uniform(0.0, 1.0)                # chance a group is split
-        self.land = 10.0 ** -rng.uniform(0.0, 3.0)        # landing chance per op per step
+        self.land = 0.0 if rng.random() < 0.25 else 10.0 ** -rng.uniform(0.0, 3.0)   # per op per step
 
     def pick(self, groups: dict) -> tuple[int, np.ndarray]:
         """Take the waves to run next out of `groups` (pc -> waves): (pc, waves)."""
@@ -132,14 +134,18 @@ class Adversarial:
 # ------------------------------------------------------------------ race detector
 @dataclass(frozen=True)
 class Divergence:
-    """Output `name` under adversarial `seed` differs from the lockstep schedule's."""
+    """Output `name` under adversarial `seed` differs from the lockstep schedule's (or the
+    run failed: `error`, e.g. a memory fault from an address computed from a stale register)."""
     seed: int
     name: str
-    first: int          # flat index of the first differing element
-    count: int          # elements that differ
-    total: int
+    first: int = 0      # flat index of the first differing element
+    count: int = 0      # elements that differ
+    total: int = 0
+    error: str = ""
 
     def __str__(self) -> str:
+        if self.error:
+            return f"seed {self.seed}: the run failed: {self.error}"
         return (f"seed {self.seed}: {self.name} differs from the lockstep schedule's in {self.count} "
                 f"of {self.total} elements (first at flat index {self.first})")
 
@@ -186,7 +192,8 @@ def check(run, seeds=range(4)) -> list[Divergence]:
     """Run `run()` (a callable that launches the emulator and returns its outputs: a tensor
     or array, a sequence or a dict of them) under the lockstep schedule, then under the
     adversarial schedule of each seed, every launch outside strict mode. Returns every
-    output that differs from the lockstep run bit for bit; empty when none does."""
+    output that differs from the lockstep run bit for bit, and every seed under which the
+    emulator raised; empty when none did."""
     seeds = list(seeds)
     if not seeds:
         raise ValueError("seeds is empty")
@@ -194,8 +201,12 @@ def check(run, seeds=range(4)) -> list[Divergence]:
         reference = _outputs(run())
     found = []
     for seed in seeds:
-        with override(seed):
-            got = _outputs(run())
+        try:
+            with override(seed):
+                got = _outputs(run())
+        except EmulatorError as exc:
+            found.append(Divergence(seed, "run", error=f"{type(exc).__name__}: {exc}"))
+            continue
         if got.keys() != reference.keys():
             raise ValueError(f"run() returned outputs {sorted(got)} under seed {seed} but "
                              f"{sorted(reference)} under the lockstep schedule")

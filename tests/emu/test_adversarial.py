@@ -2,12 +2,14 @@
 
 Each deliberately broken kernel — a missing s_waitcnt, a missing barrier before reading
 LDS another wave wrote, an LDS DMA prefetch into a buffer another wave is still reading,
-a partial lgkmcnt over out-of-order scalar loads — gives the lockstep schedule's answer
+a partial lgkmcnt over out-of-order scalar loads, a store through a pointer not waited
+for (the run faults: reported too) — gives the lockstep schedule's answer
 (outside strict mode) yet changes under some seed of the first eight; its corrected twin
 never changes over sixteen seeds, and its answer is checked against numpy. Legal patterns
 that rely on in-order return (two loads into one register, vmcnt(N) covering only the
 older loads) must not change either. Our own kernels (fmha_fwd, mxfp8_gemm,
-decode_attention; small shapes) must come out bit for bit the same under a few seeds.
+decode_attention; small shapes) must come out bit for bit the same under four seeds, and
+the paged-attention race of docs/isa-notes.md must give a wrong answer under one of two.
 Budget: about 60 s for this file on one core.
 """
 from __future__ import annotations
@@ -26,6 +28,7 @@ from gfxasm.emu import adversarial
 from gfxasm.manifest import default_manifest
 from kernel_source import assemble
 from test_strict import EXCHANGE, X, source, store   # the strict tests' kernel frame: in, out, aux
+from tests.conformance import cases as conformance
 
 BROKEN_SEEDS = range(8)
 FIXED_SEEDS = range(16)
@@ -164,6 +167,22 @@ def test_lds_dma_prefetch_into_a_buffer_still_being_read_changes_the_answer():
                                   np.concatenate([swap, np.concatenate([X[192:256], X[128:192]])]))
 
 
+# A scalar load of a pointer not waited for: the store's address comes from the stale SGPRs.
+STALE_POINTER = """
+  s_load_dwordx2 s[20:21], s[0:1], 0x8      // out, again
+{wait}
+  global_store_dword v2, v2, s[20:21]
+  s_waitcnt vmcnt(0)
+"""
+
+
+def test_a_run_that_fails_under_a_seed_is_reported():
+    found = divergences(STALE_POINTER.format(wait=""), BROKEN_SEEDS)
+    assert found and all(d.name == "run" and "MemoryFault" in d.error for d in found), [str(d) for d in found]
+    assert "the run failed: MemoryFault" in str(found[0])
+    assert_never(STALE_POINTER.format(wait="  s_waitcnt lgkmcnt(0)"))
+
+
 # --------------------------------------------------------------- the schedule itself
 def test_a_seed_reproduces_its_schedule():
     kernel, args = launcher(EXCHANGE.format(sync="  s_waitcnt lgkmcnt(0)"), block=128, lds=512)
@@ -209,6 +228,23 @@ def test_check_names_seed_and_output():
     assert "seed 2: b differs" in str(found[0])
 
 
+# ------------------------------------------- a race in hardware-proven code (isa-notes.md)
+def test_paged_attention_vmcnt_race_gives_a_wrong_answer_under_a_legal_schedule():
+    """aiter's pa_bf16_noquant_gqa8_1tg_4w.co reads v16 at pc 0x2fc4 while its load (pc
+    0x28b8) may legally be in flight. With a sequence past 512 tokens some seed lands it
+    late, and O is then wrong against the reference, not merely different."""
+    case = conformance.paged_attention([57, 600])
+    kernel = emu.load(case.path).kernel(case.symbol)
+    found = adversarial.check_launch(kernel, grid=case.grid, block=case.block, kernarg=case.kernarg,
+                                     buffers=case.buffers, seeds=range(2))
+    assert found and {d.name for d in found} == {"buffers[5]"}, [str(d) for d in found]   # buffers[5]: O
+    case = conformance.paged_attention([57, 600])
+    kernel.launch(grid=case.grid, block=case.block, kernarg=case.kernarg, buffers=case.buffers, strict=False,
+                  schedule="adversarial", seed=found[0].seed)
+    with pytest.raises(AssertionError, match="O max error"):
+        case.check()
+
+
 # ------------------------------------------------------------------ our own kernels
 @pytest.fixture(scope="module")
 def built():
@@ -227,7 +263,7 @@ def test_fmha_fwd_is_schedule_independent(built, causal, shape):
     q = torch.randn(batch, sq, hq, 128, generator=g).bfloat16()
     k = torch.randn(batch, sk, hk, 128, generator=g).bfloat16()
     v = torch.randn(batch, sk, hk, 128, generator=g).bfloat16()
-    _unchanged(lambda: gfxasm.fmha_fwd(q, k, v, causal=causal, return_lse=True), range(3))
+    _unchanged(lambda: gfxasm.fmha_fwd(q, k, v, causal=causal, return_lse=True), range(4))
 
 
 @pytest.mark.parametrize("kernel,M,N,K,splits", [("gemv", 3, 9, 4096, 4), ("mfma", 17, 40, 256, 2)])
@@ -235,7 +271,7 @@ def test_mxfp8_gemm_is_schedule_independent(built, kernel, M, N, K, splits):
     mx = importlib.import_module("gfxasm.ops.mxfp8_gemm")
     g = torch.Generator().manual_seed(M * 100 + N)
     a, a_scale, b, b_scale = mx.random_operands(M, N, K, g, **mx.OPERAND_RANGES[torch.bfloat16])
-    _unchanged(lambda: gfxasm.mxfp8_gemm(a, a_scale, b, b_scale, kernel=kernel, splits=splits), range(3))
+    _unchanged(lambda: gfxasm.mxfp8_gemm(a, a_scale, b, b_scale, kernel=kernel, splits=splits), range(4))
 
 
 def test_decode_attention_is_schedule_independent(built):
@@ -244,4 +280,4 @@ def test_decode_attention_is_schedule_independent(built):
     k = torch.randn(2, 300, 2, 128, generator=g).bfloat16()
     v = torch.randn(2, 300, 2, 128, generator=g).bfloat16()
     seqlens = torch.tensor([300, 97], dtype=torch.int32)
-    _unchanged(lambda: gfxasm.decode_attention(q, k, v, seqlens, num_splits=3, return_lse=True), range(3))
+    _unchanged(lambda: gfxasm.decode_attention(q, k, v, seqlens, num_splits=3, return_lse=True), range(4))
