@@ -382,7 +382,7 @@ class _Parser:
                                 f"{by_name[dim]['type'].name}; only an integer scalar can share a shape name")
         known = shape_names | {a["name"] for a in args if a["type"].is_integer}
         expressions = [(f"grid[{i}]", expr) for i, expr in enumerate(kernel.grid)]
-        expressions += [(f"args ({a['name']}).numel", a["numel"]) for a in args if "numel" in a]
+        expressions += [(f"args[{i}] ({a['name']}).numel", a["numel"]) for i, a in enumerate(args) if "numel" in a]
         for where, expr in expressions:
             unknown = sorted(expr.names - known)
             if unknown:

@@ -147,12 +147,11 @@ def _qkv(dtype=torch.bfloat16, hq=4, hk=2, d=128):
     (lambda q, k, v: (q[:, :, :3], k, v), ValueError, r"Hq % Hk == 0\), got Hq=3, Hk=2"),
     (lambda q, k, v: (q[0], k, v), ValueError, "'q' must have rank 4"),
     (lambda q, k, v: (q, k, v[:, :5]), ValueError, "'v' shape must equal k's"),
-    (lambda q, k, v: (q, k[:, :0], v[:, :0]), ValueError, "seq_k >= 1"),
     (lambda q, k, v: (q.tolist(), k, v), TypeError, "'q' must be a torch.Tensor"),
     (lambda q, k, v: (q, k.to("meta"), v), ValueError, "'k' must be on q's device"),
     (lambda q, k, v: (q.transpose(1, 3).contiguous().transpose(1, 3), k, v), ValueError, "contiguous in the head dim"),
-    (lambda q, k, v: (torch.zeros(1, 8, 4, 129, dtype=torch.bfloat16)[..., 1:], k, v), ValueError,
-     "16-byte aligned"),
+    (lambda q, k, v: (torch.zeros(8 * 4 * 128 + 1, dtype=torch.bfloat16)[1:].view(1, 8, 4, 128), k, v), ValueError,
+     "'q' data must be 16-byte aligned"),
 ])
 def test_bad_inputs(mutate, error, match):
     q, k, v = mutate(*_qkv())
@@ -172,17 +171,83 @@ def test_bad_out_and_scale():
         gfxasm.fmha_fwd(q, k, v, causal="yes")
 
 
-def test_unsupported_device():
-    q, k, v = (t.to("meta") for t in _qkv())
-    with pytest.raises(ValueError, match="must be on the CPU \\(emulator\\) or a ROCm gfx950 GPU, got meta"):
-        gfxasm.fmha_fwd(q, k, v)
-
-
 def test_empty_problem():
     q = torch.zeros(0, 8, 4, 128, dtype=torch.bfloat16)
     k = v = torch.zeros(0, 8, 2, 128, dtype=torch.bfloat16)
     o, lse = gfxasm.fmha_fwd(q, k, v, return_lse=True)
     assert o.shape == q.shape and lse.shape == (0, 4, 8)
+    q, k, v = _qkv()
+    o, lse = gfxasm.fmha_fwd(q[:, :0], k, v, return_lse=True)            # seq_q = 0, like torch: empty
+    assert o.shape == (1, 0, 4, 128) and lse.shape == (1, 4, 0)
+
+
+def test_no_keys_gives_zero_and_minus_inf():
+    """seq_k = 0: every query sees no key, the rule for such rows (O = 0, LSE = -inf)."""
+    q, k, v = _qkv()
+    out = torch.full(q.shape, float("nan"), dtype=q.dtype)
+    o, lse = gfxasm.fmha_fwd(q, k[:, :0], v[:, :0], out=out, return_lse=True)
+    assert o is out and torch.equal(o, torch.zeros_like(o))
+    assert torch.equal(lse, torch.full((1, 4, 8), float("-inf")))
+
+
+# --- memory the kernel would get wrong: refused before launch ---
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    from gfxasm import launcher
+
+    def boom(*args, **kwargs):
+        raise AssertionError("a kernel was launched")
+    monkeypatch.setattr(launcher.emu_backend, "launch", boom)
+    monkeypatch.setattr(launcher.hip_backend, "launch", boom)
+
+
+def test_out_overlapping_an_input_is_refused(no_launch):
+    q, k, v = _qkv()                                     # Hq 4 = Hk 2 x 2: out=k has k's shape only for MHA
+    k4, v4 = (torch.randn(1, 8, 4, 128).bfloat16() for _ in range(2))
+    for name, out in (("k", k4), ("v", v4)):
+        with pytest.raises(ValueError, match=f"'out' overlaps the memory of '{name}'"):
+            gfxasm.fmha_fwd(q, k4, v4, out=out)
+    shifted = torch.empty(q.numel() + 128 * 4, dtype=q.dtype)
+    q_in = shifted[:q.numel()].view(q.shape)
+    q_in.copy_(q)
+    with pytest.raises(ValueError, match="'out' overlaps the memory of 'q'"):   # in place, but shifted a row
+        gfxasm.fmha_fwd(q_in, k, v, out=shifted[128 * 4:].view(q.shape))
+    packed = torch.randn(1, 8, 8, 128).bfloat16()       # out interleaved with q in one tensor: refused
+    with pytest.raises(ValueError, match="'out' overlaps the memory of 'q'"):
+        gfxasm.fmha_fwd(packed[:, :, :4], k, v, out=packed[:, :, 4:])
+
+
+def test_out_with_shared_elements_is_refused(no_launch):
+    q, k, v = _qkv()
+    stride0 = torch.empty(1, 8, 1, 128, dtype=q.dtype).expand(1, 8, 4, 128)    # one row for every head
+    with pytest.raises(ValueError, match="'out' has elements sharing memory"):
+        gfxasm.fmha_fwd(q, k, v, out=stride0)
+
+
+def test_checks_that_depend_on_the_pointer_survive_the_plan_cache(no_launch):
+    """A second call with the same layout reuses the checked plan: alignment and overlap
+    are still checked per call."""
+    q, k, v = _qkv()
+    k4 = torch.randn(1, 8, 4, 128).bfloat16()
+    with pytest.raises(AssertionError, match="a kernel was launched"):
+        gfxasm.fmha_fwd(q, k4, k4.clone(), out=torch.empty(q.shape, dtype=q.dtype))   # fine: reaches the launch
+    with pytest.raises(ValueError, match="'out' overlaps the memory of 'k'"):
+        gfxasm.fmha_fwd(q, k4, k4.clone(), out=k4)
+    with pytest.raises(AssertionError, match="a kernel was launched"):
+        gfxasm.fmha_fwd(q, k, v)
+    base = torch.zeros(q.numel() + 1, dtype=q.dtype)
+    with pytest.raises(ValueError, match="'q' data must be 16-byte aligned"):
+        gfxasm.fmha_fwd(base[1:].view(q.shape), k, v)
+
+
+def test_out_is_q_in_place():
+    """out=q exactly: each wave reads its Q rows into registers before it writes those rows."""
+    q, k, v = make_inputs(1, 300, 200, 4, 2, torch.bfloat16, "bshd", seed=5)
+    o_ref, lse_ref = fmha.reference(q, k, v, causal=True)
+    o_tol, _ = fmha.tolerances(q, k, v, o_ref, lse_ref, causal=True)
+    result = gfxasm.fmha_fwd(q, k, v, causal=True, out=q)
+    assert result is q and fmha.max_error(q.float(), o_ref) <= o_tol
 
 
 # --- the full cross-product: not run by CI ---

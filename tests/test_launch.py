@@ -176,3 +176,37 @@ def test_rocm_tensors_go_to_hip_on_the_current_stream(fixture_manifest, monkeypa
     assert launch["function"] == "axpb" and launch["device"] == launch["module"] == "0"
     assert bytes.fromhex(launch["kernarg"]) == struct.pack("<QQQfI", args["a"].data_ptr(), args["b"].data_ptr(),
                                                            args["out"].data_ptr(), -0.75, 600)
+
+
+# --- rank-only buffers: the manifest's `numel`, and null pointers for untouched ones ---
+
+def reduce_args(ws_numel, M=3, N=5, splits=2):
+    return dict(ws=torch.randn(ws_numel), out=torch.full((M, N), float("nan"), dtype=torch.bfloat16), M=M, N=N,
+                splits=splits)
+
+
+def test_a_buffer_below_its_numel_is_refused(emu_calls):
+    with pytest.raises(ValueError, match=r"argument 'ws' \(\*f32\) has 29 elements; with these arguments the "
+                                         r"kernel touches 30 \(numel 'splits \* M \* N'\)"):
+        gfxasm.launch("mxfp8_splitk_reduce", variant="mxfp8_splitk_reduce_bf16", **reduce_args(29))
+    assert emu_calls == []
+    gfxasm.launch("mxfp8_splitk_reduce", variant="mxfp8_splitk_reduce_bf16", **reduce_args(30))
+    assert len(emu_calls) == 1
+
+
+def test_an_untouched_buffer_may_be_a_null_pointer(emu_calls):
+    """mxfp8 with splits = 1 never touches ws (numel 0): a prepared launch takes None for it."""
+    from gfxasm.manifest import default_manifest
+    a = torch.zeros(1, 64, dtype=torch.uint8).view(torch.float8_e4m3fn)
+    sa = torch.zeros(1, 2, dtype=torch.uint8).view(torch.float8_e8m0fnu)
+    b = torch.zeros(8, 64, dtype=torch.uint8).view(torch.float8_e4m3fn)
+    sb = torch.zeros(8, 2, dtype=torch.uint8).view(torch.float8_e8m0fnu)
+    out = torch.empty(1, 8, dtype=torch.bfloat16)
+    variant = default_manifest().kernel("mxfp8_gemv_m1").variant("mxfp8_gemv_m1_bf16")
+    prepared = launch_module.prepare(variant, dict(a=a, a_scale=sa, b=b, b_scale=sb, out=out, ws=torch.empty(0),
+                                                   M=1, N=8, K=64, splits=1))
+    prepared(a, sa, b, sb, out, None)
+    [(_, _, _, _, kernarg, tensors)] = emu_calls
+    assert struct.unpack_from("<Q", kernarg, variant.arg("ws").offset)[0] == 0 and len(tensors) == 5
+    with pytest.raises(ValueError, match="argument 'out' is None, but the kernel touches it"):
+        prepared(a, sa, b, sb, None, None)

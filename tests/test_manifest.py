@@ -87,6 +87,17 @@ def edit(path, value):
 DELETE = object()
 
 
+def test_numel_bounds_a_rank_only_buffer(tmp_path):
+    spec = copy.deepcopy(VALID)
+    spec["args"][1]["numel"] = "rows * cdiv(cols, 2)"
+    out = load(tmp_path, {"k": spec}).kernel("k").variant("k_f32").arg("out")
+    assert out.numel.text == "rows * cdiv(cols, 2)" and out.numel.evaluate({"rows": 3, "cols": 5}) == 9
+    assert out.describe() == "out: *f32 out (rank 1) numel >= rows * cdiv(cols, 2)"
+    spec["args"][1]["contiguous"] = False
+    with pytest.raises(ManifestError, match=r"field 'args\[1\] \(out\).numel': numel bounds a contiguous buffer"):
+        load(tmp_path, {"k": spec})
+
+
 @pytest.mark.parametrize("path, value, field, complaint", [
     (("sourse",), "k.s", "sourse", "unknown field"),
     (("source",), DELETE, "source", "required field is missing"),
@@ -114,6 +125,10 @@ DELETE = object()
     (("args", 0, "shape"), ["rows", 1.5], "args[0] (x).shape[1]", "non-empty string"),
     (("args", 0, "shape"), ["rows", "min"], "args[0] (x).shape[1]", "grid function"),
     (("args", 0, "contiguous"), "yes", "args[0] (x).contiguous", "true or false"),
+    (("args", 2, "numel"), "cols", "args[2] (scale).numel", "only pointer arguments"),
+    (("args", 0, "numel"), "rows", "args[0] (x).numel", "a shape already gives the size"),
+    (("args", 1, "numel"), "rows * depth", "args[1] (out).numel", "uses depth, which is neither"),
+    (("args", 1, "numel"), "2 ** cols", "args[1] (out).numel", "not allowed"),
     (("args", 1, "name"), "x", "args[1] (x).name", "duplicate argument name"),
     (("args", 1, "name"), "variant", "args[1] (variant).name", "reserved"),
     (("args", 1, "name"), "class", "args[1].name", "Python keyword"),

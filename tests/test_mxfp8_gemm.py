@@ -279,3 +279,46 @@ def test_device_and_alignment(no_launch):
     raises(ValueError, r"'b' must be on a's device \(cpu\), got meta", a, sa, b.to("meta"), sb)
     shifted = torch.zeros(2 * 64 + 8, dtype=torch.uint8).view(E4M3)[8:].view(2, 64)
     raises(ValueError, r"'a' data must be 16-byte aligned", shifted, sa, b, sb)
+
+
+def test_out_overlapping_an_input_is_refused(no_launch):
+    a, sa, b, sb = good(M=2, N=32, K=64)
+    # out [2, 32] bf16 = 128 bytes = b's first two rows: the same memory, another dtype
+    raises(ValueError, r"'out' overlaps the memory of 'b'", a, sa, b, sb, out=b.view(torch.bfloat16)[:2])
+    raises(ValueError, r"'out' overlaps the memory of 'a'", a, sa, b, sb, out=a.view(torch.bfloat16).view(2, 32))
+    scales = torch.zeros(64 + 64, dtype=torch.uint8)
+    raises(ValueError, r"'out' overlaps the memory of 'b_scale'", a, sa, b, scales[64:].view(32, 2),
+           out=scales.view(torch.bfloat16).view(2, 32))
+
+
+def test_out_with_shared_elements_is_refused(no_launch):
+    a, sa, b, sb = good(M=2, N=5, K=64)
+    raises(ValueError, r"'out' must be contiguous", a, sa, b, sb,
+           out=torch.empty(1, 5, dtype=torch.bfloat16).expand(2, 5))
+
+
+def test_blocked_scales_are_refused(no_launch):
+    """The cuBLAS / torch._scaled_mm blocked layout pads rows to 128 and K/32 to 4."""
+    a, sa, b, sb = good(M=2, N=5, K=64)
+    blocked_a = torch.zeros(128 * 4, dtype=torch.uint8)
+    raises(ValueError, r"'a_scale' must be \[2, 2\].*size of the blocked \(swizzled 128x4-tile\) scale layout", a,
+           blocked_a, b, sb)
+    raises(ValueError, r"'b_scale' must be \[5, 2\].*blocked", a, sa, b, torch.zeros(128, 4, dtype=torch.uint8))
+    raises(ValueError, r"'b_scale' must be \[5, 2\] .*got shape \(10,\)$", a, sa, b, sb.view(-1))   # plain, flat
+
+
+def test_empty_like_torch():
+    a, sa, b, sb = good(M=3, N=5, K=64)
+    assert gfxasm.mxfp8_gemm(a[:0], sa[:0], b, sb).shape == (0, 5)               # M = 0, as torch.mm
+    assert gfxasm.mxfp8_gemm(a, sa, b[:0], sb[:0], out_dtype=torch.float16).shape == (3, 0)
+    out = torch.full((3, 5), float("nan"), dtype=torch.bfloat16)
+    result = gfxasm.mxfp8_gemm(a[:, :0], sa[:, :0], b[:, :0], sb[:, :0], out=out)     # K = 0: zeros
+    assert result is out and torch.equal(out, torch.zeros(3, 5, dtype=torch.bfloat16))
+
+
+def test_pointer_checks_survive_the_plan_cache(no_launch):
+    a, sa, b, sb = good(M=2, N=5, K=64)
+    with pytest.raises(AssertionError, match="a kernel was launched"):
+        gfxasm.mxfp8_gemm(a, sa, b, sb)                                 # plans this layout, reaches the launch
+    shifted = torch.zeros(2 * 64 + 8, dtype=torch.uint8).view(E4M3)[8:].view(2, 64)
+    raises(ValueError, r"'a' data must be 16-byte aligned", shifted, sa, b, sb)

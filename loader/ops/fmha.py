@@ -112,8 +112,6 @@ def _validate(q, k, v, out, softmax_scale) -> float:
             raise TypeError(f"fmha_fwd: '{name}' dtype must equal q's ({q.dtype}), got {t.dtype}")
         if t.device != q.device:
             raise ValueError(f"fmha_fwd: '{name}' must be on q's device ({q.device}), got {t.device}")
-    if q.device.type not in ("cpu", "cuda"):
-        raise ValueError(f"fmha_fwd: tensors must be on the CPU (emulator) or a ROCm gfx950 GPU, got {q.device}")
     for name, t in (("q", q), ("k", k), ("v", v)):
         _check_layout(name, t)
     batch, seq_q, heads_q, _ = q.shape
@@ -210,6 +208,8 @@ class _Plan:
 
     def __init__(self, q, k, v, out, lse, causal: bool, softmax_scale):
         scale = _check_metadata(q, k, v, out, lse, causal, softmax_scale)
+        if q.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"fmha_fwd: tensors must be on the CPU (emulator) or a ROCm gfx950 GPU, got {q.device}")
         self.no_keys = k.shape[1] == 0
         self.launch: PreparedLaunch | None = None
         if q.numel() and not self.no_keys:
