@@ -87,6 +87,12 @@ WAIVABLE = {
         "fp8gemm_bf16_blockscale_BpreShuffle_128x128.co does it 42 times at 2 wait states (e.g. "
         "v_pk_fma_f32 at pc 0x3178) and needs the final value there; the CDNA4 ISA (ch. 7, §7.6) "
         "says software must wait. docs/isa-notes.md"),
+    "valu_write_dpp_read": (
+        "VGPR written by a VALU op read by a DPP op 1 wait state later (LLVM and the ISA's "
+        "wait-state table: 2). aiter's pa_bf16_pertokenFp8_gqa16_2tg_4w.co does it with the DPP "
+        "source (v_mov_b32_dpp v38, v120 row_shr:8 at pc 0x4e84, one op after the "
+        "v_cndmask_b32 that writes v120), f8_block_scale_mi350_x32.co with the second source "
+        "(pc 0x2f58). docs/isa-notes.md"),
 }
 
 
@@ -189,11 +195,13 @@ def _full_reg(ex, kind, w, index, count, writer, at):
     return same
 
 
-def _rule(klass, role, kind, xdl_inst, carry_in, waived_xdl, writer, full):
+def _rule(klass, role, kind, xdl_inst, carry_in, waived, writer, full):
     """Wait states a consumer (klass, role) of a `kind` register needs after each last
     writer code in `writer`. xdl_inst: the consumer is an XDL MFMA; carry_in: the SGPR is
     read as a carry-in / lane mask; full: the srcC registers are exactly one MFMA's
-    destination (bool[n, 1] or a scalar)."""
+    destination (bool[n, 1] or a scalar); waived: the WAIVABLE rule names not enforced."""
+    waived_xdl = "xdl_result_valu_read" in waived
+    waived_dpp = "valu_write_dpp_read" in waived
     need = np.zeros(writer.shape, np.int64)
     valu_w = _valu_writer(writer)
     if kind in ("v", "a"):
@@ -220,8 +228,10 @@ def _rule(klass, role, kind, xdl_inst, carry_in, waived_xdl, writer, full):
                 need = np.where(writer == DST_SEL, np.maximum(need, 1), need)
                 if klass == "valu":
                     need = np.where(writer == TRANS, np.maximum(need, 1), need)
-            if role in ("dpp", "permlane"):
+            if role == "permlane" or (role == "dpp" and not waived_dpp):
                 need = np.where(valu_w, np.maximum(need, 2), need)
+            elif role == "dpp":
+                need = np.where(valu_w, np.maximum(need, 1), need)
             elif role == "readlane":
                 need = np.where(valu_w, np.maximum(need, 1), need)
     else:  # SGPRs
@@ -247,12 +257,11 @@ def _need_tables(ex, kind, index):
     klass, role = ex.klass, getattr(ex, "role", None)
     xdl_inst = klass == "mfma" and role == "c" and is_xdl(ex.inst.name)
     carry_in = kind == "s" and (klass in VALU_CLASSES or klass == "mfma") and _is_carry_in(ex.inst, index)
-    waived_xdl = "xdl_result_valu_read" in ex.waived
-    key = (klass, role, kind, xdl_inst, carry_in, waived_xdl)
+    key = (klass, role, kind, xdl_inst, carry_in, ex.waived)
     tables = _NEED_TABLES.get(key)
     if tables is None:
         tables = tuple(np.ascontiguousarray(np.broadcast_to(
-            _rule(klass, role, kind, xdl_inst, carry_in, waived_xdl, _ALL_WRITERS, full), _ALL_WRITERS.shape)[0])
+            _rule(klass, role, kind, xdl_inst, carry_in, ex.waived, _ALL_WRITERS, full), _ALL_WRITERS.shape)[0])
             for full in (False, True))
         if np.array_equal(tables[0], tables[1]):
             tables = (tables[0], tables[0])

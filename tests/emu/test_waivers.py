@@ -33,3 +33,25 @@ def test_early_xdl_read_is_a_hazard_unless_waived():
 def test_unknown_waiver_is_refused():
     with pytest.raises(ValueError, match="unknown hazard rule"):
         run_snippet("v_mov_b32 v1, 0", outputs=["v1"], waive=("no_such_rule",))
+
+
+# A VALU result read as a DPP source 1 wait state later (LLVM and the ISA: 2).
+DPP_BODY = """
+  v_add_f32 v1, v0, v0
+  v_mov_b32 v3, 0
+  v_mov_b32_dpp v2, v1 row_shr:1 row_mask:0xf bank_mask:0xf
+"""
+
+
+def test_dpp_read_one_wait_state_after_valu_is_a_hazard_unless_waived():
+    vgprs = {0: A.view(np.uint32)}
+    with pytest.raises(HazardError, match="v1 read 1 wait states after a VALU op wrote it; 2 are required"):
+        run_snippet(DPP_BODY, vgprs=vgprs, outputs=["v2"])
+    waived = run_snippet(DPP_BODY, vgprs=vgprs, outputs=["v2"], waive=("valu_write_dpp_read",))
+    padded = run_snippet(DPP_BODY.replace("v_mov_b32 v3, 0", "v_mov_b32 v3, 0\n  s_nop 0"),
+                         vgprs=vgprs, outputs=["v2"])
+    np.testing.assert_array_equal(waived["v2"], padded["v2"])
+    # The waiver lowers the rule to 1 wait state, not to none.
+    with pytest.raises(HazardError, match="v1 read 0 wait states"):
+        run_snippet(DPP_BODY.replace("  v_mov_b32 v3, 0\n", ""), vgprs=vgprs, outputs=["v2"],
+                    waive=("valu_write_dpp_read",))
