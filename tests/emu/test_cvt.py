@@ -487,3 +487,74 @@ def test_fp4_nan_or_inf_source_is_rejected(value):
     with pytest.raises(UnsupportedInstruction, match="NaN or Inf"):
         run_snippet("  v_cvt_scalef32_pk_fp4_f32 v10, v0, v0, v1",
                     vgprs={0: np.full(64, bits, np.uint32), 1: np.full(64, 0x3F800000, np.uint32)})
+
+
+# ---------------------------------------------------------------------------- fp8 <-> 16-bit, scaled
+def fp8_codes(rng, n, fmt):
+    """Random non-NaN codes; bf8 exponents kept within 2^-7..2^7 so that every value times a
+    scale in 2^-3..2^3 is exact and finite in f16 as well as bf16."""
+    if fmt == "fp8":
+        c = rng.integers(0, 256, n)
+        return np.where((c & 0x7F) == 0x7F, c ^ 1, c).astype(np.uint32)
+    return ((rng.integers(0, 2, n) << 7) | (rng.integers(8, 23, n) << 2) | rng.integers(0, 4, n)).astype(np.uint32)
+
+
+def to16(v: np.ndarray, dst: str) -> np.ndarray:
+    dt = torch.float16 if dst == "f16" else torch.bfloat16
+    return torch.from_numpy(np.asarray(v, np.float32)).to(dt).view(torch.int16).numpy().view(np.uint16).astype(np.uint32)
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf8"])
+@pytest.mark.parametrize("src", ["f16", "bf16"])
+def test_cvt_scalef32_pk_fp8_from_16bit(fmt, src):
+    """Halves holding code values times 2^s convert back to those codes, into the word
+    op_sel[3] selects (the other word kept)."""
+    rng = np.random.default_rng(seed("pk fp8 16", fmt, src))
+    lo, hi = fp8_codes(rng, 320, fmt), fp8_codes(rng, 320, fmt)
+    s_bits, e = scale_operands(rng, len(lo), 124, 131)
+    factor = np.exp2(e - 127.0)
+    words = to16(t_decode_fp8(lo, fmt) * factor, src) | (to16(t_decode_fp8(hi, fmt) * factor, src) << 16)
+    old = rng.integers(0, 2**32, len(lo), dtype=np.uint64).astype(np.uint32)
+    data = np.stack([lanes(words)[:, 0], lanes(s_bits)[:, 0], lanes(old)[:, 0], lanes(old)[:, 0]], axis=1)
+    name = f"v_cvt_scalef32_pk_{fmt}_{src}"
+    body = f"  {name} v10, v0, v1\n  {name} v11, v0, v1 op_sel:[0,0,1]\n  s_nop 0"
+    out = run_batch(body, [("v", 0), ("v", 1), ("v", 10), ("v", 11)], data, [("v", 10), ("v", 11)])
+    pair = lo | (hi << 8)
+    np.testing.assert_array_equal(out[:, 0].reshape(-1)[:len(lo)], (old & 0xFFFF0000) | pair)
+    np.testing.assert_array_equal(out[:, 1].reshape(-1)[:len(lo)], (old & 0xFFFF) | (pair << 16))
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf8"])
+def test_cvt_scalef32_f16_fp8_byte_and_half_select(fmt):
+    """Every byte select (op_sel[0:1]) into either half (op_sel[3]); the other half kept."""
+    rng = np.random.default_rng(seed("f16 fp8", fmt))
+    b = [fp8_codes(rng, 512, fmt) for _ in range(4)]
+    words = b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24)
+    s_bits, e = scale_operands(rng, len(words), 124, 131)
+    old = rng.integers(0, 2**32, len(words), dtype=np.uint64).astype(np.uint32)
+    data = np.stack([lanes(words)[:, 0], lanes(s_bits)[:, 0]] + [lanes(old)[:, 0]] * 8, axis=1)
+    body = "\n".join(f"  v_cvt_scalef32_f16_{fmt} v{10 + 2 * k + h}, v0, v1 op_sel:[{k & 1},{k >> 1},{h}]"
+                     for k in range(4) for h in (0, 1)) + "\n  s_nop 0"
+    out = run_batch(body, [("v", 0), ("v", 1)] + [("v", 10 + r) for r in range(8)], data,
+                    [("v", 10 + r) for r in range(8)])
+    for k in range(4):
+        want = to16(t_decode_fp8(b[k], fmt) * np.exp2(e - 127.0), "f16")
+        np.testing.assert_array_equal(out[:, 2 * k].reshape(-1), (old & 0xFFFF0000) | want)
+        np.testing.assert_array_equal(out[:, 2 * k + 1].reshape(-1), (old & 0xFFFF) | (want << 16))
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf8"])
+@pytest.mark.parametrize("dst", ["f16", "bf16"])
+def test_cvt_scalef32_pk_16bit_from_fp8(fmt, dst):
+    rng = np.random.default_rng(seed("pk16 fp8", fmt, dst))
+    b = [fp8_codes(rng, 384, fmt) for _ in range(4)]
+    words = b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24)
+    s_bits, e = scale_operands(rng, len(words), 124, 131)
+    data = np.stack([lanes(words)[:, 0], lanes(s_bits)[:, 0]], axis=1)
+    name = f"v_cvt_scalef32_pk_{dst}_{fmt}"
+    out = run_batch(f"  {name} v10, v0, v1\n  {name} v11, v0, v1 op_sel:[1,0,0]", [("v", 0), ("v", 1)], data,
+                    [("v", 10), ("v", 11)])
+    f = np.exp2(e - 127.0)
+    for k in (0, 1):
+        want = to16(t_decode_fp8(b[2 * k], fmt) * f, dst) | (to16(t_decode_fp8(b[2 * k + 1], fmt) * f, dst) << 16)
+        np.testing.assert_array_equal(out[:, k].reshape(-1)[:len(words)], want)

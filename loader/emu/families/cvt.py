@@ -17,7 +17,9 @@ lowering checked with llc for every select bit below):
   v_cvt_scalef32_pk_f32_{fp8,bf8} d[2], s, scale
                                  the two bytes of word op_sel[0] of s, times 2^s
   v_cvt_scalef32_pk_fp4_{f32,f16,bf16}, v_cvt_scalef32_pk_{f32,f16,bf16}_fp4
-                                 FP4 (E2M1) pairs, one byte of the word (section at the end)
+                                 FP4 (E2M1) pairs, one byte of the word (section near the end)
+  v_cvt_scalef32_pk_{fp8,bf8}_{f16,bf16}, v_cvt_scalef32_f16_{fp8,bf8},
+  v_cvt_scalef32_pk_{f16,bf16}_{fp8,bf8}   fp8/bf8 <-> 16-bit (last section)
   where 2^s = 2^(E - 127) with E the exponent field of the f32 scale operand.
 op_sel is read from the raw VOP3 word (bits 11..14 = op_sel[0..3]); LLVM prints the
 destination bit as the last list entry whatever the operand count.
@@ -444,10 +446,10 @@ def cvt_scalef32_pk_from_fp4(ex, inst, w):
 def _exact(ex, inst, w, v: np.ndarray, dtype) -> np.ndarray:
     """v (exact float64) as `dtype`; a value that overflows, is inexact (below the
     format's subnormal resolution) or is a denormal the MODE would flush is rejected:
-    those results are unverified."""
+    those results are unverified. NaN converts to the format's quiet NaN."""
     with np.errstate(over="ignore", under="ignore"):
         r = v.astype(dtype)
-    active = ex.exec_bits(w)
+    active = ex.exec_bits(w) & ~np.isnan(v)     # NaN stays NaN (payload unverified, as above)
     if ((r.astype(np.float64) != v) & active).any():
         raise UnsupportedInstruction(f"{inst.name}: the scaled value is not exact in {np.dtype(dtype).name}; "
                                      f"overflow/rounding is unverified ({ex.where()})")
@@ -463,7 +465,86 @@ def _exact_bf16(ex, inst, w, v: np.ndarray) -> np.ndarray:
     """bf16 bits of v, which must be exact in bf16 (the f32 checks, then bf16's shorter
     subnormal resolution)."""
     bits = numerics.f32_to_bf16_rne(_exact(ex, inst, w, v, np.float32))
-    if ((numerics.bf16_to_f32(bits).astype(np.float64) != v) & ex.exec_bits(w)).any():
+    if ((numerics.bf16_to_f32(bits).astype(np.float64) != v) & ex.exec_bits(w) & ~np.isnan(v)).any():
         raise UnsupportedInstruction(f"{inst.name}: the scaled value is not exact in bf16; its rounding "
                                      f"is unverified ({ex.where()})")
     return bits
+
+
+# ------------------------------------------------------------------ fp8/bf8 <-> 16-bit scaled
+# Select bits checked with llc-22 (llvm.amdgcn.cvt.scalef32.{pk.fp8.f16, f16.fp8, pk.f16.fp8};
+# the half-select write op_sel[3] carries the dst-sel writer code like the other high-half writes):
+#   v_cvt_scalef32_pk_{fp8,bf8}_{f16,bf16} d, s, scale   word op_sel[3] of d = {fp8(lo/2^s),
+#                                                        fp8(hi/2^s)}; the other word kept
+#   v_cvt_scalef32_f16_{fp8,bf8} d, s, scale             half op_sel[3] of d = byte
+#                                                        op_sel[0] + 2*op_sel[1] of s, times 2^s
+#   v_cvt_scalef32_pk_{f16,bf16}_{fp8,bf8} d, s, scale   the two bytes of word op_sel[0] of s
+# A 16-bit result must be exact (fp8 has fewer significant bits): overflow, rounding below
+# the 16-bit subnormal range, and denormals under a flushing MODE are rejected (_exact).
+_PK8_FROM16 = [f"v_cvt_scalef32_pk_{f}_{t}" for f in ("fp8", "bf8") for t in ("f16", "bf16")]
+_ONE16_FROM8 = ["v_cvt_scalef32_f16_fp8", "v_cvt_scalef32_f16_bf8"]     # no bf16 form (llvm-mc 22)
+_PK16_FROM8 = [f"v_cvt_scalef32_pk_{t}_{f}" for f in ("fp8", "bf8") for t in ("f16", "bf16")]
+
+
+def _fp8_fmt(name: str) -> str:
+    return "bf8" if name.endswith("bf8") or "_bf8_" in name else "fp8"
+
+
+@handles(*_PK8_FROM16, klass="valu")
+def cvt_scalef32_pk_fp8_16bit(ex, inst, w):
+    _no_output_mods(ex, inst)
+    sel = vop3_op_sel(inst)
+    if sel[0] or sel[1] or sel[2]:
+        raise UnsupportedInstruction(f"{inst.name}: source op_sel is not defined ({ex.where()})")
+    ex.role = None
+    dst, src, s_op = inst.ops
+    _dst1(ex, inst)
+    scale = _scale(ex, inst, w, s_op)
+    fmt = _fp8_fmt(inst.name)
+    lo, hi = (_encode(ex, inst, w, fmt, numerics.scale_down(x, scale)).astype(np.uint32)
+              for x in _half_sources(ex, inst, w, src))
+    _write_word(ex, inst, w, dst, bool(sel[3]), lo | (hi << np.uint32(8)))
+
+
+def _to_16bit(ex, inst, w, v):
+    """16-bit bits (uint32) of exact float64 v in the instruction's destination format."""
+    if "_bf16_" in inst.name:
+        return _exact_bf16(ex, inst, w, v).astype(np.uint32)
+    return _exact(ex, inst, w, v, np.float16).view(np.uint16).astype(np.uint32)
+
+
+def _scaled_bytes(ex, inst, w, src, s_op, shifts):
+    if src.neg or src.abs:
+        raise UnsupportedInstruction(f"{inst.name}: source modifiers are not modelled ({ex.where()})")
+    bits = ex.v32(src, w)
+    scale = _scale(ex, inst, w, s_op)
+    fmt = _fp8_fmt(inst.name)
+    return [numerics.scale_up(_decode(fmt, (bits >> np.uint32(s)) & np.uint32(0xFF)).astype(np.float64), scale)
+            for s in shifts]
+
+
+@handles(*_ONE16_FROM8, klass="valu")
+def cvt_scalef32_16bit_fp8(ex, inst, w):
+    _no_output_mods(ex, inst)
+    sel = vop3_op_sel(inst)
+    if sel[2]:
+        raise UnsupportedInstruction(f"{inst.name}: op_sel[2] is not defined ({ex.where()})")
+    ex.role = None
+    dst, src, s_op = inst.ops
+    _dst1(ex, inst)
+    (v,) = _scaled_bytes(ex, inst, w, src, s_op, [8 * (sel[0] + 2 * sel[1])])
+    _write_word(ex, inst, w, dst, bool(sel[3]), _to_16bit(ex, inst, w, v))
+
+
+@handles(*_PK16_FROM8, klass="valu")
+def cvt_scalef32_pk_16bit_fp8(ex, inst, w):
+    _no_output_mods(ex, inst)
+    sel = vop3_op_sel(inst)
+    if sel[1] or sel[2] or sel[3]:
+        raise UnsupportedInstruction(f"{inst.name}: op_sel[1..3] are not defined ({ex.where()})")
+    ex.role = None
+    dst, src, s_op = inst.ops
+    _dst1(ex, inst)
+    lo, hi = (_to_16bit(ex, inst, w, v) for v in _scaled_bytes(ex, inst, w, src, s_op,
+                                                                 [16 * sel[0], 16 * sel[0] + 8]))
+    ex.set_v(dst, w, lo | (hi << np.uint32(16)), ex.exec_bits(w), hazards.VALU)
