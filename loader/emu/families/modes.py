@@ -23,8 +23,9 @@ index mode is on, and an indexed register beyond the file.
 
 Not enforced: the ISA's notes for s_setvskip ("if any vector operations are
 outstanding, S_WAITCNT must be issued before executing"; "requires one wait state
-after") — aiter's hardware-proven fmha_v3 backward objects issue a global atomic right
-after `s_setvskip s20, k` and switch VSKIP around atomics still in flight, so VSKIP is
+after") — aiter's hardware-proven fused-MoE objects (fmoe/*.co, e.g.
+fmoe_fp8_blockscale_g1u1_subGU_256.co) issue a global atomic right after
+`s_setvskip s20, k` and switch VSKIP around atomics still in flight, so VSKIP is
 modelled as taking effect at the next instruction.
 """
 from __future__ import annotations
