@@ -12,8 +12,8 @@ Cases (CPU tensors; the tensors' device does not change the host path up to the 
     fmha_fwd    B = 1, Sq = 1, Sk = 512, Hq = 8, Hk = 1 (bf16)
 
 each through gfxasm.<op> (the Python function, which skips torch's dispatcher in plain
-eager mode) and through torch.ops.gfxasm.<op> (the registered custom op, dispatcher
-included).
+eager mode), with and without out=, and through torch.ops.gfxasm.<op> / <op>_out (the
+registered custom ops, dispatcher included).
 """
 from __future__ import annotations
 
@@ -47,12 +47,19 @@ def cases():
     q = torch.randn(1, 1, 8, 128, generator=gen).bfloat16()
     k = torch.randn(1, 512, 1, 128, generator=gen).bfloat16()
     v = torch.randn(1, 512, 1, 128, generator=gen).bfloat16()
+    out_mx, out_fmha = torch.empty(1, 4096, dtype=torch.bfloat16), torch.empty_like(q)
     return {
         "mxfp8_gemm M=1 N=K=4096": lambda: gfxasm.mxfp8_gemm(a, sa, b, sb),
+        "mxfp8_gemm M=1 N=K=4096, out=": lambda: gfxasm.mxfp8_gemm(a, sa, b, sb, out=out_mx),
         "torch.ops.gfxasm.mxfp8_gemm (dispatcher)":
             lambda: torch.ops.gfxasm.mxfp8_gemm(a, sa, b, sb, torch.bfloat16, "auto", None),
+        "torch.ops.gfxasm.mxfp8_gemm_out (dispatcher)":
+            lambda: torch.ops.gfxasm.mxfp8_gemm_out(a, sa, b, sb, out_mx, torch.bfloat16, "auto", None),
         "fmha_fwd Sq=1 Sk=512 Hq=8 Hk=1": lambda: gfxasm.fmha_fwd(q, k, v),
+        "fmha_fwd Sq=1 Sk=512 Hq=8 Hk=1, out=": lambda: gfxasm.fmha_fwd(q, k, v, out=out_fmha),
         "torch.ops.gfxasm.fmha_fwd (dispatcher)": lambda: torch.ops.gfxasm.fmha_fwd(q, k, v, False, None, False),
+        "torch.ops.gfxasm.fmha_fwd_out (dispatcher)":
+            lambda: torch.ops.gfxasm.fmha_fwd_out(q, k, v, out_fmha, None, False, None),
     }
 
 
@@ -65,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     launcher.emu_backend.launch = lambda *args: launched.append(1)      # the stub: no kernel runs
     launcher.hip_backend.launch = lambda *args: launched.append(1)
     for label, fn in cases().items():
-        print(f"{label:<44} {per_call_us(fn, ns.calls, ns.repeats):7.1f} us per call (best of {ns.repeats} x "
+        print(f"{label:<46} {per_call_us(fn, ns.calls, ns.repeats):7.1f} us per call (best of {ns.repeats} x "
               f"{ns.calls} calls, launch stubbed)")
     assert launched, "the stub was never reached: nothing was measured up to the launch"
     return 0

@@ -44,7 +44,7 @@ class Op:
 
     def __call__(self, *args):
         if torch.is_grad_enabled():
-            refuse_grad(self.name, **dict(zip(self.arg_names, args)))
+            refuse_grad(self.name, self.arg_names, args)
         return (self.op if needs_dispatcher(args) else self.impl)(*args)
 
 
@@ -55,7 +55,7 @@ def define(name: str, impl: Callable, fake: Callable, mutates_args: Sequence[str
     arg_names = tuple(inspect.signature(impl).parameters)
     if not mutates_args:
         def refuse(ctx, inputs, output) -> None:   # runs only when some input requires grad
-            refuse_grad(name, **dict(zip(arg_names, inputs)))
+            refuse_grad(name, arg_names, inputs)
         op.register_autograd(_no_backward, setup_context=refuse)
     return Op(name, op, impl, arg_names)
 
@@ -64,9 +64,9 @@ def _no_backward(ctx, *grads):
     raise AssertionError("unreachable: setup_context refuses every input that requires grad")
 
 
-def refuse_grad(op_name: str, **tensors) -> None:
+def refuse_grad(op_name: str, names: Sequence[str], values: Sequence) -> None:
     """A clear error instead of a result without grad_fn: these ops have no backward."""
-    for name, t in tensors.items():
+    for name, t in zip(names, values):
         if isinstance(t, torch.Tensor) and t.requires_grad:
             raise RuntimeError(f"{op_name}: '{name}' requires grad, but gfxasm ops have no backward; call it under "
                                f"torch.no_grad() or pass a detached tensor")
