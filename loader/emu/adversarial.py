@@ -112,7 +112,9 @@ class Adversarial:
 
     def land_some(self, ex) -> None:
         """Land outstanding ops early, each with probability `land`, in an order the ISA
-        allows (see `_landable`)."""
+        allows (see `next_to_land`)."""
+        if not self.land:
+            return
         queues = ex.waves.queues
         rng = self.rng
         for counter in ("vm", "lgkm"):
