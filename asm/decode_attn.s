@@ -62,7 +62,20 @@
 ; where the 16-bit path loads a dword, and the widening packs the even and odd dims of key
 ; pairs directly (no v_perm). Everything else is the 16-bit path.
 ;
-; Defines: D (64 | 128), F16 (0: bf16, 1: fp16 q/o), FP8 (0: cache in q's dtype, 1: e4m3).
+;
+; --- FP8 caches with per-token scale/shift (FP8 = 2) ---
+; k = fp8 * scale + shift per (token, KV head), the fp16 pairs in k_scale_shift /
+; v_scale_shift [..., Hkv, 2] laid out like the cache's token dims (same pages). The dequant
+; stays out of the dot products: q.(s k + b) = s (q.k) + b sum(q) — the MFMA runs on the raw
+; widened fp8, sum(q) per query row comes from one extra MFMA chain (A = ones) in the
+; prologue, and each of a lane's 8 scores takes one fma with its key's (s, b). For V,
+; sum_j p_j (s'_j v_j + b'_j) = sum_j (p_j s'_j) v_j + sum_j p_j b'_j: P is scaled by s'
+; before it is packed, and a per-row c = sum p b' (rescaled with l) is added to O at the
+; end. The pairs are loaded with one dword per key per lane through one descriptor per
+; block and tensor, built like the cache's (valid keys only).
+;
+; Defines: D (64 | 128), F16 (0: bf16, 1: fp16 q/o), FP8 (0: cache in q's dtype, 1: e4m3
+; with per-tensor descales, 2: e4m3 with per-token scale/shift).
 ; Kernarg: see kernels.yaml. LDS: none.
 ;
 ; --- Pipeline ---
@@ -99,6 +112,20 @@
 ; --- constants ---
 .set NC, D / 32                        ; 32-dim k steps of S = K Q^T; 32-dim blocks of O
 .set KRAW, D / 16                      ; FP8: dwords of one lane's K slice (D/4 bytes) per block
+.set FP8_TENSOR, 0                     ; FP8 = 1
+.set FP8_TOKEN, 0                      ; FP8 = 2
+.if FP8 == 1
+    .set FP8_TENSOR, 1
+.endif
+.if FP8 == 2
+    .set FP8_TOKEN, 1
+.endif
+.set FP8_ANY, FP8_TENSOR + FP8_TOKEN
+.if F16
+    .set ONES, 0x3c003c00              ; two fp16 1.0
+.else
+    .set ONES, 0x3f803f80              ; two bf16 1.0
+.endif
 .if D == 128
     .set D_LOG2, 7
 .else
@@ -184,6 +211,14 @@
 .set s_ptr_vd, s_rsrc_l     ; FP8 prologue: v_descale
 .set s_kdesc, s_rsrc_o + 2  ; FP8 prologue: k_descale[0]
 .set s_vdesc, s_sel_lo      ; FP8: v_descale[0] (the v_perm selectors serve the 16-bit path only)
+; FP8 = 2 (set at the end of the prologue over registers only the prologue used)
+.set s_ptr_ks, s_ptr_q      ; [6:7] k_scale_shift + kv head offset
+.set s_rsrc_s, s_rsrc_q     ; [24:27] the scale/shift descriptor of one block (rebuilt per block)
+.set s_ptr_vs, s_group      ; [56:57] v_scale_shift + kv head offset
+.set s_ks_ps, s_tiles_magic ; byte strides of the pairs: page, seq
+.set s_ks_ss, s_row_tiles
+.set s_vs_ps, s_q_ss
+.set s_vs_ss, s_q_hs
 .set s_rowmask, 98          ; [98:99] epilogue: lanes whose row exists
 
 ; --- VGPRs ---
@@ -214,6 +249,12 @@
 .set v_o, 116               ; [116:116+8NC) O^T: block db, parity p at v_o + 4(2 db + p)
 .set v_ost, v_k             ; epilogue: O packed for the stores (over K)
 .set v_kraw, 148            ; FP8: [148:148+2 KRAW) raw K bytes, block kb at v_kraw + KRAW kb
+.set v_ksoff, 164           ; FP8 = 2: [164:168) pair voffsets (4g + r) * ks_ss
+.set v_vsoff, 168           ; [168:172) (4g + r) * vs_ss
+.set v_ks, 172              ; [172:180) K (scale, shift) of the lane's 8 keys (kb, r) at v_ks + 4kb + r
+.set v_vs, 180              ; [180:188) V (scale, shift) likewise
+.set v_sumq, 188            ; sum of the lane's query row
+.set v_c, 189               ; partial sum p b' of the lane
 
 ; ============================================================================ macros
 
@@ -254,6 +295,26 @@
     s_min_u32 s[s_w], s[s_w], KV_BLOCK
     block_rsrc1 s_rsrc_k\kb, s_ptr_k, \pg, s_k_ps, s_k_ss
     block_rsrc1 s_rsrc_v\kb, s_ptr_v, \pg, s_v_ps, s_v_ss
+.if FP8_TOKEN
+    block_rsrc1 s_rsrc_s, s_ptr_ks, \pg, s_ks_ps, s_ks_ss
+    .irp r, 0, 1, 2, 3
+        buffer_load_dword v[v_ks + 4*\kb + \r], v[v_ksoff + \r], s[s_rsrc_s:s_rsrc_s+3], 0 offen
+    .endr
+    block_rsrc1 s_rsrc_s, s_ptr_vs, \pg, s_vs_ps, s_vs_ss          ; (the loads above read it at issue)
+    .irp r, 0, 1, 2, 3
+        buffer_load_dword v[v_vs + 4*\kb + \r], v[v_vsoff + \r], s[s_rsrc_s:s_rsrc_s+3], 0 offen
+    .endr
+.endif
+.endm
+
+; FP8 = 2: v[\dst] = f32 of the low (\hi = 0) or high half of the fp16 pair v[\src]
+.macro pair_half dst, src, hi
+    .if \hi
+        v_lshrrev_b32 v[\dst], 16, v[\src]
+        v_cvt_f32_f16 v[\dst], v[\dst]
+    .else
+        v_cvt_f32_f16 v[\dst], v[\src]
+    .endif
 .endm
 .macro block_rsrc1 rsrc, ptr, pg, ps, ss
     s_mov_b32 s[\rsrc], s[\ptr]
@@ -314,7 +375,7 @@
     s_load_dwordx2 s[s_ptr_lse:s_ptr_lse+1], s[s_kernarg:s_kernarg+1], k_lse
     s_load_dwordx2 s[s_ptr_wso:s_ptr_wso+1], s[s_kernarg:s_kernarg+1], k_ws_o
     s_load_dwordx2 s[s_ptr_wsl:s_ptr_wsl+1], s[s_kernarg:s_kernarg+1], k_ws_lse
-.if FP8
+.if FP8_TENSOR
     s_load_dwordx2 s[s_ptr_kd:s_ptr_kd+1], s[s_kernarg:s_kernarg+1], k_k_descale
     s_load_dwordx2 s[s_ptr_vd:s_ptr_vd+1], s[s_kernarg:s_kernarg+1], k_v_descale
 .endif
@@ -348,7 +409,7 @@
     s_waitcnt lgkmcnt(0)                                ; in flight: the kernargs -> wait for all
     s_lshl_b32 s[s_t], s[s_wg_z], 2
     s_load_dword s[s_seqlen], s[s_ptr_sl:s_ptr_sl+1], s[s_t]
-.if FP8
+.if FP8_TENSOR
     s_load_dword s[s_kdesc], s[s_ptr_kd:s_ptr_kd+1], 0
     s_load_dword s[s_vdesc], s[s_ptr_vd:s_ptr_vd+1], 0
 .endif
@@ -400,13 +461,13 @@
 .endif
     v_lshlrev_b32 v[v_t1], 2, v[v_g]                    ; 4g
     v_mul_lo_u32 v[v_t1], v[v_t1], s[s_v_ss]
-    v_lshl_add_u32 v[v_voff], v[v_n], 2 - FP8, v[v_t1]              ; + 2 dims of n
+    v_lshl_add_u32 v[v_voff], v[v_n], 2 - FP8_ANY, v[v_t1]          ; + 2 dims of n
     v_add_u32 v[v_voff + 1], s[s_v_ss], v[v_voff]
     v_add_u32 v[v_voff + 2], s[s_v_ss], v[v_voff + 1]
     v_add_u32 v[v_voff + 3], s[s_v_ss], v[v_voff + 2]
 
     s_waitcnt lgkmcnt(0)                                ; in flight: seqlen (FP8: descales) -> wait
-.if FP8
+.if FP8_TENSOR
     v_mov_b32 v[v_t0], s[s_scale_log2]
     v_mul_f32 v[v_t0], s[s_kdesc], v[v_t0]              ; k_descale folded into the score scale
     s_nop 0                                             ; VALU write -> v_readfirstlane read: 1 wait state
@@ -433,6 +494,45 @@
     v_cndmask_b32 v[v_span], v[v_t2], v[v_span], vcc    ; rows past `rows` see nothing
     v_lshlrev_b32 v[v_klo], 2, v[v_g]
     v_sub_u32 v[v_klo], v[v_klo], v[v_t1]               ; 4g - lo
+.if FP8_TOKEN
+    ; the pairs' pointers and strides, over registers the prologue is done with
+    s_load_dwordx2 s[s_ptr_ks:s_ptr_ks+1], s[s_kernarg:s_kernarg+1], k_k_scale_shift
+    s_load_dwordx2 s[s_ptr_vs:s_ptr_vs+1], s[s_kernarg:s_kernarg+1], k_v_scale_shift
+    s_load_dword s[s_ks_ps], s[s_kernarg:s_kernarg+1], k_ks_ps
+    s_load_dword s[s_ks_ss], s[s_kernarg:s_kernarg+1], k_ks_ss
+    s_load_dword s[s_vs_ps], s[s_kernarg:s_kernarg+1], k_vs_ps
+    s_load_dword s[s_vs_ss], s[s_kernarg:s_kernarg+1], k_vs_ss
+    s_load_dword s[s_t], s[s_kernarg:s_kernarg+1], k_ks_hs
+    s_load_dword s[s_u], s[s_kernarg:s_kernarg+1], k_vs_hs
+    .irp i, 0, 1, 2, 3
+        v_mov_b32 v[v_k + \i], ONES
+    .endr
+    v_mov_b32 v[v_c], 0
+    s_waitcnt vmcnt(0) lgkmcnt(0)                       ; in flight: Q; the pairs' kernargs -> wait for all
+    s_mul_i32 s[s_t], s[s_hkv], s[s_t]                  ; + kv head offsets
+    s_add_u32 s[s_ptr_ks], s[s_ptr_ks], s[s_t]
+    s_addc_u32 s[s_ptr_ks+1], s[s_ptr_ks+1], 0
+    s_mul_i32 s[s_u], s[s_hkv], s[s_u]
+    s_add_u32 s[s_ptr_vs], s[s_ptr_vs], s[s_u]
+    s_addc_u32 s[s_ptr_vs+1], s[s_ptr_vs+1], 0
+    v_lshlrev_b32 v[v_t1], 2, v[v_g]                    ; 4g
+    v_mul_lo_u32 v[v_ksoff], v[v_t1], s[s_ks_ss]
+    v_mul_lo_u32 v[v_vsoff], v[v_t1], s[s_vs_ss]
+    .irp r, 1, 2, 3
+        v_add_u32 v[v_ksoff + \r], s[s_ks_ss], v[v_ksoff + \r - 1]
+        v_add_u32 v[v_vsoff + \r], s[s_vs_ss], v[v_vsoff + \r - 1]
+    .endr
+    ; sum(q) of the lane's row: S^T with A = ones (every key row sees the same sum)
+    .irp c, 0, 1, 2, 3
+        .if \c == 0
+            mfma_16x16x32 v[v_s : v_s + 3], v[v_k : v_k + 3], v[v_q : v_q + 3], 0
+        .elseif \c < NC
+            mfma_16x16x32 v[v_s : v_s + 3], v[v_k : v_k + 3], v[v_q + 4*\c : v_q + 4*\c + 3], v[v_s : v_s + 3]
+        .endif
+    .endr
+    s_nop 7                                             ; MFMA (4 passes) result -> VALU read: 8 wait states
+    v_mov_b32 v[v_sumq], v[v_s]
+.endif
     s_mov_b32 s[s_t0], s[s_klo]
     s_cmp_lt_i32 s[s_t0], s[s_khi]
     s_cbranch_scc0 L_epilogue
@@ -495,6 +595,14 @@ L_tile:
     v_add_u32 v[v_key], s[s_t0], v[v_klo]               ; key(kb 0, r 0) - lo
     s_nop 6                                             ; MFMA (4 passes) result -> VALU read: 8 wait states
 
+.if FP8_TOKEN
+    .irp i, 0, 1, 2, 3, 4, 5, 6, 7                      ; S = s (q.k) + b sum(q)
+        pair_half v_t0, v_ks + \i, 1
+        pair_half v_t1, v_ks + \i, 0
+        v_mul_f32 v[v_t0], v[v_t0], v[v_sumq]
+        v_fma_f32 v[v_s + \i], v[v_s + \i], v[v_t1], v[v_t0]
+    .endr
+.endif
     ; --- softmax: scale, mask, max over the 4 lane groups, P = exp2(S - m), l ---
     .irp i, 0, 1, 2, 3, 4, 5, 6, 7
         v_mul_f32 v[v_s + \i], s[s_scale_log2], v[v_s + \i]
@@ -521,6 +629,15 @@ L_tile:
     .irp i, 0, 1, 2, 3, 4, 5, 6, 7
         v_add_f32 v[v_l], v[v_l], v[v_s + \i]
     .endr
+.if FP8_TOKEN
+    v_mul_f32 v[v_c], v[v_c], v[v_alpha]
+    .irp i, 0, 1, 2, 3, 4, 5, 6, 7                      ; c += p b', P = p s'
+        pair_half v_t0, v_vs + \i, 1
+        pair_half v_t1, v_vs + \i, 0
+        v_fma_f32 v[v_c], v[v_s + \i], v[v_t0], v[v_c]
+        v_mul_f32 v[v_s + \i], v[v_s + \i], v[v_t1]
+    .endr
+.endif
     cvt_pk_f32 v[v_p], v[v_s], v[v_s + 1]
     cvt_pk_f32 v[v_p + 1], v[v_s + 2], v[v_s + 3]
     cvt_pk_f32 v[v_p + 2], v[v_s + 4], v[v_s + 5]
@@ -566,9 +683,12 @@ L_no_rescale:
 L_epilogue:
     s_waitcnt lgkmcnt(0)                                ; in flight: the last (unused) page-id fetch -> settle
     group_reduce v_add_f32, v_l
+.if FP8_TOKEN
+    group_reduce v_add_f32, v_c
+.endif
     v_max_f32 v[v_t0], L_FLOOR, v[v_l]
     v_rcp_f32 v[v_t0], v[v_t0]                          ; 1 / l (O stays 0 for a row with no key)
-.if FP8
+.if FP8_TENSOR
     s_nop 0                                             ; transcendental result -> VALU read: 1 wait state
     v_mul_f32 v[v_t0], s[s_vdesc], v[v_t0]              ; v_descale folded into 1 / l
 .endif
@@ -582,6 +702,9 @@ L_epilogue:
     .irp i, 0, 1, 2, 3, 4, 5, 6, 7
         .irp j, 0, 8, 16, 24
             .if \j < 8 * NC
+.if FP8_TOKEN
+                v_add_f32 v[v_o + \i + \j], v[v_o + \i + \j], v[v_c]     ; + sum p b' (every dim)
+.endif
                 v_mul_f32 v[v_o + \i + \j], v[v_o + \i + \j], v[v_t0]
             .endif
         .endr

@@ -13,8 +13,9 @@ ids outside the pool. `out` is a strided view into a NaN-poisoned buffer: every 
 be written and nothing around it. One case places the used pages at ids >= 65,536 of a
 pool over 4 GiB (allocated lazily; only the used pages are touched).
 
-FP8: float8_e4m3fn caches with random per-tensor descales (reference from the dequantised
-K/V); e4m3 NaN (0x7F) in every unused slot and page.
+FP8: float8_e4m3fn caches with random per-tensor descales, or random per-token (scale, shift)
+fp16 pairs (reference from the dequantised K/V); e4m3 NaN (0x7F) in every unused slot and
+page, and NaN pairs there.
 
 Shapes: ragged cache_seqlens with 0, 1, page boundaries +-1 and split boundaries +-1;
 shuffled pages of 16, 64 and 1024 keys; contiguous caches (also as views into one KV
@@ -79,19 +80,26 @@ def make_cache(seqlens, heads_kv, dim, dtype, gen, page_size=None, spare_pages=3
     return k, v, table
 
 
-def hide_before_window(k, v, table, seqlens, seq_q, window_left):
-    """Copies of the caches with NaN in every key slot below the first 16-key block any
-    query's window reaches (the kernel must not read them; the reference masks them)."""
-    k, v = k.clone(), v.clone()
+def hide_before_window(tensors, table, seqlens, seq_q, window_left):
+    """Copies of cache-shaped tensors with NaN in every key slot below the first 16-key block
+    any query's window reaches (the kernel must not read them; the reference masks them)."""
+    tensors = [t.clone() for t in tensors]
     for b, n in enumerate(seqlens):
         cut = max(0, n - seq_q - window_left) // 16 * 16
         for j in range(cut):
-            if table is None:
-                k[b, j], v[b, j] = float("nan"), float("nan")
-            else:
-                page, slot = int(table[b, j // k.shape[1]]), j % k.shape[1]
-                k[page, slot], v[page, slot] = float("nan"), float("nan")
-    return k, v
+            for t in tensors:
+                if table is None:
+                    t[b, j] = float("nan")
+                else:
+                    t[int(table[b, j // t.shape[1]]), j % t.shape[1]] = float("nan")
+    return tensors
+
+
+def nan_pairs_like(cache, gen):
+    """Random (scale, shift) pairs for a cache, NaN wherever the cache slot is unused (NaN)."""
+    pairs = da.random_pairs(cache.shape, gen)
+    pairs[torch.isnan(cache[..., 0].float())] = float("nan")
+    return pairs
 
 
 def poisoned_out(q):
@@ -102,21 +110,29 @@ def poisoned_out(q):
 
 
 def check(seqlens, heads_q, heads_kv, seq_q=1, dim=128, dtype=torch.bfloat16, page_size=None, causal=True,
-          window_left=-1, sinks=False, num_splits=None, seed=0, cache=None, softmax_scale=None, fp8=False):
+          window_left=-1, sinks=False, num_splits=None, seed=0, cache=None, softmax_scale=None, fp8=None):
+    """fp8: None (cache in q's dtype), "tensor" (e4m3, random per-tensor descales) or "token"
+    (e4m3, random per-token (scale, shift) pairs, NaN where the cache is unused)."""
     gen = torch.Generator().manual_seed(seed)
     batch = len(seqlens)
     q = torch.randn(batch, seq_q, heads_q, dim, generator=gen).to(dtype)
     kv_dtype = torch.float8_e4m3fn if fp8 else dtype
     k, v, table = cache if cache is not None else make_cache(seqlens, heads_kv, dim, kv_dtype, gen, page_size)
-    descales = dict(k_descale=torch.rand(1, generator=gen) + 0.2, v_descale=torch.rand(1, generator=gen) * 3) \
-        if fp8 else {}
+    descales = {}
+    if fp8 == "tensor":
+        descales = dict(k_descale=torch.rand(1, generator=gen) + 0.2, v_descale=torch.rand(1, generator=gen) * 3)
+    elif fp8 == "token":
+        descales = dict(k_scale_shift=nan_pairs_like(k, gen), v_scale_shift=nan_pairs_like(v, gen))
     seqlens_t = torch.tensor(seqlens, dtype=torch.int32)
     sink_t = torch.randn(heads_q, generator=gen) * 2 if sinks else None
     out, base = poisoned_out(q)
-    k_in, v_in = hide_before_window(k, v, table, seqlens, seq_q, window_left) if window_left >= 0 else (k, v)
-    o, lse = gfxasm.decode_attention(q, k_in, v_in, seqlens_t, block_table=table, causal=causal, window_left=window_left,
-                                     sinks=sink_t, num_splits=num_splits, out=out, return_lse=True,
-                                     softmax_scale=softmax_scale, **descales)
+    names = ["k", "v"] + [n for n, t in descales.items() if t.dim() == 4]
+    given = [k, v] + [descales[n] for n in names[2:]]
+    hidden = dict(zip(names, hide_before_window(given, table, seqlens, seq_q, window_left) if window_left >= 0
+                      else given))
+    o, lse = gfxasm.decode_attention(q, hidden.pop("k"), hidden.pop("v"), seqlens_t, block_table=table, causal=causal,
+                                     window_left=window_left, sinks=sink_t, num_splits=num_splits, out=out,
+                                     return_lse=True, softmax_scale=softmax_scale, **{**descales, **hidden})
     assert o is out
     assert torch.isnan(base[:, :, 0]).all() and torch.isnan(base[:, :, -1]).all(), "a store landed outside out"
     if table is not None:
@@ -187,7 +203,22 @@ FP8_CASES = [
 
 @pytest.mark.parametrize("seqlens,hq,hkv,sq,dim,dtype,page,causal,window,sinks,splits", FP8_CASES, ids=lambda x: str(x))
 def test_decode_fp8(seqlens, hq, hkv, sq, dim, dtype, page, causal, window, sinks, splits):
-    check(seqlens, hq, hkv, sq, dim, DTYPES[dtype], page, causal, window, sinks, splits, fp8=True)
+    check(seqlens, hq, hkv, sq, dim, DTYPES[dtype], page, causal, window, sinks, splits, fp8="tensor")
+
+
+# FP8 caches with per-token per-KV-head (scale, shift) pairs (NaN where unused)
+FP8_TOKEN_CASES = [
+    ([0, 1, 15, 16, 17, 100], 8, 1, 1, 128, "bf16", 16, True, -1, False, 3),
+    ([63, 64, 65, 300], 16, 1, 4, 64, "f16", 64, True, 40, False, None),
+    ([40, 9], 4, 2, 16, 128, "f16", None, True, -1, True, 2),
+    ([1030, 7], 8, 8, 2, 64, "bf16", 1024, False, -1, False, 1),
+]
+
+
+@pytest.mark.parametrize("seqlens,hq,hkv,sq,dim,dtype,page,causal,window,sinks,splits", FP8_TOKEN_CASES,
+                         ids=lambda x: str(x))
+def test_decode_fp8_scale_shift(seqlens, hq, hkv, sq, dim, dtype, page, causal, window, sinks, splits):
+    check(seqlens, hq, hkv, sq, dim, DTYPES[dtype], page, causal, window, sinks, splits, fp8="token")
 
 
 def test_split_chunks_line_up_with_the_cases():
@@ -291,12 +322,6 @@ def raises(exc, match, **changes):
                                 **args)
 
 
-def test_not_implemented_arguments(no_launch):
-    one = torch.ones(1)
-    for name in ("k_scale_shift", "v_scale_shift"):
-        raises(NotImplementedError, f"'{name}'", **{name: one})
-
-
 def test_bad_fp8_arguments(no_launch):
     fp8 = torch.zeros(6, 16, 2, 128, dtype=torch.float8_e4m3fn)
     one = torch.ones(1)
@@ -308,6 +333,17 @@ def test_bad_fp8_arguments(no_launch):
     raises(TypeError, "'k_descale' must be one float32 element", k_cache=fp8, v_cache=fp8, k_descale=one.double(),
            v_descale=one)
     raises(TypeError, "'v_cache' dtype must be q's", k_cache=fp8, k_descale=one, v_descale=one)
+    pairs = torch.zeros(6, 16, 2, 2, dtype=torch.float16)
+    raises(ValueError, "not both", k_cache=fp8, v_cache=fp8, k_descale=one, v_descale=one, k_scale_shift=pairs,
+           v_scale_shift=pairs)
+    raises(ValueError, "'v_scale_shift' is required", k_cache=fp8, v_cache=fp8, k_scale_shift=pairs)
+    raises(ValueError, "'k_scale_shift' is only for an FP8", k_scale_shift=pairs, v_scale_shift=pairs)
+    raises(TypeError, "'k_scale_shift' dtype must be torch.float16", k_cache=fp8, v_cache=fp8,
+           k_scale_shift=pairs.float(), v_scale_shift=pairs)
+    raises(ValueError, r"'v_scale_shift' must be shaped like the cache's token dims plus 2: \(6, 16, 2, 2\)",
+           k_cache=fp8, v_cache=fp8, k_scale_shift=pairs, v_scale_shift=pairs[:, :8])
+    raises(ValueError, "'k_scale_shift' pairs must be contiguous", k_cache=fp8, v_cache=fp8,
+           k_scale_shift=torch.zeros(6, 16, 2, 4, dtype=torch.float16)[..., ::2], v_scale_shift=pairs)
     e5m2 = fp8.view(torch.uint8).view(torch.float8_e5m2)
     raises(TypeError, "'k_cache' dtype must be q's .* got torch.float8_e5m2", k_cache=e5m2, v_cache=e5m2,
            k_descale=one, v_descale=one)

@@ -29,10 +29,12 @@ a bad id reads a wrong page of the pool, never memory outside it. Page-table ent
 sequence's end (and pages wholly before a sliding window) are never read, nor are cache
 rows at or past cache_seqlens.
 
-FP8 caches: k_cache and v_cache torch.float8_e4m3fn (OCP e4m3) with per-tensor float32
-k_descale and v_descale ([1] or scalar-shaped tensors, read on the device): the keys and
-values are k * k_descale and v * v_descale. Per-token (scale, shift) pairs
-(k_scale_shift/v_scale_shift) are not implemented yet and raise NotImplementedError.
+FP8 caches: k_cache and v_cache torch.float8_e4m3fn (OCP e4m3) with either per-tensor
+float32 k_descale and v_descale (one element each, read on the device: the keys are
+k * k_descale), or per-token per-KV-head float16 (scale, shift) pairs k_scale_shift /
+v_scale_shift shaped like the cache's token dims plus 2 — [B, S_max, Hkv, 2] or
+[num_pages, page_size, Hkv, 2], read through the same block table (key = fp8 * scale +
+shift, xformers' row-wise asymmetric FP8). One kind, for both K and V.
 
 Everything checkable on the host is checked before any launch: a violation is a
 ValueError/TypeError naming the argument.
@@ -143,31 +145,44 @@ def _span(t: torch.Tensor, axes) -> int:
     return sum((t.shape[a] - 1) * _stride(t, a) * e for a in axes) + t.shape[-1] * e
 
 
-def _not_implemented(**given) -> None:
-    for name, value in given.items():
-        if value is not None:
-            _fail(NotImplementedError, f"'{name}' (per-token FP8 scale/shift) is not implemented yet")
-
-
-def _descales(fp8: bool, q: torch.Tensor, **given) -> None:
-    """Per-tensor descales: required (float32, one element, q's device) for an FP8 cache,
-    refused for a 16-bit one."""
-    for name, t in given.items():
-        if not fp8:
-            if t is not None:
-                _fail(ValueError, f"'{name}' is only for an FP8 (float8_e4m3fn) cache; this cache is {q.dtype}")
-            continue
+def _fp8_kind(fp8: bool, q: torch.Tensor, k_cache: torch.Tensor, descales: dict, pairs: dict) -> int:
+    """0: 16-bit cache; 1: FP8 with per-tensor descales; 2: FP8 with per-token (scale, shift)
+    pairs. Checks the scale arguments of the kind (both K and V, never both kinds)."""
+    given = {n: t for n, t in {**descales, **pairs}.items() if t is not None}
+    if not fp8:
+        for name in given:
+            _fail(ValueError, f"'{name}' is only for an FP8 (float8_e4m3fn) cache; this cache is {k_cache.dtype}")
+        return 0
+    if any(t is not None for t in descales.values()) and any(t is not None for t in pairs.values()):
+        _fail(ValueError, "give per-tensor descales (k_descale, v_descale) or per-token pairs "
+                          "(k_scale_shift, v_scale_shift), not both")
+    chosen = pairs if any(t is not None for t in pairs.values()) else descales
+    for name, t in chosen.items():
         if t is None:
-            _fail(ValueError, f"'{name}' is required for a float8_e4m3fn cache (per-tensor float32 descale)")
+            _fail(ValueError, f"'{name}' is required for a float8_e4m3fn cache (k_descale and v_descale, or "
+                              f"k_scale_shift and v_scale_shift)")
         if not isinstance(t, torch.Tensor):
             _fail(TypeError, f"'{name}' must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype != torch.float32 or t.numel() != 1:
-            _fail(TypeError, f"'{name}' must be one float32 element, got {t.dtype} of shape {tuple(t.shape)}")
         if t.device != q.device:
             _fail(ValueError, f"'{name}' must be on q's device ({q.device}), got {t.device}")
+        if chosen is descales:
+            if t.dtype != torch.float32 or t.numel() != 1:
+                _fail(TypeError, f"'{name}' must be one float32 element, got {t.dtype} of shape {tuple(t.shape)}")
+            continue
+        if t.dtype != torch.float16:
+            _fail(TypeError, f"'{name}' dtype must be torch.float16 (scale, shift) pairs, got {t.dtype}")
+        if tuple(t.shape) != tuple(k_cache.shape[:3]) + (2,):
+            _fail(ValueError, f"'{name}' must be shaped like the cache's token dims plus 2: "
+                              f"{tuple(k_cache.shape[:3]) + (2,)}, got {tuple(t.shape)}")
+        if t.stride(3) != 1 or t.data_ptr() % 4 or any(_stride(t, i) % 2 for i in range(3)):
+            _fail(ValueError, f"'{name}' pairs must be contiguous and 4-byte aligned (even strides), "
+                              f"got strides {t.stride()}")
+        if any(_stride(t, i) * 2 >= _U32 for i in range(3)):
+            _fail(ValueError, f"'{name}' strides must be below 2^32 bytes, got {t.stride()}")
+    return 2 if chosen is pairs else 1
 
 
-def _validate(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, softmax_scale, causal,
+def _validate(q, k_cache, v_cache, cache_seqlens, block_table, descales, pairs, softmax_scale, causal,
               window_left, sinks, num_splits, out, return_lse):
     q = _tensor("q", q, 4, "[batch, seq_q, heads_q, head_dim]")
     if q.dtype not in DTYPES:
@@ -190,7 +205,7 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_desc
                              f"got {t.dtype}")
         if t.device != q.device:
             _fail(ValueError, f"'{name}' must be on q's device ({q.device}), got {t.device}")
-    _descales(fp8, q, k_descale=k_descale, v_descale=v_descale)
+    fp8 = _fp8_kind(fp8, q, k_cache, descales, pairs)
     if v_cache.shape != k_cache.shape:
         _fail(ValueError, f"'v_cache' shape must equal k_cache's {tuple(k_cache.shape)}, got {tuple(v_cache.shape)}")
     pages, page_size, heads_kv, kdim = k_cache.shape
@@ -290,8 +305,11 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_desc
 
 # ------------------------------------------------------------------ launch
 
-def variant_name(kernel: str, dtype: torch.dtype, dim: int, fp8: bool = False) -> str:
-    return f"{kernel}_d{dim}_{DTYPES[dtype]}{'_fp8' if fp8 else ''}"
+FP8_SUFFIX = ("", "_fp8", "_fp8_ss")          # by FP8 kind: 16-bit, per-tensor descales, per-token pairs
+
+
+def variant_name(kernel: str, dtype: torch.dtype, dim: int, fp8: int = 0) -> str:
+    return f"{kernel}_d{dim}_{DTYPES[dtype]}{FP8_SUFFIX[fp8]}"
 
 
 def _magic(divisor: int) -> int:
@@ -318,8 +336,8 @@ def launches(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_descale=
              num_splits=None, out=None, return_lse=False) -> tuple[torch.Tensor, torch.Tensor | None, list]:
     """Validate and plan a call: (out, lse or None, [(kernel, variant, arguments), ...]) —
     the launches decode_attention runs, in order (bench/decode.py models the same ones)."""
-    _not_implemented(k_scale_shift=k_scale_shift, v_scale_shift=v_scale_shift)
-    a = _validate(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, softmax_scale, causal,
+    a = _validate(q, k_cache, v_cache, cache_seqlens, block_table, dict(k_descale=k_descale, v_descale=v_descale),
+                  dict(k_scale_shift=k_scale_shift, v_scale_shift=v_scale_shift), softmax_scale, causal,
                   window_left, sinks, num_splits, out, return_lse)
     q, k, v = a["q"], a["k"], a["v"]
     batch, seq_q, heads_q, dim = q.shape
@@ -354,10 +372,16 @@ def launches(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_descale=
     lse_bs, lse_hs = (lse.stride(0) * 4, lse.stride(1) * 4) if lse is not None else (0, 0)
     qs, ks, vs = a["q_strides"], a["k_strides"], a["v_strides"]
     window = NO_LIMIT if a["window_left"] < 0 else a["window_left"]
+    per_tensor, per_token = a["fp8"] == 1, a["fp8"] == 2
+    no_pairs = torch.empty(1, 1, 1, 2, dtype=torch.float16, device=dev)
+    ks_t, vs_t = (k_scale_shift, v_scale_shift) if per_token else (no_pairs, no_pairs)
+    pair_strides = {f"{n}_{x}": _stride(t, i) * 2 for n, t in (("ks", ks_t), ("vs", vs_t))
+                    for i, x in enumerate(("ps", "ss", "hs"))}
     runs = [(KERNEL, variant_name(KERNEL, q.dtype, dim, a["fp8"]), dict(
         q=q, k_cache=k, v_cache=v, cache_seqlens=a["seqlens"], block_table=table, o=out, lse=lse_t, ws_o=ws_o,
-        ws_lse=ws_lse, k_descale=k_descale.reshape(1) if a["fp8"] else dummy,
-        v_descale=v_descale.reshape(1) if a["fp8"] else dummy, num_splits=p.num_splits, heads_kv=heads_kv, row_tiles=p.row_tiles, seq_q=seq_q,
+        ws_lse=ws_lse, k_descale=k_descale.reshape(1) if per_tensor else dummy,
+        v_descale=v_descale.reshape(1) if per_tensor else dummy, k_scale_shift=ks_t, v_scale_shift=vs_t,
+        **pair_strides, num_splits=p.num_splits, heads_kv=heads_kv, row_tiles=p.row_tiles, seq_q=seq_q,
         heads_q=heads_q, group=group, group_magic=_magic(group), tiles_magic=_magic(p.row_tiles),
         rows=seq_q * group, max_pages=table.shape[1], pages_m1=pages - 1, page_shift=shift,
         k_ps=ks[0], k_ss=ks[1], k_hs=ks[2], v_ps=vs[0], v_ss=vs[1], v_hs=vs[2],
@@ -390,33 +414,50 @@ def build_kernels(force: bool = False) -> None:
 
 # ------------------------------------------------------------------ reference
 
-def gather_kv(cache: torch.Tensor, b: int, seqlen: int, block_table: torch.Tensor | None,
-              descale: torch.Tensor | None = None) -> torch.Tensor:
-    """Keys 0..seqlen-1 of batch entry b as [seqlen, Hkv, D] float64 (times descale)."""
+def _tokens(t: torch.Tensor, b: int, seqlen: int, block_table: torch.Tensor | None) -> torch.Tensor:
+    """Token rows 0..seqlen-1 of batch entry b of a cache-shaped tensor, float64."""
     if block_table is None:
-        rows = cache[b, :seqlen].double()
-    else:
-        page_size = cache.shape[1]
-        pages = block_table[b, :cdiv(seqlen, page_size)].long()
-        rows = cache[pages].reshape(-1, *cache.shape[2:])[:seqlen].double()
-    return rows if descale is None else rows * float(descale.reshape(()))
+        return t[b, :seqlen].double()
+    pages = block_table[b, :cdiv(seqlen, t.shape[1])].long()
+    return t[pages].reshape(-1, *t.shape[2:])[:seqlen].double()
+
+
+def gather_kv(cache: torch.Tensor, b: int, seqlen: int, block_table: torch.Tensor | None,
+              descale: torch.Tensor | None = None, scale_shift: torch.Tensor | None = None) -> torch.Tensor:
+    """Keys 0..seqlen-1 of batch entry b as [seqlen, Hkv, D] float64, dequantised: times the
+    per-tensor descale, or times the token's scale plus its shift."""
+    rows = _tokens(cache, b, seqlen, block_table)
+    if descale is not None:
+        return rows * float(descale.reshape(()))
+    if scale_shift is not None:
+        pairs = _tokens(scale_shift, b, seqlen, block_table)
+        return rows * pairs[..., :1] + pairs[..., 1:]
+    return rows
 
 
 def reference(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_descale=None, v_descale=None,
-              softmax_scale=None, causal=True, window_left=-1, sinks=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+              k_scale_shift=None, v_scale_shift=None, softmax_scale=None, causal=True, window_left=-1, sinks=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(O, LSE, O_abs) in float64: O [B, Sq, Hq, D], LSE [B, Hq, Sq] (natural log, the
-    sink included), O_abs = P |V| (for `tolerance`). Rows that see no key (and no sink):
+    sink included), O_abs = P |V| (per-token pairs: P |fp8 * scale|; for `tolerance`). Rows that see no key (and no sink):
     O = 0, LSE = -inf."""
     batch, seq_q, heads_q, dim = q.shape
     scale = 1.0 / math.sqrt(dim) if softmax_scale is None else softmax_scale
     group = heads_q // k_cache.shape[2]
+
+    def v_mag(cache, b, n):
+        # what the kernel multiplies by the rounded P: |v| (per-token pairs: |fp8 * scale|, no shift)
+        if v_scale_shift is None:
+            return gather_kv(cache, b, n, block_table, v_descale).abs()
+        scale_only = v_scale_shift * torch.tensor([1.0, 0.0], dtype=v_scale_shift.dtype)
+        return gather_kv(cache, b, n, block_table, scale_shift=scale_only).abs()
+
     o = torch.zeros(q.shape, dtype=torch.float64)
     o_abs = torch.zeros(q.shape, dtype=torch.float64)
     lse = torch.full((batch, heads_q, seq_q), float("-inf"), dtype=torch.float64)
     for b in range(batch):
         n = int(cache_seqlens[b])
-        kb = gather_kv(k_cache, b, n, block_table, k_descale).repeat_interleave(group, 1).transpose(0, 1)   # [Hq, n, D]
-        vb = gather_kv(v_cache, b, n, block_table, v_descale).repeat_interleave(group, 1).transpose(0, 1)
+        kb = gather_kv(k_cache, b, n, block_table, k_descale, k_scale_shift).repeat_interleave(group, 1).transpose(0, 1)   # [Hq, n, D]
+        vb = gather_kv(v_cache, b, n, block_table, v_descale, v_scale_shift).repeat_interleave(group, 1).transpose(0, 1)
         s = torch.matmul(q[b].double().transpose(0, 1), kb.transpose(1, 2)) * scale               # [Hq, Sq, n]
         qpos = n - seq_q + torch.arange(seq_q)[:, None]
         j = torch.arange(n)[None, :]
@@ -431,7 +472,7 @@ def reference(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_descale
         row_lse = torch.logsumexp(s, dim=-1)                                                      # [Hq, Sq]
         p = torch.exp(s - row_lse[..., None]).nan_to_num(0.0)[..., :n]
         o[b] = torch.matmul(p, vb).transpose(0, 1)
-        o_abs[b] = torch.matmul(p, vb.abs()).transpose(0, 1)
+        o_abs[b] = torch.matmul(p, v_mag(v_cache, b, n).repeat_interleave(group, 1).transpose(0, 1)).transpose(0, 1)
         lse[b] = row_lse
     return o, lse, o_abs
 
@@ -450,6 +491,14 @@ LSE_TOL = 2e-5                     # relative to max(1, |LSE|): f32 scores, exp2
 
 # ------------------------------------------------------------------ `gfxasm run`
 
+def random_pairs(cache_shape, gen: torch.Generator) -> torch.Tensor:
+    """Random per-token (scale, shift) fp16 pairs for a cache shape: scales 0.25..2.25, shifts
+    -1..1 (the magnitudes of xformers' row-wise quantisation of unit-scale data)."""
+    scale = torch.rand(*cache_shape[:3], generator=gen) * 2 + 0.25
+    shift = torch.rand(*cache_shape[:3], generator=gen) * 2 - 1
+    return torch.stack([scale, shift], dim=-1).to(torch.float16)
+
+
 def _register_run_cases() -> None:
     from ..runcases import RunCase, run_case
 
@@ -459,12 +508,14 @@ def _register_run_cases() -> None:
         arguments exactly as decode_attention builds them."""
         dim = variant.defines["D"]
         dtype = torch.float16 if variant.defines["F16"] else torch.bfloat16
-        fp8 = bool(variant.defines["FP8"])
+        fp8 = variant.defines["FP8"]
         batch, seq_q, heads_q, heads_kv, page, pages = 2, 2, 8, 2, 16, 12
         q = torch.randn(batch, seq_q, heads_q, dim, generator=gen).to(dtype)
         k = torch.randn(pages, page, heads_kv, dim, generator=gen).to(E4M3 if fp8 else dtype)
         v = torch.randn(pages, page, heads_kv, dim, generator=gen).to(E4M3 if fp8 else dtype)
-        descales = dict(k_descale=torch.tensor([0.75]), v_descale=torch.tensor([1.5])) if fp8 else {}
+        scales = {1: dict(k_descale=torch.tensor([0.75]), v_descale=torch.tensor([1.5])),
+                  2: dict(k_scale_shift=random_pairs(k.shape, gen), v_scale_shift=random_pairs(v.shape, gen))}
+        descales = scales.get(fp8, {})
         table = torch.randperm(pages, generator=gen).to(torch.int32).view(batch, pages // batch)
         seqlens = torch.tensor([37, 90], dtype=torch.int32)
         o = torch.full(q.shape, float("nan"), dtype=dtype)
