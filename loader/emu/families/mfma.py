@@ -1,11 +1,15 @@
 """Dense MFMA (matrix fused multiply-add) instructions of gfx950.
 
 Covered: f16/bf16 (16x16x32, 32x32x16 and the legacy 16x16x16 / 32x32x8), fp8/bf8
-(16x16x32 and 32x32x16, every A/B format pair), and the f8f6f4 instructions
-v_mfma_f32_{16x16x128,32x32x64}_f8f6f4 and v_mfma_scale_f32_{16x16x128,32x32x64}_f8f6f4
-with FP8/BF8 operands (CBSZ selects A's format, BLGP B's). FP6/FP4 operands are
-rejected with UnsupportedInstruction, as are the broadcast controls (non-zero
-CBSZ/ABID/BLGP) of the other MFMAs, whose semantics are unverified.
+(16x16x32 and 32x32x16, every A/B format pair), signed i8 with i32 C/D (16x16x32,
+32x32x16, 16x16x64, 32x32x32; exact, an i32 overflow rejected), and the f8f6f4
+instructions v_mfma_f32_{16x16x128,32x32x64}_f8f6f4 and
+v_mfma_scale_f32_{16x16x128,32x32x64}_f8f6f4 with FP8/BF8 and FP4 (E2M1) operands
+(CBSZ selects A's format, BLGP B's). FP6/BF6 operands are rejected with
+UnsupportedInstruction (their packing in 6 VGPRs is unverified), as are the broadcast
+controls (non-zero CBSZ/ABID/BLGP) of the other MFMAs, whose semantics are unverified.
+For i8 the K order within a lane is irrelevant: any K permutation shared by A and B
+gives the same exact integer sum.
 
 Lane layouts (../shared/docs/gfx950-isa-facts.md §2), lane l, G = 64 / M lane groups:
   * A row i = l % M, B column j = l % N (M = N here), g = l // M;
@@ -13,6 +17,8 @@ Lane layouts (../shared/docs/gfx950-isa-facts.md §2), lane l, G = 64 / M lane g
     e/4) holds k = E*g + e, E = elements per lane;
   * f8f6f4 FP8/BF8: byte t = 0..31 holds k = 16*g + t%16 + 16*G*(t/16), i.e.
     32x32x64: 16*(l/32) + t%16 + 32*(t/16); 16x16x128: 16*(l/16) + t%16 + 64*(t/16);
+  * f8f6f4 FP4: nibble t = 0..31 of the 4 VGPRs (low nibble first) holds k = 32*g + t
+    (fact sheet §2 [BLOG; TRITON]; CK's test/mx_mfma_op register tables agree);
   * C/D 16x16: D[4*(l/16) + r][l%16]; 32x32: D[8*(r/4) + 4*(l/32) + r%4][l%32].
   * Block scales (scale form): 32-element K blocks b = k/32; the E8M0 byte for A row
     i, block b comes from lane i + M*b of the scaleA VGPR (B likewise), byte
