@@ -323,16 +323,29 @@ def test_scaled_f32_denormal_result_under_flush_mode_is_rejected():
         run_batch(body, [("v", 0), ("v", 1)], data, [("v", 10)], denorm=0)
 
 
-def test_cvt_scale_high_half_write_forwarding_hazard():
-    """v_cvt_scalef32_* writing the high half (op_sel[3]) -> a read of that VGPR needs 1
-    wait state (fact sheet §4, LLVM CvtScaleForwarding)."""
+@pytest.mark.parametrize("mnemonic,want", [
+    ("v_cvt_scalef32_pk_fp8_f32 v10, v0, v0, v1 op_sel:[0,0,0,1]", 0x38380000),   # high half
+    ("v_cvt_scalef32_pk_fp4_f32 v10, v0, v0, v1 op_sel:[0,0,1,0]", 0x2200),       # byte 1
+])
+def test_cvt_scale_shifted_write_forwarding_hazard(mnemonic, want):
+    """v_cvt_scalef32_* writing at a shifted position (op_sel[3] high half; FP4 byte != 0)
+    -> a read of that VGPR needs 1 wait state (fact sheet §4, LLVM CvtScaleForwarding;
+    llc-22 inserts s_nop 0 after both). 1.0 is fp8 0x38 and E2M1 code 2."""
     regs = {0: np.full(64, 0x3F800000, np.uint32), 1: np.full(64, 0x3F800000, np.uint32),
             10: np.zeros(64, np.uint32)}
-    body = "  v_cvt_scalef32_pk_fp8_f32 v10, v0, v0, v1 op_sel:[0,0,0,1]\n{nop}  v_mov_b32 v11, v10"
+    body = f"  {mnemonic}\n{{nop}}  v_mov_b32 v11, v10"
     with pytest.raises(HazardError):
         run_snippet(body.format(nop=""), vgprs=regs)
     out = run_snippet(body.format(nop="  s_nop 0\n"), vgprs=regs, outputs=["v11"])
-    assert (out["v11"] == 0x38380000).all()
+    assert (out["v11"] == want).all()
+
+
+def test_cvt_scalef32_pk_fp4_byte0_write_needs_no_wait():
+    regs = {0: np.full(64, 0x3F800000, np.uint32), 1: np.full(64, 0x3F800000, np.uint32),
+            10: np.zeros(64, np.uint32)}
+    out = run_snippet("  v_cvt_scalef32_pk_fp4_f32 v10, v0, v0, v1\n  v_mov_b32 v11, v10", vgprs=regs,
+                      outputs=["v11"])
+    assert (out["v11"] == 0x22).all()
 
 
 def test_scaled_up_conversion_checks_only_lanes_exec_enables():
@@ -464,21 +477,6 @@ def test_cvt_scalef32_pk_from_fp4_every_code_and_byte(dst):
     dt = torch.float16 if dst == "f16" else torch.bfloat16
     enc = lambda v: torch.from_numpy(v).to(dt).view(torch.int16).numpy().view(np.uint16).astype(np.uint32)
     np.testing.assert_array_equal(got, enc(lo) | (enc(hi) << 16))
-
-
-def test_cvt_scalef32_pk_fp4_byte_select_forwarding_hazard():
-    """A byte-select write (byte != 0) -> a VALU read of it needs 1 wait state (llc-22
-    inserts s_nop 0 there; none after a byte-0 write)."""
-    regs = {0: np.full(64, 0x3F800000, np.uint32), 1: np.full(64, 0x3F800000, np.uint32),
-            10: np.zeros(64, np.uint32)}
-    body = "  v_cvt_scalef32_pk_fp4_f32 v10, v0, v0, v1 op_sel:[0,0,1,0]\n{nop}  v_mov_b32 v11, v10"
-    with pytest.raises(HazardError):
-        run_snippet(body.format(nop=""), vgprs=regs)
-    out = run_snippet(body.format(nop="  s_nop 0\n"), vgprs=regs, outputs=["v11"])
-    assert (out["v11"] == 0x2200).all()                  # 1.0 is E2M1 code 2 in both nibbles
-    out = run_snippet("  v_cvt_scalef32_pk_fp4_f32 v10, v0, v0, v1\n  v_mov_b32 v11, v10", vgprs=regs,
-                      outputs=["v11"])
-    assert (out["v11"] == 0x22).all()
 
 
 @pytest.mark.parametrize("value", [np.nan, np.inf])

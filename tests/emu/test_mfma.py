@@ -81,19 +81,21 @@ def d_position(m: int, r: int, lane: int) -> tuple[int, int]:
     return 8 * (r // 4) + 4 * (lane // 32) + r % 4, lane % 32
 
 
-def pack_c(c: np.ndarray) -> np.ndarray:
+def pack_c(c: np.ndarray, dtype=np.float32) -> np.ndarray:
+    """C[M, M] as f32 (or i32: dtype np.int32) register bits [R, 64]."""
     m = c.shape[0]
-    regs = np.zeros((4 if m == 16 else 16, 64), np.float32)
+    regs = np.zeros((4 if m == 16 else 16, 64), dtype)
     for r in range(regs.shape[0]):
         for lane in range(64):
             regs[r, lane] = c[d_position(m, r, lane)]
     return regs.view(np.uint32)
 
 
-def unpack_d(regs: np.ndarray) -> np.ndarray:
+def unpack_d(regs: np.ndarray, dtype=np.float32) -> np.ndarray:
+    """D[M, M] from f32 (or i32: dtype np.int32) register bits [R, 64]."""
     m = 16 if regs.shape[0] == 4 else 32
-    d = np.full((m, m), np.nan, np.float32)
-    f = regs.view(np.float32)
+    d = np.full((m, m), np.nan, np.float32) if dtype == np.float32 else np.zeros((m, m), np.int64)
+    f = regs.view(dtype)
     for r in range(regs.shape[0]):
         for lane in range(64):
             d[d_position(m, r, lane)] = f[r, lane]
@@ -487,25 +489,6 @@ I8_NAMES = ["v_mfma_i32_16x16x32_i8", "v_mfma_i32_32x32x16_i8", "v_mfma_i32_16x1
             "v_mfma_i32_32x32x32_i8"]
 
 
-def pack_c_i32(c: np.ndarray) -> np.ndarray:
-    m = c.shape[0]
-    regs = np.zeros((4 if m == 16 else 16, 64), np.int32)
-    for r in range(regs.shape[0]):
-        for lane in range(64):
-            regs[r, lane] = c[d_position(m, r, lane)]
-    return regs.view(np.uint32)
-
-
-def unpack_d_i32(regs: np.ndarray) -> np.ndarray:
-    m = 16 if regs.shape[0] == 4 else 32
-    d = np.zeros((m, m), np.int64)
-    f = regs.view(np.int32)
-    for r in range(regs.shape[0]):
-        for lane in range(64):
-            d[d_position(m, r, lane)] = f[r, lane]
-    return d
-
-
 @pytest.mark.parametrize("name", I8_NAMES)
 def test_dense_i8(name):
     """D = C + A.B over signed bytes (-128..127) with i32 C, both register files."""
@@ -523,12 +506,12 @@ def test_dense_i8(name):
     nc = 4 if m == 16 else 16
     inputs = [("a", r) for r in range(nr)] + [("v", 16 + r) for r in range(nr)] + [("a", 32 + r) for r in range(nc)]
     data = [np.concatenate([pack_operand(name, (a & 0xFF).astype(np.uint8), 8),
-                            pack_operand(name, (b.T & 0xFF).astype(np.uint8), 8), pack_c_i32(c)])
+                            pack_operand(name, (b.T & 0xFF).astype(np.uint8), 8), pack_c(c, np.int32)])
             for a, b, c in cases]
     body = f"  {name} a[64:{63 + nc}], a[0:{nr - 1}], v[16:{15 + nr}], a[32:{31 + nc}]"
     out = run_batch(body, inputs, np.array(data), [("a", 64 + r) for r in range(nc)])
     for (a, b, c), got in zip(cases, out):
-        np.testing.assert_array_equal(unpack_d_i32(got), c + a @ b)
+        np.testing.assert_array_equal(unpack_d(got, np.int32), c + a @ b)
 
 
 def test_i8_overflow_is_rejected():

@@ -17,7 +17,7 @@ import torch
 from gfxasm.emu.errors import UnsupportedInstruction
 from asm_harness import run_snippet
 from mfma_batch import run_batch
-from test_mfma import d_position, pack_c, pack_c_i32, random_fp8, random_16bit, unpack_d, unpack_d_i32
+from test_mfma import pack_c, random_fp8, random_16bit, unpack_d
 
 
 def seed(*key) -> int:
@@ -75,7 +75,7 @@ def case(name, rng, abid):
     integer = af == "i8"
     c = (rng.integers(-2**20, 2**20, (m, m)) if integer else (rng.integers(-64, 64, (m, m)) / 8))
     regs = np.concatenate([pack(a_codes, bits), pack(b_codes, bits), idx.astype(np.uint32)[None],
-                           pack_c_i32(c) if integer else pack_c(c.astype(np.float32))])
+                           pack_c(c, np.int32) if integer else pack_c(c.astype(np.float32))])
     return regs, c + a_dense @ b_dense, a_regs, integer
 
 
@@ -100,7 +100,7 @@ def test_smfmac_known_answer(name, abid):
     out = run_batch(body, inputs, np.array([c[0] for c in cases]), [("a", 64 + r) for r in range(nc)])
     for (_, want, _, _), got in zip(cases, out):
         if integer:
-            np.testing.assert_array_equal(unpack_d_i32(got), want)
+            np.testing.assert_array_equal(unpack_d(got, np.int32), want)
         else:
             np.testing.assert_allclose(unpack_d(got), want.astype(np.float32), rtol=2e-7, atol=0)
 

@@ -67,6 +67,18 @@ def _unverified(ex, inst, err):
     return UnsupportedInstruction(f"{inst.name}: {err} ({ex.where()})")
 
 
+def _select_bits(ex, inst, undefined: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """op_sel[0..3] of a VOP3 conversion, after refusing clamp/omod and the op_sel bits
+    (indices `undefined`) the instruction does not define; source reads follow."""
+    _no_output_mods(ex, inst)
+    sel = vop3_op_sel(inst)
+    if any(sel[i] for i in undefined):
+        raise UnsupportedInstruction(f"{inst.name}: op_sel bit(s) {list(undefined)} are not defined "
+                                     f"({ex.where()})")
+    ex.role = None
+    return sel
+
+
 _SDWA_SEL = {"BYTE_0": (0, 0xFF), "BYTE_1": (8, 0xFF), "BYTE_2": (16, 0xFF), "BYTE_3": (24, 0xFF),
              "WORD_0": (0, 0xFFFF), "WORD_1": (16, 0xFFFF), "DWORD": (0, 0xFFFFFFFF)}
 
@@ -219,11 +231,7 @@ def _write_word(ex, inst, w, dst, hi: bool, word16):
 
 @handles("v_cvt_pk_fp8_f32", "v_cvt_pk_bf8_f32", klass="valu")
 def cvt_pk_fp8_f32(ex, inst, w):
-    _no_output_mods(ex, inst)
-    sel = vop3_op_sel(inst)
-    if sel[0] or sel[1] or sel[2]:
-        raise UnsupportedInstruction(f"{inst.name}: source op_sel is not defined ({ex.where()})")
-    ex.role = None
+    sel = _select_bits(ex, inst, (0, 1, 2))
     dst, a_op, b_op = inst.ops
     _dst1(ex, inst)
     fmt = _fmt(inst.name)
@@ -281,11 +289,7 @@ def _scale(ex, inst, w, op):
 
 @handles("v_cvt_scalef32_pk_fp8_f32", "v_cvt_scalef32_pk_bf8_f32", klass="valu")
 def cvt_scalef32_pk_fp8_f32(ex, inst, w):
-    _no_output_mods(ex, inst)
-    sel = vop3_op_sel(inst)
-    if sel[0] or sel[1] or sel[2]:
-        raise UnsupportedInstruction(f"{inst.name}: source op_sel is not defined ({ex.where()})")
-    ex.role = None
+    sel = _select_bits(ex, inst, (0, 1, 2))
     dst, a_op, b_op, s_op = inst.ops
     _dst1(ex, inst)
     fmt = _fmt(inst.name)
@@ -315,11 +319,7 @@ def _scale_up_f32(ex, inst, w, codes, fmt, scale):
 
 @handles("v_cvt_scalef32_f32_fp8", "v_cvt_scalef32_f32_bf8", klass="valu")
 def cvt_scalef32_f32_fp8(ex, inst, w):
-    _no_output_mods(ex, inst)
-    sel = vop3_op_sel(inst)
-    if sel[2] or sel[3]:
-        raise UnsupportedInstruction(f"{inst.name}: op_sel[2]/op_sel[3] are not defined ({ex.where()})")
-    ex.role = None
+    sel = _select_bits(ex, inst, (2, 3))
     dst, src, s_op = inst.ops
     _dst1(ex, inst)
     if src.neg or src.abs:
@@ -332,11 +332,7 @@ def cvt_scalef32_f32_fp8(ex, inst, w):
 
 @handles("v_cvt_scalef32_pk_f32_fp8", "v_cvt_scalef32_pk_f32_bf8", klass="valu")
 def cvt_scalef32_pk_f32_fp8(ex, inst, w):
-    _no_output_mods(ex, inst)
-    sel = vop3_op_sel(inst)
-    if sel[1] or sel[2] or sel[3]:
-        raise UnsupportedInstruction(f"{inst.name}: op_sel[1..3] are not defined ({ex.where()})")
-    ex.role = None
+    sel = _select_bits(ex, inst, (1, 2, 3))
     dst, src, s_op = inst.ops
     _dst2(ex, inst)
     if src.neg or src.abs:
@@ -395,11 +391,7 @@ def _half_sources(ex, inst, w, op):
 @handles("v_cvt_scalef32_pk_fp4_f32", "v_cvt_scalef32_pk_fp4_f16", "v_cvt_scalef32_pk_fp4_bf16",
          klass="valu")
 def cvt_scalef32_pk_fp4(ex, inst, w):
-    _no_output_mods(ex, inst)
-    sel = vop3_op_sel(inst)
-    if sel[0] or sel[1]:
-        raise UnsupportedInstruction(f"{inst.name}: source op_sel is not defined ({ex.where()})")
-    ex.role = None
+    sel = _select_bits(ex, inst, (0, 1))
     dst = _dst1(ex, inst)
     scale = _scale(ex, inst, w, inst.ops[-1])
     if inst.name.endswith("_f32"):
@@ -417,11 +409,7 @@ def cvt_scalef32_pk_fp4(ex, inst, w):
 @handles("v_cvt_scalef32_pk_f32_fp4", "v_cvt_scalef32_pk_f16_fp4", "v_cvt_scalef32_pk_bf16_fp4",
          klass="valu")
 def cvt_scalef32_pk_from_fp4(ex, inst, w):
-    _no_output_mods(ex, inst)
-    sel = vop3_op_sel(inst)
-    if sel[2] or sel[3]:
-        raise UnsupportedInstruction(f"{inst.name}: op_sel[2]/op_sel[3] are not defined ({ex.where()})")
-    ex.role = None
+    sel = _select_bits(ex, inst, (2, 3))
     dst, src, s_op = inst.ops
     if src.neg or src.abs:
         raise UnsupportedInstruction(f"{inst.name}: source modifiers are not modelled ({ex.where()})")
@@ -492,11 +480,7 @@ def _fp8_fmt(name: str) -> str:
 
 @handles(*_PK8_FROM16, klass="valu")
 def cvt_scalef32_pk_fp8_16bit(ex, inst, w):
-    _no_output_mods(ex, inst)
-    sel = vop3_op_sel(inst)
-    if sel[0] or sel[1] or sel[2]:
-        raise UnsupportedInstruction(f"{inst.name}: source op_sel is not defined ({ex.where()})")
-    ex.role = None
+    sel = _select_bits(ex, inst, (0, 1, 2))
     dst, src, s_op = inst.ops
     _dst1(ex, inst)
     scale = _scale(ex, inst, w, s_op)
@@ -525,11 +509,7 @@ def _scaled_bytes(ex, inst, w, src, s_op, shifts):
 
 @handles(*_ONE16_FROM8, klass="valu")
 def cvt_scalef32_16bit_fp8(ex, inst, w):
-    _no_output_mods(ex, inst)
-    sel = vop3_op_sel(inst)
-    if sel[2]:
-        raise UnsupportedInstruction(f"{inst.name}: op_sel[2] is not defined ({ex.where()})")
-    ex.role = None
+    sel = _select_bits(ex, inst, (2,))
     dst, src, s_op = inst.ops
     _dst1(ex, inst)
     (v,) = _scaled_bytes(ex, inst, w, src, s_op, [8 * (sel[0] + 2 * sel[1])])
@@ -538,11 +518,7 @@ def cvt_scalef32_16bit_fp8(ex, inst, w):
 
 @handles(*_PK16_FROM8, klass="valu")
 def cvt_scalef32_pk_16bit_fp8(ex, inst, w):
-    _no_output_mods(ex, inst)
-    sel = vop3_op_sel(inst)
-    if sel[1] or sel[2] or sel[3]:
-        raise UnsupportedInstruction(f"{inst.name}: op_sel[1..3] are not defined ({ex.where()})")
-    ex.role = None
+    sel = _select_bits(ex, inst, (1, 2, 3))
     dst, src, s_op = inst.ops
     _dst1(ex, inst)
     lo, hi = (_to_16bit(ex, inst, w, v) for v in _scaled_bytes(ex, inst, w, src, s_op,
