@@ -4,7 +4,7 @@
     gfxasm.launch(manifest.kernel("name"), ...)                # or of any loaded Manifest
 
 manifest → argument checks (names, dtype, rank, shape, contiguity, device, the size of
-rank-only buffers) → kernarg bytes → grid from the manifest's expressions → backend.
+rank-only buffers, byte-stride scalars against the tensors' strides) → kernarg bytes → grid from the manifest's expressions → backend.
 Tensors on a ROCm GPU go to HIP (they must be on a gfx950), CPU tensors to the emulator;
 GFXASM_BACKEND=hip|emu insists on one and is an error when the tensors do not fit it.
 Nothing falls back silently.
@@ -91,6 +91,7 @@ def prepare(chosen: Variant, args: dict[str, Any]) -> PreparedLaunch:
     values = {a.name: 0 if a.type.is_pointer else args[a.name] for a in chosen.args}
     template = kernarg.pack(chosen.args, chosen.kernarg_size, values)
     bind_scalars(chosen, args, sizes)
+    check_strides(chosen, args)
     needed = check_buffer_sizes(chosen, args, sizes)
     grid = launch_grid(chosen, sizes)
     backend = None
@@ -157,6 +158,26 @@ def bind_scalars(variant: Variant, args: dict[str, Any], sizes: dict[str, int]) 
             raise ValueError(f"{variant.name}: argument '{arg.name}' = {value}, but the tensors' shape "
                              f"name '{arg.name}' is {sizes[arg.name]}")
         sizes[arg.name] = value
+
+
+def check_strides(variant: Variant, args: dict[str, Any]) -> None:
+    """A tensor's strides equal what the manifest says the kernel steps by: the scalar
+    argument named for a dim (bytes), or an exact element stride. Dims of size 0 or 1 are
+    never stepped along, and an empty tensor is never touched: those are not checked."""
+    for arg in (a for a in variant.args if a.strides is not None):
+        tensor = args[arg.name]
+        if tensor.numel() == 0:
+            continue
+        element = tensor.element_size()
+        for axis, (given, size, stride) in enumerate(zip(arg.strides, tensor.shape, tensor.stride())):
+            if size <= 1:
+                continue
+            if isinstance(given, int) and stride != given:
+                raise ValueError(f"{variant.name}: argument '{arg.name}' must have stride {given} in dim {axis}, "
+                                 f"got strides {tensor.stride()}")
+            if isinstance(given, str) and int(args[given]) != stride * element:
+                raise ValueError(f"{variant.name}: argument '{given}' = {int(args[given])}, but {arg.name}.stride("
+                                 f"{axis}) is {stride} elements = {stride * element} bytes")
 
 
 def check_buffer_sizes(variant: Variant, args: dict[str, Any], sizes: dict[str, int]) -> dict[str, int]:

@@ -48,6 +48,7 @@ class Arg:
     rank: int | None = None                    # set by `shape` or by `rank`
     contiguous: bool = True
     numel: GridExpr | None = None              # rank-only buffers: elements the kernel may touch
+    strides: tuple[str | int, ...] | None = None  # per dim: u32/i32/u64 scalar with its byte stride, or elements
 
     def describe(self) -> str:
         """'x: *f32 in [rows, cols]' — as `gfxasm list` and argument errors show it."""
@@ -56,6 +57,8 @@ class Arg:
         else:
             dims = f" (rank {self.rank})" if self.rank is not None else ""
         layout = "" if self.contiguous or not self.type.is_pointer else " strided"
+        if self.strides is not None:
+            layout = f" strides [{', '.join(map(str, self.strides))}]"
         size = f" numel >= {self.numel.text}" if self.numel is not None else ""
         return f"{self.name}: {self.type.name} {self.direction}{dims}{layout}{size}"
 
@@ -163,7 +166,7 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _m
 _TOP_FIELDS = {"build_dir", "include_dirs", "cases", "kernels"}
 _KERNEL_FIELDS = {"description", "source", "symbol", "workgroup", "lds_bytes", "grid",
                   "float_denorm_mode_32", "args", "variants"}
-_ARG_FIELDS = {"name", "type", "dir", "shape", "rank", "contiguous", "numel"}
+_ARG_FIELDS = {"name", "type", "dir", "shape", "rank", "contiguous", "numel", "strides"}
 _VARIANT_FIELDS = {"defines", "types"}
 
 
@@ -338,7 +341,7 @@ class _Parser:
         if not arg_type.is_pointer:
             if direction != "in":
                 raise self.fail(kernel, f"{where}.dir", "a scalar argument can only be 'in'")
-            for pointer_only in ("shape", "rank", "contiguous", "numel"):
+            for pointer_only in ("shape", "rank", "contiguous", "numel", "strides"):
                 if pointer_only in spec:
                     raise self.fail(kernel, f"{where}.{pointer_only}", "only pointer arguments have it")
             return details
@@ -361,6 +364,12 @@ class _Parser:
         if "numel" in details and not contiguous:
             raise self.fail(kernel, f"{where}.numel", "numel bounds a contiguous buffer; a strided one's extent "
                             "depends on its strides")
+        if "strides" in spec:
+            dims = self.sequence(spec["strides"], kernel, f"{where}.strides")
+            if details.get("rank") != len(dims):
+                raise self.fail(kernel, f"{where}.strides", f"one entry per dim: expected {details.get('rank')} "
+                                f"(the rank), got {len(dims)}")
+            details["strides"] = tuple(self.dim(d, kernel, f"{where}.strides[{j}]") for j, d in enumerate(dims))
         details["contiguous"] = contiguous
         return details
 
@@ -383,6 +392,12 @@ class _Parser:
         known = shape_names | {a["name"] for a in args if a["type"].is_integer}
         expressions = [(f"grid[{i}]", expr) for i, expr in enumerate(kernel.grid)]
         expressions += [(f"args[{i}] ({a['name']}).numel", a["numel"]) for i, a in enumerate(args) if "numel" in a]
+        integers = {a["name"] for a in args if a["type"].is_integer}
+        for i, a in enumerate(args):
+            for j, dim in enumerate(a.get("strides", ())):
+                if isinstance(dim, str) and dim not in integers:
+                    raise self.fail(kernel.name, f"args[{i}] ({a['name']}).strides[{j}]", f"'{dim}' is not an "
+                                    f"integer scalar argument (a stride is given in bytes by one)")
         for where, expr in expressions:
             unknown = sorted(expr.names - known)
             if unknown:

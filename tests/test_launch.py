@@ -210,3 +210,22 @@ def test_an_untouched_buffer_may_be_a_null_pointer(emu_calls):
     assert struct.unpack_from("<Q", kernarg, variant.arg("ws").offset)[0] == 0 and len(tensors) == 5
     with pytest.raises(ValueError, match="argument 'out' is None, but the kernel touches it"):
         prepared(a, sa, b, sb, None, None)
+
+
+def test_byte_stride_scalars_must_match_the_tensors(emu_calls):
+    """fmha_fwd_d128 takes byte strides as scalars: gfxasm.launch checks them against q/k/v/o/lse."""
+    from gfxasm.ops import fmha
+    q, k, v = (torch.randn(1, 4, 2, 128).bfloat16() for _ in range(3))
+    o, lse = torch.empty_like(q), torch.empty(1, 2, 4)
+    args = fmha.kernel_args(q, k, v, o, lse, 0.1)
+    gfxasm.launch("fmha_fwd_d128", variant="fmha_fwd_d128_bf16", **args)
+    assert len(emu_calls) == 1
+    for name, value, complaint in (
+            ("k_seq_stride", 128, r"argument 'k_seq_stride' = 128, but k.stride\(1\) is 256 elements = 512 bytes"),
+            ("lse_head_stride", 8, r"argument 'lse_head_stride' = 8, but lse.stride\(1\) is 4 elements = 16 bytes")):
+        with pytest.raises(ValueError, match=complaint):
+            gfxasm.launch("fmha_fwd_d128", variant="fmha_fwd_d128_bf16", **{**args, name: value})
+    every_other = torch.randn(1, 4, 2, 256).bfloat16()[..., ::2]      # byte strides agree, the head dim's does not
+    with pytest.raises(ValueError, match=r"argument 'v' must have stride 1 in dim 3, got strides \(2048, 512, 256, 2\)"):
+        gfxasm.launch("fmha_fwd_d128", variant="fmha_fwd_d128_bf16", **fmha.kernel_args(q, k, every_other, o, lse, 0.1))
+    assert len(emu_calls) == 1

@@ -87,6 +87,13 @@ def edit(path, value):
 DELETE = object()
 
 
+def test_strides_name_the_scalars_a_kernel_steps_by(tmp_path):
+    spec = copy.deepcopy(VALID)
+    spec["args"][0].update(contiguous=False, strides=["stride", 1])
+    x = load(tmp_path, {"k": spec}).kernel("k").variant("k_f32").arg("x")
+    assert x.strides == ("stride", 1) and x.describe() == "x: *f32 in [rows, cols] strides [stride, 1]"
+
+
 def test_numel_bounds_a_rank_only_buffer(tmp_path):
     spec = copy.deepcopy(VALID)
     spec["args"][1]["numel"] = "rows * cdiv(cols, 2)"
@@ -129,6 +136,11 @@ def test_numel_bounds_a_rank_only_buffer(tmp_path):
     (("args", 0, "numel"), "rows", "args[0] (x).numel", "a shape already gives the size"),
     (("args", 1, "numel"), "rows * depth", "args[1] (out).numel", "uses depth, which is neither"),
     (("args", 1, "numel"), "2 ** cols", "args[1] (out).numel", "not allowed"),
+    (("args", 0, "strides"), ["stride"], "args[0] (x).strides", "one entry per dim: expected 2"),
+    (("args", 0, "strides"), ["stride", "scale"], "args[0] (x).strides[1]", "'scale' is not an integer scalar"),
+    (("args", 0, "strides"), ["stride", "y"], "args[0] (x).strides[1]", "'y' is not an integer scalar"),
+    (("args", 0, "strides"), ["stride", -1], "args[0] (x).strides[1]", "outside"),
+    (("args", 2, "strides"), ["cols"], "args[2] (scale).strides", "only pointer arguments"),
     (("args", 1, "name"), "x", "args[1] (x).name", "duplicate argument name"),
     (("args", 1, "name"), "variant", "args[1] (variant).name", "reserved"),
     (("args", 1, "name"), "class", "args[1].name", "Python keyword"),
