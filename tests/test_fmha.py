@@ -218,6 +218,15 @@ def test_out_overlapping_an_input_is_refused(no_launch):
         gfxasm.fmha_fwd(packed[:, :, :4], k, v, out=packed[:, :, 4:])
 
 
+def test_lse_overlapping_out_is_refused(no_launch):
+    q, k, v = _qkv()
+    memory = torch.empty(q.numel(), dtype=q.dtype)
+    out = memory.view(q.shape)
+    lse = memory.view(torch.float32)[:4 * 8].view(1, 4, 8)            # the first bytes of out
+    with pytest.raises(ValueError, match="'lse' overlaps the memory of 'out'"):
+        torch.ops.gfxasm.fmha_fwd_out(q, k, v, out, lse, False, None)
+
+
 def test_out_with_shared_elements_is_refused(no_launch):
     q, k, v = _qkv()
     stride0 = torch.empty(1, 8, 1, 128, dtype=q.dtype).expand(1, 8, 4, 128)    # one row for every head
