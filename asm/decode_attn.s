@@ -242,19 +242,21 @@
 .set v_neginf, 21
 .set v_s, 24                ; [24:31] scores / P (f32): block kb at v_s + 4kb
 .set v_p, 32                ; [32:35] P packed: the B operand of O^T += V^T P^T
-.set v_q, 36                ; [36:36+4NC) Q^T: the B operand of S^T = K Q^T, k step c at v_q + 4c
-.set v_k, 52                ; [52:52+8NC) K: block kb, k step c at v_k + 4(kb NC + c)
-.set v_a, v_k               ; [52:68) PV A operands (even, odd dims) x 2 sets, over K (dead by then)
-.set v_v, 84                ; [84:84+8NC) V dwords: 32-dim block db, key e at v_v + 8 db + e
-.set v_o, 116               ; [116:116+8NC) O^T: block db, parity p at v_o + 4(2 db + p)
+; sized by D (NC = D/32): D 128 ends at v147 (16-bit), v163 (FP8), v189 (scale/shift);
+; D 64 at v91, v99, v125
+.set v_q, 36                ; [4NC] Q^T: the B operand of S^T = K Q^T, k step c at v_q + 4c
+.set v_k, v_q + 4*NC        ; [8NC] K: block kb, k step c at v_k + 4(kb NC + c)
+.set v_a, v_k               ; [16] PV A operands (even, odd dims) x 2 sets, over K (dead by then)
+.set v_v, v_k + 8*NC        ; [8NC] V dwords: 32-dim block db, key e at v_v + 8 db + e
+.set v_o, v_v + 8*NC        ; [8NC] O^T: block db, parity p at v_o + 4(2 db + p)
 .set v_ost, v_k             ; epilogue: O packed for the stores (over K)
-.set v_kraw, 148            ; FP8: [148:148+2 KRAW) raw K bytes, block kb at v_kraw + KRAW kb
-.set v_ksoff, 164           ; FP8 = 2: [164:168) pair voffsets (4g + r) * ks_ss
-.set v_vsoff, 168           ; [168:172) (4g + r) * vs_ss
-.set v_ks, 172              ; [172:180) K (scale, shift) of the lane's 8 keys (kb, r) at v_ks + 4kb + r
-.set v_vs, 180              ; [180:188) V (scale, shift) likewise
-.set v_sumq, 188            ; sum of the lane's query row
-.set v_c, 189               ; partial sum p b' of the lane
+.set v_kraw, v_o + 8*NC     ; FP8: [2 KRAW] raw K bytes, block kb at v_kraw + KRAW kb
+.set v_ksoff, v_kraw + 2*KRAW   ; FP8 = 2: [4] pair voffsets (4g + r) * ks_ss
+.set v_vsoff, v_ksoff + 4   ; [4] (4g + r) * vs_ss
+.set v_ks, v_vsoff + 4      ; [8] K (scale, shift) of the lane's 8 keys (kb, r) at v_ks + 4kb + r
+.set v_vs, v_ks + 8         ; [8] V (scale, shift) likewise
+.set v_sumq, v_vs + 8       ; sum of the lane's query row
+.set v_c, v_sumq + 1        ; partial sum p b' of the lane
 
 ; ============================================================================ macros
 
