@@ -52,3 +52,58 @@ def bf16gemm_outf32(M: int, N: int, K: int, tile_m: int, seed: int = 0) -> Case:
     name = f"bf16gemm_outf32_tn_{tile_m}x64_pf3"
     return Case(f"bf16gemm/{name}.co", aiter_symbol(name),
                 (math.ceil(N / 64), math.ceil(M / tile_m), 1), (256, 1, 1), ka.bytes(), [a, b, d], check)
+
+
+# ----------------------------------------------------------------- MX-FP4 GEMM (f4gemm)
+E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+
+
+def f4gemm(M: int, N: int, K: int, tile: str = "32x128", seed: int = 0) -> Case:
+    """D[M, N] bf16 = A @ B^T with A [M, K] and B [N, K] in OCP MX-FP4 (E2M1, two per byte,
+    the even element in the low nibble) and one e8m0 scale per 1x32 along K. Host code:
+    aiter_meta/csrc/py_itfs_cu/asm_gemm_a4w4.cu gemm_a4w4_asm (struct KernelArgs, grid,
+    split-K rule), packed by gfxasm.perf.aiter_f4gemm.kernarg/grid (no second copy here).
+    B is pre-shuffled by aiter/ops/shuffle.py shuffle_weight (layout (16, 16) on the
+    bytes), both scales by aiter/utility/fp4_utils.py e8m0_shuffle (rows padded to 256,
+    columns to 8, then [m/32, 2, 16, n/8, 2, 4] -> (0, 3, 5, 2, 4, 1)); D has
+    ceil(M/256)*256 rows, as aiter's tuner allocates it. The host refuses N % tile_n."""
+    from gfxasm.perf import aiter_f4gemm as f4
+    cfg = next((c for c in f4.configs().values() if f"BpreShuffle_{tile}." in c.co), None)
+    if cfg is None:
+        raise ValueError(f"no BpreShuffle f4gemm object with tile {tile!r}")
+    if N % cfg.tile_n or K % 256:
+        raise ValueError(f"N must be a multiple of {cfg.tile_n} and K of 256, got N={N}, K={K}")
+    g = torch.Generator().manual_seed(seed)
+    a_codes = torch.randint(0, 16, (M, K), generator=g, dtype=torch.uint8)
+    b_codes = torch.randint(0, 16, (N, K), generator=g, dtype=torch.uint8)
+    a_exp = torch.randint(122, 132, (M, K // 32), generator=g, dtype=torch.uint8)
+    b_exp = torch.randint(122, 132, (N, K // 32), generator=g, dtype=torch.uint8)
+    a = a_codes[:, 0::2] | (a_codes[:, 1::2] << 4)
+    b = b_codes[:, 0::2] | (b_codes[:, 1::2] << 4)
+    b_shuf = b.view(N // 16, 16, K // 64, 2, 16).permute(0, 2, 3, 1, 4).contiguous().view(N, K // 2)
+    sa, sb = _e8m0_shuffle(a_exp), _e8m0_shuffle(b_exp)
+    d = poison((math.ceil(M / 256) * 256, N), torch.bfloat16)
+
+    def check():
+        ref = _mxfp4_value(a_codes, a_exp) @ _mxfp4_value(b_codes, b_exp).T
+        assert not d[:M].isnan().any(), "D not fully written"
+        # fp32 accumulation of exact products (E2M1 x E2M1 x 2^k), one bf16 rounding.
+        torch.testing.assert_close(d[:M].double(), ref, rtol=1e-2, atol=1e-3 * ref.abs().max().item())
+
+    return Case(cfg.co.removeprefix("aiter_meta/hsa/gfx950/"), cfg.symbol, f4.grid(cfg, M, N, K), f4.BLOCK,
+                f4.kernarg(d, a, b_shuf, sa, sb, M, N, K), [a, b_shuf, sa, sb, d], check)
+
+
+def _mxfp4_value(codes: torch.Tensor, exps: torch.Tensor) -> torch.Tensor:
+    """float64 values of E2M1 codes [rows, K] with e8m0 scales [rows, K/32]."""
+    mag = E2M1.double()[(codes & 7).long()]
+    val = torch.where(codes & 8 > 0, -mag, mag)
+    return val * torch.pow(2.0, exps.double() - 127).repeat_interleave(32, 1)
+
+
+def _e8m0_shuffle(scale: torch.Tensor) -> torch.Tensor:
+    m, n = scale.shape
+    padded = torch.full(((m + 255) // 256 * 256, (n + 7) // 8 * 8), 127, dtype=torch.uint8)
+    padded[:m, :n] = scale
+    sm, sn = padded.shape
+    return padded.view(sm // 32, 2, 16, sn // 8, 2, 4).permute(0, 3, 5, 2, 4, 1).contiguous().view(sm, sn)

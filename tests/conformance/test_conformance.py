@@ -35,6 +35,10 @@ CORPUS_CASES = {
     "bf16gemm_outf32_32x64_M40_N128_K256": lambda: cases_gemm.bf16gemm_outf32(40, 128, 256, 32),
     "bf16gemm_outf32_96x64_M100_N192_K512": lambda: cases_gemm.bf16gemm_outf32(100, 192, 512, 96),
     "bf16gemm_outf32_48x64_M33_N64_K128": lambda: cases_gemm.bf16gemm_outf32(33, 64, 128, 48),
+    "f4gemm_32x128_M40_N128_K256": lambda: cases_gemm.f4gemm(40, 128, 256),
+    "f4gemm_32x128_M1_N128_K1024": lambda: cases_gemm.f4gemm(1, 128, 1024),
+    "f4gemm_64x256_M70_N256_K512": lambda: cases_gemm.f4gemm(70, 256, 512, tile="64x256"),
+    "f4gemm_256x128_M300_N128_K256": lambda: cases_gemm.f4gemm(300, 128, 256, tile="256x128"),
 }
 SHARED_CASES = {
     "gemm_bf16_A_256x256x512": lambda: cases.bf16_gemm(256, 256, 512),
