@@ -54,6 +54,56 @@ def bf16gemm_outf32(M: int, N: int, K: int, tile_m: int, seed: int = 0) -> Case:
                 (math.ceil(N / 64), math.ceil(M / tile_m), 1), (256, 1, 1), ka.bytes(), [a, b, d], check)
 
 
+# ----------------------------------------------------------------- fp8 block-scale GEMM (MI350)
+def f8_blockscale_mi350(M: int, N: int, K: int, seed: int = 0) -> Case:
+    """C[M, N] bf16 = (X * x_scale) @ (W * w_scale)^T, e4m3 X [M, K] and W [N, K], one f32
+    scale per 1x128 of X and per 128x128 of W. aiter_meta/csrc/py_itfs_cu/
+    asm_mi350_a8w8_blockscale.cu, struct KernelArgs and mi350_a8w8_blockscale_asm():
+    x_scale physically [K/128, M] (transposed, as the host's comment says), w_scale
+    [N/128, K/128] (row-major as aiter's tests make it; the host comment's [K/128, N/128]
+    does not match the kernel: it fails with that layout); Xs = Ws = K bytes, Cs = N*2;
+    eprt_cnt 1, splitk 0, activation 0; object x32 for M <= 32 else x128; grid
+    (ceil(N/256), ceil(M/tile_m)), 256 threads. W is pre-shuffled as aiter's
+    gemm_a8w8_blockscale(isBpreshuffled=True) expects: aiter/ops/shuffle.py shuffle_weight
+    with layout (16, 16) (16 rows x 32 K per tile, 16-byte K groups inner)."""
+    if M < 16 or K < 512 or K % 128 or N % 256:
+        # The host accepts N % 128 == 0, but a workgroup covers 256 columns: with N % 256 ==
+        # 128 the kernel reads W past N and stores past each row's end (docs/conformance.md).
+        raise ValueError(f"M >= 16, K >= 512, K % 128 == 0 and N % 256 == 0 needed, got M={M}, N={N}, K={K}")
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(M, K, generator=g) * 2).to(torch.float8_e4m3fn)
+    w = (torch.randn(N, K, generator=g) * 2).to(torch.float8_e4m3fn)
+    x_scale = torch.rand(M, K // 128, generator=g) + 0.5
+    w_scale = torch.rand(N // 128, K // 128, generator=g) + 0.5
+    w_shuf = w.view(torch.uint8).view(N // 16, 16, K // 32, 2, 16).permute(0, 2, 3, 1, 4).contiguous()
+    xs_t = x_scale.T.contiguous()
+    c = poison((M, N), torch.bfloat16)
+    xb = x.view(torch.uint8)
+    ka = Kernarg(368)
+    for off, t in ((0, c), (16, xb), (32, w_shuf), (64, xs_t), (80, w_scale)):
+        ka.ptr(off, t)
+    ka.u32(144, K)
+    ka.u32(160, N)
+    ka.u32(176, M)
+    ka.u32(192, 1)                  # eprt_cnt
+    ka.u32(208, K)                  # Xs
+    ka.u32(224, K)                  # Ws
+    ka.u32(240, N * 2)              # Cs
+
+    def check():
+        xs = x_scale.double().repeat_interleave(128, 1)
+        ws = w_scale.double().repeat_interleave(128, 0).repeat_interleave(128, 1)
+        ref = (x.double() * xs) @ (w.double() * ws).T
+        assert not c.isnan().any(), "C not fully written"
+        # fp32 accumulation, one bf16 rounding of the result.
+        torch.testing.assert_close(c.double(), ref, rtol=1e-2, atol=1e-3 * ref.abs().max().item())
+
+    tile_m = 32 if M <= 32 else 128
+    name = f"f8_block_scale_mi350_x{tile_m}"
+    return Case(f"{name}.co", name, (math.ceil(N / 256), math.ceil(M / tile_m), 1), (256, 1, 1),
+                ka.bytes(), [xb, w_shuf, xs_t, w_scale, c], check)
+
+
 # ----------------------------------------------------------------- MX-FP4 GEMM (f4gemm)
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 

@@ -50,10 +50,13 @@ SHARED_CASES = {
 
 
 # Strict-mode rules hardware-proven objects contradict (hazards.WAIVABLE), waived per
-# object and only there (docs/isa-notes.md): aiter's fp8 GEMMs read XDL MFMA results with
-# VALU ops sooner than LLVM's count; the fp8 gqa16 paged attention reads a VALU result with
-# DPP 1 wait state after it is written (LLVM: 2).
+# object and only there (docs/isa-notes.md): aiter's fp8 block-scale GEMMs read XDL MFMA
+# results with VALU ops sooner than LLVM's count; the fp8 gqa16 paged attention and the
+# x32 block-scale GEMM read a VALU result with DPP 1 wait state after it is written
+# (LLVM: 2).
 WAIVED = {"fp8gemm_bf16_blockscale_BpreShuffle_128x128.co": ("xdl_result_valu_read",),
+          "f8_block_scale_mi350_x128.co": ("xdl_result_valu_read",),
+          "f8_block_scale_mi350_x32.co": ("xdl_result_valu_read", "valu_write_dpp_read"),
           "pa/pa_bf16_pertokenFp8_gqa16_2tg_4w.co": ("valu_write_dpp_read",)}
 
 
@@ -129,3 +132,24 @@ def test_paged_attention_fp8_gqa16_lgkmcnt_race_is_reported():
     s_barrier only, and v_mfma reads v[88:89] at pc 0x571c: no lgkmcnt wait covers it."""
     _race_then_loose(lambda: cases.paged_attention([1, 77], Hk=1, gqa=16, kv_type="fp8"),
                      r"v88 read while a load into it is still in flight.*pc 0x571c")
+
+
+F8_BLOCKSCALE_EPILOGUE = {
+    # (M, N, K): pc of the epilogue's first ds_write_b64 that stages C through LDS
+    (130, 256, 640): 0x46d0,     # x128: the trailing A/B prefetch DMA is still in flight
+    (33, 256, 768): 0x46d0,      # x128: other waves may still be reading the last A/B tile
+    (20, 256, 512): 0x34d4,      # x32
+    (32, 512, 1024): 0x34d4,     # x32
+}
+
+
+@pytest.mark.parametrize("shape", list(F8_BLOCKSCALE_EPILOGUE))
+def test_f8_blockscale_epilogue_lds_race_is_reported(shape):
+    """A finding, pinned (docs/isa-notes.md): after the K loop, f8_block_scale_mi350_x128/x32
+    stage C through LDS address 0 with ds_write_b64 and no s_barrier or vmcnt wait first.
+    The bytes belong to the A/B tile buffers: other waves may still read the last tile
+    (WAR), and the loop's last prefetch LDS DMA, issued one iteration ahead, may still be
+    in flight; either lands A/B bytes in the staged C on a legal schedule."""
+    pc = F8_BLOCKSCALE_EPILOGUE[shape]
+    _race_then_loose(lambda: cases_gemm.f8_blockscale_mi350(*shape),
+                     rf"ds_write_b64 (touches|overwrites) LDS address 0x0 .*pc {pc:#x}")
