@@ -1,6 +1,6 @@
 ; decode_attn — attention of a few new query tokens over a KV cache (decode / speculative
 ; verification), bf16/fp16, head dim D = 64 or 128, contiguous or paged cache, split-K.
-; gfx950 (CDNA4), wave64, one wave per workgroup.
+; gfx950 (CDNA4), wave64, W = WORKGROUP_SIZE_X / 64 waves per workgroup (kernels.yaml: 8).
 ;
 ;   O[b, s, h, :] = sum_j softmax_j(scale * Q[b,s,h,:] . K[j, h/G, :]) * V[j, h/G, :]
 ;
@@ -12,8 +12,16 @@
 ;
 ; Grid (num_splits, heads_kv * row_tiles, batch). A workgroup owns one KV head, one tile of
 ; 16 query rows of its group (row m = s*G + g: query token s, head hkv*G + g; rows = seq_q*G)
-; and one split of the keys, [split*chunk, split*chunk + chunk). The rows of one KV head
-; share every K/V load (GQA); with rows > 16, row tiles re-read the same K/V (through L2).
+; and one split of the keys, [split*chunk, split*chunk + chunk). Its W waves take the
+; split's 32-key tiles round robin (wave w: tiles w, w + W, ...) and combine their results
+; through LDS at the end (wave 0 finishes: an in-workgroup split-K, so most shapes need no
+; second pass). The rows of one KV head share every K/V load (GQA); with rows > 16, row
+; tiles re-read the same K/V (through L2).
+;
+; --- LDS (W > 1) ---
+;   [0, W*256)             each wave's log2-sum-exp, lane l of wave w at 4(64w + l)
+;   [LDS_O, + W*64*D)      each wave's normalised O, lane l of wave w at LDS_O + (64w + l) D
+;                          (its 8NC f32 in register order; DS offsets stay below 2^16)
 ;
 ; Why MFMA and this shape: decode reads each key once per (batch, KV head) and does 2*rows
 ; FLOP per byte, so the kernel is memory-bound and must keep VGPRs low and loads wide. A
@@ -76,7 +84,7 @@
 ;
 ; Defines: D (64 | 128), F16 (0: bf16, 1: fp16 q/o), FP8 (0: cache in q's dtype, 1: e4m3
 ; with per-tensor descales, 2: e4m3 with per-token scale/shift).
-; Kernarg: see kernels.yaml. LDS: none.
+; Kernarg: see kernels.yaml.
 ;
 ; --- Pipeline ---
 ; Per tile: descriptors from the page ids fetched one tile ahead; K (2 x D/32 dwordx4) and V
@@ -105,8 +113,14 @@
 .if (D != 64) && (D != 128)
     .error "decode_attn: D must be 64 or 128"
 .endif
-.if WORKGROUP_SIZE_X != 64
-    .error "decode_attn: one wave per workgroup"
+.set W, WORKGROUP_SIZE_X / 64
+.if (W * 64 != WORKGROUP_SIZE_X) || (W > 8)
+    .error "decode_attn: the workgroup must be 1 to 8 whole waves"
+.endif
+.set LDS_LSE, 0
+.set LDS_O, W * 256
+.if (W > 1) && (LDS_BYTES < LDS_O + W * 64 * D)
+    .error "decode_attn: lds_bytes must hold W * 64 * (D + 4) bytes"
 .endif
 
 ; --- constants ---
@@ -144,6 +158,7 @@
 .set SEL_HI, 0x07060302                ; high halves
 
 ; --- SGPRs (s[0:1] kernarg, s2 = split, s3 = kv head * row_tiles + row tile, s4 = batch) ---
+.set s_wave, 5              ; wave index in the workgroup
 .set s_ptr_q, 6             ; [6:7]
 .set s_ptr_k, 8             ; [8:9]   K cache + kv head offset
 .set s_ptr_v, 10            ; [10:11]
@@ -366,6 +381,82 @@
     .endr
 .endm
 
+; W > 1: every wave puts its normalised O (v_o) and log2-sum-exp (v_t1) in LDS; after the
+; barrier the other waves end and wave 0 replaces v_o and v_t1 by the combination:
+; weights 2^(lse_w - max), O = sum_w weight_w O_w / sum_w weight_w (max floored at -1e30:
+; a row no wave saw gives O = 0, -inf)
+.macro combine_waves
+    s_lshl_b32 s[s_t], s[s_wave], 6
+    v_add_u32 v[v_t2], s[s_t], v[v_lane]                ; 64 wave + l
+    v_lshlrev_b32 v[v_t0], D_LOG2, v[v_t2]              ; its O slot: D bytes
+    .irp i, 0, 1, 2, 3, 4, 5, 6, 7
+        .if \i < 2 * NC
+            ds_write_b128 v[v_t0], v[v_o + 4*\i : v_o + 4*\i + 3] offset: LDS_O + 16*\i
+        .endif
+    .endr
+    v_lshlrev_b32 v[v_t2], 2, v[v_t2]
+    ds_write_b32 v[v_t2], v[v_t1] offset: LDS_LSE
+    s_waitcnt lgkmcnt(0)                                ; in flight: this wave's LDS writes -> wait
+    s_barrier                                           ; every wave's partial result is in LDS
+    s_cmp_eq_u32 s[s_wave], 0
+    s_cbranch_scc0 L_end                                ; wave 0 goes on alone
+    v_lshlrev_b32 v[v_t2], 2, v[v_lane]
+    .irp w, 0, 1, 2, 3, 4, 5, 6, 7
+        .if \w < W
+            ds_read_b32 v[v_s + \w], v[v_t2] offset: LDS_LSE + 256*\w
+        .endif
+    .endr
+    v_lshlrev_b32 v[v_t0], D_LOG2, v[v_lane]            ; wave 0's O slot; wave w's is w * 64 * D further
+    .irp i, 0, 1, 2, 3, 4, 5, 6, 7
+        .irp j, 0, 8, 16, 24
+            .if \j < 8 * NC
+                v_mov_b32 v[v_o + \i + \j], 0
+            .endif
+        .endr
+    .endr
+    v_mov_b32 v[v_t1], M_INIT
+    s_waitcnt lgkmcnt(0)                                ; in flight: the W log2-sum-exps -> wait
+    .irp w, 0, 1, 2, 3, 4, 5, 6, 7
+        .if \w < W
+            v_max_f32 v[v_t1], v[v_t1], v[v_s + \w]
+        .endif
+    .endr
+    v_mov_b32 v[v_l], 0
+    .irp w, 0, 1, 2, 3, 4, 5, 6, 7
+        .if \w < W
+            v_sub_f32 v[v_s + \w], v[v_s + \w], v[v_t1]
+            v_exp_f32 v[v_s + \w], v[v_s + \w]           ; weight of wave w
+            s_nop 0                                     ; transcendental result -> VALU read: 1 wait state
+            v_add_f32 v[v_l], v[v_l], v[v_s + \w]
+            .irp i, 0, 1, 2, 3, 4, 5, 6, 7
+                .if \i < 2 * NC
+                    ds_read_b128 v[v_k + 4*\i : v_k + 4*\i + 3], v[v_t0] offset: LDS_O + 64*D*\w + 16*\i
+                .endif
+            .endr
+            s_waitcnt lgkmcnt(0)                        ; in flight: wave w's O -> wait
+            .irp i, 0, 1, 2, 3, 4, 5, 6, 7
+                .irp j, 0, 8, 16, 24
+                    .if \j < 8 * NC
+                        v_fma_f32 v[v_o + \i + \j], v[v_s + \w], v[v_k + \i + \j], v[v_o + \i + \j]
+                    .endif
+                .endr
+            .endr
+        .endif
+    .endr
+    v_max_f32 v[v_t0], L_FLOOR, v[v_l]
+    v_rcp_f32 v[v_t0], v[v_t0]
+    v_log_f32 v[v_l], v[v_l]
+    s_nop 0                                             ; transcendental result -> VALU read: 1 wait state
+    v_add_f32 v[v_t1], v[v_t1], v[v_l]                  ; log2-sum-exp of the workgroup
+    .irp i, 0, 1, 2, 3, 4, 5, 6, 7
+        .irp j, 0, 8, 16, 24
+            .if \j < 8 * NC
+                v_mul_f32 v[v_o + \i + \j], v[v_o + \i + \j], v[v_t0]
+            .endif
+        .endr
+    .endr
+.endm
+
 ; ============================================================================ prologue
 
     s_load_dwordx2 s[s_ptr_q:s_ptr_q+1], s[s_kernarg:s_kernarg+1], k_q
@@ -390,7 +481,10 @@
     .irp name, ws_stride, wsl_stride, chunk, window, future, scale_log2, partial, store_lse
         s_load_dword s[s_\name], s[s_kernarg:s_kernarg+1], k_\name
     .endr
-    v_and_b32 v[v_lane], 0x3ff, v[v_workitem]
+    v_and_b32 v[v_lane], 63, v[v_workitem]
+    v_bfe_u32 v[v_t0], v[v_workitem], 6, 4              ; wave = work-item x / 64
+    s_nop 0                                             ; VALU write -> v_readfirstlane read: 1 wait state
+    v_readfirstlane_b32 s[s_wave], v[v_t0]
     v_and_b32 v[v_n], 15, v[v_lane]
     v_lshrrev_b32 v[v_g], 4, v[v_lane]
     v_mov_b32 v[v_m], M_INIT
@@ -535,7 +629,8 @@
     s_nop 7                                             ; MFMA (4 passes) result -> VALU read: 8 wait states
     v_mov_b32 v[v_sumq], v[v_s]
 .endif
-    s_mov_b32 s[s_t0], s[s_klo]
+    s_lshl_b32 s[s_t0], s[s_wave], 5                    ; this wave's first tile: klo + 32 wave
+    s_add_u32 s[s_t0], s[s_klo], s[s_t0]
     s_cmp_lt_i32 s[s_t0], s[s_khi]
     s_cbranch_scc0 L_epilogue
     fetch_page s_pg0, s_t0
@@ -571,9 +666,9 @@ L_tile:
             .endr
         .endif
     .endr
-    s_add_u32 s[s_w], s[s_t0], TILE                     ; page ids of the next tile
+    s_add_u32 s[s_w], s[s_t0], TILE * W                 ; page ids of this wave's next tile
     fetch_page s_pg0, s_w
-    s_add_u32 s[s_w], s[s_t0], TILE + KV_BLOCK
+    s_add_u32 s[s_w], s[s_t0], TILE * W + KV_BLOCK
     fetch_page s_pg1, s_w
     s_waitcnt vmcnt(8 * NC)                             ; in flight: K (2 NC; FP8 NC), V (8 NC) -> wait for K
 .if FP8
@@ -677,7 +772,7 @@ L_no_rescale:
             mfma_16x16x32 v[v_o + 8*\db + 4 : v_o + 8*\db + 7], v[_a + 4 : _a + 7], v[v_p : v_p + 3], v[v_o + 8*\db + 4 : v_o + 8*\db + 7]
         .endif
     .endr
-    s_add_u32 s[s_t0], s[s_t0], TILE
+    s_add_u32 s[s_t0], s[s_t0], TILE * W
     s_cmp_lt_i32 s[s_t0], s[s_khi]
     s_cbranch_scc1 L_tile
 
@@ -711,6 +806,9 @@ L_epilogue:
             .endif
         .endr
     .endr
+.if W > 1
+    combine_waves
+.endif
     v_mov_b32 v[v_t3], OOB
     v_cmp_eq_u32 vcc, 0, v[v_g]                         ; one lane per row writes the LSE
     s_and_b64 vcc, vcc, s[s_rowmask:s_rowmask+1]

@@ -281,16 +281,22 @@ def test_splits_are_deterministic_and_agree():
 
 
 def test_split_model():
-    # B128 Hkv1, 8k keys: 128 waves -> 8 splits fill 256 CUs x 4; chunk a multiple of 32
+    # 8 waves per workgroup: 128 (batch, KV head) pairs already give 1024 waves -> one split
     p = da.plan(128, 1, 8, 8192)
-    assert p.num_splits == 8 and p.chunk == 1024 and p.row_tiles == 1 and p.partial
-    assert da.plan(16, 8, 8, 1024).num_splits == 8              # 128 keys per split
-    assert da.plan(16, 8, 8, 512).num_splits == 4               # capped by 128 keys per split
-    assert da.plan(4096, 8, 8, 8192).num_splits == 1            # the grid alone fills the GPU
+    assert p.num_splits == 1 and p.chunk == 8192 and p.row_tiles == 1 and not p.partial
+    assert da.plan(16, 8, 8, 1024).num_splits == 1
+    few = da.plan(2, 1, 8, 8192)                                 # 16 waves: 16 splits of 512 keys
+    assert few.num_splits == 16 and few.chunk == 512 and few.partial
+    assert da.plan(2, 1, 8, 2048).num_splits == 4               # capped by 512 keys per split
     assert da.plan(1, 1, 256, 100).num_splits == 1              # short caches: one split
     forced = da.plan(1, 1, 8, 1000, 7)
     assert forced.num_splits == 7 and forced.chunk == 160 and forced.row_tiles == 1
     assert da.plan(1, 1, 8, 100, 64).num_splits == 4             # empty splits dropped (chunk 32)
+
+
+def test_waves_per_group_matches_the_manifest():
+    from gfxasm.manifest import default_manifest
+    assert default_manifest().kernel(da.KERNEL).workgroup[0] == 64 * da.WAVES_PER_GROUP
 
 
 # ------------------------------------------------------------------ bad inputs

@@ -18,10 +18,12 @@ flash-attention's `flash_attn_with_kvcache` conventions:
   * softmax_scale defaults to 1/sqrt(D). O [B, Sq, Hq, D] in q's dtype (written into `out`
     when given); LSE [B, Hq, Sq] float32, natural log.
 
-Split-K: the keys of each (batch, KV head) are cut into `num_splits` chunks of `chunk` keys
-(a multiple of 32), one wave each; with more than one split (or with sinks) each wave writes
-an f32 partial (O normalised, log2-sum-exp) and decode_attn_merge combines them in split
-order — deterministic, no atomics. `plan` documents how num_splits is chosen.
+Split-K, two levels: the keys of each (batch, KV head) are cut into `num_splits` chunks of
+`chunk` keys (a multiple of 32), one 8-wave workgroup each; its waves take the chunk's
+32-key tiles round robin and combine their results through LDS. With more than one split
+(or with sinks) each workgroup writes an f32 partial (O normalised, log2-sum-exp) and
+decode_attn_merge combines them in split order — deterministic, no atomics. `plan`
+documents how num_splits is chosen.
 
 Page ids are not validated on the host (that would need a device sync): the kernel clamps
 each id to [0, num_pages - 1] (a negative id, read as unsigned, becomes num_pages - 1), so
@@ -57,8 +59,9 @@ ROW_TILE = 16                      # query rows (token, head of the group) per w
 TILE = 32                          # keys per kernel iteration; a split's chunk is a multiple
 MIN_PAGE = 16                      # a 16-key block never crosses a page
 NUM_CUS = 256
+WAVES_PER_GROUP = 8                # kernels.yaml decode_attn workgroup / 64 (a test checks)
 WAVES_PER_CU = 4                   # target resident waves per CU for the split model
-MIN_SPLIT_KEYS = 128               # a split's work should outweigh its partial's write and merge
+MIN_SPLIT_KEYS = 512               # a split should give each of its 8 waves >= 2 tiles
 MAX_SPLITS = 64
 NO_LIMIT = 2**30                   # window_left / future keys meaning "none"
 CONTIGUOUS_SHIFT = 31              # page_shift of a contiguous cache: one page per batch entry
@@ -80,19 +83,18 @@ class Plan:
 
 
 def plan(batch: int, heads_kv: int, rows: int, capacity: int, num_splits: int | None = None) -> Plan:
-    """The split model. A wave per (batch, KV head, 16-row query tile, split); the grid
-    without splits has batch * heads_kv * row_tiles waves. Splits multiply it up to about
-    NUM_CUS * WAVES_PER_CU resident waves (256 CUs x 4), but each split keeps at least
+    """The split model. An 8-wave workgroup per (batch, KV head, 16-row query tile, split);
+    the grid without splits has batch * heads_kv * row_tiles * 8 waves. Splits multiply it
+    up to about NUM_CUS * WAVES_PER_CU waves (256 CUs x 4), but each split keeps at least
     MIN_SPLIT_KEYS keys of the cache's capacity (contiguous: S_max; paged: max_pages *
     page_size — the longest sequence the call can hold, known without a device sync), and
     at most MAX_SPLITS. The chunk is rounded up to TILE keys and splits that would be empty
     for every sequence are dropped. `num_splits` overrides the model (then only the chunk
-    rounding applies). The constants come from bench/decode.py's modelled sweep over 4..64
-    splits on the issue's shapes: 8 splits (4 waves per CU) was at or near the best for
-    every one (fewer leave the memory pipes idle at 1k keys; a grid above one round of
-    resident waves, 12 per CU, doubles the time)."""
+    rounding applies). Target: bench/decode.py's modelled sweeps put the one-wave-per-split
+    kernel at or near its best with 4 waves per CU on every issue shape; with 8 waves per
+    workgroup those shapes (128 (batch, KV head) pairs) need no second pass at all."""
     row_tiles = cdiv(rows, ROW_TILE)
-    waves = max(1, batch * heads_kv * row_tiles)
+    waves = max(1, batch * heads_kv * row_tiles * WAVES_PER_GROUP)
     capacity = max(1, capacity)
     if num_splits is None:
         wanted = cdiv(NUM_CUS * WAVES_PER_CU, waves)
