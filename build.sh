@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Assemble every kernel variant of kernels.yaml into build/<variant>.co and check each one
 # against the manifest; only what changed is rebuilt. Finds LLVM >= 20 (LLVM_BIN overrides;
-# default clang-22/lld-22), installing clang-22 lld-22 llvm-22 with apt-get when it is
-# missing and we are root. Options: --force, -m MANIFEST (repeatable).
+# default clang-22/lld-22). Options: --force, -m MANIFEST (repeatable), --install-llvm
+# (install clang-22 lld-22 llvm-22 with apt-get, as root, when LLVM is missing; never otherwise).
 # The work is done by `gfxasm build` (loader/build.py); this wrapper only runs it.
 set -euo pipefail
 cd "$(dirname "$0")"

@@ -56,15 +56,17 @@ class Toolchain:
         return cls(clang, find_tool("llvm-mc"), find_tool("ld.lld"), version)
 
 
-def ensure_toolchain() -> Toolchain:
-    """The LLVM tools, installed with apt-get when missing and we are root on Debian/Ubuntu."""
+def ensure_toolchain(install: bool = False) -> Toolchain:
+    """The LLVM tools; when missing and `install` (gfxasm build --install-llvm), installed with
+    apt-get, which needs root on Debian/Ubuntu. Nothing is installed unless asked."""
     try:
         return Toolchain.find()
     except ToolchainError as missing:
-        can_install = (not os.environ.get("LLVM_BIN") and shutil.which("apt-get")
-                       and hasattr(os, "geteuid") and os.geteuid() == 0)
-        if not can_install:
-            raise BuildError(str(missing)) from None
+        if not install:
+            raise BuildError(f"{missing} (or pass --install-llvm to gfxasm build / ./build.sh)") from None
+        refusal = _install_refusal()
+        if refusal:
+            raise BuildError(f"{missing}; --install-llvm cannot install it: {refusal}") from None
     print(f"gfxasm build: LLVM not found; installing {' '.join(APT_PACKAGES)} with apt-get", file=sys.stderr)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for command in (["apt-get", "update"], ["apt-get", "install", "-y", *APT_PACKAGES]):
@@ -75,6 +77,17 @@ def ensure_toolchain() -> Toolchain:
         return Toolchain.find()
     except ToolchainError as still_missing:
         raise BuildError(str(still_missing)) from None
+
+
+def _install_refusal() -> str | None:
+    """Why apt-get cannot install LLVM here, or None when it can."""
+    if os.environ.get("LLVM_BIN"):
+        return "LLVM_BIN is set (it names the tools to use)"
+    if not shutil.which("apt-get"):
+        return "apt-get not found"
+    if not (hasattr(os, "geteuid") and os.geteuid() == 0):
+        return "apt-get needs root"
+    return None
 
 
 @dataclass
@@ -179,12 +192,22 @@ def build_variant(variant: Variant, toolchain: Toolchain, force: bool = False) -
     return BuildResult(variant, co_path, assembled=True)
 
 
-def build_manifest(manifest: Manifest, force: bool = False, toolchain: Toolchain | None = None) -> list[BuildResult]:
-    """Build every variant (only what changed unless `force`), then verify each `.co`."""
-    toolchain = toolchain or ensure_toolchain()
-    # The work is in the assembler processes, so threads build variants in parallel.
-    with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
-        results = list(pool.map(lambda variant: build_variant(variant, toolchain, force), manifest.variants()))
+def build_manifest(manifest: Manifest, force: bool = False, toolchain: Toolchain | None = None,
+                   install_llvm: bool = False) -> list[BuildResult]:
+    """Build every variant (only what changed unless `force`), then verify each `.co`.
+
+    The manifest installed with the package (prebuilt) is never assembled: its code objects
+    came with the wheel, and each is only verified; a missing one is an error."""
+    if manifest.prebuilt:
+        missing = [v.co_path for v in manifest.variants() if not v.co_path.is_file()]
+        if missing:
+            raise BuildError(f"{', '.join(map(str, missing))}: not found; {manifest.build_hint}")
+        results = [BuildResult(v, v.co_path, assembled=False) for v in manifest.variants()]
+    else:
+        toolchain = toolchain or ensure_toolchain(install_llvm)
+        # The work is in the assembler processes, so threads build variants in parallel.
+        with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
+            results = list(pool.map(lambda variant: build_variant(variant, toolchain, force), manifest.variants()))
     problems = [p for r in results for p in check.verify(r.co_path, r.variant)]
     if problems:
         raise BuildError("built code objects disagree with the manifest:\n" + "\n".join(problems))

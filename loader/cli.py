@@ -1,6 +1,6 @@
 """The `gfxasm` command line.
 
-    gfxasm build [--force]          assemble every variant into build/<variant>.co, then check it
+    gfxasm build [--force] [--install-llvm]  assemble every variant into build/<variant>.co, then check it
     gfxasm list                     kernels, variants, arguments
     gfxasm check                    every built .co against the manifest
     gfxasm run KERNEL | --all       random inputs → emulator → compare with the reference
@@ -124,12 +124,17 @@ def _find_variant(manifests: list[Manifest], kernel: str, variant: str | None) -
     return _find_kernel(manifests, kernel).variant(variant)
 
 
-@command("build", "assemble every kernel variant into <build_dir>/<variant>.co and check it",
-         lambda parser: parser.add_argument("--force", action="store_true", help="rebuild even if up to date"))
+def _build_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    parser.add_argument("--install-llvm", action="store_true",
+                        help="install clang-22 lld-22 llvm-22 with apt-get (as root) when LLVM is missing")
+
+
+@command("build", "assemble every kernel variant into <build_dir>/<variant>.co and check it", _build_options)
 def cmd_build(ns: argparse.Namespace) -> int:
     from .build import build_manifest
     for manifest in ns.manifests:
-        results = build_manifest(manifest, force=ns.force)
+        results = build_manifest(manifest, force=ns.force, install_llvm=ns.install_llvm)
         for result in results:
             if result.assembled:
                 print(f"assembled {shown(result.variant.kernel.source)} → {shown(result.co_path)}")

@@ -192,6 +192,43 @@ def test_a_missing_toolchain_is_one_line_saying_what_to_install(monkeypatch, tmp
     assert "\n" not in message and "clang" in message and "LLVM_BIN" in message
 
 
+@pytest.fixture
+def llvm_missing(monkeypatch):
+    """A root Debian machine without LLVM, whose commands are recorded instead of run."""
+    def not_found(cls):
+        raise build.ToolchainError("clang (LLVM >= 20) not found")
+    monkeypatch.setattr(build.Toolchain, "find", classmethod(not_found))
+    monkeypatch.delenv("LLVM_BIN", raising=False)
+    monkeypatch.setattr(build.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(build.os, "geteuid", lambda: 0)
+    commands = []
+    monkeypatch.setattr(build.subprocess, "run", lambda command, **kw: commands.append(command)
+                        or subprocess.CompletedProcess(command, 0))
+    return commands
+
+
+def test_nothing_is_installed_unless_asked(llvm_missing):
+    with pytest.raises(BuildError, match="--install-llvm") as error:
+        build.ensure_toolchain()
+    assert llvm_missing == [] and "clang" in str(error.value)
+
+
+def test_install_llvm_runs_apt_get(llvm_missing):
+    with pytest.raises(BuildError, match="clang"):      # the recorded apt-get installed nothing
+        build.ensure_toolchain(install=True)
+    assert llvm_missing == [["apt-get", "update"], ["apt-get", "install", "-y", *build.APT_PACKAGES]]
+
+
+def test_install_llvm_refuses_when_it_cannot(llvm_missing, monkeypatch):
+    monkeypatch.setattr(build.os, "geteuid", lambda: 1000)
+    with pytest.raises(BuildError, match="apt-get needs root"):
+        build.ensure_toolchain(install=True)
+    monkeypatch.setenv("LLVM_BIN", "/nowhere")
+    with pytest.raises(BuildError, match="LLVM_BIN is set"):
+        build.ensure_toolchain(install=True)
+    assert llvm_missing == []
+
+
 def run_build_sh(*args):
     return subprocess.run(["bash", str(REPO_ROOT / "build.sh"), *args], capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, cwd="/", env={**os.environ})
