@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..codeobj import load_code_object
+from ..codeobj import CodeObjectError, load_code_object
 from . import families  # noqa: F401  (registers every handler)
 from .decode import decode
 from .errors import EmulatorError
@@ -35,7 +35,7 @@ def object_coverage(path: Path) -> ObjectCoverage:
     result = ObjectCoverage(Path(path))
     try:
         insts = decode(load_code_object(path).data)
-    except EmulatorError as exc:
+    except (EmulatorError, CodeObjectError) as exc:
         result.decode_error = str(exc)
         return result
     for inst in insts:

@@ -390,6 +390,25 @@ def _prepare(ex, inst):
 _REJECTED = object()
 
 
+class _NoWave:
+    """Stands in for the executor where only an error location is needed."""
+
+    def __init__(self, inst):
+        self.inst = inst
+
+    def where(self) -> str:
+        return f"pc {self.inst.pc:#x} `{self.inst.text}`"
+
+
+def check_fields(inst) -> None:
+    """The registry's static check: raises for exactly the fields _prepare rejects, with
+    _formats' precise reason where it is the format."""
+    at = _NoWave(inst)
+    _formats(at, inst, MFMA[inst.name])
+    if _prepare(at, inst) is None:
+        raise UnsupportedInstruction(f"{inst.name}: operand or modifier fields not modelled ({at.where()})")
+
+
 def mfma(ex, inst, w):
     """The MFMA handler: the arithmetic of _mfma_checked (bit for bit), with the checks
     of the instruction's fields done once and the operand gathers fused with the
@@ -525,4 +544,4 @@ def _writer(name: str, passes: int) -> int:
 
 
 for _name in MFMA:
-    handles(_name, klass="mfma")(mfma)
+    handles(_name, klass="mfma", check=check_fields)(mfma)
