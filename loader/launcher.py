@@ -98,7 +98,7 @@ def prepare(chosen: Variant, args: dict[str, Any]) -> PreparedLaunch:
     if 0 not in grid:
         backend = choose_backend(device)   # before the .co check: a wrong device is the more useful error
         if not chosen.co_path.is_file():
-            raise FileNotFoundError(f"{chosen.co_path} is not built: run ./build.sh")
+            raise FileNotFoundError(f"{chosen.co_path} is not built: {chosen.kernel.manifest.build_hint}")
     pointers = tuple((a.name, a.offset, needed.get(a.name) == 0) for a in chosen.args if a.type.is_pointer)
     return PreparedLaunch(chosen.name, backend, chosen.co_path, chosen.kernel.symbol, grid, chosen.kernel.workgroup,
                           template, pointers, device)

@@ -9,7 +9,9 @@ kernel and the field.
 from __future__ import annotations
 
 import functools
+import importlib.resources
 import keyword
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +24,6 @@ from .kernarg import ARG_TYPES, ArgType, layout
 from .symbols import GENERATED_SYMBOLS, KERNARG_SYMBOL_PREFIX
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_MANIFEST = REPO_ROOT / "kernels.yaml"
 
 LDS_LIMIT_BYTES = 160 * 1024      # gfx950: 160 KiB of LDS per workgroup
 MAX_WORKGROUP_SIZE = 1024
@@ -36,6 +37,28 @@ _SYMBOL = re.compile(r"[A-Za-z_.][A-Za-z0-9_.$]*\Z")
 
 class ManifestError(ValueError):
     pass
+
+
+def packaged_data() -> Path:
+    """gfxasm/data of an installed package: kernels.yaml, asm/ and the prebuilt build/*.co."""
+    data = importlib.resources.files(__package__) / "data"
+    if not isinstance(data, Path):     # a zipped install: code objects are opened by path
+        raise ManifestError(f"gfxasm is installed as an archive ({data}); install it unzipped")
+    return data
+
+
+def _default_manifest_path() -> Path:
+    """$GFXASM_MANIFEST; else the checkout's kernels.yaml next to this package's source (an
+    editable install: its build/ wins while developing); else the one installed with the
+    package from the wheel."""
+    override = os.environ.get("GFXASM_MANIFEST")
+    if override:
+        return Path(override).resolve()
+    checkout = REPO_ROOT / "kernels.yaml"
+    return checkout if checkout.is_file() else packaged_data() / "kernels.yaml"
+
+
+DEFAULT_MANIFEST = _default_manifest_path()
 
 
 @dataclass(frozen=True)
@@ -115,6 +138,15 @@ class Manifest:
     include_dirs: tuple[Path, ...]
     cases: Path | None                         # Python file registering `gfxasm run` cases
     kernels: dict[str, Kernel] = field(default_factory=dict)
+    prebuilt: bool = False                     # installed with the package: never assembled
+
+    @property
+    def build_hint(self) -> str:
+        """What to do about a missing code object."""
+        if self.prebuilt:
+            return ("the installed gfxasm package lacks it: reinstall a wheel built after ./build.sh, "
+                    "or set GFXASM_BUILD_DIR to a folder holding the .co files")
+        return "run ./build.sh"
 
     @property
     def root(self) -> Path:
@@ -138,7 +170,7 @@ class Manifest:
 
 @functools.lru_cache(maxsize=None)
 def default_manifest() -> Manifest:
-    """The product manifest, kernels.yaml at the top of the checkout."""
+    """The product manifest, DEFAULT_MANIFEST (loading it applies $GFXASM_BUILD_DIR)."""
     return Manifest.load(DEFAULT_MANIFEST)
 
 
@@ -194,9 +226,13 @@ class _Parser:
         self.mapping(data, None, "", _TOP_FIELDS, required={"kernels"})
         root = self.path.resolve().parent
         cases = data.get("cases")
+        build_dir = root / self.string(data.get("build_dir", "build"), None, "build_dir")
+        if os.environ.get("GFXASM_BUILD_DIR") and self.path.resolve() == DEFAULT_MANIFEST.resolve():
+            build_dir = Path(os.environ["GFXASM_BUILD_DIR"])
         manifest = Manifest(
             path=self.path.resolve(),
-            build_dir=(root / self.string(data.get("build_dir", "build"), None, "build_dir")).resolve(),
+            build_dir=build_dir.resolve(),
+            prebuilt=root == packaged_data().resolve(),
             include_dirs=tuple((root / self.string(d, None, "include_dirs")).resolve()
                                for d in self.sequence(data.get("include_dirs", []), None, "include_dirs")),
             cases=(root / self.string(cases, None, "cases")).resolve() if cases is not None else None,
