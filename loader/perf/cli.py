@@ -4,9 +4,12 @@
     gfxasm bench [--only SUBSTR] [--small] [--out bench/results.json] [--png bench/roofline.png]
                  [--sample-rounds N]
 
-`bench` imports every bench/bench_*.py module of the checkout, collects its
-`cases(full)` and runs them through bench.common.run: measured with device events on a
-gfx950, modelled by gfxasm.perf.estimate otherwise (and marked "modelled").
+`bench` imports every bench/bench_*.py module of the checkout (this package's, or the
+current folder when an installed gfxasm runs from a clone; with neither it says so and
+exits 0), collects its `cases(full)` (a module needing an absent corpus, tests/ or
+../shared is skipped with a notice) and runs them through bench.common.run, printing
+'[i/N] label' before each: measured with device events on a gfx950, modelled by
+gfxasm.perf.estimate otherwise (and marked "modelled").
 """
 from __future__ import annotations
 
@@ -46,33 +49,58 @@ def stats_main(argv=None) -> int:
     return status
 
 
-def bench_modules(root: Path = REPO):
+def checkout_root() -> Path | None:
+    """The checkout whose bench/ `gfxasm bench` runs: this package's own (an editable install),
+    else the current folder when it is one (an installed package run from a clone)."""
+    for root in (REPO, Path.cwd()):
+        if (root / "bench" / "common.py").is_file():
+            return root
+    return None
+
+
+def bench_cases(root: Path, full: bool) -> list:
+    """The cases of every bench/bench_*.py of `root`; a module needing what is absent here
+    (the corpus, tests/, ../shared) is skipped with a notice."""
     if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
+        sys.path.insert(0, str(root))      # bench/ and tests/ are not in the package
+    cases = []
     for path in sorted((root / "bench").glob("bench_*.py")):
-        yield importlib.import_module(f"bench.{path.stem}")
+        try:
+            cases += importlib.import_module(f"bench.{path.stem}").cases(full)
+        except (ImportError, FileNotFoundError) as missing:    # CorpusMissing is a FileNotFoundError
+            print(f"gfxasm bench: skipped bench/{path.name}: {missing}", file=sys.stderr)
+    return cases
+
+
+def with_progress(cases: list):
+    """The cases, each announced as '[i/N] label' before it runs (a modelled case takes a while)."""
+    for i, case in enumerate(cases, 1):
+        print(f"[{i}/{len(cases)}] {case.label}", flush=True)
+        yield case
 
 
 def bench_main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="gfxasm bench", description="benchmark every kernel in bench/")
+    root = checkout_root()
+    ap = argparse.ArgumentParser(prog="gfxasm bench", description="benchmark every kernel in bench/ of a checkout")
     ap.add_argument("--only", help="run only configurations whose label contains this")
     ap.add_argument("--small", action="store_true", help="small shapes (quick check)")
-    ap.add_argument("--out", default=str(REPO / "bench" / "results.json"))
-    ap.add_argument("--png", default=str(REPO / "bench" / "roofline.png"))
+    ap.add_argument("--out", default=str((root or Path.cwd()) / "bench" / "results.json"))
+    ap.add_argument("--png", default=str((root or Path.cwd()) / "bench" / "roofline.png"))
     ap.add_argument("--sample-rounds", type=int, default=1,
                     help="workgroup rounds of one CU to simulate (modelled figures)")
     args = ap.parse_args(argv)
-    modules = list(bench_modules())    # puts the checkout on sys.path: bench/ is not in the package
+    if root is None:
+        print("gfxasm bench: skipped: the benchmarks (bench/) are in a checkout of gfxasm, not in the installed "
+              "package; run it from a clone", file=sys.stderr)
+        return 0
+    cases = bench_cases(root, not args.small)
     from bench.common import run
-    cases = []
-    for mod in modules:
-        cases += mod.cases(not args.small)
     if args.only:
         cases = [c for c in cases if args.only in c.label]
     if not cases:
         print("no bench cases found", file=sys.stderr)
         return 1
-    run(cases, out=args.out, png=args.png, sample_rounds=args.sample_rounds)
+    run(with_progress(cases), out=args.out, png=args.png, sample_rounds=args.sample_rounds)
     return 0
 
 
