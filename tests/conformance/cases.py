@@ -362,7 +362,7 @@ def paged_attention(ctx_lens: list[int], Hk: int = 2, gqa: int = 8, block_size: 
             # An FP8 kernel rounds Q and P to 8 bits somewhere (its scheme is not in the host
             # code); allow twice the error of an FP8 evaluation (Q and P rounded to e4m3 with
             # a per-row scale), aiter's rule for reduced-precision attention.
-            tol = max(tol, 2 * (attention(_fp8_rowwise, _fp8_rowwise) - ref).abs().max().item())
+            tol = max(tol, 2 * (attention(fp8_rowwise, fp8_rowwise) - ref).abs().max().item())
         err = (o.float() - ref).abs().max().item()
         assert err <= tol, f"O max error {err:.3g} > tolerance {tol:.3g}"
 
@@ -371,7 +371,7 @@ def paged_attention(ctx_lens: list[int], Hk: int = 2, gqa: int = 8, block_size: 
     return Case(f"pa/{co}", symbol, (Hk, S, 1), (256, 1, 1), ka.bytes(), buffers, check)
 
 
-def _fp8_rowwise(t: torch.Tensor) -> torch.Tensor:
+def fp8_rowwise(t: torch.Tensor) -> torch.Tensor:
     """t rounded to e4m3 with one scale per row (its absmax maps to 448)."""
     sc = t.abs().amax(-1, keepdim=True).clamp_min(1e-30) / 448
     return (t / sc).to(torch.float8_e4m3fn).float() * sc
