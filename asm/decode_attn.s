@@ -86,11 +86,13 @@
 ; with per-tensor descales, 2: e4m3 with per-token scale/shift).
 ; Kernarg: see kernels.yaml.
 ;
-; --- Pipeline ---
-; Per tile: descriptors from the page ids fetched one tile ahead; K (2 x D/32 dwordx4) and V
-; (8 x D/32 dword) loads issued together; next tile's page ids fetched; wait for K; 2 x D/32
-; S MFMAs; softmax; wait for V; v_perm + D/16 PV MFMAs. One tile in flight per wave; the
-; other waves of the SIMD (about 150 VGPRs: 3 waves) overlap their loads with it.
+; --- Pipeline (per wave; tiles in two register buffers, parity = tile index % 2) ---
+; Tile i: descriptors of tile i+1 from its page ids (fetched one tile earlier), K(i+1) loads
+; (D/16 dwordx4; FP8 D/32), page ids of tile i+2 fetched; wait for K(i); widen (FP8); 2 x D/32
+; S MFMAs; softmax; wait for V(i); V(i+1) loads (8 x D/32 dword; FP8 ushort); v_perm (FP8:
+; widen) + D/16 PV MFMAs. So the next tile's bytes stream while this one computes, with at
+; most 56 loads in flight (vmcnt < 64). Registers: D 128: 212 VGPRs (16-bit, FP8), 254
+; (scale/shift): 2 waves/SIMD, one 8-wave workgroup per CU; D 64: 124 (4 waves/SIMD), 166.
 
 .include "buffer_rsrc.inc"
 
@@ -217,6 +219,7 @@
 .set s_t0, 92               ; first key of the current tile
 .set s_pg0, 93              ; page ids of the current tile's blocks (fetched a tile ahead)
 .set s_pg1, 94
+.set s_tn, s_chunk          ; loop: first key of the tile being issued (the chunk is used only before)
 .set s_t, 95                ; temporaries
 .set s_u, 96
 .set s_w, 97
@@ -257,20 +260,19 @@
 .set v_neginf, 21
 .set v_s, 24                ; [24:31] scores / P (f32): block kb at v_s + 4kb
 .set v_p, 32                ; [32:35] P packed: the B operand of O^T += V^T P^T
-; sized by D (NC = D/32): D 128 ends at v147 (16-bit), v163 (FP8), v189 (scale/shift);
-; D 64 at v91, v99, v125
+; sized by D (NC = D/32) and the cache kind; two tile buffers (parity p = tile index % 2)
+.set KBUFS, 2 - FP8_ANY      ; 16-bit: K lands in its operand (two buffers); FP8: widened into one
 .set v_q, 36                ; [4NC] Q^T: the B operand of S^T = K Q^T, k step c at v_q + 4c
-.set v_k, v_q + 4*NC        ; [8NC] K: block kb, k step c at v_k + 4(kb NC + c)
-.set v_a, v_k               ; [16] PV A operands (even, odd dims) x 2 sets, over K (dead by then)
-.set v_v, v_k + 8*NC        ; [8NC] V dwords: 32-dim block db, key e at v_v + 8 db + e
-.set v_o, v_v + 8*NC        ; [8NC] O^T: block db, parity p at v_o + 4(2 db + p)
-.set v_ost, v_k             ; epilogue: O packed for the stores (over K)
-.set v_kraw, v_o + 8*NC     ; FP8: [2 KRAW] raw K bytes, block kb at v_kraw + KRAW kb
-.set v_ksoff, v_kraw + 2*KRAW   ; FP8 = 2: [4] pair voffsets (4g + r) * ks_ss
+.set v_k, v_q + 4*NC        ; [KBUFS 8NC] K: block kb, k step c at v_k + 8NC p + 4(kb NC + c)
+.set v_v, v_k + KBUFS*8*NC  ; [2 8NC] V dwords: 32-dim block db, key e at v_v + 8NC p + 8 db + e
+.set v_o, v_v + 16*NC       ; [8NC] O^T: block db, parity p at v_o + 4(2 db + p)
+.set v_ost, v_k             ; epilogue: O packed for the stores (over K, once no load is in flight)
+.set v_kraw, v_o + 8*NC     ; FP8: [2 2KRAW] raw K bytes, block kb at v_kraw + 2KRAW p + KRAW kb
+.set v_ksoff, v_kraw + 4*KRAW   ; FP8 = 2: [4] pair voffsets (4g + r) * ks_ss
 .set v_vsoff, v_ksoff + 4   ; [4] (4g + r) * vs_ss
-.set v_ks, v_vsoff + 4      ; [8] K (scale, shift) of the lane's 8 keys (kb, r) at v_ks + 4kb + r
-.set v_vs, v_ks + 8         ; [8] V (scale, shift) likewise
-.set v_sumq, v_vs + 8       ; sum of the lane's query row
+.set v_ks, v_vsoff + 4      ; [2 8] K (scale, shift) of the lane's 8 keys (kb, r) at v_ks + 8p + 4kb + r
+.set v_vs, v_ks + 16        ; [2 8] V (scale, shift) likewise
+.set v_sumq, v_vs + 16      ; sum of the lane's query row
 .set v_c, v_sumq + 1        ; partial sum p b' of the lane
 
 ; ============================================================================ macros
@@ -302,10 +304,10 @@
     s_load_dword s[\dst], s[s_ptr_bt:s_ptr_bt+1], s[s_t]
 .endm
 
-; K and V descriptors of block \kb of the tile at s_t0, page id s[\pg] (clamped here)
+; K and V descriptors of block \kb of the tile at s_tn, page id s[\pg] (clamped here)
 .macro block_rsrc kb, pg
     s_min_u32 s[\pg], s[\pg], s[s_pages_m1]             ; out-of-range page ids (negative too): the last page
-    s_add_u32 s[s_w], s[s_t0], KV_BLOCK * \kb           ; first key of the block
+    s_add_u32 s[s_w], s[s_tn], KV_BLOCK * \kb           ; first key of the block
     s_and_b32 s[s_u], s[s_w], s[s_page_mask]            ; its slot in the page
     s_sub_i32 s[s_w], s[s_khi], s[s_w]                  ; keys left in the range
     s_max_i32 s[s_w], s[s_w], 0
@@ -315,11 +317,11 @@
 .if FP8_TOKEN
     block_rsrc1 s_rsrc_s, s_ptr_ks, \pg, s_ks_ps, s_ks_ss
     .irp r, 0, 1, 2, 3
-        buffer_load_dword v[v_ks + 4*\kb + \r], v[v_ksoff + \r], s[s_rsrc_s:s_rsrc_s+3], 0 offen
+        buffer_load_dword v[_ks + 4*\kb + \r], v[v_ksoff + \r], s[s_rsrc_s:s_rsrc_s+3], 0 offen
     .endr
     block_rsrc1 s_rsrc_s, s_ptr_vs, \pg, s_vs_ps, s_vs_ss          ; (the loads above read it at issue)
     .irp r, 0, 1, 2, 3
-        buffer_load_dword v[v_vs + 4*\kb + \r], v[v_vsoff + \r], s[s_rsrc_s:s_rsrc_s+3], 0 offen
+        buffer_load_dword v[_vs + 4*\kb + \r], v[v_vsoff + \r], s[s_rsrc_s:s_rsrc_s+3], 0 offen
     .endr
 .endif
 .endm
@@ -361,8 +363,8 @@
 ; slice) into its A operand; v_s..v_s+3 are temporaries (S is written after)
 .macro widen_k kb, c
     .irp h, 0, 1
-        v_cvt_pk_f32_fp8 v[v_s : v_s + 1], v[v_kraw + KRAW*\kb + 2*\c + \h]
-        v_cvt_pk_f32_fp8_sdwa v[v_s + 2 : v_s + 3], v[v_kraw + KRAW*\kb + 2*\c + \h] src0_sel:WORD_1
+        v_cvt_pk_f32_fp8 v[v_s : v_s + 1], v[_kld + KRAW*\kb + 2*\c + \h]
+        v_cvt_pk_f32_fp8_sdwa v[v_s + 2 : v_s + 3], v[_kld + KRAW*\kb + 2*\c + \h] src0_sel:WORD_1
         cvt_pk_f32 v[v_k + 4*(\kb*NC + \c) + 2*\h], v[v_s], v[v_s + 1]
         cvt_pk_f32 v[v_k + 4*(\kb*NC + \c) + 2*\h + 1], v[v_s + 2], v[v_s + 3]
     .endr
@@ -373,7 +375,7 @@
 ; are temporaries (P is packed in v_p by now)
 .macro widen_v db, h, a
     .irp e, 0, 1, 2, 3
-        v_cvt_pk_f32_fp8 v[v_s + 2*\e : v_s + 2*\e + 1], v[v_v + 8*\db + 4*\h + \e]   ; (even, odd) dim of key 4h + e
+        v_cvt_pk_f32_fp8 v[v_s + 2*\e : v_s + 2*\e + 1], v[_vld + 8*\db + 4*\h + \e]   ; (even, odd) dim of key 4h + e
     .endr
     .irp k, 0, 1
         cvt_pk_f32 v[\a + 2*\h + \k], v[v_s + 4*\k], v[v_s + 4*\k + 2]
@@ -454,6 +456,61 @@
                 v_mul_f32 v[v_o + \i + \j], v[v_o + \i + \j], v[v_t0]
             .endif
         .endr
+    .endr
+.endm
+
+; The registers of tile buffer \p: _kld (where K loads land), _kop (the MFMA's K operand),
+; _vld (V), _ks/_vs (scale/shift pairs)
+.macro tile_regs p
+    .if FP8_ANY
+        .set _kld, v_kraw + 2*KRAW*(\p)
+        .set _kop, v_k
+    .else
+        .set _kld, v_k + 8*NC*(\p)
+        .set _kop, _kld
+    .endif
+    .set _vld, v_v + 8*NC*(\p)
+    .set _ks, v_ks + 8*(\p)
+    .set _vs, v_vs + 8*(\p)
+.endm
+.set KLOADS, 2 * NC / (1 + FP8_ANY)    ; K loads per tile
+.set SLOADS, 16 * FP8_TOKEN            ; scale/shift loads per tile
+.set VLOADS, 8 * NC                    ; V loads per tile
+.set KBLOCK_REGS, 4 * NC / (1 + FP8_ANY)   ; VGPRs of one block's K as loaded
+
+; Tile at s_tn into buffer \p: page ids (fetched a tile ahead) -> descriptors (+ the
+; scale/shift loads), the K loads, and the page ids of the tile after it
+.macro issue_k p
+    tile_regs \p
+    s_waitcnt lgkmcnt(0)                                ; in flight: the tile's page ids -> wait
+    block_rsrc 0, s_pg0
+    block_rsrc 1, s_pg1
+    .irp kb, 0, 1
+        .irp c, 0, 1, 2, 3
+            .if \c < KLOADS / 2
+                buffer_load_dwordx4 v[_kld + KBLOCK_REGS*\kb + 4*\c : _kld + KBLOCK_REGS*\kb + 4*\c + 3], v[v_koff], s[s_rsrc_k\kb:s_rsrc_k\kb+3], 0 offen offset: 16*\c
+            .endif
+        .endr
+    .endr
+    s_add_u32 s[s_w], s[s_tn], TILE * W                 ; page ids of this wave's tile after it
+    fetch_page s_pg0, s_w
+    s_add_u32 s[s_w], s[s_tn], TILE * W + KV_BLOCK
+    fetch_page s_pg1, s_w
+.endm
+
+; V of the tile whose descriptors issue_k built last, into buffer \p
+.macro issue_v p
+    tile_regs \p
+    .irp db, 0, 1, 2, 3
+        .if \db < NC
+            .irp e, 0, 1, 2, 3, 4, 5, 6, 7
+.if FP8_ANY
+                buffer_load_ushort v[_vld + 8*\db + \e], v[v_voff + \e % 4], s[s_rsrc_v0 + 4*(\e / 4):s_rsrc_v0 + 4*(\e / 4) + 3], 0 offen offset: 32*\db
+.else
+                buffer_load_dword v[_vld + 8*\db + \e], v[v_voff + \e % 4], s[s_rsrc_v0 + 4*(\e / 4):s_rsrc_v0 + 4*(\e / 4) + 3], 0 offen offset: 64*\db
+.endif
+            .endr
+        .endif
     .endr
 .endm
 
@@ -638,39 +695,15 @@
     fetch_page s_pg1, s_w
 
 ; ============================================================================ main loop
-L_tile:
-    s_waitcnt vmcnt(0) lgkmcnt(0)                       ; in flight: page ids of this tile (and Q once) -> wait
-    block_rsrc 0, s_pg0
-    block_rsrc 1, s_pg1
-    .irp kb, 0, 1
-        .irp c, 0, 1, 2, 3
-.if FP8
-            .if \c < NC / 2
-                buffer_load_dwordx4 v[v_kraw + KRAW*\kb + 4*\c : v_kraw + KRAW*\kb + 4*\c + 3], v[v_koff], s[s_rsrc_k\kb:s_rsrc_k\kb+3], 0 offen offset: 16*\c
-            .endif
-.else
-            .if \c < NC
-                buffer_load_dwordx4 v[v_k + 4*(\kb*NC + \c) : v_k + 4*(\kb*NC + \c) + 3], v[v_koff], s[s_rsrc_k\kb:s_rsrc_k\kb+3], 0 offen offset: 16*\c
-            .endif
-.endif
-        .endr
-    .endr
-    .irp db, 0, 1, 2, 3
-        .if \db < NC
-            .irp e, 0, 1, 2, 3, 4, 5, 6, 7
-.if FP8
-                buffer_load_ushort v[v_v + 8*\db + \e], v[v_voff + \e % 4], s[s_rsrc_v0 + 4*(\e / 4):s_rsrc_v0 + 4*(\e / 4) + 3], 0 offen offset: 32*\db
-.else
-                buffer_load_dword v[v_v + 8*\db + \e], v[v_voff + \e % 4], s[s_rsrc_v0 + 4*(\e / 4):s_rsrc_v0 + 4*(\e / 4) + 3], 0 offen offset: 64*\db
-.endif
-            .endr
-        .endif
-    .endr
-    s_add_u32 s[s_w], s[s_t0], TILE * W                 ; page ids of this wave's next tile
-    fetch_page s_pg0, s_w
-    s_add_u32 s[s_w], s[s_t0], TILE * W + KV_BLOCK
-    fetch_page s_pg1, s_w
-    s_waitcnt vmcnt(8 * NC)                             ; in flight: K (2 NC; FP8 NC), V (8 NC) -> wait for K
+; Tile i (buffer i % 2) is computed while tile i+1's K (issued at the top) and V (after the
+; softmax) stream into the other buffer: at most KLOADS + SLOADS + VLOADS loads in flight
+; (<= 56 < 64). A tile past the end gets empty descriptors (its loads read zeros and touch
+; no memory) and page ids of the last valid key.
+.macro tile_body p
+    s_add_u32 s[s_tn], s[s_t0], TILE * W
+    issue_k 1 - \p                                      ; the next tile's K (and pairs) stream meanwhile
+    tile_regs \p
+    s_waitcnt vmcnt(VLOADS + SLOADS + KLOADS)           ; in flight: V(i), pairs and K of i+1 -> wait for K(i), pairs(i)
 .if FP8
     .irp kb, 0, 1
         .irp c, 0, 1, 2, 3
@@ -683,9 +716,9 @@ L_tile:
     .irp kb, 0, 1
         .irp c, 0, 1, 2, 3
             .if \c == 0
-                mfma_16x16x32 v[v_s + 4*\kb : v_s + 4*\kb + 3], v[v_k + 4*\kb*NC : v_k + 4*\kb*NC + 3], v[v_q : v_q + 3], 0
+                mfma_16x16x32 v[v_s + 4*\kb : v_s + 4*\kb + 3], v[_kop + 4*\kb*NC : _kop + 4*\kb*NC + 3], v[v_q : v_q + 3], 0
             .elseif \c < NC
-                mfma_16x16x32 v[v_s + 4*\kb : v_s + 4*\kb + 3], v[v_k + 4*(\kb*NC + \c) : v_k + 4*(\kb*NC + \c) + 3], v[v_q + 4*\c : v_q + 4*\c + 3], v[v_s + 4*\kb : v_s + 4*\kb + 3]
+                mfma_16x16x32 v[v_s + 4*\kb : v_s + 4*\kb + 3], v[_kop + 4*(\kb*NC + \c) : _kop + 4*(\kb*NC + \c) + 3], v[v_q + 4*\c : v_q + 4*\c + 3], v[v_s + 4*\kb : v_s + 4*\kb + 3]
             .endif
         .endr
     .endr
@@ -694,8 +727,8 @@ L_tile:
 
 .if FP8_TOKEN
     .irp i, 0, 1, 2, 3, 4, 5, 6, 7                      ; S = s (q.k) + b sum(q)
-        pair_half v_t0, v_ks + \i, 1
-        pair_half v_t1, v_ks + \i, 0
+        pair_half v_t0, _ks + \i, 1
+        pair_half v_t1, _ks + \i, 0
         v_mul_f32 v[v_t0], v[v_t0], v[v_sumq]
         v_fma_f32 v[v_s + \i], v[v_s + \i], v[v_t1], v[v_t0]
     .endr
@@ -729,8 +762,8 @@ L_tile:
 .if FP8_TOKEN
     v_mul_f32 v[v_c], v[v_c], v[v_alpha]
     .irp i, 0, 1, 2, 3, 4, 5, 6, 7                      ; c += p b', P = p s'
-        pair_half v_t0, v_vs + \i, 1
-        pair_half v_t1, v_vs + \i, 0
+        pair_half v_t0, _vs + \i, 1
+        pair_half v_t1, _vs + \i, 0
         v_fma_f32 v[v_c], v[v_s + \i], v[v_t0], v[v_c]
         v_mul_f32 v[v_s + \i], v[v_s + \i], v[v_t1]
     .endr
@@ -740,7 +773,7 @@ L_tile:
     cvt_pk_f32 v[v_p + 2], v[v_s + 4], v[v_s + 5]
     cvt_pk_f32 v[v_p + 3], v[v_s + 6], v[v_s + 7]
     v_cmp_gt_f32 vcc, 1.0, v[v_alpha]                   ; some row's max grew: rescale O
-    s_cbranch_vccz L_no_rescale
+    s_cbranch_vccz L_no_rescale\p
     .irp i, 0, 1, 2, 3, 4, 5, 6, 7
         .irp j, 0, 8, 16, 24
             .if \j < 8 * NC
@@ -748,23 +781,25 @@ L_tile:
             .endif
         .endr
     .endr
-L_no_rescale:
-    s_waitcnt vmcnt(0)                                  ; in flight: V -> wait
+L_no_rescale\p:
+    s_waitcnt vmcnt(SLOADS + KLOADS)                    ; in flight: V(i), pairs and K of i+1 -> wait for V(i)
+    issue_v 1 - \p                                      ; the next tile's V streams during P.V
+    tile_regs \p
 
     ; --- O^T += V^T P^T: per 32-dim block, even and odd dims ---
     .irp db, 0, 1, 2, 3
         .if \db < NC
-            .set _a, v_a + 8 * (\db % 2)
+            .set _a, _kop + 8 * (\db % 2)             ; A operands over this tile's K (dead by now)
 .if FP8
             widen_v \db, 0, _a
             widen_v \db, 1, _a
             s_nop 1                                     ; VALU write -> MFMA read (even A): 2 wait states
 .else
             .irp k, 0, 1, 2, 3
-                v_perm_b32 v[_a + \k], v[v_v + 8*\db + 2*\k + 1], v[v_v + 8*\db + 2*\k], s[s_sel_lo]
+                v_perm_b32 v[_a + \k], v[_vld + 8*\db + 2*\k + 1], v[_vld + 8*\db + 2*\k], s[s_sel_lo]
             .endr
             .irp k, 0, 1, 2, 3
-                v_perm_b32 v[_a + 4 + \k], v[v_v + 8*\db + 2*\k + 1], v[v_v + 8*\db + 2*\k], s[s_sel_hi]
+                v_perm_b32 v[_a + 4 + \k], v[_vld + 8*\db + 2*\k + 1], v[_vld + 8*\db + 2*\k], s[s_sel_hi]
             .endr
 .endif
             mfma_16x16x32 v[v_o + 8*\db : v_o + 8*\db + 3], v[_a : _a + 3], v[v_p : v_p + 3], v[v_o + 8*\db : v_o + 8*\db + 3]
@@ -772,13 +807,24 @@ L_no_rescale:
             mfma_16x16x32 v[v_o + 8*\db + 4 : v_o + 8*\db + 7], v[_a + 4 : _a + 7], v[v_p : v_p + 3], v[v_o + 8*\db + 4 : v_o + 8*\db + 7]
         .endif
     .endr
+.endm
+
+    s_mov_b32 s[s_tn], s[s_t0]
+    issue_k 0
+    issue_v 0
+L_tile_even:
+    tile_body 0
     s_add_u32 s[s_t0], s[s_t0], TILE * W
     s_cmp_lt_i32 s[s_t0], s[s_khi]
-    s_cbranch_scc1 L_tile
+    s_cbranch_scc0 L_epilogue
+    tile_body 1
+    s_add_u32 s[s_t0], s[s_t0], TILE * W
+    s_cmp_lt_i32 s[s_t0], s[s_khi]
+    s_cbranch_scc1 L_tile_even
 
 ; ============================================================================ epilogue
 L_epilogue:
-    s_waitcnt lgkmcnt(0)                                ; in flight: the last (unused) page-id fetch -> settle
+    s_waitcnt vmcnt(0) lgkmcnt(0)                       ; in flight: the unused next tile's loads and page ids -> settle
     group_reduce v_add_f32, v_l
 .if FP8_TOKEN
     group_reduce v_add_f32, v_c
