@@ -347,6 +347,22 @@
     s_mov_b32 s[\rsrc+3], RSRC_DW3_RAW
 .endm
 
+; Every O^T register: v_o[r] = v_o[r] \op v[\x] (\op v_mul_f32 / v_add_f32), or 0 (o_zero)
+.macro o_each op, x
+    .set _r, 0
+    .rept 8 * NC
+        \op v[v_o + _r], v[v_o + _r], v[\x]
+        .set _r, _r + 1
+    .endr
+.endm
+.macro o_zero
+    .set _r, 0
+    .rept 8 * NC
+        v_mov_b32 v[v_o + _r], 0
+        .set _r, _r + 1
+    .endr
+.endm
+
 ; Reduce v[\x] over the 4 lane groups with \op (v_max_f32 / v_add_f32); v_t1 clobbered
 .macro group_reduce op, x
     v_mov_b32 v[v_t1], v[\x]
@@ -409,13 +425,7 @@
         .endif
     .endr
     v_lshlrev_b32 v[v_t0], D_LOG2, v[v_lane]            ; wave 0's O slot; wave w's is w * 64 * D further
-    .irp i, 0, 1, 2, 3, 4, 5, 6, 7
-        .irp j, 0, 8, 16, 24
-            .if \j < 8 * NC
-                v_mov_b32 v[v_o + \i + \j], 0
-            .endif
-        .endr
-    .endr
+    o_zero
     v_mov_b32 v[v_t1], M_INIT
     s_waitcnt lgkmcnt(0)                                ; in flight: the W log2-sum-exps -> wait
     .irp w, 0, 1, 2, 3, 4, 5, 6, 7
@@ -436,12 +446,10 @@
                 .endif
             .endr
             s_waitcnt lgkmcnt(0)                        ; in flight: wave w's O -> wait
-            .irp i, 0, 1, 2, 3, 4, 5, 6, 7
-                .irp j, 0, 8, 16, 24
-                    .if \j < 8 * NC
-                        v_fma_f32 v[v_o + \i + \j], v[v_s + \w], v[v_k + \i + \j], v[v_o + \i + \j]
-                    .endif
-                .endr
+            .set _r, 0
+            .rept 8 * NC
+                v_fma_f32 v[v_o + _r], v[v_s + \w], v[v_k + _r], v[v_o + _r]
+                .set _r, _r + 1
             .endr
         .endif
     .endr
@@ -450,13 +458,7 @@
     v_log_f32 v[v_l], v[v_l]
     s_nop 0                                             ; transcendental result -> VALU read: 1 wait state
     v_add_f32 v[v_t1], v[v_t1], v[v_l]                  ; log2-sum-exp of the workgroup
-    .irp i, 0, 1, 2, 3, 4, 5, 6, 7
-        .irp j, 0, 8, 16, 24
-            .if \j < 8 * NC
-                v_mul_f32 v[v_o + \i + \j], v[v_o + \i + \j], v[v_t0]
-            .endif
-        .endr
-    .endr
+    o_each v_mul_f32, v_t0
 .endm
 
 ; The registers of tile buffer \p: _kld (where K loads land), _kop (the MFMA's K operand),
@@ -551,14 +553,7 @@
     s_mov_b32 s[s_sel_lo], SEL_LO
     s_mov_b32 s[s_sel_hi], SEL_HI
 .endif
-    .irp i, 0, 1, 2, 3, 4, 5, 6, 7
-        v_mov_b32 v[v_o + \i], 0
-        v_mov_b32 v[v_o + 8 + \i], 0
-        .if D == 128
-            v_mov_b32 v[v_o + 16 + \i], 0
-            v_mov_b32 v[v_o + 24 + \i], 0
-        .endif
-    .endr
+    o_zero
     s_waitcnt lgkmcnt(0)                                ; in flight: the kernargs -> wait for all
     s_lshl_b32 s[s_t], s[s_wg_z], 2
     s_load_dword s[s_seqlen], s[s_ptr_sl:s_ptr_sl+1], s[s_t]
@@ -774,13 +769,7 @@
     cvt_pk_f32 v[v_p + 3], v[v_s + 6], v[v_s + 7]
     v_cmp_gt_f32 vcc, 1.0, v[v_alpha]                   ; some row's max grew: rescale O
     s_cbranch_vccz L_no_rescale\p
-    .irp i, 0, 1, 2, 3, 4, 5, 6, 7
-        .irp j, 0, 8, 16, 24
-            .if \j < 8 * NC
-                v_mul_f32 v[v_o + \i + \j], v[v_o + \i + \j], v[v_alpha]
-            .endif
-        .endr
-    .endr
+    o_each v_mul_f32, v_alpha
 L_no_rescale\p:
     s_waitcnt vmcnt(SLOADS + KLOADS)                    ; in flight: V(i), pairs and K of i+1 -> wait for V(i)
     issue_v 1 - \p                                      ; the next tile's V streams during P.V
@@ -842,16 +831,10 @@ L_epilogue:
     s_nop 0                                             ; transcendental result -> VALU read: 1 wait state
     v_add_f32 v[v_t1], v[v_m], v[v_t1]                  ; log2-sum-exp of the row (this split)
     s_nop 4                                             ; last PV MFMA (4 passes) result -> VALU read
-    .irp i, 0, 1, 2, 3, 4, 5, 6, 7
-        .irp j, 0, 8, 16, 24
-            .if \j < 8 * NC
 .if FP8_TOKEN
-                v_add_f32 v[v_o + \i + \j], v[v_o + \i + \j], v[v_c]     ; + sum p b' (every dim)
+    o_each v_add_f32, v_c                               ; + sum p b' (every dim)
 .endif
-                v_mul_f32 v[v_o + \i + \j], v[v_o + \i + \j], v[v_t0]
-            .endif
-        .endr
-    .endr
+    o_each v_mul_f32, v_t0
 .if W > 1
     combine_waves
 .endif

@@ -367,10 +367,9 @@ def test_bad_shapes_and_dtypes(no_launch):
            v_cache=torch.zeros(6, 16, 3, 128, dtype=torch.bfloat16))
     raises(ValueError, "'k_cache' head dim must equal q's", k_cache=torch.zeros(6, 16, 2, 64, dtype=torch.bfloat16),
            v_cache=torch.zeros(6, 16, 2, 64, dtype=torch.bfloat16))
-    raises(ValueError, "page_size must be a power of two >= 16, got 24",
-           k_cache=torch.zeros(6, 24, 2, 128, dtype=torch.bfloat16), v_cache=torch.zeros(6, 24, 2, 128, dtype=torch.bfloat16))
-    raises(ValueError, "page_size must be a power of two >= 16, got 8",
-           k_cache=torch.zeros(6, 8, 2, 128, dtype=torch.bfloat16), v_cache=torch.zeros(6, 8, 2, 128, dtype=torch.bfloat16))
+    for page in (24, 8):
+        cache = torch.zeros(6, page, 2, 128, dtype=torch.bfloat16)
+        raises(ValueError, f"page_size must be a power of two >= 16, got {page}", k_cache=cache, v_cache=cache)
     raises(TypeError, "'block_table' dtype must be torch.int32", block_table=torch.zeros(2, 3, dtype=torch.int64))
     raises(ValueError, r"'block_table' must be \[2, max_pages >= 1\]", block_table=torch.zeros(3, 3, dtype=torch.int32))
     raises(ValueError, "'block_table' must be contiguous", block_table=torch.zeros(3, 2, dtype=torch.int32).T)
@@ -385,9 +384,9 @@ def test_bad_shapes_and_dtypes(no_launch):
 
 def test_bad_contiguous_cache(no_launch):
     c = good(paged=False)
-    raises(ValueError, "'k_cache' batch must equal q's \\(2\\) for a contiguous cache, got 3",
-           k_cache=torch.zeros(3, 40, 2, 128, dtype=torch.bfloat16), v_cache=torch.zeros(3, 40, 2, 128, dtype=torch.bfloat16),
-           block_table=None)
+    three = torch.zeros(3, 40, 2, 128, dtype=torch.bfloat16)
+    raises(ValueError, "'k_cache' batch must equal q's \\(2\\) for a contiguous cache, got 3", k_cache=three,
+           v_cache=three, block_table=None)
     raises(ValueError, r"max\(cache_seqlens\) = 41 exceeds the cache: the cache holds 40 keys", k_cache=c["k_cache"],
            v_cache=c["v_cache"], block_table=None, cache_seqlens=torch.tensor([41, 3], dtype=torch.int32))
     wide = torch.zeros(2, 40, 2, 130, dtype=torch.bfloat16)[..., 1:129]

@@ -438,13 +438,17 @@ def gather_kv(cache: torch.Tensor, b: int, seqlen: int, block_table: torch.Tenso
 
 
 def reference(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_descale=None, v_descale=None,
-              k_scale_shift=None, v_scale_shift=None, softmax_scale=None, causal=True, window_left=-1, sinks=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+              k_scale_shift=None, v_scale_shift=None, softmax_scale=None, causal=True, window_left=-1,
+              sinks=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(O, LSE, O_abs) in float64: O [B, Sq, Hq, D], LSE [B, Hq, Sq] (natural log, the
-    sink included), O_abs = P |V| (per-token pairs: P |fp8 * scale|; for `tolerance`). Rows that see no key (and no sink):
-    O = 0, LSE = -inf."""
+    sink included), O_abs = P |V| (per-token pairs: P |fp8 * scale|; for `tolerance`).
+    Rows that see no key (and no sink): O = 0, LSE = -inf."""
     batch, seq_q, heads_q, dim = q.shape
     scale = 1.0 / math.sqrt(dim) if softmax_scale is None else softmax_scale
     group = heads_q // k_cache.shape[2]
+
+    def per_head(rows):                      # [n, Hkv, D] -> [Hq, n, D]
+        return rows.repeat_interleave(group, 1).transpose(0, 1)
 
     def v_mag(cache, b, n):
         # what the kernel multiplies by the rounded P: |v| (per-token pairs: |fp8 * scale|, no shift)
@@ -458,8 +462,8 @@ def reference(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_descale
     lse = torch.full((batch, heads_q, seq_q), float("-inf"), dtype=torch.float64)
     for b in range(batch):
         n = int(cache_seqlens[b])
-        kb = gather_kv(k_cache, b, n, block_table, k_descale, k_scale_shift).repeat_interleave(group, 1).transpose(0, 1)   # [Hq, n, D]
-        vb = gather_kv(v_cache, b, n, block_table, v_descale, v_scale_shift).repeat_interleave(group, 1).transpose(0, 1)
+        kb = per_head(gather_kv(k_cache, b, n, block_table, k_descale, k_scale_shift))               # [Hq, n, D]
+        vb = per_head(gather_kv(v_cache, b, n, block_table, v_descale, v_scale_shift))
         s = torch.matmul(q[b].double().transpose(0, 1), kb.transpose(1, 2)) * scale               # [Hq, Sq, n]
         qpos = n - seq_q + torch.arange(seq_q)[:, None]
         j = torch.arange(n)[None, :]
@@ -474,7 +478,7 @@ def reference(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_descale
         row_lse = torch.logsumexp(s, dim=-1)                                                      # [Hq, Sq]
         p = torch.exp(s - row_lse[..., None]).nan_to_num(0.0)[..., :n]
         o[b] = torch.matmul(p, vb).transpose(0, 1)
-        o_abs[b] = torch.matmul(p, v_mag(v_cache, b, n).repeat_interleave(group, 1).transpose(0, 1)).transpose(0, 1)
+        o_abs[b] = torch.matmul(p, per_head(v_mag(v_cache, b, n))).transpose(0, 1)
         lse[b] = row_lse
     return o, lse, o_abs
 
