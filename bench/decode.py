@@ -8,9 +8,8 @@ loader/perf/README.md) of exactly the launches gfxasm.decode_attention makes
 gfx950 was run.
 
 Configurations (Sq = 1, causal, every sequence at full length):
-  * FP8 (e4m3, per-tensor descales) contiguous cache, B128 Hq8/Hkv1 D128, 8192 keys (issue
-    target <= 45 us is for per-token scale/shift, not implemented yet; this is the
-    per-tensor variant);
+  * FP8 (e4m3) contiguous cache, B128 Hq8/Hkv1 D128, 8192 keys, with per-token (scale,
+    shift) pairs (issue target <= 45 us) and with per-tensor descales;
   * bf16 contiguous cache, same shape (issue target <= 80 us);
   * fp16 paged cache, page 64, B16 Hq64/Hkv8 D64, 1k/2k/4k/8k keys (target <= 0.8 x the
     published 9.74 / 16.2 / 25.3 / 45.3 us);
@@ -46,25 +45,27 @@ from gfxasm.manifest import default_manifest                  # noqa: E402
 da = importlib.import_module("gfxasm.ops.decode_attention")
 
 HBM = 8.0e12
-# (label, dtype, paged page size or None, B, Hq, Hkv, D, keys, issue target in seconds, published)
+# (label, q dtype, cache kind, paged page size or None, B, Hq, Hkv, D, keys, issue target in seconds, published);
+# cache kind: "16" (q's dtype), "fp8" (e4m3, per-tensor descales), "fp8_ss" (e4m3, per-token scale/shift)
 CONFIGS = [
-    ("fp8 (per-tensor) contiguous B128 Hq8/Hkv1 D128 S8192", torch.bfloat16, None, 128, 8, 1, 128, 8192, None,
-     "xformers fp8 ~105 us (MI350)"),
-    ("bf16 contiguous B128 Hq8/Hkv1 D128 S8192", torch.bfloat16, None, 128, 8, 1, 128, 8192, 80e-6,
+    ("fp8 scale/shift contiguous B128 Hq8/Hkv1 D128 S8192", torch.bfloat16, "fp8_ss", None, 128, 8, 1, 128, 8192,
+     45e-6, "xformers fp8 ~105 us (MI350)"),
+    ("fp8 descale contiguous B128 Hq8/Hkv1 D128 S8192", torch.bfloat16, "fp8", None, 128, 8, 1, 128, 8192, None, ""),
+    ("bf16 contiguous B128 Hq8/Hkv1 D128 S8192", torch.bfloat16, "16", None, 128, 8, 1, 128, 8192, 80e-6,
      "xformers bf16 ~110 us (MI350)"),
-    ("fp16 paged64 B16 Hq64/Hkv8 D64 S1024", torch.float16, 64, 16, 64, 8, 64, 1024, 0.8 * 9.74e-6, "9.74 us"),
-    ("fp16 paged64 B16 Hq64/Hkv8 D64 S2048", torch.float16, 64, 16, 64, 8, 64, 2048, 0.8 * 16.2e-6, "16.2 us"),
-    ("fp16 paged64 B16 Hq64/Hkv8 D64 S4096", torch.float16, 64, 16, 64, 8, 64, 4096, 0.8 * 25.3e-6, "25.3 us"),
-    ("fp16 paged64 B16 Hq64/Hkv8 D64 S8192", torch.float16, 64, 16, 64, 8, 64, 8192, 0.8 * 45.3e-6, "45.3 us"),
-    ("bf16 paged16 B16 Hq64/Hkv8 D128 S8192 (aiter pa_bf16_noquant_gqa8 shape)", torch.bfloat16, 16, 16, 64, 8,
-     128, 8192, None, ""),
+    ("fp16 paged64 B16 Hq64/Hkv8 D64 S1024", torch.float16, "16", 64, 16, 64, 8, 64, 1024, 0.8 * 9.74e-6, "9.74 us"),
+    ("fp16 paged64 B16 Hq64/Hkv8 D64 S2048", torch.float16, "16", 64, 16, 64, 8, 64, 2048, 0.8 * 16.2e-6, "16.2 us"),
+    ("fp16 paged64 B16 Hq64/Hkv8 D64 S4096", torch.float16, "16", 64, 16, 64, 8, 64, 4096, 0.8 * 25.3e-6, "25.3 us"),
+    ("fp16 paged64 B16 Hq64/Hkv8 D64 S8192", torch.float16, "16", 64, 16, 64, 8, 64, 8192, 0.8 * 45.3e-6, "45.3 us"),
+    ("bf16 paged16 B16 Hq64/Hkv8 D128 S8192 (aiter pa_bf16_noquant_gqa8 shape)", torch.bfloat16, "16", 16, 16, 64,
+     8, 128, 8192, None, ""),
 ]
 
 
-def problem(dtype, page, batch, heads_q, heads_kv, dim, keys, fp8=False, seed=0):
+def problem(dtype, kind, page, batch, heads_q, heads_kv, dim, keys, seed=0):
     """(q, k_cache, v_cache, cache_seqlens, block_table) with empty data, real lengths and pages."""
     q = torch.empty(batch, 1, heads_q, dim, dtype=dtype)
-    kv_dtype = da.E4M3 if fp8 else dtype
+    kv_dtype = dtype if kind == "16" else da.E4M3
     seqlens = torch.full((batch,), keys, dtype=torch.int32)
     if page is None:
         shape = (batch, keys, heads_kv, dim)
@@ -89,14 +90,19 @@ def kernel_launch(kernel: str, variant: str, args: dict):
     return chosen.co_path, grid, block, raw, [args[a.name] for a in chosen.args if a.type.is_pointer]
 
 
-def bench(label, dtype, page, batch, heads_q, heads_kv, dim, keys, target, published) -> dict:
+def bench(label, dtype, kind, page, batch, heads_q, heads_kv, dim, keys, target, published) -> dict:
     from gfxasm.perf import estimate
-    fp8 = label.startswith("fp8")
-    q, k, v, seqlens, table = problem(dtype, page, batch, heads_q, heads_kv, dim, keys, fp8)
-    descales = dict(k_descale=torch.ones(1), v_descale=torch.ones(1)) if fp8 else {}
-    _, _, runs = da.launches(q, k, v, seqlens, block_table=table, **descales)
+    q, k, v, seqlens, table = problem(dtype, kind, page, batch, heads_q, heads_kv, dim, keys)
+    scales = {}
+    if kind == "fp8":
+        scales = dict(k_descale=torch.ones(1), v_descale=torch.ones(1))
+    elif kind == "fp8_ss":
+        pairs = torch.empty(*k.shape[:3], 2, dtype=torch.float16)
+        scales = dict(k_scale_shift=pairs, v_scale_shift=pairs)
+    _, _, runs = da.launches(q, k, v, seqlens, block_table=table, **scales)
     e = q.element_size()
-    minimum = 2 * batch * keys * heads_kv * dim * k.element_size() + 2 * q.numel() * e
+    # the minimum: K and V once, their (scale, shift) pairs once, Q read, O written
+    minimum = 2 * batch * keys * heads_kv * (dim * k.element_size() + 4 * (kind == "fp8_ss")) + 2 * q.numel() * e
     moved = minimum + (table.numel() * 4 if table is not None else 0)
     row = dict(label=label, source="modelled", launches=[], target_s=target, published=published)
     total = 0.0
