@@ -118,7 +118,7 @@ def f4gemm(M: int, N: int, K: int, tile: str = "32x128", seed: int = 0) -> Case:
     columns to 8, then [m/32, 2, 16, n/8, 2, 4] -> (0, 3, 5, 2, 4, 1)); D has
     ceil(M/256)*256 rows, as aiter's tuner allocates it. The host refuses N % tile_n."""
     from gfxasm.perf import aiter_f4gemm as f4
-    cfg = next((c for c in f4.configs().values() if f"BpreShuffle_{tile}." in c.co), None)
+    cfg = next((c for c in f4.configs().values() if c.co.endswith(f"_BpreShuffle_{tile}.co")), None)
     if cfg is None:
         raise ValueError(f"no BpreShuffle f4gemm object with tile {tile!r}")
     if N % cfg.tile_n or K % 256:
