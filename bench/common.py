@@ -106,7 +106,7 @@ def evaluate(case: BenchCase, device: bool | None = None, **estimate_kw) -> dict
 def _model_summary(est) -> dict:
     return {"cycles_per_round": est.cycles_per_round, "rounds": est.rounds,
             "workgroups_per_cu": est.workgroups_per_cu, "mfma_utilization": est.mfma_utilization,
-            "valu_utilization": est.valu_utilization, "dram_bytes": est.dram_bytes,
+            "valu_utilization": est.valu_utilization, "clock_hz": est.clock_hz, "dram_bytes": est.dram_bytes,
             "executed_mfma_flops": est.mfma_flops, "stubbed": est.stubbed}
 
 

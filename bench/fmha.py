@@ -217,12 +217,13 @@ def modelled_seconds(B, Hq, Hk, S, causal) -> tuple[float, dict]:
     if not causal:
         est = _estimate(B, Hq, Hk, S, S, False)
         return est.seconds, dict(cycles_per_workgroup=est.cycles_per_round, rounds=est.rounds,
-                                 mfma_pipe_busy=est.mfma_utilization, clock_hz=P.DEFAULT.clock_hz)
+                                 mfma_pipe_busy=est.mfma_utilization, clock_hz=est.clock_hz)
     tiles = math.ceil(S / fmha.Q_TILE)
     probe = sorted({0, tiles // 4, tiles // 2, (3 * tiles) // 4, tiles - 1})
     # workgroup x runs Q tile tiles-1-x (longest first): model the workgroup of each probed tile
-    measured = {t: _estimate(B, Hq, Hk, S, S, True, workgroup=(tiles - 1 - t, 0, 0)).cycles_per_round
-                for t in probe}
+    # seconds per workgroup: each probe's cycles at the sustained clock its activity gives
+    ests = {t: _estimate(B, Hq, Hk, S, S, True, workgroup=(tiles - 1 - t, 0, 0)) for t in probe}
+    measured = {t: e.cycles_per_round / e.clock_hz for t, e in ests.items()}
 
     def cycles(t):
         lo = max(p for p in probe if p <= t)
@@ -240,9 +241,9 @@ def modelled_seconds(B, Hq, Hk, S, causal) -> tuple[float, dict]:
         start = heapq.heappop(free)
         heapq.heappush(free, start + c)
         end = max(end, start + c)
-    seconds = end / P.DEFAULT.clock_hz + P.DEFAULT.launch_overhead_us * 1e-6
-    return seconds, dict(cycles_per_q_tile={str(t): measured[t] for t in probe}, makespan_cycles=end,
-                         clock_hz=P.DEFAULT.clock_hz)
+    seconds = end + P.DEFAULT.launch_overhead_us * 1e-6
+    return seconds, dict(seconds_per_q_tile={str(t): measured[t] for t in probe}, makespan_s=end,
+                         clock_hz={str(t): e.clock_hz for t, e in ests.items()})
 
 
 # ------------------------------------------------------------------ main

@@ -46,7 +46,8 @@ class Estimate:
     requested_global_bytes: float      # bytes all loads/stores request (before caches)
     lds_bytes: float
     mfma_utilization: float            # matrix-pipe busy fraction on the simulated CU
-    valu_utilization: float
+    valu_utilization: float            # vector-ALU busy fraction (VALU ops, MFMA issue excluded)
+    clock_hz: float                    # the sustained engine clock the launch was modelled at
     dynamic_mix: dict                  # class -> executed wave-instructions (whole grid)
     loop_iterations: dict              # loop head pc -> executed iterations per wave (max)
     stubbed: list                      # instructions the emulator lacks (timing stubs)
@@ -76,8 +77,17 @@ class Estimate:
         return (f"{self.kernel}: {self.seconds * 1e6:.1f} us (modelled), {self.tflops:.0f} TFLOP/s "
                 f"({self.pct_peak_flops:.1f}% of {self.mfma_dtype} peak), DRAM {self.dram_bytes / 1e9:.3f} GB "
                 f"({self.pct_hbm:.1f}% of HBM), MFMA pipe busy {100 * self.mfma_utilization:.1f}%, "
+                f"clock {self.clock_hz / 1e9:.2f} GHz, "
                 f"{self.rounds} round(s) x {self.cycles_per_round:.0f} cycles, "
                 f"{self.workgroups_per_cu} WG/CU")
+
+
+def _valu_alu_utilization(cu, prm: P.Params) -> float:
+    """Vector-ALU busy fraction from VALU/transcendental ops (an MFMA's issue slot excluded)."""
+    if not cu.cycles:
+        return 0.0
+    busy = sum(cu.valu_busy) - prm.issue_quantum * cu.issued.get("mfma", 0)
+    return max(0.0, busy) / (len(cu.valu_busy) * cu.cycles)
 
 
 def _dims(v) -> tuple[int, int, int]:
@@ -99,8 +109,10 @@ def representative_workgroups(grid, per_cu: int, rounds: int) -> list[tuple[int,
 
 
 # Recent timing traces (the emulator run does not depend on the model's parameters, so a
-# calibration that re-models the same launches with other parameters reuses them).
+# calibration that re-models the same launches with other parameters reuses them; it
+# raises the size to the number of launches it holds).
 _TRACES: dict = {}
+TRACE_CACHE_SIZE = 8
 
 
 def _ptr(buf) -> int:
@@ -140,7 +152,7 @@ def estimate(co, grid, block, kernarg: bytes = b"", buffers=(), kernel: str | No
     if tr is None:
         tr = record(k, grid, block, kernarg, buffers, chosen)
         _TRACES[key] = tr
-        while len(_TRACES) > 8:
+        while len(_TRACES) > TRACE_CACHE_SIZE:
             _TRACES.pop(next(iter(_TRACES)))
 
     # wave streams grouped by workgroup, in dispatch order
@@ -180,21 +192,33 @@ def estimate(co, grid, block, kernarg: bytes = b"", buffers=(), kernel: str | No
     for n, names in tr.inst_buffers.items():
         if static[n].klass in ("vmem", "lds_dma"):
             static[n].dram_fraction = max(buf_fraction.get(b, 1.0) for b in names)
+    for n, f in tr.in_range.items():
+        static[n].in_range = f
     requested = 0.0
     for n in np.flatnonzero(counts):
         s = static[n]
         if s.klass in ("vmem", "lds_dma"):
-            requested += counts[n] * 64 * (s.bytes[0] + s.bytes[1])
+            requested += counts[n] * 64 * (s.bytes[0] + s.bytes[1]) * s.in_range
     requested *= scale
     dram_fraction = min(1.0, dram / requested) if requested else 0.0
-    active_cus = min(P.NUM_CUS, math.ceil(total / 1))
+    active_cus = min(P.NUM_CUS, total)
 
-    cu = simulate_cu(streams, insts, waves_per_group=st.occupancy.waves_per_workgroup,
-                     groups_resident=per_cu, prm=prm, dram_fraction=dram_fraction,
-                     active_cus=min(P.NUM_CUS, active_cus), static=static)
+    # The clock depends on how busy the chip is, and the busy fractions on the clock (memory
+    # rates are per second): simulate at the peak clock, then once more at the clock that
+    # pass's activity gives.
+    active_share = min(P.NUM_CUS, total) / P.NUM_CUS
+    clock = prm.clock_hz
+    for n in range(2):
+        cu = simulate_cu(streams, insts, waves_per_group=st.occupancy.waves_per_workgroup,
+                         groups_resident=per_cu, prm=prm, dram_fraction=dram_fraction,
+                         active_cus=active_cus, static=static, clock_hz=clock)
+        alu = _valu_alu_utilization(cu, prm)
+        if n or (prm.power_mfma == 0 and prm.power_valu == 0):
+            break
+        clock = prm.sustained_clock(cu.mfma_utilization * active_share, alu * active_share)
     per_round = cu.cycles / sample
     overhead = prm.launch_overhead_us * 1e-6
-    seconds = rounds * per_round / prm.clock_hz + overhead
+    seconds = rounds * per_round / clock + overhead
 
     # loops: iterations = times the back edge was taken + 1, per wave (max over waves)
     from .stats import find_loops
@@ -217,6 +241,6 @@ def estimate(co, grid, block, kernarg: bytes = b"", buffers=(), kernel: str | No
         workgroups_per_cu=per_cu, simulated_workgroups=len(chosen), mfma_flops=sim_flops * scale,
         mfma_dtype=dtype, dram_bytes=dram, requested_global_bytes=requested,
         lds_bytes=cu.lds_bytes * scale, mfma_utilization=cu.mfma_utilization,
-        valu_utilization=sum(cu.valu_busy) / (len(cu.valu_busy) * cu.cycles) if cu.cycles else 0.0,
+        valu_utilization=alu, clock_hz=clock,
         dynamic_mix={k_: int(v * scale) for k_, v in mix.items()}, loop_iterations=iters,
         stubbed=tr.stubbed, launch_overhead_s=overhead, params=prm)

@@ -20,9 +20,14 @@ The machine (every number from params.Params):
     issue slot and then occupies the SIMD's matrix pipe for 4 x passes cycles; VALU ops
     (of any wave) run alongside. An MFMA issues only when the matrix pipe is free; its
     result is readable by non-accumulating consumers (P + 4 wait states after issue).
+    A VALU op issued while its SIMD's matrix pipe is busy costs `valu_under_mfma_cycles`
+    more (a bracketed contention mechanism; 0 by default).
   * LDS: one pipe per CU (read and write bandwidths); global memory: one pipe per CU at
-    the smaller of the CU's L2 bandwidth and its share of HBM bandwidth (scaled by the
-    fraction of requested bytes that must come from DRAM), plus a fixed latency.
+    the smaller of the CU's sustained L2 bandwidth and its share of HBM bandwidth (scaled
+    by the fraction of requested bytes that must come from DRAM), plus a loaded latency
+    in nanoseconds (cycles at the launch's clock) to which the DRAM share of the bytes
+    adds the extra latency of a DRAM access over a cache hit. Lanes outside a buffer's
+    range move no bytes.
   * s_barrier releases `barrier_cycles` after the last live wave of the workgroup arrives.
 """
 from __future__ import annotations
@@ -77,6 +82,7 @@ class StaticInst:
     is_load: bool = False
     is_setprio: bool = False
     dram_fraction: float | None = None   # share of this op's bytes that come from DRAM (None: launch-wide)
+    in_range: float = 1.0         # share of its active lanes' bytes inside the buffer (trace.py)
 
 
 def prepare(insts, prm: P.Params) -> list[StaticInst]:
@@ -183,12 +189,17 @@ class _Wave:
 
 def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, groups_resident: int,
                 prm: P.Params = P.DEFAULT, dram_fraction: float = 1.0,
-                active_cus: int = P.NUM_CUS, static: list[StaticInst] | None = None) -> CuResult:
-    """Replay the wave streams of one CU's workgroups; at most `groups_resident` at once."""
+                active_cus: int = P.NUM_CUS, static: list[StaticInst] | None = None,
+                clock_hz: float | None = None) -> CuResult:
+    """Replay the wave streams of one CU's workgroups; at most `groups_resident` at once.
+    `clock_hz`: the engine clock the cycles run at (default the peak), which sets the
+    cycles of the memory system's per-second rates and nanosecond latencies."""
     st = static or prepare(insts, prm)
     Q = prm.issue_quantum
-    hbm_per_cu = P.HBM_BYTES_PER_S * prm.hbm_efficiency / prm.clock_hz / max(1, active_cus)
-    cost_global = max(1.0 / prm.l2_bytes_per_clk_per_cu, dram_fraction / hbm_per_cu)
+    clock = clock_hz or prm.clock_hz
+    global_latency = prm.global_latency_ns * 1e-9 * clock
+    dram_latency = prm.dram_extra_latency_ns * 1e-9 * clock
+    hbm_per_cu = P.HBM_BYTES_PER_S * prm.hbm_efficiency / clock / max(1, active_cus)
     cost_lds_r = 1.0 / prm.lds_read_bytes_per_clk
     cost_lds_w = 1.0 / prm.lds_write_bytes_per_clk
 
@@ -278,9 +289,10 @@ def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, group
                 wv.ready_m[r] = rdy
                 wv.ready_c[r] = start + dur - Q      # in-place accumulation: pipe order
         elif k in ("valu", "trans"):
-            valu_free[simd] = t + s.busy
-            valu_busy[simd] += s.busy
-            r1 = t + s.busy
+            busy = s.busy + (prm.valu_under_mfma_cycles if mfma_free[simd] > t else 0)
+            valu_free[simd] = t + busy
+            valu_busy[simd] += busy
+            r1 = t + busy
             r2 = max(r1, t + prm.valu_to_mfma_slots * Q)
             for r in s.dsts:
                 wv.ready[r] = r1
@@ -299,12 +311,12 @@ def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, group
         elif k in ("vmem", "lds_dma"):
             lanes = int(wv.ws.mem_lanes[wv.mem_i]) if wv.mem_i < len(wv.ws.mem_lanes) else 64
             wv.mem_i += 1
-            nbytes = lanes * (s.bytes[0] + s.bytes[1])
+            nbytes = lanes * (s.bytes[0] + s.bytes[1]) * s.in_range
             start = max(t, gpipe[0])
-            cost = cost_global if s.dram_fraction is None else \
-                max(1.0 / prm.l2_bytes_per_clk_per_cu, s.dram_fraction / hbm_per_cu)
+            frac = dram_fraction if s.dram_fraction is None else s.dram_fraction
+            cost = max(1.0 / prm.l2_bytes_per_clk_per_cu, frac / hbm_per_cu)
             gpipe[0] = start + nbytes * cost
-            done = gpipe[0] + prm.global_latency
+            done = gpipe[0] + global_latency + frac * dram_latency
             if wv.vm and wv.vm[-1] > done:
                 done = wv.vm[-1]
             wv.vm.append(done)

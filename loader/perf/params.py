@@ -32,6 +32,8 @@ LDS_GRANULE = 512           # LDS allocation unit: 128 dwords (AMDGPUUsage, GRAN
 # peaks (conformance README "MI355X peaks")
 PEAK_FLOPS = {"bf16": 2.5e15, "fp8": 5.0e15, "fp4/fp6": 10.0e15}
 HBM_BYTES_PER_S = 8.0e12
+# L2 -> CU peak: 16 channels x 128 B/clk per XCD L2 (CDNA3 white paper) over 32 CUs per XCD
+L2_PEAK_BYTES_PER_CLK_PER_CU = 64.0
 
 # ----------------------------------------------------------------- issue and execution
 CYCLES_PER_PASS = 4         # MFMA cycles = 4 x passes (fact sheet §2; ROCm matrix-core blog)
@@ -43,14 +45,24 @@ class Params:
     # A SIMD is offered one issue slot every 4 cycles (4 SIMDs share the sequencer round-robin)
     # and a wave64 VALU op occupies the SIMD16 ALU for 4 cycles. Derivation: MI355X vector
     # FP32 157.3 TFLOP/s (AMD spec) = 256 CU x 4 SIMD x 16 lanes x 2 (FMA) x 2 (packed) x 2.4 GHz.
-    # Engine clock the cycles run at (Hz). The published peaks assume 2.4 GHz.
+    # Peak (boost) engine clock (Hz); the published peaks assume it. The clock a launch runs
+    # at is lower under load: see sustained_clock().
     clock_hz: float = CLOCK_HZ
+    # Power-limited clock (DVFS): the firmware lowers the engine clock as switching activity
+    # rises (AMD ROCm blog "Measuring Max-Achievable FLOPs, Part 2": GEMM max-achievable
+    # FLOPs are measured at a median clock below the boost clock; the GPU throttles under
+    # dense matrix load). Modelled as f = clock_hz / (1 + power_mfma * A_mfma + power_valu * A_valu)
+    # with A the chip-wide busy fraction of the matrix pipes / vector ALUs. Both FITTED.
+    power_mfma: float = 0.0
+    power_valu: float = 0.0
     issue_quantum: int = 4
     # One instruction per wave per issue slot; "wait states" (s_nop N = N+1) count issue slots.
     # (GCN/CDNA issue rule; the wait-state unit = one issue slot is our reading of it.)
     valu_cycles: int = 4
     # Transcendentals (v_exp/v_log/v_rcp/...): quarter rate on GCN/CDNA, i.e. a wave64 op
     # keeps the ALU 16 cycles. ASSUMED carried over to gfx950 (no CDNA4 throughput table).
+    # BRACKET: the data cannot tell 16 (quarter rate) from 8 or a separate pipe; estimates
+    # that compare kernels report the range over BRACKETS.
     trans_cycles: int = 16
     # 32-bit integer multiplies (v_mul_lo/hi_u32, v_mul_hi_i32): quarter rate on GCN. ASSUMED.
     imul_cycles: int = 16
@@ -59,12 +71,23 @@ class Params:
     mfma_read_extra_slots: int = 5
     # VALU result -> MFMA operand: 2 wait states (fact sheet §4); VALU -> VALU: back to back.
     valu_to_mfma_slots: int = 3
+    # Extra vector-ALU cycles of a VALU op issued while its SIMD's matrix pipe is busy
+    # (register-file port contention between co-issued MFMA and VALU). BRACKET: 0 (free
+    # overlap, the CDNA3 ISA's description of MFMA/VALU co-execution) to 4 (VALU at half rate).
+    valu_under_mfma_cycles: int = 0
     # A taken branch refetches: one issue slot lost. ASSUMED.
     branch_taken_cycles: int = 4
     # Memory latencies. ASSUMED, order of magnitude of published MI300X pointer-chase
     # measurements (Chips and Cheese "Testing AMD's Giant MI300X"; Tee et al., SC'25 MEMO
     # workshop "The MALL is Open"): L2 hit ~ 120 ns, MALL ~ 220 ns, HBM ~ 350+ ns.
-    global_latency: int = 600       # ~250 ns at 2.4 GHz: a mix of L2 and MALL hits
+    # Loaded latency of a global load (ns): idle pointer-chase latencies are lower bounds
+    # (L2 ~120 ns, MALL ~220 ns, HBM 350+ ns on MI300X); under the load of a full GPU the
+    # queues add to them. FITTED.
+    global_latency_ns: float = 250.0
+    # Extra latency of a load served by DRAM rather than a cache (ns), weighted by the DRAM
+    # share of the op's bytes: idle MI300X pointer chase, HBM 350+ ns vs L2 ~120 ns (Chips
+    # and Cheese, "Testing AMD's Giant MI300X"), carried over to MI355X: ASSUMED.
+    dram_extra_latency_ns: float = 230.0
     lds_latency: int = 64           # ASSUMED (LDS load-to-use, GCN ~ 64 cycles)
     smem_latency: int = 200         # ASSUMED (scalar cache / kernarg)
     # LDS bandwidth per CU. CDNA3: 128 B/clk (AMD CDNA3 white paper). CDNA4 raised LDS
@@ -72,27 +95,42 @@ class Params:
     # the doubling of read bandwidth to 256 B/clk is ASSUMED from that. Writes: 128 B/clk.
     lds_read_bytes_per_clk: int = 256
     lds_write_bytes_per_clk: int = 128
-    # Global memory per CU. Requests stream through the CU's path to L2 at this rate:
-    # MI355X L2 is 4 MB per XCD with 16 channels x 128 B/clk (CDNA3 white paper figure,
-    # kept for CDNA4) shared by 32 CUs -> 64 B/clk/CU.
+    # Global memory per CU: requests stream through the CU's path to L2 at this rate. Peak
+    # (upper bound): MI355X L2 is 4 MB per XCD with 16 channels x 128 B/clk (CDNA3 white
+    # paper figure, kept for CDNA4) shared by 32 CUs -> 64 B/clk/CU. The rate a CU sustains
+    # with every CU of the XCD streaming is FITTED (L2_PEAK_BYTES_PER_CLK_PER_CU is its bound).
     l2_bytes_per_clk_per_cu: float = 64.0
     # DRAM bytes share the HBM: 8 TB/s over the CUs that run (conformance README).
-    # Achievable fraction of the HBM peak. ASSUMED (streaming kernels reach ~85-90% on
-    # HBM3/HBM3E parts).
+    # Achieved fraction of the HBM peak for these kernels' streams. FITTED (the M <= 64
+    # GEMMs stream their weights once and pin it).
     hbm_efficiency: float = 0.85
     # s_barrier: release this many cycles after the last wave arrives. ASSUMED.
     barrier_cycles: int = 16
-    # Kernel launch + first-wave dispatch + drain per launch, in microseconds. ASSUMED.
+    # Kernel launch + first-wave dispatch + drain per launch, in microseconds: what a launch
+    # costs beyond its simulated round(s), back to back with others as the tuners time
+    # them. FITTED (the smallest launches pin it).
     launch_overhead_us: float = 3.0
 
+    def sustained_clock(self, mfma_busy: float, valu_busy: float) -> float:
+        """Engine clock (Hz) under chip-wide busy fractions of the matrix pipes and vector ALUs."""
+        return self.clock_hz / (1.0 + self.power_mfma * mfma_busy + self.power_valu * valu_busy)
 
-# The one parameter set every estimate uses. Its only FITTED value is the sustained
-# engine clock under the calibration load (aiter FMHA forward on MI355X, five published
-# points; bench/calibrate.py): the model at the 2.4 GHz peak clock is uniformly ~30% too
-# fast, at short and long sequences alike (see README.md beside this file for what that
-# single number may be standing in for).
-CALIBRATED = Params(clock_hz=1.84e9)
+
+
+# The one parameter set every estimate uses. FITTED values come from bench/calibrate.py on
+# the fit half of bench/calib_points.json (aiter's MI355X tuning-table timings); one set
+# for every kernel, never per kernel.
+CALIBRATED = Params(power_mfma=0.49, power_valu=0.0, global_latency_ns=242.0, l2_bytes_per_clk_per_cu=26.5,
+                    hbm_efficiency=0.60, launch_overhead_us=2.8)
 DEFAULT = CALIBRATED
+# What the data cannot pin (see README.md beside this file): comparisons between kernels
+# are reported as ranges over these variants of DEFAULT.
+BRACKETS = {"trans 16 clk, free VALU/MFMA overlap": {},
+            "trans 8 clk": {"trans_cycles": 8},
+            "VALU +4 clk under a busy MFMA pipe": {"valu_under_mfma_cycles": 4}}
+FITTED = ("power_mfma", "power_valu", "global_latency_ns", "l2_bytes_per_clk_per_cu", "hbm_efficiency",
+          "launch_overhead_us")
+
 
 # name -> (value, source) for the README's parameter table.
 SOURCES = {
@@ -109,25 +147,31 @@ SOURCES = {
     "CYCLES_PER_PASS": (CYCLES_PER_PASS, "fact sheet §2 (cycles = 4 x passes)"),
     "PEAK_FLOPS": (PEAK_FLOPS, "conformance README"),
     "HBM_BYTES_PER_S": (HBM_BYTES_PER_S, "conformance README"),
+    "L2_PEAK_BYTES_PER_CLK_PER_CU": (L2_PEAK_BYTES_PER_CLK_PER_CU,
+                                     "CDNA3 white paper: 16 ch x 128 B/clk per XCD L2, / 32 CUs per XCD"),
 }
 PARAM_SOURCES = {
-    "clock_hz": "FITTED (sustained clock under MFMA load; peak 2.4 GHz per AMD) - bench/calibrate.py",
+    "clock_hz": "AMD MI355X spec: peak engine clock 2.4 GHz (the sustained clock is sustained_clock())",
+    "power_mfma": "FITTED (DVFS: clock drop per unit of chip-wide matrix-pipe busy) - bench/calibrate.py",
+    "power_valu": "FITTED (DVFS: clock drop per unit of chip-wide vector-ALU busy) - bench/calibrate.py",
+    "valu_under_mfma_cycles": "BRACKET 0-4 (VALU/MFMA register-port contention: no public figure)",
     "issue_quantum": "derived: MI355X FP32 vector peak = 256x4x16x2x2x2.4 GHz -> SIMD16, wave64 in 4 cycles",
     "valu_cycles": "same derivation (one wave64 VALU op = 4 cycles; packed FP32 does 2 ops/lane in them)",
-    "trans_cycles": "ASSUMED: GCN/CDNA quarter-rate transcendentals",
+    "trans_cycles": "BRACKET 8-16 (GCN/CDNA quarter rate = 16; no CDNA4 figure)",
     "imul_cycles": "ASSUMED: GCN quarter-rate 32-bit integer multiply",
     "mfma_read_extra_slots": "fact sheet §4: consumer P+4 wait states after an MFMA (LLVM 22 gfx950)",
     "valu_to_mfma_slots": "fact sheet §4: VALU write -> MFMA read 2 wait states",
     "branch_taken_cycles": "ASSUMED",
-    "global_latency": "ASSUMED ~250 ns (MI300X pointer-chase: L2 ~120 ns, MALL ~220 ns, HBM 350+ ns)",
+    "dram_extra_latency_ns": "ASSUMED: idle MI300X pointer chase, HBM 350+ ns - L2 ~120 ns (Chips and Cheese)",
+    "global_latency_ns": "FITTED loaded latency (idle MI300X pointer-chase: L2 ~120 ns, MALL ~220 ns, HBM 350+ ns)",
     "lds_latency": "ASSUMED",
     "smem_latency": "ASSUMED",
     "lds_read_bytes_per_clk": "CDNA3 white paper 128 B/clk; x2 for CDNA4 ASSUMED from Chips and Cheese CDNA4 article",
     "lds_write_bytes_per_clk": "CDNA3 white paper 128 B/clk",
-    "l2_bytes_per_clk_per_cu": "CDNA3 white paper: 16 ch x 128 B/clk per XCD L2, / 32 CUs per XCD (MI355X)",
-    "hbm_efficiency": "ASSUMED",
+    "l2_bytes_per_clk_per_cu": "FITTED sustained L2->CU rate (bound: L2_PEAK_BYTES_PER_CLK_PER_CU)",
+    "hbm_efficiency": "FITTED achieved fraction of the 8 TB/s HBM peak",
     "barrier_cycles": "ASSUMED",
-    "launch_overhead_us": "ASSUMED",
+    "launch_overhead_us": "FITTED per-launch cost beyond the simulated rounds",
 }
 
 

@@ -10,6 +10,9 @@ program in which:
   * MFMA instructions skip their arithmetic (the result registers keep their values):
     MFMA results never feed addresses or branches in the kernels we model, and skipping
     them makes a long run fast;
+  * the bytes each global memory instruction really moved are counted: lanes outside a
+    buffer's range (buffer instructions' range check) read zeros and fetch nothing, as
+    when a tile overhangs the matrix, so the model charges only the bytes moved;
   * instructions the emulator does not implement yet are stubs of the same class (a
     VALU stub writes nothing; a DS/VMEM stub moves no data). The run is then a timing
     run only — its numerical output is meaningless — and `Trace.stubbed` lists them.
@@ -27,7 +30,7 @@ import numpy as np
 from ..emu import kernel as emu_kernel
 from ..emu.decode import Program
 from ..emu.registry import HANDLERS, Handler
-from .stats import classify
+from .stats import classify, lane_bytes
 
 LINE = 128          # bytes: the L2 line size used to count distinct DRAM bytes (CDNA3 L2 line)
 
@@ -72,6 +75,9 @@ class Trace:
     touched: dict = field(default_factory=dict)    # buffer name -> distinct LINE-byte lines read/written
     requested: dict = field(default_factory=dict)  # buffer name -> bytes requested by all accesses
     inst_buffers: dict = field(default_factory=dict)  # instruction index -> buffer names it accessed
+    # instruction index -> bytes its accesses moved / bytes its active lanes would move: below
+    # 1 where lanes fall outside a buffer's range (those read 0 and fetch nothing)
+    in_range: dict = field(default_factory=dict)
     stubbed: list = field(default_factory=list)
     wave_instructions: int = 0
 
@@ -86,6 +92,8 @@ class Recorder:
         self.lines: dict[str, list] = {}
         self.requested: dict[str, int] = {}
         self.inst_buffers: dict[int, set] = {}
+        self.moved = np.zeros(len(program.insts))         # global bytes moved, per instruction
+        self.slots = np.zeros(len(program.insts))         # active lanes x executions, per instruction
 
     def attach(self, ex):
         n = ex.waves.count
@@ -118,6 +126,7 @@ class Recorder:
                 inst = rec._cur[0].inst
                 if inst is not None:
                     inst_buffers.setdefault(index[inst.pc], set()).add(name)
+                    rec.moved[index[inst.pc]] += off.size * nbytes
                 first = off // LINE
                 last = (off + nbytes - 1) // LINE
                 ids = np.unique(np.concatenate([first, last]))
@@ -142,6 +151,7 @@ class Recorder:
             streams[wave].append(idx)
         if self.mem[idx]:
             active = ex.waves.exec_bits(w).sum(axis=1)
+            self.slots[idx] += active.sum()
             for wave, a in zip(waves, active):
                 lanes[wave].append(int(a))
 
@@ -169,5 +179,11 @@ def record(kernel, grid, block, kernarg=b"", buffers=(), workgroups=None, *,
                           "stream": np.asarray(stream, dtype=np.int32)})
             mem_lanes.append(np.asarray(lanes[n], dtype=np.int16))
     touched = {name: int(np.unique(np.concatenate(parts)).size) for name, parts in rec.lines.items()}
+    in_range = {}
+    for n, inst in enumerate(program.insts):
+        per_lane = sum(lane_bytes(inst)[:2])
+        if rec.slots[n] and per_lane and classify(inst) in ("vmem", "lds_dma"):
+            in_range[n] = min(1.0, rec.moved[n] / (rec.slots[n] * per_lane))
     return Trace(program.insts, waves, mem_lanes, touched, dict(rec.requested),
-                 {k: sorted(v) for k, v in rec.inst_buffers.items()}, stubbed, res.wave_instructions)
+                 {k: sorted(v) for k, v in rec.inst_buffers.items()}, in_range=in_range, stubbed=stubbed,
+                 wave_instructions=res.wave_instructions)

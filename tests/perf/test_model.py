@@ -62,6 +62,8 @@ def test_bandwidth_bound_copy_runs_at_the_hbm_share():
     modelled = est.seconds - est.launch_overhead_s
     # by construction: the bytes over the HBM share, plus the start-up round trips (kernarg
     # load, first loads) and the last stores' drain: a few memory latencies in all
-    slack = (2 * prm.global_latency + prm.smem_latency + 64) / prm.clock_hz
+    clock = est.clock_hz
+    latency = (prm.global_latency_ns + prm.dram_extra_latency_ns) * 1e-9 * clock
+    slack = (2 * latency + prm.smem_latency + 64) / clock
     assert ideal <= modelled <= ideal + slack
     assert est.loop_iterations and max(est.loop_iterations.values()) == iters
