@@ -40,7 +40,7 @@ import torch
 
 from .errors import EmulatorError
 
-SCHEDULES = ("lockstep", "adversarial")
+SCHEDULES = ("lockstep", "adversarial", "timed")
 
 # (schedule, seed, strict) forced on every Kernel.launch inside `override`.
 _FORCED: contextvars.ContextVar = contextvars.ContextVar("gfxasm_emu_forced_schedule", default=None)
@@ -50,17 +50,18 @@ def check_schedule(schedule, seed, strict: bool) -> None:
     """Refuse a schedule name, seed or strictness that launch cannot run with."""
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if schedule != "adversarial" and seed is not None:
+        raise ValueError("seed is only for schedule='adversarial'")
     if schedule == "lockstep":
-        if seed is not None:
-            raise ValueError("seed is only for schedule='adversarial'")
         return
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed must be an int for schedule='adversarial', got {seed!r}")
-    if seed < 0:
-        raise ValueError(f"seed must be >= 0, got {seed}")
+    if schedule == "adversarial":
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"seed must be an int for schedule='adversarial', got {seed!r}")
+        if seed < 0:
+            raise ValueError(f"seed must be >= 0, got {seed}")
     if strict:
-        raise ValueError("schedule='adversarial' runs outside strict mode (pass strict=False): strict "
-                         "mode's rules are checked against loads landing at their s_waitcnt")
+        raise ValueError(f"schedule={schedule!r} runs outside strict mode (pass strict=False): strict "
+                         f"mode's rules are checked against loads landing at their s_waitcnt")
 
 
 def forced():
@@ -69,11 +70,12 @@ def forced():
 
 
 @contextlib.contextmanager
-def override(seed: int | None, *, strict: bool = False):
+def override(seed: int | None, *, strict: bool = False, schedule: str | None = None):
     """Run every gfxasm.emu launch inside under the adversarial schedule of `seed` (None:
-    the lockstep schedule) and with `strict`, whatever the caller passes: for ops such as
-    gfxasm.fmha_fwd, whose backend launches the emulator itself."""
-    schedule = "lockstep" if seed is None else "adversarial"
+    the lockstep schedule, or `schedule`) and with `strict`, whatever the caller passes:
+    for ops such as gfxasm.fmha_fwd, whose backend launches the emulator itself."""
+    if schedule is None:
+        schedule = "lockstep" if seed is None else "adversarial"
     check_schedule(schedule, seed, strict)
     token = _FORCED.set((schedule, seed, bool(strict)))
     try:
@@ -96,8 +98,7 @@ class Adversarial:
     def pick(self, groups: dict) -> tuple[int, np.ndarray]:
         """Take the waves to run next out of `groups` (pc -> waves): (pc, waves)."""
         rng, priority = self.rng, self.priority
-        pc = max(groups, key=lambda p: priority[groups[p]].max())
-        w = groups[pc]
+        pc, w = group_of(groups, np.argmax, priority)
         top = int(np.argmax(priority[w]))
         if rng.random() < self.change:
             priority[w[top]] = priority.min() - 1.0
@@ -115,22 +116,44 @@ class Adversarial:
         allows (see `next_to_land`)."""
         if not self.land:
             return
-        queues = ex.waves.queues
         rng = self.rng
         for counter in ("vm", "lgkm"):
-            for wave, queue in enumerate(queues[counter]):
-                while queue and rng.random() < self.land:
-                    ex.land_now(wave, counter, self.next_to_land(queue))
+            queues = ex.waves.queues[counter]
+            for wave in np.flatnonzero(rng.random(len(queues)) < self.land).tolist():
+                queue = queues[wave]
+                while queue:
+                    ex.land_now(wave, counter, self.next_to_land(wave, queue))
+                    if rng.random() >= self.land:
+                        break
 
-    def next_to_land(self, queue) -> int:
-        """Position in one wave's queue of the op to land next, drawn from those the ISA
-        lets land first: the oldest op that returns in order (VMEM, DS) and any scalar
-        load (scalar memory returns out of order). s_waitcnt lands through this too."""
-        choices = [n for n, op in enumerate(queue) if op.smem]
-        in_order = next((n for n, op in enumerate(queue) if not op.smem), None)
-        if in_order is not None:
-            choices.append(in_order)
+    def next_to_land(self, wave: int, queue) -> int:
+        """Position in `wave`'s queue of the op to land next, drawn from `landable`.
+        s_waitcnt lands through this too."""
+        choices = landable(queue)
         return choices[int(self.rng.integers(len(choices)))] if len(choices) > 1 else choices[0]
+
+    def stepped(self, ex, inst, w) -> None:
+        """Nothing to do after a step (the timed schedule advances its clocks here)."""
+
+
+def group_of(groups: dict, arg, key: np.ndarray) -> tuple[int, np.ndarray]:
+    """(pc, waves) of the group holding the wave that `arg` (np.argmax, np.argmin) picks by
+    `key` among all the waves of `groups` (ties: the first group in `groups`' order)."""
+    pcs = list(groups)
+    members = [groups[p] for p in pcs]
+    best = int(arg(key[np.concatenate(members)]))
+    n = int(np.searchsorted(np.cumsum([len(m) for m in members]), best, side="right"))
+    return pcs[n], members[n]
+
+
+def landable(queue) -> list[int]:
+    """Positions in one wave's queue of the ops the ISA lets land first: the oldest op that
+    returns in order (VMEM, DS) and any scalar load (scalar memory returns out of order)."""
+    choices = [n for n, op in enumerate(queue) if op.smem]
+    in_order = next((n for n, op in enumerate(queue) if not op.smem), None)
+    if in_order is not None:
+        choices.append(in_order)
+    return choices
 
 
 # ------------------------------------------------------------------ race detector

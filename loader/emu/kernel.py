@@ -8,7 +8,8 @@
     res.wave_instructions
 
 `schedule="adversarial", seed=N` runs a random legal order of waves and load landings
-instead of lockstep (adversarial.py; its `check` compares outputs across seeds).
+instead of lockstep (adversarial.py; its `check` compares outputs across seeds);
+`schedule="timed"` an order from per-wave cycle clocks and load latencies (timed.py).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..codeobj import CodeObject, KernelInfo, load_code_object
-from . import adversarial, families, hazards  # noqa: F401  (families registers every instruction handler)
+from . import adversarial, families, hazards, timed  # noqa: F401  (families registers every handler)
 from .decode import Program, decode
 from .errors import EmulatorError, LaunchError
 from .machine import Executor
@@ -150,8 +151,9 @@ class Kernel:
         `waive` names strict-mode hazard rules (hazards.WAIVABLE) not to enforce: only for
         third-party code objects whose silicon behaviour contradicts the rule.
         `schedule` "adversarial" with an int `seed` and strict=False draws a random legal
-        interleaving and load-landing times (adversarial.py); inside adversarial.override,
-        its schedule, seed and strictness replace these arguments."""
+        interleaving and load-landing times (adversarial.py); "timed" (strict=False) orders
+        waves and landings by cycle clocks (timed.py). Inside adversarial.override, its
+        schedule, seed and strictness replace these arguments."""
         if adversarial.forced() is not None:
             schedule, seed, strict = adversarial.forced()
         adversarial.check_schedule(schedule, seed, strict)
@@ -179,11 +181,9 @@ class Kernel:
         total = 0
         for start in range(0, len(groups), per_batch):
             batch = [(x, y, z) for z, y, x in groups[start:start + per_batch]]
-            adversary = (adversarial.Adversarial(seed, start, len(batch) * waves_per_group)
-                         if schedule == "adversarial" else None)
             total += self._run_batch(batch, block, waves_per_group, memory, seg, kernarg_addr,
                                      packet_addr, strict, waived, max_wave_instructions - total, trace,
-                                     adversary)
+                                     (schedule, seed, start))
         return LaunchResult(total, len(groups), len(groups) * waves_per_group)
 
     def _init_waves(self, batch, block, waves_per_group, seg, kernarg_addr, packet_addr) -> Waves:
@@ -234,7 +234,7 @@ class Kernel:
         return waves
 
     def _run_batch(self, batch, block, waves_per_group, memory, seg, kernarg_addr, packet_addr,
-                   strict, waived, budget, trace, adversary) -> int:
+                   strict, waived, budget, trace, order) -> int:
         waves = self._init_waves(batch, block, waves_per_group, seg, kernarg_addr, packet_addr)
         kd = self.info.descriptor
 
@@ -249,26 +249,34 @@ class Kernel:
         ex.waived = waived
         if trace is not None and hasattr(trace, "attach"):
             trace.attach(ex)
-        ex.adversary = adversary
+        ex.schedule = self._schedule(*order, waves)
         return run(ex, budget)
+
+    def _schedule(self, name: str, seed, batch_start: int, waves: Waves):
+        """The order a batch runs in: None (lockstep) or an adversarial/timed schedule."""
+        if name == "adversarial":
+            return adversarial.Adversarial(seed, batch_start, waves.count)
+        if name == "timed":
+            return timed.Timed(self.program, waves.slot)
+        return None
 
 
 def run(ex: Executor, budget: int) -> int:
     """Schedule the waves of `ex` to completion; returns the wave-instructions executed.
-    Lockstep (lowest pc first) unless `ex.adversary` picks the waves and lands loads."""
+    Lockstep (lowest pc first) unless `ex.schedule` picks the waves and lands loads."""
     waves = ex.waves
-    adversary = ex.adversary
+    schedule = ex.schedule
     all_waves = np.arange(waves.count)
     groups: dict[int, np.ndarray] = {int(ex.program.entry): all_waves}
     at_barrier = np.zeros(waves.count, dtype=bool)
     executed = 0
     while groups:
-        if adversary is None:
+        if schedule is None:
             pc = min(groups)
             w = groups.pop(pc)
         else:
-            pc, w = adversary.pick(groups)
-            adversary.land_some(ex)
+            pc, w = schedule.pick(groups)
+            schedule.land_some(ex)
         sel = slice(None) if len(w) == waves.count else w
         inst = ex.program.at(pc)
         ex.next_pc = None
@@ -287,6 +295,8 @@ def run(ex: Executor, budget: int) -> int:
         if executed > budget:
             raise EmulatorError(f"kernel {ex.kernel_name} exceeded {budget} wave-instructions "
                                 f"(runaway loop?) at pc {pc:#x}")
+        if schedule is not None:
+            schedule.stepped(ex, inst, w)
         if ex.control == "end":
             ex.drain(sel)
             waves.done[w] = True

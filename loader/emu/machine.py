@@ -4,9 +4,9 @@ Waves that stand at the same pc — across the waves of a workgroup and across
 workgroups — execute each instruction as one numpy operation. The scheduler always
 advances the group at the lowest pc, so waves that fell behind catch up and merge.
 
-Under an adversarial schedule (`adversary`, adversarial.py) waves run in a random legal
-order, loads land at random legal times, and a register read while its load is in
-flight sees the value from before the load.
+Under another `schedule` (adversarial.py: random legal orders; timed.py: orders from cycle
+clocks) waves run in its order, loads land when it says, and a register read while its
+load is in flight sees the value from before the load.
 
 Strict mode (the default) reports as `HazardError`:
   * reading or overwriting a register while a load into it is still in flight
@@ -72,7 +72,7 @@ class Executor:
         self.waived: frozenset[str] = frozenset()   # hazard rules not enforced (hazards.WAIVABLE)
         self.srcc_noted: list = []
         self.mode_split = None                # set while a wave has VSKIP or GPR index mode on
-        self.adversary = None                 # adversarial.Adversarial, or None: lockstep
+        self.schedule = None                  # adversarial.Adversarial, timed.Timed; None: lockstep
 
     # ----------------------------------------------------------------- errors
     def where(self, wave: int | None = None) -> str:
@@ -249,7 +249,7 @@ class Executor:
             rows, reg = pending
             self.hazard(w, rows, f"{kind}{reg} read while a load into it is still in flight "
                                  f"(missing s_waitcnt)")
-            if self.adversary is None:        # else the read sees the old value
+            if self.schedule is None:         # else the read sees the old value
                 self._land_early(w, kind, index, count)
         hazards.check_read(self, kind, w, index, count)
 
@@ -339,10 +339,10 @@ class Executor:
                     self.hazard([wave], np.array([True]),
                                 f"s_waitcnt lgkmcnt({keep}) with scalar loads in flight: scalar "
                                 f"memory returns out of order, only lgkmcnt(0) is safe")
-        if self.adversary is not None:
-            for wave in waves:                # one wave at a time, in the adversary's order
+        if self.schedule is not None:
+            for wave in waves:                # one wave at a time, in the schedule's order
                 while len(queues[wave]) > keep:
-                    self.land_now(wave, counter, self.adversary.next_to_land(queues[wave]))
+                    self.land_now(wave, counter, self.schedule.next_to_land(wave, queues[wave]))
             return
         qs = [queues[wave] for wave in waves]
         while qs:
@@ -375,7 +375,7 @@ class Executor:
 
     def land_now(self, wave: int, counter: str, position: int):
         """Land the op at `position` of `wave`'s queue for that wave alone, before any
-        s_waitcnt asks for it (adversarial schedules pick one the ISA lets land now)."""
+        s_waitcnt asks for it (a schedule picks one the ISA lets land now)."""
         queue = self.waves.queues[counter][wave]
         op = queue[position]
         del queue[position]

@@ -8,8 +8,10 @@ for (the run faults: reported too) — gives the lockstep schedule's answer
 never changes over sixteen seeds, and its answer is checked against numpy. Legal patterns
 that rely on in-order return (two loads into one register, vmcnt(N) covering only the
 older loads) must not change either. Our own kernels (fmha_fwd, mxfp8_gemm,
-decode_attention; small shapes) must come out bit for bit the same under four seeds, and
-the paged-attention race of docs/isa-notes.md must give a wrong answer under one of two.
+decode_attention; small shapes) must come out bit for bit the same under four seeds and
+under the timed schedule, and the paged-attention race of docs/isa-notes.md must give a
+wrong answer under one of two seeds but the right one under the timed schedule, which
+also lets latency hide an LDS DMA prefetch race but not a missing s_waitcnt.
 Budget: about 60 s for this file on one core.
 """
 from __future__ import annotations
@@ -211,6 +213,10 @@ def test_bad_schedule_arguments():
         kernel.launch(**args, strict=False, schedule="adversarial", seed=-1)
     with pytest.raises(ValueError, match="seed is only for schedule='adversarial'"):
         kernel.launch(**args, seed=1)
+    with pytest.raises(ValueError, match="seed is only for schedule='adversarial'"):
+        kernel.launch(**args, strict=False, schedule="timed", seed=1)
+    with pytest.raises(ValueError, match=r"schedule='timed' runs outside strict mode"):
+        kernel.launch(**args, schedule="timed")
     with pytest.raises(ValueError, match="seeds is empty"):
         adversarial.check(lambda: torch.zeros(1), seeds=[])
 
@@ -245,6 +251,32 @@ def test_paged_attention_vmcnt_race_gives_a_wrong_answer_under_a_legal_schedule(
         case.check()
 
 
+# ------------------------------------------------------------------ the timed schedule
+def timed_out(body: str, n: int, **kw) -> np.ndarray:
+    kernel, args = launcher(body, **kw)
+    kernel.launch(**args, strict=False, schedule="timed")
+    return args["buffers"][1].numpy().view(np.float32)[:n].copy()
+
+
+def test_timed_schedule_latency_hides_the_prefetch_race_but_not_a_missing_wait():
+    # The LDS DMA lands hundreds of cycles after issue: the partner has read by then.
+    swap = np.concatenate([X[64:128], X[:64]])
+    np.testing.assert_array_equal(timed_out(PREFETCH.format(sync=""), 256, block=128, lds=512),
+                                  np.concatenate([swap, np.concatenate([X[192:256], X[128:192]])]))
+    # A global load has not landed one instruction later: v3 still holds its launch value.
+    assert np.isnan(timed_out(MISSING_WAIT.format(wait=""), 64)).all()
+    np.testing.assert_array_equal(timed_out(MISSING_WAIT.format(wait="  s_waitcnt vmcnt(0)"), 64), X[:64] * 2)
+
+
+def test_timed_schedule_hides_the_paged_attention_race():
+    """The contrast to the adversarial test above: with the timing model's latencies the
+    load at 0x28b8 lands before 0x2fc4 reads v16, and O is right, as on silicon."""
+    case = conformance.paged_attention([57, 600])
+    emu.load(case.path).kernel(case.symbol).launch(grid=case.grid, block=case.block, kernarg=case.kernarg,
+                                                   buffers=case.buffers, strict=False, schedule="timed")
+    case.check()
+
+
 # ------------------------------------------------------------------ our own kernels
 @pytest.fixture(scope="module")
 def built():
@@ -254,6 +286,12 @@ def built():
 def _unchanged(run, seeds):
     found = adversarial.check(run, seeds)
     assert not found, "schedule-dependent output in our kernel (report it):\n" + "\n".join(map(str, found))
+    outputs = []
+    for schedule in ("timed", "lockstep"):
+        with adversarial.override(None, schedule=schedule):
+            out = run()
+        outputs.append([t.view(torch.uint8) for t in (out if isinstance(out, tuple) else (out,))])
+    assert all(torch.equal(a, b) for a, b in zip(*outputs)), "the timed schedule changed our kernel's output"
 
 
 @pytest.mark.parametrize("causal,shape", [(False, (2, 17, 200, 2, 1)), (True, (1, 70, 70, 2, 2))])
