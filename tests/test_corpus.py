@@ -46,3 +46,10 @@ def test_fetch_extracts_only_the_trees_gfxasm_reads(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="not in the corpus"):
         corpus.path("aiter_meta/hsa/gfx950/pa/absent.co")
     assert corpus.fetch(wheel, log=lambda _: None) == tree           # idempotent
+
+
+def test_coverage_command_on_a_corpus_family(capsys):
+    """The real corpus (needs `gfxasm corpus fetch`): every FMHA-forward object is covered."""
+    from gfxasm.corpus_cli import corpus_main
+    assert corpus_main(["coverage", "--under", "fmha_v3_fwd", "--jobs", "2"]) == 0
+    assert capsys.readouterr().out.startswith("8 / 8 gfx950 code objects")
