@@ -87,7 +87,8 @@ def bf16_gemm(M: int, N: int, K: int, out_bf16: bool = True, seed: int = 0) -> C
 
 
 def bf16_gemm_kernarg(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor) -> bytes:
-    """CASES.md §2: D[M, N] = A[M, K] @ B[N, K]^T; D bf16 or fp32."""
+    """CASES.md §2: D[M, N] = A[M, K] @ B[N, K]^T; D bf16 or fp32. The corpus's
+    asm_gemm_a16w16.cu struct KernelArgs is the same up to its end at 288."""
     (M, K), N, esz = a.shape, b.shape[0], d.element_size()
     ka = Kernarg(352)
     ka.ptr(0, d)

@@ -88,17 +88,9 @@ def run(case: cases.Case, strict: bool = True):
                   strict=strict, waive=WAIVED.get(case.co, ()))
 
 
-@pytest.mark.parametrize("name", list(CORPUS_CASES))
+@pytest.mark.parametrize("name", list(CORPUS_CASES) + [pytest.param(n, marks=pytest.mark.full) for n in FULL_CASES])
 def test_corpus_conformance(name):
-    case = CORPUS_CASES[name]()
-    run(case)
-    case.check()
-
-
-@pytest.mark.full
-@pytest.mark.parametrize("name", list(FULL_CASES))
-def test_corpus_conformance_full(name):
-    case = FULL_CASES[name]()
+    case = {**CORPUS_CASES, **FULL_CASES}[name]()
     run(case)
     case.check()
 
