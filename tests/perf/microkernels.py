@@ -59,3 +59,20 @@ L_loop:
   s_cbranch_scc1 L_loop
   s_waitcnt vmcnt(0)"""
     return assemble("copy", body, threads=64)
+
+
+def buffer_read(loads: int, records: int) -> bytes:
+    """One wave: `loads` buffer_load_dwordx4 of 1 KiB (16 B per lane, lane-contiguous) from
+    kernarg pointer src through a raw buffer of `records` bytes; lanes past it read zeros."""
+    body = f"""
+  s_load_dwordx2 s[4:5], s[0:1], 0x0
+  v_and_b32 v0, 0x3ff, v0
+  v_lshlrev_b32 v1, 4, v0
+  s_waitcnt lgkmcnt(0)
+  s_and_b32 s5, s5, 0xffff
+  s_mov_b32 s6, {records}
+  s_mov_b32 s7, 0x00020000"""
+    body += "".join(f"\n  buffer_load_dwordx4 v[4:7], v1, s[4:7], 0 offen offset:{1024 * (n % 4)}"
+                    for n in range(loads))
+    body += "\n  s_waitcnt vmcnt(0)"
+    return assemble("buffer_read", body, threads=64)

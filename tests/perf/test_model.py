@@ -1,6 +1,7 @@
 """The timing model on microkernels whose cost is known by construction."""
 from __future__ import annotations
 
+import dataclasses
 import struct
 
 import pytest
@@ -67,3 +68,34 @@ def test_bandwidth_bound_copy_runs_at_the_hbm_share():
     slack = (2 * latency + prm.smem_latency + 64) / clock
     assert ideal <= modelled <= ideal + slack
     assert est.loop_iterations and max(est.loop_iterations.values()) == iters
+
+
+def test_lanes_outside_a_buffer_move_no_bytes():
+    # 64 x 1 KiB loads from a 4 KiB buffer: a range of 4096 B moves every byte, a range of
+    # a quarter of it only that quarter (the other lanes read zeros without a fetch)
+    src = torch.empty(4096, dtype=torch.uint8)
+    kernarg = struct.pack("<Q", src.data_ptr())
+
+    def run(records):
+        return perf.estimate(mk.buffer_read(64, records), grid=(1, 1, 1), block=(64, 1, 1), kernarg=kernarg,
+                             buffers=[src])
+
+    full, quarter = run(4096), run(1024)
+    assert full.requested_global_bytes == 64 * 1024
+    assert quarter.requested_global_bytes == 64 * 1024 / 4
+    assert quarter.cycles_per_round < full.cycles_per_round
+
+
+def test_clock_falls_with_matrix_activity_and_memory_time_is_in_seconds():
+    hot = dataclasses.replace(prm, power_mfma=0.5, power_valu=0.0)
+    assert hot.sustained_clock(0.0, 0.0) == P.CLOCK_HZ
+    assert hot.sustained_clock(1.0, 0.0) == pytest.approx(P.CLOCK_HZ / 1.5)
+    # an MFMA-bound launch runs at the lower clock; its cycles do not change with the clock
+    est_cold = perf.estimate(mk.mfma_chain(64), grid=(256, 1, 1), block=(64, 1, 1),
+                             params=dataclasses.replace(prm, power_mfma=0.0, power_valu=0.0))
+    est_hot = perf.estimate(mk.mfma_chain(64), grid=(256, 1, 1), block=(64, 1, 1), params=hot)
+    assert est_hot.clock_hz < est_cold.clock_hz == P.CLOCK_HZ
+    busy = est_cold.mfma_utilization              # one wave: one of the CU's four matrix pipes
+    assert 0.2 < busy < 0.26
+    assert est_hot.clock_hz == pytest.approx(P.CLOCK_HZ / (1 + 0.5 * busy), rel=1e-9)
+    assert est_hot.cycles_per_round == est_cold.cycles_per_round
