@@ -22,6 +22,10 @@ shuffled pages of 16, 64 and 1024 keys; contiguous caches (also as views into on
 tensor); GQA ratios 1, 8, 16 (16 x Sq 16 = 256 query rows: 16 row tiles); Sq 1, 4, 16
 causal and non-causal; sliding windows and sinks, split and unsplit; D 64 and 128; bf16
 and fp16. Default-suite budget: 120 s on a 2-core machine.
+
+`test_full_cross_product` (marker `full`, deselected by default; `pytest -m full
+tests/test_decode_attention.py`) runs page sizes 16/64/1024/contiguous x GQA 1/8/16 x Sq
+1/4/16 x cache kind (16-bit, FP8 per-tensor, FP8 per-token) x D 64/128, options rotated.
 """
 from __future__ import annotations
 
@@ -423,3 +427,28 @@ def test_reference_known_answer():
     assert torch.allclose(o, torch.full_like(o, 3.0)) and lse.item() == pytest.approx(score + math.log(2))
     o, lse, _ = da.reference(q, k, v, torch.tensor([0], dtype=torch.int32))
     assert torch.all(o == 0) and lse.item() == float("-inf")
+
+
+# ------------------------------------------------------------------ the full cross-product: not run by CI
+
+def _full_cases():
+    """Every page size (and contiguous) x GQA 1/8/16 x Sq 1/4/16 x cache kind x D, with
+    ragged lengths around page and split boundaries, dtype and options rotated."""
+    kinds, dtypes = (None, "tensor", "token"), ("bf16", "f16")
+    n = 0
+    for page in (16, 64, 1024, None):
+        for hq, hkv in ((2, 2), (8, 1), (32, 2)):
+            for sq in (1, 4, 16):
+                for kind in kinds:
+                    for dim in (64, 128):
+                        n += 1
+                        lengths = [0, 1, 15, 17, 63, 65, 200] if page != 1024 else [1, 1023, 1025]
+                        yield (lengths, hq, hkv, sq, dim, dtypes[n % 2], page, n % 5 != 0, (-1, 30)[n % 3 == 0],
+                               n % 4 == 0, (None, 1, 3)[n % 3], kind)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("seqlens,hq,hkv,sq,dim,dtype,page,causal,window,sinks,splits,fp8", list(_full_cases()),
+                         ids=lambda x: str(x))
+def test_full_cross_product(seqlens, hq, hkv, sq, dim, dtype, page, causal, window, sinks, splits, fp8):
+    check(seqlens, hq, hkv, sq, dim, DTYPES[dtype], page, causal, window, sinks, splits, fp8=fp8)
