@@ -5,8 +5,9 @@
                                           -> estimate.Estimate (modelled seconds, FLOP, DRAM bytes)
 CLI hooks for `gfxasm stats` / `gfxasm bench`: cli.stats_main(argv), cli.bench_main(argv).
 """
-from .estimate import Estimate, estimate
+from .estimate import Estimate, estimate, format_lds_conflicts
 from .params import DEFAULT, Params
 from .stats import Stats, analyze, format_stats
 
-__all__ = ["analyze", "format_stats", "Stats", "estimate", "Estimate", "Params", "DEFAULT"]
+__all__ = ["analyze", "format_stats", "Stats", "estimate", "Estimate", "format_lds_conflicts", "Params",
+           "DEFAULT"]

@@ -52,6 +52,11 @@ class Estimate:
     loop_iterations: dict              # loop head pc -> executed iterations per wave (max)
     stubbed: list                      # instructions the emulator lacks (timing stubs)
     launch_overhead_s: float
+    # DS instructions, pc order: op, executions, mean LDS cycles per phase (1.0 = no
+    # conflict), conflict cycles per execution, whether the phase groups are measured
+    # (lds_banks.py) and whether the instruction is in the hottest loop. Diagnostic only:
+    # the timing model's LDS pipe does not charge them (they are not calibrated).
+    lds_conflicts: list = field(default_factory=list)
     params: P.Params = field(repr=False, default=None)
     modelled: bool = True
 
@@ -80,6 +85,18 @@ class Estimate:
                 f"clock {self.clock_hz / 1e9:.2f} GHz, "
                 f"{self.rounds} round(s) x {self.cycles_per_round:.0f} cycles, "
                 f"{self.workgroups_per_cu} WG/CU")
+
+
+def format_lds_conflicts(est: Estimate, hottest_only: bool = True) -> str:
+    """A table of the DS instructions' bank conflicts (the hottest loop's by default)."""
+    rows = [c for c in est.lds_conflicts if c["hottest_loop"] or not hottest_only]
+    lines = [f"LDS bank conflicts ({'hottest loop' if hottest_only else 'all DS instructions'}; "
+             f"* = phase groups a hypothesis, not measured)",
+             f"  {'pc':>8} {'instruction':24} {'executions':>10} {'cycles/phase':>12} {'conflict cycles':>15}"]
+    for c in rows:
+        lines.append(f"  {c['pc']:>8} {c['op'] + ('' if c['measured_phases'] else ' *'):24} {c['executions']:10} "
+                     f"{c['degree']:12.2f} {c['extra_cycles']:15.2f}")
+    return "\n".join(lines)
 
 
 def _valu_alu_utilization(cu, prm: P.Params) -> float:
@@ -236,8 +253,14 @@ def estimate(co, grid, block, kernarg: bytes = b"", buffers=(), kernel: str | No
                 best = max(best, taken + 1 if np.any(s == head) else 0)
         iters[f"{lp.start:#x}"] = best
 
+    hot = st.hottest
+    conflicts = [{"pc": f"{insts[n].pc:#x}", "op": insts[n].name, "executions": c.executions,
+                  "degree": round(c.degree, 3), "extra_cycles": round(c.extra_per_execution, 3),
+                  "measured_phases": c.measured, "hottest_loop": bool(hot and hot.start <= insts[n].pc <= hot.end)}
+                 for n, c in sorted(tr.lds_conflicts.items())]
+
     return Estimate(
-        kernel=k.name, seconds=seconds, cycles_per_round=per_round, rounds=rounds, workgroups=total,
+        kernel=k.name, lds_conflicts=conflicts, seconds=seconds, cycles_per_round=per_round, rounds=rounds, workgroups=total,
         workgroups_per_cu=per_cu, simulated_workgroups=len(chosen), mfma_flops=sim_flops * scale,
         mfma_dtype=dtype, dram_bytes=dram, requested_global_bytes=requested,
         lds_bytes=cu.lds_bytes * scale, mfma_utilization=cu.mfma_utilization,

@@ -13,6 +13,7 @@ program in which:
   * the bytes each global memory instruction really moved are counted: lanes outside a
     buffer's range (buffer instructions' range check) read zeros and fetch nothing, as
     when a tile overhangs the matrix, so the model charges only the bytes moved;
+  * every DS access's lane addresses are counted into LDS bank conflicts (lds_banks.py);
   * instructions the emulator does not implement yet are stubs of the same class (a
     VALU stub writes nothing; a DS/VMEM stub moves no data). The run is then a timing
     run only — its numerical output is meaningless — and `Trace.stubbed` lists them.
@@ -28,8 +29,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..emu import kernel as emu_kernel
+from ..emu import lds as emu_lds
 from ..emu.decode import Program
 from ..emu.registry import HANDLERS, Handler
+from . import lds_banks
 from .stats import classify, lane_bytes
 
 LINE = 128          # bytes: the L2 line size used to count distinct DRAM bytes (CDNA3 L2 line)
@@ -78,6 +81,7 @@ class Trace:
     # instruction index -> bytes its accesses moved / bytes its active lanes would move: below
     # 1 where lanes fall outside a buffer's range (those read 0 and fetch nothing)
     in_range: dict = field(default_factory=dict)
+    lds_conflicts: dict = field(default_factory=dict)  # instruction index -> lds_banks.Conflicts
     stubbed: list = field(default_factory=list)
     wave_instructions: int = 0
 
@@ -92,6 +96,7 @@ class Recorder:
         self.lines: dict[str, list] = {}
         self.requested: dict[str, int] = {}
         self.inst_buffers: dict[int, set] = {}
+        self.lds_conflicts: dict = {}
         self.moved = np.zeros(len(program.insts))         # global bytes moved, per instruction
         self.slots = np.zeros(len(program.insts))         # active lanes x executions, per instruction
 
@@ -143,6 +148,18 @@ class Recorder:
         memory.read, memory.write = traced_read, traced_write
         memory._perf_wrapped = True
 
+    def lds_access(self, addr, mask, nbytes, write: bool):
+        """Bank-conflict count of one DS access (the emulator's lane addresses)."""
+        inst = self._cur[0].inst
+        if inst is None or classify(inst) != "ds":
+            return
+        groups, banks, measured = lds_banks.phases(inst.name, nbytes, write)
+        phases, cycles = lds_banks.count(addr, mask, nbytes, groups, banks)
+        c = self.lds_conflicts.setdefault(self.index[inst.pc], lds_banks.Conflicts(measured=measured))
+        c.executions += np.asarray(addr).reshape(-1, 64).shape[0]
+        c.phases += phases
+        c.cycles += cycles
+
     def __call__(self, inst, w):
         ex, streams, lanes = self._cur
         idx = self.index[inst.pc]
@@ -163,12 +180,24 @@ def record(kernel, grid, block, kernarg=b"", buffers=(), workgroups=None, *,
     saved = kernel.program
     kernel.program = program
     rec = Recorder(program)
+    lds_read, lds_write = emu_lds.read, emu_lds.write
+
+    def traced_read(ex, w, addr, nbytes, mask, what):
+        rec.lds_access(addr, mask, nbytes, write=False)
+        return lds_read(ex, w, addr, nbytes, mask, what)
+
+    def traced_write(ex, w, addr, data, mask, what):
+        rec.lds_access(addr, mask, data.shape[2], write=True)
+        return lds_write(ex, w, addr, data, mask, what)
+
+    emu_lds.read, emu_lds.write = traced_read, traced_write
     try:
         with np.errstate(all="ignore"):
             res = kernel.launch(grid, block, kernarg, buffers, strict=False, trace=rec,
                                 workgroups=workgroups, max_wave_instructions=max_wave_instructions)
     finally:
         kernel.program = saved
+        emu_lds.read, emu_lds.write = lds_read, lds_write
     waves, mem_lanes = [], []
     for ex, streams, lanes in rec.batches:
         names = ex.wave_names
@@ -185,5 +214,6 @@ def record(kernel, grid, block, kernarg=b"", buffers=(), workgroups=None, *,
         if rec.slots[n] and per_lane and classify(inst) in ("vmem", "lds_dma"):
             in_range[n] = min(1.0, rec.moved[n] / (rec.slots[n] * per_lane))
     return Trace(program.insts, waves, mem_lanes, touched, dict(rec.requested),
-                 {k: sorted(v) for k, v in rec.inst_buffers.items()}, in_range=in_range, stubbed=stubbed,
+                 {k: sorted(v) for k, v in rec.inst_buffers.items()}, in_range=in_range,
+                 lds_conflicts=rec.lds_conflicts, stubbed=stubbed,
                  wave_instructions=res.wave_instructions)

@@ -1,0 +1,117 @@
+"""LDS bank conflicts of DS instructions, from the lane addresses the emulator computed.
+
+gfx950's LDS serves a wave64 DS instruction in phases: the lanes of one phase are served
+together, and lanes of a phase whose dwords fall in the same bank (different dwords;
+the same dword is a broadcast) are served one after another. A phase therefore takes as
+many LDS cycles as its busiest bank has distinct dwords; the conflict cycles of an
+execution are the sum over its phases of (that count - 1).
+
+Phase groups and bank counts measured on MI355X by HazyResearch/HipKittens
+(`analysis/paper_experiments/phases/<op>/phase_results.txt` and `bank_results.txt`,
+commit f09e968): ds_read_b128 — 4 phases of 16 non-consecutive lanes over 64 banks;
+ds_read_b64 — 2 x 32 consecutive lanes, 64 banks; ds_read_b96 — 8 x 8 lanes, 32 banks;
+ds_write_b64 — 4 x 16 consecutive lanes, 32 banks. Other DS ops are not measured: they
+get HYPOTHESES (marked in the result), chiefly that `ds_read_b64_tr_*` is served like
+ds_read_b64, that 32-bit accesses take one 64-lane phase over 64 banks (reads) or two
+32-lane phases over 32 banks (writes), and that ds_write_b128 serves 8 x 8 lanes over 32
+banks (128 bytes a phase, as ds_write_b64).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+
+def _runs(*runs) -> list[int]:
+    return [lane for a, b in runs for lane in range(a, b + 1)]
+
+
+def _consecutive(size: int) -> list[list[int]]:
+    return [list(range(s, s + size)) for s in range(0, 64, size)]
+
+
+# op -> (lane groups, banks, measured?)
+MEASURED = {
+    "ds_read_b128": ([_runs((0, 3), (12, 15), (20, 27)), _runs((4, 11), (16, 19), (28, 31)),
+                      _runs((32, 35), (44, 47), (52, 59)), _runs((36, 43), (48, 51), (60, 63))], 64),
+    "ds_read_b64": (_consecutive(32), 64),
+    "ds_read_b96": ([_runs((0, 3), (20, 23)), _runs((4, 7), (16, 19)), _runs((8, 11), (28, 31)),
+                     _runs((12, 15), (24, 27)), _runs((32, 35), (52, 55)), _runs((36, 39), (48, 51)),
+                     _runs((40, 43), (60, 63)), _runs((44, 47), (56, 59))], 32),
+    "ds_write_b64": (_consecutive(16), 32),
+}
+
+
+@lru_cache(maxsize=None)
+def phases(op: str, nbytes: int, write: bool) -> tuple[tuple[tuple[int, ...], ...], int, bool]:
+    """(lane groups, banks, measured) for one DS access of `nbytes` per lane."""
+    base = op.split("_tr_")[0] if "_tr_" in op else op
+    if base in MEASURED:
+        groups, banks = MEASURED[base]
+        measured = base == op
+    elif write:
+        groups, banks, measured = _consecutive(max(1, min(64, 128 // nbytes))), 32, False
+    else:
+        groups, banks, measured = _consecutive(max(1, min(64, 256 // nbytes))), 64, False
+    return tuple(tuple(g) for g in groups), banks, measured
+
+
+@dataclass
+class Conflicts:
+    """Per DS instruction (program index): executions and LDS cycles over the ideal."""
+    executions: int = 0
+    phases: int = 0              # phases with active lanes, summed over executions
+    cycles: int = 0              # LDS cycles, summed (>= phases)
+    measured: bool = True        # phase groups measured (HipKittens), not a hypothesis
+
+    @property
+    def extra_per_execution(self) -> float:
+        return (self.cycles - self.phases) / self.executions if self.executions else 0.0
+
+    @property
+    def degree(self) -> float:
+        """Mean cycles per phase (1.0: conflict-free)."""
+        return self.cycles / self.phases if self.phases else 1.0
+
+
+_SEEN: dict = {}          # loops repeat the same lane pattern at shifted bases: count it once
+
+
+def count(addr: np.ndarray, mask: np.ndarray, nbytes: int, groups, banks: int) -> tuple[int, int]:
+    """(active phases, LDS cycles) of one DS access: addr, mask [waves, 64] byte addresses."""
+    addr = np.asarray(addr, np.int64).reshape(-1, 64)
+    mask = np.asarray(mask, bool).reshape(-1, 64)
+    # shifting a wave's addresses by whole rows of banks changes neither banks nor distinctness
+    row = 4 * banks
+    shifted = np.where(mask, addr - (addr.min(axis=1, keepdims=True) // row) * row, -1)
+    key = (groups, banks, nbytes, shifted.tobytes())
+    hit = _SEEN.get(key)
+    if hit is None:
+        hit = _SEEN[key] = _count(shifted, mask, nbytes, groups, banks)
+        if len(_SEEN) > 4096:
+            _SEEN.pop(next(iter(_SEEN)))
+    return hit
+
+
+def _count(addr, mask, nbytes, groups, banks) -> tuple[int, int]:
+    words = max(1, nbytes // 4)
+    dwords = (addr // 4)[:, :, None] + np.arange(words)                   # [n, 64, words]
+    phase_of = np.full(64, -1, np.int64)
+    for p, lanes in enumerate(groups):
+        phase_of[list(lanes)] = p
+    n = addr.shape[0]
+    row = np.broadcast_to(np.arange(n)[:, None, None], dwords.shape)
+    ph = np.broadcast_to(phase_of[None, :, None], dwords.shape)
+    sel = np.broadcast_to(mask[:, :, None], dwords.shape) & (ph >= 0)
+    if not sel.any():
+        return 0, 0
+    d = dwords[sel]
+    group = (row[sel] * len(groups) + ph[sel]) * banks + d % banks      # (row, phase, bank)
+    pairs = np.unique(group * (1 << 20) + (d & ((1 << 20) - 1)))        # distinct dwords per bank
+    bank_key, per_bank = np.unique(pairs >> 20, return_counts=True)
+    phase_key, slot = np.unique(bank_key // banks, return_inverse=True)
+    busiest = np.zeros(phase_key.size, np.int64)
+    np.maximum.at(busiest, slot, per_bank)
+    return int(phase_key.size), int(busiest.sum())
