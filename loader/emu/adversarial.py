@@ -14,9 +14,10 @@ kernel whose result depends on the schedule has a race that this one order may h
   one per 500 (one wave runs far ahead of the others). s_barrier holds as always.
 * When loads land. Before every step every outstanding memory op lands with a
   probability drawn per seed: 0 for one seed in four (every load lands as late as the
-  ISA allows, at the s_waitcnt or s_endpgm that needs it), else from 1e-3 to 1. Order within a wave is the ISA's: VMEM ops (loads, stores, LDS
-  DMA) return in issue order, and so do DS ops; scalar loads in any order. An LDS DMA
-  writes LDS when it lands, so other waves may see it at any time before the wait.
+  ISA allows, at the s_waitcnt or s_endpgm that needs it), else from 1e-3 to 1. Order
+  within a wave is the ISA's: VMEM ops (loads, stores, LDS DMA) return in issue order,
+  and so do DS ops; scalar loads in any order. An LDS DMA writes LDS when it lands, so
+  other waves may see it at any time before the wait.
 * s_waitcnt lgkmcnt(N) over scalar loads lands a random choice of them.
 * A register read while its load is in flight sees the value from before the load,
   which hardware returns when the load is late (lockstep mode outside strict mode

@@ -142,8 +142,8 @@ class Kernel:
 
     # ------------------------------------------------------------------ launch
     def launch(self, grid, block, kernarg: bytes = b"", buffers=(), *, strict: bool = True,
-               max_wave_instructions: int = 2_000_000_000, trace=None,
-               workgroups=None, waive=(), schedule: str = "lockstep", seed: int | None = None) -> LaunchResult:
+               max_wave_instructions: int = 2_000_000_000, trace=None, workgroups=None, waive=(),
+               schedule: str = "lockstep", seed: int | None = None) -> LaunchResult:
         """Run the kernel. `trace(inst, w)` is called after every executed instruction; if
         it has an `attach(executor)` method, that is called first for every batch.
         `workgroups` (an iterable of (x, y, z)) runs only those workgroups of `grid` — the
