@@ -76,11 +76,13 @@
 ; v_scale_shift [..., Hkv, 2] laid out like the cache's token dims (same pages). The dequant
 ; stays out of the dot products: q.(s k + b) = s (q.k) + b sum(q) — the MFMA runs on the raw
 ; widened fp8, sum(q) per query row comes from one extra MFMA chain (A = ones) in the
-; prologue, and each of a lane's 8 scores takes one fma with its key's (s, b). For V,
+; prologue, and each of a lane's 8 scores takes two v_fma_mix_f32 (the fp16 halves read in
+; place) with its key's (s, b). For V,
 ; sum_j p_j (s'_j v_j + b'_j) = sum_j (p_j s'_j) v_j + sum_j p_j b'_j: P is scaled by s'
 ; before it is packed, and a per-row c = sum p b' (rescaled with l) is added to O at the
-; end. The pairs are loaded with one dword per key per lane through one descriptor per
-; block and tensor, built like the cache's (valid keys only).
+; end. Each block's 16 pairs per tensor are loaded once (lanes 0-15, one dword each) through a
+; descriptor built like the cache's (valid keys only) and handed to the lanes that need them
+; with ds_bpermute_b32 (lane (g, n) takes keys 4g + r from lanes 4g + r).
 ;
 ; Defines: D (64 | 128), F16 (0: bf16, 1: fp16 q/o), FP8 (0: cache in q's dtype, 1: e4m3
 ; with per-tensor descales, 2: e4m3 with per-token scale/shift).
@@ -91,8 +93,8 @@
 ; (D/16 dwordx4; FP8 D/32), page ids of tile i+2 fetched; wait for K(i); widen (FP8); 2 x D/32
 ; S MFMAs; softmax; wait for V(i); V(i+1) loads (8 x D/32 dword; FP8 ushort); v_perm (FP8:
 ; widen) + D/16 PV MFMAs. So the next tile's bytes stream while this one computes, with at
-; most 56 loads in flight (vmcnt < 64). Registers: D 128: 212 VGPRs (16-bit, FP8), 254
-; (scale/shift): 2 waves/SIMD, one 8-wave workgroup per CU; D 64: 124 (4 waves/SIMD), 166.
+; most 40 loads in flight (vmcnt < 64). Registers: D 128: 212 VGPRs (16-bit, FP8), 241
+; (scale/shift): 2 waves/SIMD, one 8-wave workgroup per CU; D 64: 124 (4 waves/SIMD), 153.
 
 .include "buffer_rsrc.inc"
 
@@ -268,11 +270,14 @@
 .set v_o, v_v + 16*NC       ; [8NC] O^T: block db, parity p at v_o + 4(2 db + p)
 .set v_ost, v_k             ; epilogue: O packed for the stores (over K, once no load is in flight)
 .set v_kraw, v_o + 8*NC     ; FP8: [2 2KRAW] raw K bytes, block kb at v_kraw + 2KRAW p + KRAW kb
-.set v_ksoff, v_kraw + 4*KRAW   ; FP8 = 2: [4] pair voffsets (4g + r) * ks_ss
-.set v_vsoff, v_ksoff + 4   ; [4] (4g + r) * vs_ss
-.set v_ks, v_vsoff + 4      ; [2 8] K (scale, shift) of the lane's 8 keys (kb, r) at v_ks + 8p + 4kb + r
-.set v_vs, v_ks + 16        ; [2 8] V (scale, shift) likewise
-.set v_sumq, v_vs + 16      ; sum of the lane's query row
+.set v_ksoff, v_kraw + 4*KRAW   ; FP8 = 2: pair voffset of key l of a block: l * ks_ss (lanes 0-15; others OOB)
+.set v_vsoff, v_ksoff + 1   ; l * vs_ss likewise
+.set v_pgat, v_vsoff + 1    ; 16g: ds_bpermute address of lane 4g (+ 4r in the offset field: lane 4g + r)
+.set v_kpr, v_pgat + 1      ; [2 2] K pairs as loaded: block kb at v_kpr + 2p + kb, key l in lane l < 16
+.set v_vpr, v_kpr + 4       ; [2 2] V pairs likewise
+.set v_ks, v_vpr + 4        ; [8] K (scale, shift) of the lane's 8 keys (kb, r) at v_ks + 4kb + r
+.set v_vs, v_ks + 8         ; [8] V (scale, shift) likewise
+.set v_sumq, v_vs + 8       ; sum of the lane's query row
 .set v_c, v_sumq + 1        ; partial sum p b' of the lane
 
 ; ============================================================================ macros
@@ -316,25 +321,12 @@
     block_rsrc1 s_rsrc_v\kb, s_ptr_v, \pg, s_v_ps, s_v_ss
 .if FP8_TOKEN
     block_rsrc1 s_rsrc_s, s_ptr_ks, \pg, s_ks_ps, s_ks_ss
-    .irp r, 0, 1, 2, 3
-        buffer_load_dword v[_ks + 4*\kb + \r], v[v_ksoff + \r], s[s_rsrc_s:s_rsrc_s+3], 0 offen
-    .endr
-    block_rsrc1 s_rsrc_s, s_ptr_vs, \pg, s_vs_ps, s_vs_ss          ; (the loads above read it at issue)
-    .irp r, 0, 1, 2, 3
-        buffer_load_dword v[_vs + 4*\kb + \r], v[v_vsoff + \r], s[s_rsrc_s:s_rsrc_s+3], 0 offen
-    .endr
+    buffer_load_dword v[_kpr + \kb], v[v_ksoff], s[s_rsrc_s:s_rsrc_s+3], 0 offen   ; the block's 16 pairs, once
+    block_rsrc1 s_rsrc_s, s_ptr_vs, \pg, s_vs_ps, s_vs_ss          ; (the load above read it at issue)
+    buffer_load_dword v[_vpr + \kb], v[v_vsoff], s[s_rsrc_s:s_rsrc_s+3], 0 offen
 .endif
 .endm
 
-; FP8 = 2: v[\dst] = f32 of the low (\hi = 0) or high half of the fp16 pair v[\src]
-.macro pair_half dst, src, hi
-    .if \hi
-        v_lshrrev_b32 v[\dst], 16, v[\src]
-        v_cvt_f32_f16 v[\dst], v[\dst]
-    .else
-        v_cvt_f32_f16 v[\dst], v[\src]
-    .endif
-.endm
 .macro block_rsrc1 rsrc, ptr, pg, ps, ss
     s_mov_b32 s[\rsrc], s[\ptr]
     s_mov_b32 s[\rsrc+1], s[\ptr+1]
@@ -462,7 +454,7 @@
 .endm
 
 ; The registers of tile buffer \p: _kld (where K loads land), _kop (the MFMA's K operand),
-; _vld (V), _ks/_vs (scale/shift pairs)
+; _vld (V), _kpr/_vpr (scale/shift pairs as loaded)
 .macro tile_regs p
     .if FP8_ANY
         .set _kld, v_kraw + 2*KRAW*(\p)
@@ -472,11 +464,11 @@
         .set _kop, _kld
     .endif
     .set _vld, v_v + 8*NC*(\p)
-    .set _ks, v_ks + 8*(\p)
-    .set _vs, v_vs + 8*(\p)
+    .set _kpr, v_kpr + 2*(\p)
+    .set _vpr, v_vpr + 2*(\p)
 .endm
 .set KLOADS, 2 * NC / (1 + FP8_ANY)    ; K loads per tile
-.set SLOADS, 16 * FP8_TOKEN            ; scale/shift loads per tile
+.set SLOADS, 4 * FP8_TOKEN             ; scale/shift loads per tile
 .set VLOADS, 8 * NC                    ; V loads per tile
 .set KBLOCK_REGS, 4 * NC / (1 + FP8_ANY)   ; VGPRs of one block's K as loaded
 
@@ -663,13 +655,13 @@
     s_mul_i32 s[s_u], s[s_hkv], s[s_u]
     s_add_u32 s[s_ptr_vs], s[s_ptr_vs], s[s_u]
     s_addc_u32 s[s_ptr_vs+1], s[s_ptr_vs+1], 0
-    v_lshlrev_b32 v[v_t1], 2, v[v_g]                    ; 4g
-    v_mul_lo_u32 v[v_ksoff], v[v_t1], s[s_ks_ss]
-    v_mul_lo_u32 v[v_vsoff], v[v_t1], s[s_vs_ss]
-    .irp r, 1, 2, 3
-        v_add_u32 v[v_ksoff + \r], s[s_ks_ss], v[v_ksoff + \r - 1]
-        v_add_u32 v[v_vsoff + \r], s[s_vs_ss], v[v_vsoff + \r - 1]
-    .endr
+    v_mul_lo_u32 v[v_ksoff], v[v_lane], s[s_ks_ss]      ; lane l loads key l's pair (l < 16) ...
+    v_mul_lo_u32 v[v_vsoff], v[v_lane], s[s_vs_ss]
+    v_mov_b32 v[v_t1], OOB
+    v_cmp_gt_u32 vcc, 16, v[v_lane]
+    v_cndmask_b32 v[v_ksoff], v[v_t1], v[v_ksoff], vcc  ; ... the other lanes request nothing
+    v_cndmask_b32 v[v_vsoff], v[v_t1], v[v_vsoff], vcc
+    v_lshlrev_b32 v[v_pgat], 4, v[v_g]                  ; 4 * (4g): the source lane of key 4g + r, r in the offset
     ; sum(q) of the lane's row: S^T with A = ones (every key row sees the same sum)
     .irp c, 0, 1, 2, 3
         .if \c == 0
@@ -699,6 +691,14 @@
     issue_k 1 - \p                                      ; the next tile's K (and pairs) stream meanwhile
     tile_regs \p
     s_waitcnt vmcnt(VLOADS + SLOADS + KLOADS)           ; in flight: V(i), pairs and K of i+1 -> wait for K(i), pairs(i)
+.if FP8_TOKEN
+    .irp kb, 0, 1                                       ; each lane's 8 keys' pairs, from the lanes that loaded them
+        .irp r, 0, 1, 2, 3
+            ds_bpermute_b32 v[v_ks + 4*\kb + \r], v[v_pgat], v[_kpr + \kb] offset: 4*\r
+            ds_bpermute_b32 v[v_vs + 4*\kb + \r], v[v_pgat], v[_vpr + \kb] offset: 4*\r
+        .endr
+    .endr
+.endif
 .if FP8
     .irp kb, 0, 1
         .irp c, 0, 1, 2, 3
@@ -721,11 +721,10 @@
     s_nop 6                                             ; MFMA (4 passes) result -> VALU read: 8 wait states
 
 .if FP8_TOKEN
-    .irp i, 0, 1, 2, 3, 4, 5, 6, 7                      ; S = s (q.k) + b sum(q)
-        pair_half v_t0, _ks + \i, 1
-        pair_half v_t1, _ks + \i, 0
-        v_mul_f32 v[v_t0], v[v_t0], v[v_sumq]
-        v_fma_f32 v[v_s + \i], v[v_s + \i], v[v_t1], v[v_t0]
+    s_waitcnt lgkmcnt(0)                                ; in flight: the pair permutes (and page ids of i+2) -> wait
+    .irp i, 0, 1, 2, 3, 4, 5, 6, 7                      ; S = s (q.k) + b sum(q); (s, b) = fp16 (low, high) half
+        v_fma_mix_f32 v[v_t0], v[v_ks + \i], v[v_sumq], 0 op_sel:[1,0,0] op_sel_hi:[1,0,0]
+        v_fma_mix_f32 v[v_s + \i], v[v_s + \i], v[v_ks + \i], v[v_t0] op_sel:[0,0,0] op_sel_hi:[0,1,0]
     .endr
 .endif
     ; --- softmax: scale, mask, max over the 4 lane groups, P = exp2(S - m), l ---
@@ -757,10 +756,8 @@
 .if FP8_TOKEN
     v_mul_f32 v[v_c], v[v_c], v[v_alpha]
     .irp i, 0, 1, 2, 3, 4, 5, 6, 7                      ; c += p b', P = p s'
-        pair_half v_t0, _vs + \i, 1
-        pair_half v_t1, _vs + \i, 0
-        v_fma_f32 v[v_c], v[v_s + \i], v[v_t0], v[v_c]
-        v_mul_f32 v[v_s + \i], v[v_s + \i], v[v_t1]
+        v_fma_mix_f32 v[v_c], v[v_s + \i], v[v_vs + \i], v[v_c] op_sel:[0,1,0] op_sel_hi:[0,1,0]
+        v_fma_mix_f32 v[v_s + \i], v[v_s + \i], v[v_vs + \i], 0 op_sel:[0,0,0] op_sel_hi:[0,1,0]
     .endr
 .endif
     cvt_pk_f32 v[v_p], v[v_s], v[v_s + 1]
