@@ -1,5 +1,6 @@
 ; decode_attn — attention of a few new query tokens over a KV cache (decode / speculative
-; verification), bf16/fp16, head dim D = 64 or 128, contiguous or paged cache, split-K.
+; verification): q bf16/fp16, cache in q's dtype or FP8 e4m3 (per-tensor descales or
+; per-token scale/shift), head dim D = 64 or 128, contiguous or paged cache, split-K.
 ; gfx950 (CDNA4), wave64, W = WORKGROUP_SIZE_X / 64 waves per workgroup (kernels.yaml: 8).
 ;
 ;   O[b, s, h, :] = sum_j softmax_j(scale * Q[b,s,h,:] . K[j, h/G, :]) * V[j, h/G, :]
@@ -242,7 +243,7 @@
 .set s_rowmask, 98          ; [98:99] epilogue: lanes whose row exists
 
 ; --- VGPRs ---
-.set v_lane, 1              ; l = work-item (one wave)
+.set v_lane, 1              ; l = work-item % 64: lane in the wave
 .set v_n, 2                 ; l % 16: query row in the tile (B/C column), key in a block (A row)
 .set v_g, 3                 ; l / 16: lane group
 .set v_koff, 4              ; K voffset: n * k_seq_stride + (D/2) g
