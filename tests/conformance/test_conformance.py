@@ -15,7 +15,7 @@ import pytest
 import gfxasm.emu as emu
 from gfxasm.emu import HazardError
 
-from . import cases, cases_bwd, cases_gemm, cases_mla
+from . import cases, cases_bwd, cases_gemm, cases_mla, cases_moe
 
 CORPUS_CASES = {
     "fmha_A_gqa2_256": lambda: cases.fmha_fwd(1, 2, 1, 256, 256),
@@ -159,25 +159,29 @@ def test_paged_attention_fp8_gqa16_lgkmcnt_race_is_reported(ctx, Hk):
                      r"v88 read while a load into it is still in flight.*pc 0x571c")
 
 
-F8_BLOCKSCALE_EPILOGUE = {
-    # (M, N, K): pc of the epilogue's first ds_write_b64 that stages C through LDS
-    (130, 256, 640): 0x46d0,     # x128: the trailing A/B prefetch DMA is still in flight
-    (33, 256, 768): 0x46d0,      # x128: other waves may still be reading the last A/B tile
-    (20, 256, 512): 0x34d4,      # x32
-    (32, 512, 1024): 0x34d4,     # x32
+# name: (case, pc of the epilogue's first ds_write_b64 that stages the output through LDS)
+GEMM_EPILOGUE_RACES = {
+    # x128: the trailing A/B prefetch DMA is still in flight
+    "f8_blockscale_x128_M130_N256_K640": (lambda: cases_gemm.f8_blockscale_mi350(130, 256, 640), 0x46d0),
+    # x128: other waves may still be reading the last A/B tile
+    "f8_blockscale_x128_M33_N256_K768": (lambda: cases_gemm.f8_blockscale_mi350(33, 256, 768), 0x46d0),
+    "f8_blockscale_x32_M20_N256_K512": (lambda: cases_gemm.f8_blockscale_mi350(20, 256, 512), 0x34d4),
+    "f8_blockscale_x32_M32_N512_K1024": (lambda: cases_gemm.f8_blockscale_mi350(32, 512, 1024), 0x34d4),
+    "moe_stage1_T5_E4_top2_D256_I128": (lambda: cases_moe.moe_stage1_fp8(5, 4, 2, 256, 128), 0x3d0c),
+    "moe_stage1_T37_E8_top3_D384_I256": (lambda: cases_moe.moe_stage1_fp8(37, 8, 3, 384, 256), 0x3d0c),
 }
 
 
-@pytest.mark.parametrize("shape", list(F8_BLOCKSCALE_EPILOGUE))
-def test_f8_blockscale_epilogue_lds_race_is_reported(shape):
-    """A finding, pinned (docs/isa-notes.md): after the K loop, f8_block_scale_mi350_x128/x32
-    stage C through LDS address 0 with ds_write_b64 and no s_barrier or vmcnt wait first.
-    The bytes belong to the A/B tile buffers: other waves may still read the last tile
-    (WAR), and the loop's last prefetch LDS DMA, issued one iteration ahead, may still be
-    in flight; either lands A/B bytes in the staged C on a legal schedule."""
-    pc = F8_BLOCKSCALE_EPILOGUE[shape]
-    _race_then_loose(lambda: cases_gemm.f8_blockscale_mi350(*shape),
-                     rf"ds_write_b64 (touches|overwrites) LDS address 0x0 .*pc {pc:#x}")
+@pytest.mark.parametrize("name", list(GEMM_EPILOGUE_RACES))
+def test_gemm_epilogue_lds_race_is_reported(name):
+    """A finding, pinned (docs/conformance.md F5): after the K loop,
+    f8_block_scale_mi350_x128/x32 and fmoe_stage1_bf16_pertokenFp8_g1u1_32x128_3tg_pf2 stage
+    their output through LDS address 0 with ds_write_b64 and no s_barrier or vmcnt wait
+    first. The bytes belong to the A/B tile buffers: other waves may still read the last
+    tile (WAR), and the loop's last prefetch LDS DMA, issued one iteration ahead, may still
+    be in flight; either lands A/B bytes in the staged output on a legal schedule."""
+    make, pc = GEMM_EPILOGUE_RACES[name]
+    _race_then_loose(make, rf"ds_write_b64 (touches|overwrites) LDS address 0x0 .*pc {pc:#x}")
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 64, 256), (1, 2, 100, 300)])
