@@ -412,6 +412,10 @@ def test_bad_options(no_launch):
     raises(ValueError, "'out' shape must equal q's", out=torch.empty(2, 1, 8, 64, dtype=torch.bfloat16))
     raises(TypeError, "'out' dtype must equal q's", out=torch.empty(2, 1, 8, 128, dtype=torch.float16))
     raises(TypeError, "'return_lse' must be a bool", return_lse=None)
+    q = torch.zeros(2, 1, 8, 128, dtype=torch.bfloat16)
+    raises(ValueError, "'out' overlaps the memory of 'q'", q=q, out=q)
+    raises(ValueError, "'out' has elements sharing memory", out=torch.zeros(1, 1, 1, 128, dtype=torch.bfloat16)
+           .expand(2, 1, 8, 128))
     raises(ValueError, "must be on the CPU \\(emulator\\) or a ROCm gfx950 GPU, got meta",
            q=good()["q"].to("meta"), k_cache=good()["k_cache"].to("meta"), v_cache=good()["v_cache"].to("meta"))
 

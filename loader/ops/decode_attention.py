@@ -49,6 +49,7 @@ from dataclasses import dataclass
 import torch
 
 from ..gridexpr import cdiv
+from .aliasing import extent, refuse_internal_overlap, refuse_overlap
 
 KERNEL = "decode_attn"
 MERGE = "decode_attn_merge"
@@ -295,6 +296,11 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, descales, pairs, 
         _check_rows("out", out, 1)
         if _span(out, (1, 2)) >= _MAX_OFFSET:
             _fail(ValueError, "'out' is too large: offsets within one batch entry must stay below 2^31 bytes")
+        refuse_internal_overlap("decode_attention", "out", out)
+        inputs = [("q", q), ("k_cache", k_cache), ("v_cache", v_cache)] + \
+            [(n, t) for n, t in pairs.items() if t is not None]
+        refuse_overlap("decode_attention", "out", out.data_ptr(), extent(out),
+                       tuple((n, t.data_ptr(), extent(t), False) for n, t in inputs))
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(dim)
     elif isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)) \
