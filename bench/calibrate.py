@@ -61,8 +61,7 @@ class _Worker:
     """Owns some points: their launches (tensors kept alive, so traces are reused)."""
 
     def __init__(self, points):
-        import gfxasm.perf  # noqa: F401  (the package's `estimate` name is the function)
-        est_mod = sys.modules["gfxasm.perf.estimate"]
+        from gfxasm.perf import estimator as est_mod
         est_mod.TRACE_CACHE_SIZE = max(est_mod.TRACE_CACHE_SIZE, len(points) + 1)
         self.points = points
         self.launches = {}

@@ -202,7 +202,7 @@ def _estimate(B, Hq, Hk, Sq, Sk, causal, workgroup=None):
     the sample instead of the ones compute unit 0 would run (same grid and buffers, so the
     cache/DRAM accounting is the whole problem's)."""
     from gfxasm.perf import estimate
-    est_module = sys.modules["gfxasm.perf.estimate"]
+    from gfxasm.perf import estimator as est_module
     variant, grid, raw, buffers = _launch_parts(B, Hq, Hk, Sq, Sk, causal)
     chooser = est_module.representative_workgroups
     if workgroup is not None:

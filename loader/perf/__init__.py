@@ -5,7 +5,7 @@
                                           -> estimate.Estimate (modelled seconds, FLOP, DRAM bytes)
 CLI hooks for `gfxasm stats` / `gfxasm bench`: cli.stats_main(argv), cli.bench_main(argv).
 """
-from .estimate import Estimate, estimate, format_lds_conflicts
+from .estimator import Estimate, estimate, format_lds_conflicts
 from .params import DEFAULT, Params
 from .stats import Stats, analyze, format_stats
 

@@ -1,4 +1,4 @@
-"""`gfxasm.perf.estimate`: what a launch costs on one MI355X, from the code object alone.
+"""`gfxasm.perf.estimate` (this module is gfxasm.perf.estimator): what a launch costs on one MI355X, from the code object alone.
 
     est = gfxasm.perf.estimate("x.co", grid=(gx, gy, gz), block=(512, 1, 1),
                                kernarg=kernarg_bytes, buffers=[q, k, v, o, lse])
