@@ -6,8 +6,9 @@ op's arguments) or match a float64 reference written here from the ops' document
 semantics; anything else (another exception, a wrong answer) fails.
 
 Deterministic (derandomize) and bounded: a fixed number of examples per op, tiny shapes
-since every accepted call runs the strict emulator. Each test prints how many calls were
-refused and how many matched."""
+since every accepted call runs the strict emulator (~25 s in all). Each test prints how
+many calls were refused and how many matched. What the fuzzing found and is not fixed yet
+is kept out of the strategies and pinned by a strict xfail test at the end."""
 from __future__ import annotations
 
 import math
@@ -20,11 +21,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gfxasm
+from gfxasm.build import build_manifest
+from gfxasm.emu.errors import UnsupportedInstruction
+from gfxasm.manifest import default_manifest
 
 FUZZ = settings(derandomize=True, deadline=None, database=None, print_blob=True,
                 suppress_health_check=list(HealthCheck))      # each test adds its max_examples
 E4M3 = torch.float8_e4m3fn
 POISON_BYTE = 0x7F      # NaN in e4m3, ~3.4e38 in bf16 / f32, 127 in a scale byte: fills every gap
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built():
+    build_manifest(default_manifest())       # incremental: nothing to do when ./build.sh has run
 
 
 # ------------------------------------------------------------------ layouts
@@ -53,8 +62,8 @@ def laid_out(values: torch.Tensor, layout: str, dim: int) -> torch.Tensor:
         view = big.narrow(dim, 0, 2 * shape[dim])[(slice(None),) * dim + (slice(None, None, 2),)]
         view.copy_(values)
         return view
-    if layout == "padded":           # rows of the last dim padded by 8 elements
-        big = empty_poisoned(shape[:-1] + (shape[-1] + 8,), values.dtype)
+    if layout == "padded":           # rows of the last dim padded by 16 bytes
+        big = empty_poisoned(shape[:-1] + (shape[-1] + 16 // values.element_size(),), values.dtype)
         view = big[..., :shape[-1]]
         view.copy_(values)
         return view
@@ -188,7 +197,7 @@ def fmha_out_only(kind: str, q: torch.Tensor, k: torch.Tensor):
     return laid_out(out, {"fresh": "contiguous", "padded": "padded", "broadcast": "broadcast"}[kind], 2)
 
 
-@settings(FUZZ, max_examples=100)
+@settings(FUZZ, max_examples=150)
 @given(fmha_calls())
 def fuzz_fmha_fwd(c):
     g = torch.Generator().manual_seed(c["seed"])
@@ -251,7 +260,8 @@ def gemm_calls(draw):
                 out=choose(["none", "none", "fresh"], ["padded", "over_a", "broadcast"]),
                 seed=draw(st.integers(0, 2**16)),
                 # A 0xFF (NaN) scale byte only with the MFMA kernels: the GEMV's v_cvt_scalef32_pk_f32_fp8
-                # with a NaN scale is unverified on gfx950 and the emulator stops there (reported).
+                # with a NaN scale is unverified on gfx950 and the emulator stops there
+                # (test_gemv_with_a_nan_scale_is_refused_or_nan).
                 nan_scale=draw(st.sampled_from([False, False, False, True])) and kernel == "mfma")
 
 
@@ -265,7 +275,7 @@ def gemm_scale(rows: int, k: int, c: dict, g: torch.Generator) -> torch.Tensor:
     return s.view(c["scale_dtype"]) if c["scale_dtype"] != torch.uint8 else s
 
 
-@settings(FUZZ, max_examples=150)
+@settings(FUZZ, max_examples=250)
 @given(gemm_calls())
 def fuzz_mxfp8_gemm(c):
     g = torch.Generator().manual_seed(c["seed"])
@@ -300,3 +310,167 @@ def fuzz_mxfp8_gemm(c):
 
 def test_fuzz_mxfp8_gemm(capsys):
     fuzz("mxfp8_gemm", fuzz_mxfp8_gemm, GEMM_COUNTS, capsys)
+
+
+# ------------------------------------------------------------------ decode_attention
+
+DECODE_ARGS = ("q", "k_cache", "v_cache", "cache_seqlens", "block_table", "k_descale", "v_descale", "k_scale_shift",
+               "v_scale_shift", "softmax_scale", "causal", "window_left", "sinks", "num_splits", "out", "return_lse")
+DECODE_COUNTS: Counter = Counter()
+Q_LAYOUTS = [("contiguous", 0)] * 3 + [("sliced", 2), ("padded", 3), ("transposed", 2)]
+CACHE_LAYOUTS = [("contiguous", 0)] * 3 + [("padded", 3), ("sliced", 2)]
+DECODE_ODD_LAYOUTS = [("misaligned", 0), ("sliced", 3), ("broadcast", 1), ("transposed", 3)]
+
+
+@st.composite
+def decode_calls(draw):
+    choose = chooser(draw, 16)
+    heads_kv, group = draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 2, 3]))
+    return dict(dtype=choose([torch.bfloat16, torch.float16], [torch.float32]), dim=choose([64, 128], [96]),
+                batch=draw(st.sampled_from([1, 1, 2, 0])), seq_q=choose([1, 1, 2, 5], [0, 17]),
+                heads_kv=heads_kv, heads_q=heads_kv * group + choose([0], [1]),
+                page_size=draw(st.sampled_from([None, None, 16, 32])) if choose([True], [False]) else 24,
+                capacity=draw(st.sampled_from([16, 40, 65])), overfull=choose([False], [True]),
+                fp8=draw(st.sampled_from(["no", "no", "descale", "pairs"])),
+                causal=draw(st.booleans()), window_left=choose([-1, -1, 0, 3, 20], [-2]),
+                sinks=choose([False, False, True], ["f16"]), num_splits=choose([None, None, 1, 2, 3], [0]),
+                softmax_scale=choose([None, 0.1], [-1.0]),
+                layouts=[choose(Q_LAYOUTS, DECODE_ODD_LAYOUTS)] + [choose(CACHE_LAYOUTS, DECODE_ODD_LAYOUTS)] * 2,
+                out=choose(["none", "none", "fresh", "padded"], ["q", "broadcast", "over_k_cache"]),
+                return_lse=draw(st.booleans()), seed=draw(st.integers(0, 2**16)))
+
+
+def decode_inputs(c: dict, g: torch.Generator) -> dict:
+    """Random q, caches (contiguous or paged through a shuffled block table; every slot no
+    sequence uses poisoned), seqlens, and the optional tensors the call names."""
+    batch, page = c["batch"], c["page_size"]
+    cache_dtype = E4M3 if c["fp8"] != "no" else c["dtype"]
+    if page is None:
+        token_dims, capacity, block_table = (batch, c["capacity"]), c["capacity"], None
+    else:
+        per_seq = -(-c["capacity"] // page)
+        pages = batch * per_seq + 1
+        block_table = torch.randperm(pages, generator=g)[:batch * per_seq].view(batch, per_seq).to(torch.int32)
+        token_dims, capacity = (pages, page), per_seq * page
+    seqlens = torch.randint(0, capacity + 1, (batch,), generator=g, dtype=torch.int32)
+    if c["overfull"] and batch:
+        seqlens[0] = capacity + 1
+    shape = token_dims + (c["heads_kv"], c["dim"])
+    k, v = (torch.randn(shape, generator=g).to(cache_dtype) for _ in range(2))
+    pairs = None
+    if c["fp8"] == "pairs":
+        pairs = [torch.stack([torch.rand(token_dims + (c["heads_kv"],), generator=g) + 0.25,
+                              torch.randn(token_dims + (c["heads_kv"],), generator=g) * 0.1], -1).half()
+                 for _ in range(2)]
+    used = torch.zeros(token_dims, dtype=torch.bool)      # slots some sequence reads
+    for b in range(batch):
+        length = min(int(seqlens[b]), capacity)
+        if block_table is None:
+            used[b, :length] = True
+        else:
+            used.view(-1)[(block_table[b].long()[:, None] * page + torch.arange(page)).view(-1)[:length]] = True
+    for t in [k, v] + (pairs or []):
+        t.view(torch.uint8)[~used] = POISON_BYTE
+    sinks = None
+    if c["sinks"]:
+        sinks = torch.randn(c["heads_q"], generator=g).to(torch.float16 if c["sinks"] == "f16" else torch.float32)
+    descales = [torch.rand(1, generator=g) + 0.5 for _ in range(2)] if c["fp8"] == "descale" else [None, None]
+    q = torch.randn(batch, c["seq_q"], c["heads_q"], c["dim"], generator=g).to(c["dtype"])
+    return dict(q=q, k_cache=k, v_cache=v, cache_seqlens=seqlens, block_table=block_table, k_descale=descales[0],
+                v_descale=descales[1], k_scale_shift=pairs[0] if pairs else None,
+                v_scale_shift=pairs[1] if pairs else None, sinks=sinks)
+
+
+def decode_reference(a: dict, causal: bool, window_left: int, scale: float):
+    """float64 O [B, Sq, Hq, D], LSE [B, Hq, Sq] and sum_j P|V| (the P-rounding bound; with
+    (scale, shift) pairs |V| without the shift), from the documented semantics: keys
+    gathered through the page table, dequantised."""
+    q = a["q"].double()
+    batch, seq_q, heads_q, dim = q.shape
+    o, o_abs = torch.zeros(q.shape, dtype=torch.float64), torch.zeros(q.shape, dtype=torch.float64)
+    lse = torch.full((batch, heads_q, seq_q), float("-inf"), dtype=torch.float64)
+    for b in range(batch):
+        length = int(a["cache_seqlens"][b])
+
+        def tokens(t):
+            if a["block_table"] is not None:
+                t = t[a["block_table"][b].long()].flatten(0, 1)
+            else:
+                t = t[b]
+            return t[:length].double()
+        k, v = tokens(a["k_cache"]), tokens(a["v_cache"])
+        if a["k_descale"] is not None:
+            k, v = k * a["k_descale"].double(), v * a["v_descale"].double()
+        v_rounded = v.abs()          # what the kernel multiplies by the rounded P
+        if a["k_scale_shift"] is not None:
+            kp, vp = tokens(a["k_scale_shift"]), tokens(a["v_scale_shift"])
+            v_rounded = (v * vp[..., :1]).abs()       # the shifts are added after P.V, unrounded (documented)
+            k, v = k * kp[..., :1] + kp[..., 1:], v * vp[..., :1] + vp[..., 1:]
+        group = heads_q // k.shape[1]
+        k, v, v_rounded = (t.repeat_interleave(group, dim=1) for t in (k, v, v_rounded))
+        j, last = torch.arange(length)[None, :], torch.arange(seq_q)[:, None] + length - seq_q
+        visible = (j <= last) if causal else torch.ones(seq_q, length, dtype=torch.bool)
+        if window_left >= 0:
+            visible = visible & (j >= last - window_left)
+        sink = a["sinks"].double()[:, None, None] if a["sinks"] is not None else None
+        p, lse[b] = softmax_rows(torch.einsum("qhd,khd->hqk", q[b], k) * scale, visible, sink)
+        o[b] = torch.einsum("hqk,khd->qhd", p, v)
+        o_abs[b] = torch.einsum("hqk,khd->qhd", p, v_rounded)
+    return o, lse, o_abs
+
+
+@settings(FUZZ, max_examples=200)
+@given(decode_calls())
+def fuzz_decode_attention(c):
+    g = torch.Generator().manual_seed(c["seed"])
+    a = decode_inputs(c, g)
+    a["q"], a["k_cache"], a["v_cache"] = (laid_out(a[name], *layout)
+                                          for name, layout in zip(("q", "k_cache", "v_cache"), c["layouts"]))
+    out = None
+    if c["out"] == "q":
+        out = a["q"]
+    elif c["out"] == "over_k_cache":     # out over k_cache's first elements (in its dtype: FP8 is refused so)
+        k, shape = a["k_cache"], a["q"].shape
+        fits = k.untyped_storage().nbytes() >= (k.storage_offset() + a["q"].numel()) * k.element_size()
+        out = k.as_strided(shape, torch.empty(shape, device="meta").stride(), k.storage_offset()) if fits else None
+    elif c["out"] != "none":
+        out = laid_out(torch.full(a["q"].shape, float("nan"), dtype=c["dtype"]),
+                       {"fresh": "contiguous", "padded": "padded", "broadcast": "broadcast"}[c["out"]], 2)
+    inputs = {name: t.clone() if isinstance(t, torch.Tensor) else t for name, t in a.items()}
+    result = call(DECODE_COUNTS, DECODE_ARGS, lambda: gfxasm.decode_attention(
+        **a, softmax_scale=c["softmax_scale"], causal=c["causal"], window_left=c["window_left"],
+        num_splits=c["num_splits"], out=out, return_lse=c["return_lse"]))
+    if result is None:
+        return
+    o, lse = result if c["return_lse"] else (result, None)
+    assert out is None or o is out
+    scale = 1 / math.sqrt(c["dim"]) if c["softmax_scale"] is None else c["softmax_scale"]
+    o_ref, lse_ref, o_abs = decode_reference(inputs, c["causal"], c["window_left"], scale)
+    u = torch.finfo(c["dtype"]).eps / 2
+    close("out", o, o_ref, 2 * u * (o_abs + o_ref.abs()) + 1e-5)   # P rounded before P.V, O rounded once
+    if lse is not None:
+        close("lse", lse, lse_ref, 1e-4 * (1 + lse_ref.abs().nan_to_num(posinf=0, neginf=0)))
+    DECODE_COUNTS["matched"] += 1
+
+
+def test_fuzz_decode_attention(capsys):
+    fuzz("decode_attention", fuzz_decode_attention, DECODE_COUNTS, capsys)
+
+
+# ------------------------------------------------------------------ what the fuzzing found
+
+@pytest.mark.xfail(strict=True, raises=UnsupportedInstruction,
+                   reason="found by fuzzing, reported: the GEMV's v_cvt_scalef32_pk_f32_fp8 with a NaN scale is "
+                   "unverified on gfx950, and the emulator stops there")
+def test_gemv_with_a_nan_scale_is_refused_or_nan(gen):
+    """A 0xFF scale byte is documented as NaN: the op must refuse it or give NaN exactly
+    where the reference has NaN (the MFMA kernels do)."""
+    a = torch.randn(3, 64, generator=gen).to(E4M3)
+    scale = torch.randint(124, 130, (3, 2), generator=gen, dtype=torch.uint8)
+    scale[1, 1] = 255
+    try:
+        out = gfxasm.mxfp8_gemm(a, scale, a, scale, kernel="gemv")
+    except (ValueError, TypeError, NotImplementedError):
+        return
+    expected = dequantize(a, scale) @ dequantize(a, scale).T
+    close("out", out, expected.to(out.dtype), torch.finfo(out.dtype).eps * expected.abs().nan_to_num(nan=0) + 1e-3)

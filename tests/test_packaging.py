@@ -65,8 +65,8 @@ q = torch.randn(1, 1, 2, 64, generator=g).bfloat16()
 k_cache = torch.randn(1, 40, 1, 64, generator=g).bfloat16()
 v_cache = torch.randn(1, 40, 1, 64, generator=g).bfloat16()
 out = gfxasm.decode_attention(q, k_cache, v_cache, torch.tensor([33], dtype=torch.int32))
-check("decode_attention", out[0], attention(q[0], k_cache[0, :33], v_cache[0, :33], torch.ones(1, 33, dtype=torch.bool)),
-      2e-2)
+expected = attention(q[0], k_cache[0, :33], v_cache[0, :33], torch.ones(1, 33, dtype=torch.bool))
+check("decode_attention", out[0], expected, 2e-2)
 '''
 
 
