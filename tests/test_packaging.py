@@ -85,18 +85,16 @@ def venv(tmp_path_factory) -> Path:
                            "-q", "--no-deps", "--no-index", "--no-build-isolation", str(wheel)],
                           capture_output=True, text=True, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr
+    (work / "llvm").mkdir()            # LLVM_BIN of the installed commands: no clang, only the emulator's decoder
+    (work / "llvm" / "llvm-objdump").symlink_to(find_tool("llvm-objdump"))
     return work / "venv"
 
 
 def run_installed(venv: Path, cwd: Path, *command: str, **env: str) -> subprocess.CompletedProcess:
     """A command of the venv, from `cwd`, with no clang: LLVM_BIN holds only llvm-objdump
     (the emulator's decoder), so any attempt to assemble would fail."""
-    llvm = cwd / "llvm-objdump-only"
-    llvm.mkdir(exist_ok=True)
-    if not (llvm / "llvm-objdump").exists():
-        (llvm / "llvm-objdump").symlink_to(find_tool("llvm-objdump"))
     clean = {k: v for k, v in os.environ.items() if k not in ("GFXASM_MANIFEST", "GFXASM_BUILD_DIR", "PYTHONPATH")}
-    clean.update(PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}", LLVM_BIN=str(llvm), **env)
+    clean.update(PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}", LLVM_BIN=str(venv.parent / "llvm"), **env)
     return subprocess.run(command, cwd=cwd, env=clean, capture_output=True, text=True, stdin=subprocess.DEVNULL)
 
 
@@ -154,3 +152,13 @@ def test_manifest_override(venv, tmp_path):
 def test_bench_without_a_checkout_says_so(venv, tmp_path):
     done = run_installed(venv, tmp_path, "gfxasm", "bench", "--small")
     assert done.returncode == 0 and "not in the installed package" in done.stderr, done.stderr
+
+
+def test_bench_from_a_clone_skips_what_is_missing_and_shows_progress(venv, tmp_path):
+    # The installed package runs the clone's bench/ (cwd); without the corpus, bench_conformance is skipped.
+    done = run_installed(venv, REPO_ROOT, "gfxasm", "bench", "--small", "--only", "(ours)", "--out",
+                         str(tmp_path / "r.json"), "--png", str(tmp_path / "r.png"),
+                         GFXASM_CORPUS_DIR=str(tmp_path / "no-corpus"))
+    assert done.returncode == 0, done.stderr
+    assert "gfxasm bench: skipped bench/bench_conformance.py: the gfx950 corpus" in done.stderr
+    assert done.stdout.startswith("[1/1] fmha_fwd_d128_bf16 (ours)") and (tmp_path / "r.json").is_file()
