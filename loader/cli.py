@@ -171,7 +171,7 @@ def cmd_check(ns: argparse.Namespace) -> int:
             if variant.co_path.is_file():
                 problems += verify(variant.co_path, variant)
             else:
-                problems.append(f"{shown(variant.co_path)} is not built (run ./build.sh)")
+                problems.append(f"{shown(variant.co_path)} is not built ({manifest.build_hint})")
         print(f"{shown(manifest.path)}: {len(variants)} variants checked")
     for problem in problems:
         print(problem, file=sys.stderr)
@@ -234,7 +234,7 @@ def cmd_dis(ns: argparse.Namespace) -> int:
     from .toolchain import find_tool
     variant = _find_variant(ns.manifests, ns.kernel, ns.variant)
     if not variant.co_path.is_file():
-        raise FileNotFoundError(f"{shown(variant.co_path)} is not built: run ./build.sh")
+        raise FileNotFoundError(f"{shown(variant.co_path)} is not built: {variant.kernel.manifest.build_hint}")
     return subprocess.run([find_tool("llvm-objdump"), "-d", "--mcpu=gfx950", str(variant.co_path)]).returncode
 
 
