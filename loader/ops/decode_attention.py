@@ -40,6 +40,14 @@ shift, xformers' row-wise asymmetric FP8). One kind, for both K and V.
 
 Everything checkable on the host is checked before any launch: a violation is a
 ValueError/TypeError naming the argument.
+
+torch ops (loader/ops/library.py): gfxasm::decode_attention(q, k_cache, v_cache,
+cache_seqlens, block_table, k_descale, v_descale, k_scale_shift, v_scale_shift,
+softmax_scale, causal, window_left, sinks, num_splits, return_lse) -> (out, lse), lse
+empty unless return_lse; gfxasm::decode_attention_out(the same but return_lse, out!,
+lse!?). Their fake kernels check what metadata tells (meta tensors throughout give the
+output shapes; torch.compile traces them); what needs the data (pointers' alignment and
+overlaps, a CPU cache_seqlens' range) is checked only on real tensors.
 """
 from __future__ import annotations
 
@@ -49,6 +57,7 @@ from dataclasses import dataclass
 import torch
 
 from ..gridexpr import cdiv
+from . import library
 from .aliasing import extent, refuse_internal_overlap, refuse_overlap
 
 KERNEL = "decode_attn"
@@ -124,12 +133,13 @@ def _stride(t: torch.Tensor, axis: int) -> int:
     return 0 if t.shape[axis] == 1 else t.stride(axis)
 
 
-def _check_rows(name: str, t: torch.Tensor, row_axis: int) -> list[int]:
-    """Head dim contiguous, 16-byte aligned data and strides; returns the byte strides."""
+def _check_rows(name: str, t: torch.Tensor, row_axis: int, data: bool) -> list[int]:
+    """Head dim contiguous, 16-byte aligned data (`data`: real tensors) and strides; returns
+    the byte strides."""
     e = t.element_size()
     if t.stride(-1) != 1 and t.shape[-1] > 1:
         _fail(ValueError, f"'{name}' must be contiguous in the head dim (stride 1), got strides {t.stride()}")
-    if t.data_ptr() % _ALIGN:
+    if data and t.data_ptr() % _ALIGN:
         _fail(ValueError, f"'{name}' data must be 16-byte aligned, got address {t.data_ptr():#x}")
     strides = [_stride(t, a) * e for a in range(t.dim() - 1)]
     for axis, s in enumerate(strides):
@@ -148,7 +158,7 @@ def _span(t: torch.Tensor, axes) -> int:
     return sum((t.shape[a] - 1) * _stride(t, a) * e for a in axes) + t.shape[-1] * e
 
 
-def _fp8_kind(fp8: bool, q: torch.Tensor, k_cache: torch.Tensor, descales: dict, pairs: dict) -> int:
+def _fp8_kind(fp8: bool, q: torch.Tensor, k_cache: torch.Tensor, descales: dict, pairs: dict, data: bool) -> int:
     """0: 16-bit cache; 1: FP8 with per-tensor descales; 2: FP8 with per-token (scale, shift)
     pairs. Checks the scale arguments of the kind (both K and V, never both kinds)."""
     given = {n: t for n, t in {**descales, **pairs}.items() if t is not None}
@@ -177,7 +187,7 @@ def _fp8_kind(fp8: bool, q: torch.Tensor, k_cache: torch.Tensor, descales: dict,
         if tuple(t.shape) != tuple(k_cache.shape[:3]) + (2,):
             _fail(ValueError, f"'{name}' must be shaped like the cache's token dims plus 2: "
                               f"{tuple(k_cache.shape[:3]) + (2,)}, got {tuple(t.shape)}")
-        if t.stride(3) != 1 or t.data_ptr() % 4 or any(_stride(t, i) % 2 for i in range(3)):
+        if t.stride(3) != 1 or (data and t.data_ptr() % 4) or any(_stride(t, i) % 2 for i in range(3)):
             _fail(ValueError, f"'{name}' pairs must be contiguous and 4-byte aligned (even strides), "
                               f"got strides {t.stride()}")
         if any(_stride(t, i) * 2 >= _U32 for i in range(3)):
@@ -185,12 +195,32 @@ def _fp8_kind(fp8: bool, q: torch.Tensor, k_cache: torch.Tensor, descales: dict,
     return 2 if chosen is pairs else 1
 
 
-def _validate(q, k_cache, v_cache, cache_seqlens, block_table, descales, pairs, softmax_scale, causal,
-              window_left, sinks, num_splits, out, return_lse):
+def _check_lse(lse, q: torch.Tensor) -> None:
+    """The out= op's lse: float32, contiguous [batch, heads_q, seq_q], on q's device."""
+    batch, seq_q, heads_q, _ = q.shape
+    if not isinstance(lse, torch.Tensor):
+        _fail(TypeError, f"'lse' must be a torch.Tensor or None, got {type(lse).__name__}")
+    if lse.dtype != torch.float32 or tuple(lse.shape) != (batch, heads_q, seq_q) or not lse.is_contiguous():
+        _fail(ValueError, f"'lse' must be a contiguous float32 [batch, heads_q, seq_q] = [{batch}, {heads_q}, "
+                          f"{seq_q}], got {lse.dtype} shape {tuple(lse.shape)} strides {lse.stride()}")
+    if lse.device != q.device:
+        _fail(ValueError, f"'lse' must be on q's device ({q.device}), got {lse.device}")
+
+
+def _validate(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift, v_scale_shift,
+              softmax_scale, causal, window_left, sinks, num_splits, out, lse, return_lse, data=True) -> dict:
+    """Every check of a call (arguments in the ops' order). Without `data` (the fake
+    kernels: their tensors have no memory) only what metadata tells; with it also what
+    the data does: pointers' alignment and overlaps, and the range of a CPU cache_seqlens."""
+    descales = dict(k_descale=k_descale, v_descale=v_descale)
+    pairs = dict(k_scale_shift=k_scale_shift, v_scale_shift=v_scale_shift)
     q = _tensor("q", q, 4, "[batch, seq_q, heads_q, head_dim]")
     if q.dtype not in DTYPES:
         _fail(TypeError, f"'q' dtype must be torch.bfloat16 or torch.float16, got {q.dtype}")
-    if q.device.type not in ("cpu", "cuda"):
+    given = (q, k_cache, v_cache, cache_seqlens, block_table, sinks, out, lse, *descales.values(), *pairs.values())
+    # meta tensors throughout are a shape query, answered by the fake kernels (where the
+    # dispatcher sends meta tensors); q alone on meta is a mistake like any other device
+    if q.device.type not in ("cpu", "cuda") and not all(t.is_meta for t in given if isinstance(t, torch.Tensor)):
         _fail(ValueError, f"tensors must be on the CPU (emulator) or a ROCm gfx950 GPU, got {q.device}")
     batch, seq_q, heads_q, dim = q.shape
     if dim not in HEAD_DIMS:
@@ -208,7 +238,7 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, descales, pairs, 
                              f"got {t.dtype}")
         if t.device != q.device:
             _fail(ValueError, f"'{name}' must be on q's device ({q.device}), got {t.device}")
-    fp8 = _fp8_kind(fp8, q, k_cache, descales, pairs)
+    fp8 = _fp8_kind(fp8, q, k_cache, descales, pairs, data)
     if v_cache.shape != k_cache.shape:
         _fail(ValueError, f"'v_cache' shape must equal k_cache's {tuple(k_cache.shape)}, got {tuple(v_cache.shape)}")
     pages, page_size, heads_kv, kdim = k_cache.shape
@@ -243,7 +273,7 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, descales, pairs, 
     if not cache_seqlens.is_contiguous():
         _fail(ValueError, "'cache_seqlens' must be contiguous")
     capacity = block_table.shape[1] * page_size if paged else page_size
-    if cache_seqlens.device.type == "cpu" and batch:        # known on the host without a sync
+    if data and cache_seqlens.device.type == "cpu" and batch:        # known on the host without a sync
         lo, hi = int(cache_seqlens.min()), int(cache_seqlens.max())
         if lo < 0:
             _fail(ValueError, f"'cache_seqlens' must be >= 0, got {lo}")
@@ -251,9 +281,9 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, descales, pairs, 
             where = f"block_table holds {block_table.shape[1]} pages x {page_size}" if paged else \
                 f"the cache holds {page_size} keys"
             _fail(ValueError, f"max(cache_seqlens) = {hi} exceeds the cache: {where}")
-    q_strides = _check_rows("q", q, 1)
-    k_strides = _check_rows("k_cache", k_cache, 1)
-    v_strides = _check_rows("v_cache", v_cache, 1)
+    q_strides = _check_rows("q", q, 1, data)
+    k_strides = _check_rows("k_cache", k_cache, 1, data)
+    v_strides = _check_rows("v_cache", v_cache, 1, data)
     if _span(q, (1, 2)) >= _MAX_OFFSET:
         _fail(ValueError, "'q' is too large: offsets within one batch entry must stay below 2^31 bytes")
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
@@ -282,8 +312,7 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, descales, pairs, 
     if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int)
                                    or not 1 <= num_splits <= MAX_SPLITS):
         _fail(ValueError, f"'num_splits' must be an int in [1, {MAX_SPLITS}] or None, got {num_splits!r}")
-    if not isinstance(return_lse, bool):
-        _fail(TypeError, f"'return_lse' must be a bool, got {type(return_lse).__name__}")
+    _check_return_lse(return_lse)
     if out is not None:
         if not isinstance(out, torch.Tensor):
             _fail(TypeError, f"'out' must be a torch.Tensor, got {type(out).__name__}")
@@ -293,14 +322,14 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, descales, pairs, 
             _fail(TypeError, f"'out' dtype must equal q's ({q.dtype}), got {out.dtype}")
         if out.device != q.device:
             _fail(ValueError, f"'out' must be on q's device ({q.device}), got {out.device}")
-        _check_rows("out", out, 1)
+        _check_rows("out", out, 1, data)
         if _span(out, (1, 2)) >= _MAX_OFFSET:
             _fail(ValueError, "'out' is too large: offsets within one batch entry must stay below 2^31 bytes")
         refuse_internal_overlap("decode_attention", "out", out)
-        inputs = [("q", q), ("k_cache", k_cache), ("v_cache", v_cache)] + \
-            [(n, t) for n, t in pairs.items() if t is not None]
-        refuse_overlap("decode_attention", "out", out.data_ptr(), extent(out),
-                       tuple((n, t.data_ptr(), extent(t), False) for n, t in inputs))
+    if lse is not None:
+        _check_lse(lse, q)
+    if data:
+        _refuse_overlaps(q, k_cache, v_cache, pairs, out, lse)
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(dim)
     elif isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)) \
@@ -308,7 +337,24 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, descales, pairs, 
         _fail(ValueError, f"'softmax_scale' must be a finite float > 0, got {softmax_scale!r}")
     return dict(q=q, k=k_cache, v=v_cache, seqlens=cache_seqlens, block_table=block_table, paged=paged,
                 capacity=capacity, window_left=window_left, fp8=fp8, sinks=sinks, scale=float(softmax_scale),
-                q_strides=q_strides, k_strides=k_strides, v_strides=v_strides)
+                q_strides=q_strides, k_strides=k_strides, v_strides=v_strides, causal=causal, num_splits=num_splits,
+                descales=descales, pairs=pairs)
+
+
+def _check_return_lse(return_lse) -> None:
+    if not isinstance(return_lse, bool):
+        _fail(TypeError, f"'return_lse' must be a bool, got {type(return_lse).__name__}")
+
+
+def _refuse_overlaps(q, k_cache, v_cache, pairs: dict, out: torch.Tensor | None, lse: torch.Tensor | None) -> None:
+    """Outputs given by the caller may not share memory with the inputs (nor lse with out)."""
+    named = [("q", q), ("k_cache", k_cache), ("v_cache", v_cache)] + [(n, t) for n, t in pairs.items() if t is not None]
+    inputs = tuple((n, t.data_ptr(), extent(t), False) for n, t in named)
+    if out is not None:
+        refuse_overlap("decode_attention", "out", out.data_ptr(), extent(out), inputs)
+        inputs += (("out", out.data_ptr(), extent(out), False),)
+    if lse is not None:
+        refuse_overlap("decode_attention", "lse", lse.data_ptr(), extent(lse), inputs)
 
 
 # ------------------------------------------------------------------ launch
@@ -324,18 +370,82 @@ def _magic(divisor: int) -> int:
     return -(-2**31 // divisor)
 
 
+def _new_lse(q: torch.Tensor) -> torch.Tensor:
+    return torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+
+
+def _run(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift, v_scale_shift,
+         softmax_scale, causal, window_left, sinks, num_splits, out, lse) -> None:
+    """Check and launch on given outputs (out, and lse unless None, are written)."""
+    from ..launcher import launch
+    a = _validate(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift, v_scale_shift,
+                  softmax_scale, causal, window_left, sinks, num_splits, out, lse, lse is not None)
+    for kernel, variant, args in _runs(a, out, lse):
+        launch(kernel, variant=variant, **args)
+
+
+def _decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
+                      block_table: torch.Tensor | None, k_descale: torch.Tensor | None,
+                      v_descale: torch.Tensor | None, k_scale_shift: torch.Tensor | None,
+                      v_scale_shift: torch.Tensor | None, softmax_scale: float | None, causal: bool,
+                      window_left: int, sinks: torch.Tensor | None, num_splits: int | None,
+                      return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    out, lse = _outputs(q, return_lse)
+    _run(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift, v_scale_shift,
+         softmax_scale, causal, window_left, sinks, num_splits, out, lse if return_lse else None)
+    return out, lse
+
+
+def _outputs(q, return_lse) -> tuple[torch.Tensor, torch.Tensor]:
+    """The functional op's (out, lse); lse is empty unless return_lse."""
+    _check_return_lse(return_lse)
+    q = _tensor("q", q, 4, "[batch, seq_q, heads_q, head_dim]")
+    lse = _new_lse(q) if return_lse else torch.empty(0, dtype=torch.float32, device=q.device)
+    return torch.empty(q.shape, dtype=q.dtype, device=q.device), lse
+
+
+def _decode_attention_fake(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift,
+                           v_scale_shift, softmax_scale, causal, window_left, sinks, num_splits, return_lse):
+    _validate(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift, v_scale_shift,
+              softmax_scale, causal, window_left, sinks, num_splits, None, None, return_lse, data=False)
+    return _outputs(q, return_lse)
+
+
+def _decode_attention_out(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                          cache_seqlens: torch.Tensor, block_table: torch.Tensor | None,
+                          k_descale: torch.Tensor | None, v_descale: torch.Tensor | None,
+                          k_scale_shift: torch.Tensor | None, v_scale_shift: torch.Tensor | None,
+                          softmax_scale: float | None, causal: bool, window_left: int, sinks: torch.Tensor | None,
+                          num_splits: int | None, out: torch.Tensor, lse: torch.Tensor | None) -> None:
+    _run(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift, v_scale_shift,
+         softmax_scale, causal, window_left, sinks, num_splits, out, lse)
+
+
+def _decode_attention_out_fake(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift,
+                               v_scale_shift, softmax_scale, causal, window_left, sinks, num_splits, out, lse) -> None:
+    _validate(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift, v_scale_shift,
+              softmax_scale, causal, window_left, sinks, num_splits, out, lse, lse is not None, data=False)
+
+
+decode_attention_op = library.define("decode_attention", _decode_attention, _decode_attention_fake)
+decode_attention_out_op = library.define("decode_attention_out", _decode_attention_out, _decode_attention_out_fake,
+                                         mutates_args=("out", "lse"))
+
+
 def decode_attention(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_descale=None, v_descale=None,
                      k_scale_shift=None, v_scale_shift=None, softmax_scale=None, causal=True, window_left=-1,
                      sinks=None, num_splits=None, out=None, return_lse=False):
     """Attention of q's new tokens over the KV cache; returns out, or (out, lse) with
-    return_lse. See the module docstring for conventions and limits."""
-    from ..launcher import launch
-    out, lse, runs = launches(q, k_cache, v_cache, cache_seqlens, block_table=block_table, k_descale=k_descale,
-                              v_descale=v_descale, k_scale_shift=k_scale_shift, v_scale_shift=v_scale_shift,
-                              softmax_scale=softmax_scale, causal=causal, window_left=window_left, sinks=sinks,
-                              num_splits=num_splits, out=out, return_lse=return_lse)
-    for kernel, variant, args in runs:
-        launch(kernel, variant=variant, **args)
+    return_lse. See the module docstring for conventions and limits; runs
+    torch.ops.gfxasm.decode_attention (or decode_attention_out when `out` is given)."""
+    args = (q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift, v_scale_shift,
+            softmax_scale, causal, window_left, sinks, num_splits)
+    if out is None:
+        out, lse = decode_attention_op(*args, return_lse)
+        return (out, lse) if return_lse else out
+    _check_return_lse(return_lse)
+    lse = _new_lse(_tensor("q", q, 4, "[batch, seq_q, heads_q, head_dim]")) if return_lse else None
+    decode_attention_out_op(*args, out, lse)
     return (out, lse) if return_lse else out
 
 
@@ -344,20 +454,24 @@ def launches(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_descale=
              num_splits=None, out=None, return_lse=False) -> tuple[torch.Tensor, torch.Tensor | None, list]:
     """Validate and plan a call: (out, lse or None, [(kernel, variant, arguments), ...]) —
     the launches decode_attention runs, in order (bench/decode.py models the same ones)."""
-    a = _validate(q, k_cache, v_cache, cache_seqlens, block_table, dict(k_descale=k_descale, v_descale=v_descale),
-                  dict(k_scale_shift=k_scale_shift, v_scale_shift=v_scale_shift), softmax_scale, causal,
-                  window_left, sinks, num_splits, out, return_lse)
+    a = _validate(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift, v_scale_shift,
+                  softmax_scale, causal, window_left, sinks, num_splits, out, None, return_lse)
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = _new_lse(q) if return_lse else None
+    return out, lse, _runs(a, out, lse)
+
+
+def _runs(a: dict, out: torch.Tensor, lse: torch.Tensor | None) -> list:
+    """The launches of a validated call on its outputs."""
     q, k, v = a["q"], a["k"], a["v"]
     batch, seq_q, heads_q, dim = q.shape
     heads_kv = k.shape[2]
     group = heads_q // heads_kv
     dev = q.device
-    if out is None:
-        out = torch.empty(q.shape, dtype=q.dtype, device=dev)
-    lse = torch.empty((batch, heads_q, seq_q), dtype=torch.float32, device=dev) if return_lse else None
     if not q.numel():
-        return out, lse, []
-    p = plan(batch, heads_kv, seq_q * group, a["capacity"], num_splits)
+        return []
+    p = plan(batch, heads_kv, seq_q * group, a["capacity"], a["num_splits"])
     partial = p.partial or a["sinks"] is not None
     if a["paged"]:
         table, shift, pages = a["block_table"], int(math.log2(k.shape[1])), k.shape[0]
@@ -381,6 +495,8 @@ def launches(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_descale=
     qs, ks, vs = a["q_strides"], a["k_strides"], a["v_strides"]
     window = NO_LIMIT if a["window_left"] < 0 else a["window_left"]
     per_tensor, per_token = a["fp8"] == 1, a["fp8"] == 2
+    k_descale, v_descale = a["descales"].values()
+    k_scale_shift, v_scale_shift = a["pairs"].values()
     no_pairs = torch.empty(1, 1, 1, 2, dtype=torch.float16, device=dev)
     ks_t, vs_t = (k_scale_shift, v_scale_shift) if per_token else (no_pairs, no_pairs)
     pair_strides = {f"{n}_{x}": _stride(t, i) * 2 for n, t in (("ks", ks_t), ("vs", vs_t))
@@ -395,7 +511,7 @@ def launches(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_descale=
         k_ps=ks[0], k_ss=ks[1], k_hs=ks[2], v_ps=vs[0], v_ss=vs[1], v_hs=vs[2],
         q_ss=qs[1], q_hs=qs[2], q_bs=qs[0], o_ss=o_ss, o_hs=o_hs, o_bs=o_bs, lse_hs=lse_hs, lse_bs=lse_bs,
         ws_stride=ws_stride, wsl_stride=rows_total * 4, chunk=p.chunk, window=window,
-        future=0 if causal else NO_LIMIT, scale_log2=a["scale"] * LOG2E, partial=int(partial),
+        future=0 if a["causal"] else NO_LIMIT, scale_log2=a["scale"] * LOG2E, partial=int(partial),
         store_lse=int(lse is not None)))]
     if partial:
         sinks_t = a["sinks"] if a["sinks"] is not None else dummy
@@ -403,7 +519,7 @@ def launches(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_descale=
             ws_o=ws_o, ws_lse=ws_lse, sinks=sinks_t, o=out, lse=lse_t, splits=p.num_splits, seq_q=seq_q,
             heads_q=heads_q, ws_stride=ws_stride, wsl_stride=rows_total * 4, o_ss=o_ss, o_hs=o_hs, o_bs=o_bs,
             lse_hs=lse_hs, lse_bs=lse_bs, has_sinks=int(a["sinks"] is not None), store_lse=int(lse is not None))))
-    return out, lse, runs
+    return runs
 
 
 def build_kernels(force: bool = False) -> None:
