@@ -191,9 +191,9 @@ def _operands(M, N, K, device="cpu", fill=True):
     return a, sa, b, sb
 
 
-def modelled_seconds(plan, M, N, K) -> tuple[float, list]:
-    """gfxasm.perf.estimate of the plan's launches (main kernel, then the reduce if split)."""
-    from gfxasm.perf import estimate
+def plan_cases(plan, M, N, K) -> list:
+    """The plan's launches (main kernel, then the reduce if split) as BenchCases; the cases
+    hold their tensors, so re-modelling them (other Params) reuses the emulator's trace."""
     a, sa, b, sb = _operands(M, N, K)            # zeros: finite values for the emulator's converts
     out = torch.zeros(M, N, dtype=torch.bfloat16)
     ws = torch.zeros(max(1, plan.splits * M * N))
@@ -203,12 +203,21 @@ def modelled_seconds(plan, M, N, K) -> tuple[float, list]:
     if plan.splits > 1:
         launches.append(manifest_case("mxfp8_splitk_reduce", "mxfp8_splitk_reduce_bf16", "", "", 0, 0, ws=ws, out=out,
                                       M=M, N=N, splits=plan.splits))
+    return launches
+
+
+def modelled_seconds(plan, M, N, K, params=None, cases=None) -> tuple[float, list]:
+    """gfxasm.perf.estimate of the plan's launches (plan_cases, or the given cases), with
+    gfxasm.perf.params.DEFAULT or the given Params (e.g. a bracket variant)."""
+    from gfxasm.perf import estimate
+    launches = cases or plan_cases(plan, M, N, K)
     seconds, parts = 0.0, []
     for case in launches:
-        est = estimate(case.co, case.grid, case.block, case.kernarg, case.buffers, case.kernel)
+        est = estimate(case.co, case.grid, case.block, case.kernarg, case.buffers, case.kernel, params=params)
         seconds += est.seconds
         parts.append(dict(kernel=case.kernel, grid=list(case.grid), seconds=est.seconds, rounds=est.rounds,
                           cycles_per_round=est.cycles_per_round, workgroups_per_cu=est.workgroups_per_cu,
+                          dram_bytes=est.dram_bytes, clock_hz=est.clock_hz,
                           valu_utilization=est.valu_utilization, mfma_utilization=est.mfma_utilization))
     return seconds, parts
 
