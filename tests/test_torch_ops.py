@@ -1,9 +1,11 @@
-"""The ops as torch.library citizens: gfxasm::fmha_fwd(_out) and gfxasm::mxfp8_gemm(_out).
+"""The ops as torch.library citizens: gfxasm::fmha_fwd(_out), gfxasm::mxfp8_gemm(_out) and
+gfxasm::decode_attention(_out).
 
 opcheck (schema, fake kernel against the real one, autograd registration, AOT dispatch),
 torch.compile(fullgraph=True) against eager, meta tensors, requires_grad refused. Real
 runs go through the strict emulator with tiny shapes; outputs are poisoned with NaN first.
-One compiled function holds both ops (Inductor's compile dominates this file: ~10-40 s).
+One compiled function holds fmha_fwd and mxfp8_gemm (Inductor's compile dominates this
+file: ~10-40 s); decode_attention's own compiled function adds ~3 s.
 """
 from __future__ import annotations
 
@@ -13,12 +15,14 @@ import torch
 import gfxasm
 from gfxasm.build import build_manifest
 from gfxasm.manifest import default_manifest
+from gfxasm.ops import decode_attention as da
 from gfxasm.ops import fmha
 from gfxasm.ops import mxfp8_gemm as mx
 
 # test_schema compares inputs before and after with torch.allclose, which has no CPU kernel
-# for float8 in torch 2.13; the mxfp8 ops are checked without it, and test_mxfp8_inputs_untouched
-# checks what it would (inputs unchanged bit for bit, out written).
+# for float8 in torch 2.13; the mxfp8 ops and decode_attention on FP8 caches are checked
+# without it, and test_mxfp8_inputs_untouched / test_decode_fp8_inputs_untouched check what
+# it would (inputs unchanged bit for bit, out written).
 NO_SCHEMA = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
 
 
@@ -113,3 +117,113 @@ def test_requires_grad_refused():
     b = b.float().requires_grad_(True)                                  # fp8 cannot require grad
     with pytest.raises(RuntimeError, match="mxfp8_gemm: 'b' requires grad"):
         gfxasm.mxfp8_gemm(a, sa, b, sb)
+
+
+# ------------------------------------------------------------------ decode_attention
+
+def decode_inputs(seed=0, batch=2, seq_q=2, heads_q=4, heads_kv=2, dim=64, page=16, pages=7, seqlens=(37, 20)):
+    """Random q, paged caches (page ids shuffled, one page unused) and cache_seqlens."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, seq_q, heads_q, dim, generator=g).bfloat16()
+    k, v = (torch.randn(pages, page, heads_kv, dim, generator=g).bfloat16() for _ in range(2))
+    table = torch.randperm(pages, generator=g)[:batch * 3].to(torch.int32).view(batch, 3)
+    return q, k, v, torch.tensor(seqlens, dtype=torch.int32), table
+
+
+def decode_args(q, k, v, seqlens, table, k_descale=None, v_descale=None, pairs=(None, None), softmax_scale=None,
+                causal=True, window_left=-1, sinks=None, num_splits=None):
+    """The ops' positional arguments up to num_splits, in schema order."""
+    return (q, k, v, seqlens, table, k_descale, v_descale, *pairs, softmax_scale, causal, window_left, sinks,
+            num_splits)
+
+
+def test_opcheck_decode_attention():
+    q, k, v, seqlens, table = decode_inputs()
+    sinks = torch.randn(4, generator=torch.Generator().manual_seed(1))
+    torch.library.opcheck(torch.ops.gfxasm.decode_attention.default,
+                          decode_args(q, k, v, seqlens, table, sinks=sinks, num_splits=2) + (True,))
+    g = torch.Generator().manual_seed(2)
+    k_flat, v_flat = (torch.randn(2, 40, 2, 64, generator=g).bfloat16() for _ in range(2))     # contiguous cache
+    torch.library.opcheck(torch.ops.gfxasm.decode_attention_out.default,
+                          decode_args(q, k_flat, v_flat, seqlens, None, softmax_scale=0.3, causal=False, window_left=9)
+                          + (nan_like(q.shape, q.dtype), nan_like((2, 4, 2), torch.float32)))
+    fp8 = torch.randn(k.shape, generator=g).to(torch.float8_e4m3fn)
+    pairs = (da.random_pairs(k.shape, g), da.random_pairs(k.shape, g))
+    torch.library.opcheck(torch.ops.gfxasm.decode_attention.default,
+                          decode_args(q, fp8, fp8, seqlens, table, pairs=pairs) + (False,), test_utils=NO_SCHEMA)
+
+
+def test_decode_fp8_inputs_untouched():
+    q, k, v, seqlens, table = decode_inputs(seed=3)
+    g = torch.Generator().manual_seed(3)
+    fp8 = torch.randn(k.shape, generator=g).to(torch.float8_e4m3fn)
+    descales = (torch.tensor([0.5]), torch.tensor([1.25]))
+    inputs = (q, fp8, seqlens, table, *descales)
+    before = [t.view(torch.uint8).clone() if t.dtype == torch.float8_e4m3fn else t.clone() for t in inputs]
+    out, lse = nan_like(q.shape, q.dtype), nan_like((2, 4, 2), torch.float32)
+    torch.ops.gfxasm.decode_attention_out(*decode_args(q, fp8, fp8, seqlens, table, *descales), out, lse)
+    after = [t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t for t in inputs]
+    assert all(torch.equal(t, old) for t, old in zip(after, before))
+    assert not torch.isnan(out).any() and not torch.isnan(lse).any()
+
+
+def test_decode_out_op_checks_lse():
+    q, k, v, seqlens, table = decode_inputs()
+    args = decode_args(q, k, v, seqlens, table)
+    out = nan_like(q.shape, q.dtype)
+    with pytest.raises(ValueError, match=r"decode_attention: 'lse' must be a contiguous float32 \[batch, heads_q, "
+                                         r"seq_q\] = \[2, 4, 2\], got torch.float32 shape \(2, 2, 4\)"):
+        torch.ops.gfxasm.decode_attention_out(*args, out, nan_like((2, 2, 4), torch.float32))
+    both = torch.empty(q.numel() + 16, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="'lse' overlaps the memory of 'out'"):
+        torch.ops.gfxasm.decode_attention_out(*args, both[:q.numel()].view(q.shape), both[:32].view(torch.float32)
+                                              .view(2, 4, 2))
+
+
+def test_decode_compile_fullgraph_equals_eager():
+    q, k, v, seqlens, table = decode_inputs(seed=4)
+    sinks = torch.randn(4, generator=torch.Generator().manual_seed(4))
+
+    def f(q, k, v, seqlens, table, sinks, out):
+        o, lse = gfxasm.decode_attention(q, k, v, seqlens, block_table=table, sinks=sinks, num_splits=2,
+                                         return_lse=True)
+        gfxasm.decode_attention(q, k, v, seqlens, block_table=table, window_left=9, out=out)
+        return o, lse
+
+    compiled = torch.compile(f, fullgraph=True)
+    out_c, out_e = nan_like(q.shape, q.dtype), nan_like(q.shape, q.dtype)
+    got = compiled(q, k, v, seqlens, table, sinks, out_c)
+    want = f(q, k, v, seqlens, table, sinks, out_e)
+    assert all(torch.equal(x, y) for x, y in zip(got, want))
+    assert torch.equal(out_c, out_e) and not torch.isnan(out_c).any()
+    o_ref, lse_ref, o_abs = da.reference(q, k, v, seqlens, block_table=table, sinks=sinks)   # eager is right
+    assert ((want[0].double() - o_ref).abs() <= da.tolerance(o_ref, o_abs, q.dtype)).all()
+    assert torch.allclose(want[1].double(), lse_ref, rtol=0, atol=da.LSE_TOL * max(1.0, lse_ref.abs().max()))
+
+
+def test_decode_meta_tensors_give_shapes():
+    q, k, v, seqlens, table = (t.to("meta") for t in decode_inputs(batch=3, seq_q=5, heads_q=8, dim=128,
+                                                                     pages=10, seqlens=(1, 2, 3)))
+    o, lse = gfxasm.decode_attention(q, k, v, seqlens, block_table=table, return_lse=True)
+    assert (o.device.type, o.shape, o.dtype) == ("meta", (3, 5, 8, 128), torch.bfloat16)
+    assert (lse.device.type, lse.shape, lse.dtype) == ("meta", (3, 8, 5), torch.float32)
+    out = torch.empty(q.shape, dtype=q.dtype, device="meta")
+    assert gfxasm.decode_attention(q, k, v, seqlens, block_table=table, out=out) is out
+    with pytest.raises(ValueError, match=r"'sinks' must be \[8\]"):                   # fake kernels check too
+        gfxasm.decode_attention(q, k, v, seqlens, block_table=table, sinks=torch.zeros(4, device="meta"))
+
+
+def test_decode_requires_grad_refused():
+    q, k, v, seqlens, table = decode_inputs()
+    q.requires_grad_(True)
+    with pytest.raises(RuntimeError, match="decode_attention: 'q' requires grad, but gfxasm ops have no backward"):
+        gfxasm.decode_attention(q, k, v, seqlens, block_table=table)
+    with pytest.raises(RuntimeError, match="'q' requires grad"):
+        torch.ops.gfxasm.decode_attention(*decode_args(q, k, v, seqlens, table), False)   # the op itself, too
+    with pytest.raises(RuntimeError, match="decode_attention_out: 'q' requires grad"):
+        gfxasm.decode_attention(q, k, v, seqlens, block_table=table, out=torch.empty(q.shape, dtype=q.dtype))
+    sinks = torch.zeros(4, requires_grad=True)
+    with pytest.raises(RuntimeError, match="decode_attention: 'sinks' requires grad"):
+        gfxasm.decode_attention(q.detach(), k, v, seqlens, block_table=table, sinks=sinks)
+    with torch.no_grad():
+        assert gfxasm.decode_attention(q, k, v, seqlens, block_table=table).grad_fn is None
