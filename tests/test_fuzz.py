@@ -324,14 +324,15 @@ DECODE_ODD_LAYOUTS = [("misaligned", 0), ("sliced", 3), ("broadcast", 1), ("tran
 
 @st.composite
 def decode_calls(draw):
-    choose = chooser(draw, 16)
+    choose = chooser(draw, 18)
     heads_kv, group = draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 2, 3]))
     return dict(dtype=choose([torch.bfloat16, torch.float16], [torch.float32]), dim=choose([64, 128], [96]),
                 batch=draw(st.sampled_from([1, 1, 2, 0])), seq_q=choose([1, 1, 2, 5], [0, 17]),
                 heads_kv=heads_kv, heads_q=heads_kv * group + choose([0], [1]),
                 page_size=draw(st.sampled_from([None, None, 16, 32])) if choose([True], [False]) else 24,
                 capacity=draw(st.sampled_from([16, 40, 65])), overfull=choose([False], [True]),
-                fp8=draw(st.sampled_from(["no", "no", "descale", "pairs"])),
+                fp8=choose(["no", "no", "descale", "pairs"], ["descale_f16", "descale_2", "k_descale_only", "pairs_f32",
+                                                              "descale_and_pairs"]),
                 causal=draw(st.booleans()), window_left=choose([-1, -1, 0, 3, 20], [-2]),
                 sinks=choose([False, False, True], ["f16"]), num_splits=choose([None, None, 1, 2, 3], [0]),
                 softmax_scale=choose([None, 0.1], [-1.0]),
@@ -358,10 +359,10 @@ def decode_inputs(c: dict, g: torch.Generator) -> dict:
     shape = token_dims + (c["heads_kv"], c["dim"])
     k, v = (torch.randn(shape, generator=g).to(cache_dtype) for _ in range(2))
     pairs = None
-    if c["fp8"] == "pairs":
+    if c["fp8"] in ("pairs", "pairs_f32", "descale_and_pairs"):
         pairs = [torch.stack([torch.rand(token_dims + (c["heads_kv"],), generator=g) + 0.25,
-                              torch.randn(token_dims + (c["heads_kv"],), generator=g) * 0.1], -1).half()
-                 for _ in range(2)]
+                              torch.randn(token_dims + (c["heads_kv"],), generator=g) * 0.1], -1)
+                 .to(torch.float32 if c["fp8"] == "pairs_f32" else torch.float16) for _ in range(2)]
     used = torch.zeros(token_dims, dtype=torch.bool)      # slots some sequence reads
     for b in range(batch):
         length = min(int(seqlens[b]), capacity)
@@ -374,7 +375,12 @@ def decode_inputs(c: dict, g: torch.Generator) -> dict:
     sinks = None
     if c["sinks"]:
         sinks = torch.randn(c["heads_q"], generator=g).to(torch.float16 if c["sinks"] == "f16" else torch.float32)
-    descales = [torch.rand(1, generator=g) + 0.5 for _ in range(2)] if c["fp8"] == "descale" else [None, None]
+    descales = [None, None]
+    if "descale" in c["fp8"]:
+        descales = [(torch.rand(2 if c["fp8"] == "descale_2" else 1, generator=g) + 0.5)
+                    .to(torch.float16 if c["fp8"] == "descale_f16" else torch.float32) for _ in range(2)]
+        if c["fp8"] == "k_descale_only":
+            descales[1] = None
     q = torch.randn(batch, c["seq_q"], c["heads_q"], c["dim"], generator=g).to(c["dtype"])
     return dict(q=q, k_cache=k, v_cache=v, cache_seqlens=seqlens, block_table=block_table, k_descale=descales[0],
                 v_descale=descales[1], k_scale_shift=pairs[0] if pairs else None,
