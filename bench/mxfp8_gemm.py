@@ -24,7 +24,8 @@ Three kinds of numbers, each labelled:
   waves of workgroups and charges a launch overhead, so small grids look pessimistic).
   GB/s is the minimum bytes over the time; %HBM is against 8 TB/s.
 
-JSON rows go to --out; a short table is printed.
+JSON rows go to --out; a short table is printed. bench/mxfp8_vs_f4gemm.py sets these launches
+beside aiter's MX-FP4 GEMMs at equal weight bytes, over the model's brackets.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Our MX-FP8 GEMV/GEMM against aiter's asm MX-FP4 GEMMs (f4gemm) at equal weight bytes, modelled.
 
     python3 -m bench.mxfp8_vs_f4gemm [--ms 1,16,64] [--tps 1,8] [--only TEXT] [--all-tiles]
-                                     [--jobs N] [--out bench/out/mxfp8_vs_f4gemm.json]
+                                     [--jobs N] [--no-build] [--out bench/out/mxfp8_vs_f4gemm.json]
 
 Shapes: bench/mxfp8_gemm.py's decode layers (qkv, gate_up, o_proj, down of its ASSUMED MODEL);
 by default M in {1, 16, 64} at TP1 and TP8 (24 rows; the full grid is --ms 1,2,4,8,16,32,64
@@ -227,6 +227,8 @@ def main(argv=None) -> int:
     ap.add_argument("--all-tiles", action="store_true",
                     help="try every f4gemm object, not only the tuner's M<=64 picks")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (rows in parallel)")
+    ap.add_argument("--no-build", action="store_true",
+                    help="use build/'s code objects as they are (a machine without the assembler)")
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args(argv)
 
@@ -236,7 +238,8 @@ def main(argv=None) -> int:
         except ValueError:
             raise SystemExit(f"--{name} must be comma-separated integers, got {text!r}")
 
-    ours.mx.build_kernels()
+    if not args.no_build:
+        ours.mx.build_kernels()
     todo = shapes(ints(args.ms, "ms"), ints(args.tps, "tps"), args.only)
     if not todo:
         raise SystemExit("no rows: check --ms, --tps and --only")
