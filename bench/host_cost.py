@@ -10,6 +10,7 @@ Cases (CPU tensors; the tensors' device does not change the host path up to the 
 
     mxfp8_gemm  M = 1, N = K = 4096 (bf16 out)
     fmha_fwd    B = 1, Sq = 1, Sk = 512, Hq = 8, Hk = 1 (bf16)
+    decode_attention  B = 1, Sq = 1, Hq = 8, Hkv = 1, D = 128, 500 of 512 keys in pages of 16 (bf16)
 
 each through gfxasm.<op> (the Python function, which skips torch's dispatcher in plain
 eager mode), with and without out=, and through torch.ops.gfxasm.<op> / <op>_out (the
@@ -48,6 +49,11 @@ def cases():
     k = torch.randn(1, 512, 1, 128, generator=gen).bfloat16()
     v = torch.randn(1, 512, 1, 128, generator=gen).bfloat16()
     out_mx, out_fmha = torch.empty(1, 4096, dtype=torch.bfloat16), torch.empty_like(q)
+    k_pages = torch.randn(32, 16, 1, 128, generator=gen).bfloat16()
+    v_pages = torch.randn(32, 16, 1, 128, generator=gen).bfloat16()
+    table = torch.randperm(32, generator=gen).to(torch.int32).view(1, 32)
+    seqlens = torch.tensor([500], dtype=torch.int32)
+    decode_args = (q, k_pages, v_pages, seqlens, table, None, None, None, None, None, True, -1, None, None)
     return {
         "mxfp8_gemm M=1 N=K=4096": lambda: gfxasm.mxfp8_gemm(a, sa, b, sb),
         "mxfp8_gemm M=1 N=K=4096, out=": lambda: gfxasm.mxfp8_gemm(a, sa, b, sb, out=out_mx),
@@ -60,6 +66,14 @@ def cases():
         "torch.ops.gfxasm.fmha_fwd (dispatcher)": lambda: torch.ops.gfxasm.fmha_fwd(q, k, v, False, None, False),
         "torch.ops.gfxasm.fmha_fwd_out (dispatcher)":
             lambda: torch.ops.gfxasm.fmha_fwd_out(q, k, v, out_fmha, None, False, None),
+        "decode_attention Hq=8 Hkv=1 512 keys": lambda: gfxasm.decode_attention(q, k_pages, v_pages, seqlens,
+                                                                                block_table=table),
+        "decode_attention Hq=8 Hkv=1 512 keys, out=":
+            lambda: gfxasm.decode_attention(q, k_pages, v_pages, seqlens, block_table=table, out=out_fmha),
+        "torch.ops.gfxasm.decode_attention (dispatcher)":
+            lambda: torch.ops.gfxasm.decode_attention(*decode_args, False),
+        "torch.ops.gfxasm.decode_attention_out (dispatcher)":
+            lambda: torch.ops.gfxasm.decode_attention_out(*decode_args, out_fmha, None),
     }
 
 
@@ -72,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     launcher.emu_backend.launch = lambda *args: launched.append(1)      # the stub: no kernel runs
     launcher.hip_backend.launch = lambda *args: launched.append(1)
     for label, fn in cases().items():
-        print(f"{label:<46} {per_call_us(fn, ns.calls, ns.repeats):7.1f} us per call (best of {ns.repeats} x "
+        print(f"{label:<50} {per_call_us(fn, ns.calls, ns.repeats):7.1f} us per call (best of {ns.repeats} x "
               f"{ns.calls} calls, launch stubbed)")
     assert launched, "the stub was never reached: nothing was measured up to the launch"
     return 0
