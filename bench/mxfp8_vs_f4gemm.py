@@ -2,6 +2,7 @@
 
     python3 -m bench.mxfp8_vs_f4gemm [--ms 1,16,64] [--tps 1,8] [--only TEXT] [--all-tiles]
                                      [--jobs N] [--no-build] [--out bench/out/mxfp8_vs_f4gemm.json]
+    python3 -m bench.mxfp8_vs_f4gemm --table bench/out/mxfp8_vs_f4gemm.json   # re-print a table
 
 Shapes: bench/mxfp8_gemm.py's decode layers (qkv, gate_up, o_proj, down of its ASSUMED MODEL);
 by default M in {1, 16, 64} at TP1 and TP8 (24 rows; the full grid is --ms 1,2,4,8,16,32,64
@@ -168,8 +169,15 @@ def _span(values, fmt="{:.1f}") -> str:
 
 
 def _aiter_launch(row) -> str:
-    picks = sorted({(v["aiter_tile"], v["aiter_log2_k_split"]) for v in row["brackets"].values()})
-    return " / ".join(t + (f" sk{2 ** k}" if k else "") for t, k in picks)
+    picks = sorted({(v["aiter_tile"], v["aiter_log2_k_split"], math.prod(v["aiter_grid"]))
+                    for v in row["brackets"].values()})
+    return " / ".join(t + (f" sk{2 ** k}" if k else "") + f", {wg} WG" for t, k, wg in picks)
+
+
+def _our_launch(row) -> str:
+    main = next(iter(row["ours_launches"].values()))[0]
+    split = f" sk{row['ours_splits']}" if row["ours_splits"] > 1 else ""
+    return f"{row['ours_kernel'].replace('mxfp8_', '')}{split}, {math.prod(main['grid'])} WG"
 
 
 def _measured(row) -> str:
@@ -183,8 +191,8 @@ def _measured(row) -> str:
 
 def markdown(rows: list[dict]) -> str:
     """The README table: times in us, ranges over params.BRACKETS."""
-    head = ("| layer | TP | M | N | K (ours) / K' (FP4) | ours: kernel | ours µs | ours bytes/min | ours %HBM "
-            "| aiter f4gemm (best) | aiter µs | aiter bytes/min | aiter %HBM | aiter measured µs (nearest) "
+    head = ("| layer | TP | M | N | K (ours) / K' (FP4) | ours: kernel, workgroups | ours µs | ours bytes/min | ours %HBM "
+            "| aiter f4gemm (model's best) | aiter µs | aiter bytes/min | aiter %HBM | aiter measured µs (nearest) "
             "| ours / aiter |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
@@ -194,8 +202,7 @@ def markdown(rows: list[dict]) -> str:
         a_bytes = [v["aiter_dram_bytes"] / r["f4_min_bytes"] for v in b]
         o_pct = [100 * r["min_bytes"] / (t * 1e-6) / HBM for t in o_us]
         a_pct = [100 * r["f4_min_bytes"] / (t * 1e-6) / HBM for t in a_us]
-        kern = r["ours_kernel"].replace("mxfp8_", "") + (f" sk{r['ours_splits']}" if r["ours_splits"] > 1 else "")
-        lines.append(f"| {r['layer']} | {r['tp']} | {r['M']} | {r['N']} | {r['K']} / {r['K_f4']} | {kern} "
+        lines.append(f"| {r['layer']} | {r['tp']} | {r['M']} | {r['N']} | {r['K']} / {r['K_f4']} | {_our_launch(r)} "
                      f"| {_span(o_us)} | {_span(o_bytes, '{:.2f}')} | {_span(o_pct, '{:.0f}')} "
                      f"| {_aiter_launch(r)} | {_span(a_us)} | {_span(a_bytes, '{:.2f}')} | {_span(a_pct, '{:.0f}')} "
                      f"| {_measured(r)} | {r['ratio_lo']:.2f}–{r['ratio_hi']:.2f} |")
@@ -230,7 +237,11 @@ def main(argv=None) -> int:
     ap.add_argument("--no-build", action="store_true",
                     help="use build/'s code objects as they are (a machine without the assembler)")
     ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--table", metavar="JSON", help="only print the table of a JSON this script wrote")
     args = ap.parse_args(argv)
+    if args.table:
+        print(markdown(json.loads(Path(args.table).read_text())["rows"]))
+        return 0
 
     def ints(text, name):
         try:

@@ -40,7 +40,7 @@ def test_row_is_equal_weight_bytes_and_ratios_span_the_brackets(row):
 def test_markdown_row_states_the_ratio_as_a_range(row):
     table = B.markdown([row]).splitlines()
     assert len(table) == 3 and table[0].count("|") == table[2].count("|")
-    assert table[2].startswith("| tiny | 1 | 3 | 384 | 512 / 1024 |")
+    assert table[2].startswith("| tiny | 1 | 3 | 384 | 512 / 1024 | ")
     assert re.search(rf"\| {row['ratio_lo']:.2f}–{row['ratio_hi']:.2f} \|$", table[2])
 
 
