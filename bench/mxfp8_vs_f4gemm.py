@@ -191,8 +191,8 @@ def _measured(row) -> str:
 
 def markdown(rows: list[dict]) -> str:
     """The README table: times in us, ranges over params.BRACKETS."""
-    head = ("| layer | TP | M | N | K (ours) / K' (FP4) | ours: kernel, workgroups | ours µs | ours bytes/min | ours %HBM "
-            "| aiter f4gemm (model's best) | aiter µs | aiter bytes/min | aiter %HBM | aiter measured µs (nearest) "
+    head = ("| layer | TP | M | N | K (ours) / K' (FP4) | ours: kernel, workgroups | ours µs | ours bytes/min "
+            "| ours %HBM | aiter f4gemm (model's best) | aiter µs | aiter bytes/min | aiter %HBM | aiter measured µs (nearest) "
             "| ours / aiter |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
