@@ -331,6 +331,21 @@ def _all_settled(clock: np.ndarray, at: np.ndarray) -> bool:
     return bool((clock[:, None] - at).min() > MAX_WAIT_STATES + 1)
 
 
+def note_recent(waves, kind: str, index: int, count: int, clock: int) -> None:
+    """Raise waves.recent for the registers to `clock` (see _settled)."""
+    recent = waves.recent[kind]
+    for i in range(index, index + count):
+        if recent[i] < clock:
+            recent[i] = clock
+
+
+def _settled(ex, kind: str, w, index: int, count: int) -> bool:
+    """True when no wave wrote the registers (or read them as MFMA srcC or wide-store
+    data) within MAX_WAIT_STATES of the clocks of `w`: every rule is met, for reads and
+    for overwrites, without looking at the per-wave records."""
+    return ex.clock_lo(w) - max(ex.waves.recent[kind][index:index + count]) > MAX_WAIT_STATES + 1
+
+
 def check_read(ex, kind: str, w, index: int, count: int) -> None:
     if not ex.strict:
         return
@@ -340,6 +355,8 @@ def check_read(ex, kind: str, w, index: int, count: int) -> None:
             _note_srcc_read(ex, kind, w, index, count)
         elif getattr(ex, "role", None) == "store" and ex.klass == "vmem" and count > 2:
             _note_wide_store(ex, kind, w, index, count)
+    if count and _settled(ex, kind, w, index, count):
+        return
     at = waves.written_at[kind][w, index:index + count]
     if _all_settled(waves.clock[w], at):
         return
@@ -380,6 +397,8 @@ def check_write(ex, kind: str, w, index: int, count: int) -> None:
     """WAW after an MFMA or a dst-sel VALU write; WAR after an MFMA srcC read or a wide store."""
     if not ex.strict or kind == "s" or ex.klass not in ("valu", "trans", "vmem", "ds"):
         return
+    if count and _settled(ex, kind, w, index, count):
+        return
     waves = ex.waves
     clock = waves.clock[w][:, None]
     at = waves.written_at[kind][w, index:index + count]
@@ -406,7 +425,10 @@ def check_write(ex, kind: str, w, index: int, count: int) -> None:
 
 def _note_srcc_read(ex, kind, w, index, count):
     side = _side(ex)
-    side.srcc_at[kind][w, index:index + count] = ex.waves.clock[w][:, None]
+    clock = ex.waves.clock[w]
+    side.srcc_at[kind][w, index:index + count] = clock[:, None]
+    if clock.size:
+        note_recent(ex.waves, kind, index, count, int(clock.max()))
     side.srcc_passes[kind][w, index:index + count] = 0      # filled in when the MFMA writes
     ex.srcc_noted.append((kind, index, count))             # ... by note_write, this step
 
@@ -417,7 +439,10 @@ def _note_wide_store(ex, kind, w, index, count):
     if inst.name.startswith("buffer_") and inst.ops and inst.ops[-1].kind == "s":
         window = 1          # MUBUF with an SGPR soffset: measured 1 on gfx950 (LLVM)
     side = _side(ex)
-    side.store_at[kind][w, index:index + count] = ex.waves.clock[w][:, None]
+    clock = ex.waves.clock[w]
+    side.store_at[kind][w, index:index + count] = clock[:, None]
+    if clock.size:
+        note_recent(ex.waves, kind, index, count, int(clock.max()))
     side.store_window[kind][w, index:index + count] = window
 
 

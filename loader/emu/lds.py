@@ -77,16 +77,24 @@ class Access:
 
     slot [n,1,1] LDS slot of each wave; ok [n,64] active and in range; keys [m] tracked
     dword keys (slot * dwords + dword), rows [m] / lanes [m] the wave row and lane of each
-    key; index [n,64,nbytes] byte index into the slot (0 where not ok, made on first use);
-    dword_index [n,64,nbytes/4] (None unless every ok lane is dword-aligned and nbytes
-    a multiple of 4): the same bytes as whole dwords."""
+    key (lanes made on first use: only error reports need them); index [n,64,nbytes] byte
+    index into the slot (0 where not ok, made on first use); dword_index [n,64,nbytes/4]
+    (None unless every ok lane is dword-aligned and nbytes a multiple of 4): the same
+    bytes as whole dwords."""
 
-    __slots__ = ("slot", "ok", "keys", "rows", "lanes", "dword_index", "_okaddr", "_nbytes", "_index")
+    __slots__ = ("slot", "ok", "keys", "rows", "_lanes", "dword_index", "_okaddr", "_nbytes", "_index")
 
     def __init__(self, slot, ok, keys, rows, lanes, dword_index, okaddr, nbytes):
-        self.slot, self.ok, self.keys, self.rows, self.lanes = slot, ok, keys, rows, lanes
+        """lanes None: every lane of every row is ok and touches nbytes / 4 dwords."""
+        self.slot, self.ok, self.keys, self.rows, self._lanes = slot, ok, keys, rows, lanes
         self.dword_index = dword_index
         self._okaddr, self._nbytes, self._index = okaddr, nbytes, None
+
+    @property
+    def lanes(self) -> np.ndarray:
+        if self._lanes is None:
+            self._lanes = (np.arange(self.keys.size) // (self._nbytes // 4)) % self.ok.shape[1]
+        return self._lanes
 
     @property
     def index(self) -> np.ndarray:
@@ -119,7 +127,7 @@ def access(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, what: str) ->
             n = ok.shape[0]
             keys = full.ravel()
             rows = np.repeat(np.arange(n), ok.shape[1] * k.size)
-            lanes = np.tile(np.repeat(np.arange(ok.shape[1]), k.size), n)
+            lanes = None
         else:
             rows, lanes, _ = np.nonzero(np.broadcast_to(ok[:, :, None], full.shape))
             keys = full[ok]

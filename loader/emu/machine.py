@@ -73,6 +73,8 @@ class Executor:
         self.srcc_noted: list = []
         self.mode_split = None                # set while a wave has VSKIP or GPR index mode on
         self.schedule = None                  # adversarial.Adversarial, timed.Timed; None: lockstep
+        self._clock_w = None                  # clock_lo's cache: the `w` it was computed for
+        self._clock_lo = 0
 
     # ----------------------------------------------------------------- errors
     def where(self, wave: int | None = None) -> str:
@@ -235,8 +237,11 @@ class Executor:
     def _in_flight(self, kind: str, w, index: int, count: int):
         """(rows, first register) of the waves with a load still landing in the registers,
         or None; also refuses registers that do not exist."""
-        if index + count > self.waves.busy[kind].shape[1]:
+        col = self.waves.busy_col[kind]
+        if index + count > len(col):
             raise EmulatorError(f"register {kind}{index + count - 1} does not exist ({self.where()})")
+        if not any(col[index:index + count]):
+            return None
         busy = self.waves.busy[kind][w, index:index + count]
         if not busy.any():
             return None
@@ -275,8 +280,11 @@ class Executor:
         if kind == "s":
             self.waves.invalidate_exec(index, count)
         writer = hazards.note_write(self, kind, w, index, count, writer)
-        self.waves.written_at[kind][w, index:index + count] = self.waves.clock[w][:, None]
+        clock = self.waves.clock[w]
+        self.waves.written_at[kind][w, index:index + count] = clock[:, None]
         self.waves.written_by[kind][w, index:index + count] = writer
+        if clock.size:
+            hazards.note_recent(self.waves, kind, index, count, int(clock.max()))
 
     def issue(self, w, counter: str, land, *, dest: tuple[str, int, int] | None = None,
               smem: bool = False) -> Pending:
@@ -284,7 +292,7 @@ class Executor:
         waves = self.wave_ids(w)
         op = Pending(waves, counter, smem, self.inst.pc, self.inst.text, land)
         queues = self.waves.queues[counter]
-        for wave in waves:
+        for wave in waves.tolist():
             queues[wave].append(op)
         if dest is not None:
             kind, index, count = dest
@@ -292,20 +300,31 @@ class Executor:
             self._check_load_dest(w, kind, index, count, queue)
             self.waves.busy[kind][w, index:index + count] += 1
             self.waves.busy_in[queue][kind][w, index:index + count] += 1
+            self._busy_col_add(kind, index, count, len(waves))
 
             def land_and_release(rows, _land=land):
                 _land(rows)
-                self.waves.busy[kind][waves[rows], index:index + count] -= 1
-                self.waves.busy_in[queue][kind][waves[rows], index:index + count] -= 1
+                landed = waves[rows]
+                self.waves.busy[kind][landed, index:index + count] -= 1
+                self.waves.busy_in[queue][kind][landed, index:index + count] -= 1
+                self._busy_col_add(kind, index, count, -len(landed))
                 self.record_write(kind, waves[rows], index, count, hazards.NONE)
             op.land = land_and_release
         return op
+
+    def _busy_col_add(self, kind: str, index: int, count: int, n: int):
+        col = self.waves.busy_col[kind]
+        for i in range(index, index + count):
+            col[i] += n
 
     def _check_load_dest(self, w, kind: str, index: int, count: int, queue: str):
         """A load may target registers that earlier loads of the same in-order queue
         (VMEM, or DS) still fill: they land in issue order, so the last one wins as on
         hardware. Any other pending writer (the other queue, or an out-of-order scalar
         load) makes the final value unpredictable."""
+        if not any(self.waves.busy_col[kind][index:index + count]):
+            self.write_regs(kind, w, index, count)
+            return
         busy = self.waves.busy[kind][w, index:index + count]
         if busy.any() and queue != "smem":
             same = self.waves.busy_in[queue][kind][w, index:index + count]
@@ -320,11 +339,19 @@ class Executor:
         count = regs.shape[1]
         waves = self.wave_ids(w)
         file = self.waves.file(dst.kind)
+        every_lane = bool(mask.all())
+        sel = w if isinstance(w, slice) else waves
 
         def land(rows):
-            r = waves[rows]
-            cur = file[r, dst.index:dst.index + count]
-            file[r, dst.index:dst.index + count] = np.where(mask[rows][:, None, :], regs[rows], cur)
+            regs_ = file[:, dst.index:dst.index + count]
+            if len(rows) == len(waves):     # rows: every position (in any order)
+                if every_lane:
+                    regs_[sel] = regs
+                else:
+                    regs_[sel] = np.where(mask[:, None, :], regs, regs_[sel])
+            else:
+                r = waves[rows]
+                regs_[r] = np.where(mask[rows][:, None, :], regs[rows], regs_[r])
             if after is not None:
                 after(rows)
         self.issue(w, counter, land, dest=(dst.kind, dst.index, count))
@@ -393,7 +420,16 @@ class Executor:
             return
         self._step(w, inst)
 
+    def clock_lo(self, w) -> int:
+        """The lowest wait-state clock of the waves `w` (cached for this step's `w`)."""
+        if w is not self._clock_w:
+            clock = self.waves.clock[w]
+            self._clock_lo = int(clock.min()) if clock.size else 1 << 62
+            self._clock_w = w
+        return self._clock_lo
+
     def _step(self, w, inst: Inst) -> None:
+        self._clock_w = None                  # clocks change between steps
         self.inst = inst
         if inst.handler is None:
             inst.handler = lookup(inst)
@@ -402,5 +438,6 @@ class Executor:
         hazards.before_issue(self, w)
         inst.handler.fn(self, inst, w)
         self.waves.clock[w] += hazards.wait_states(inst)
+        self._clock_w = None
         if self.trace is not None:
             self.trace(inst, w)

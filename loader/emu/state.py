@@ -81,11 +81,18 @@ class Waves:
         # The same counts split by the queue the load sits in: VMEM and DS return in
         # issue order, scalar loads ('smem') may not.
         self.busy_in = {q: {k: np.zeros_like(v) for k, v in self.busy.items()} for q in ("vm", "lgkm", "smem")}
+        # busy summed over the waves, per register, as Python lists: the common "nothing in
+        # flight here" answer without a numpy gather (machine.py keeps it in step with busy).
+        self.busy_col = {k: [0] * v.shape[1] for k, v in self.busy.items()}
         self.queues = {"vm": [deque() for _ in range(count)], "lgkm": [deque() for _ in range(count)]}
         # Wait-state clock and last writer per register, for hazard checks.
         self.clock = np.zeros(count, dtype=np.int64)
         self.written_at = {k: np.full(v.shape, -(1 << 40), np.int64) for k, v in self.busy.items()}
         self.written_by = {k: np.zeros(v.shape, np.int16) for k, v in self.busy.items()}
+        # Per register, the latest clock (over all waves) at which hazards.py recorded a
+        # write, an MFMA srcC read or a wide-store data read: a register whose entry is more
+        # than hazards.MAX_WAIT_STATES behind every reader's clock needs no rule lookup.
+        self.recent = {k: [-(1 << 40)] * v.shape[1] for k, v in self.busy.items()}
         self.exec_written_at = np.full(count, -(1 << 40), np.int64)
         self.exec_valu_written = False      # exec_written_at set for any wave yet
         # Mode bits set by s_setvskip and s_set_gpr_idx_on/off (families/modes.py).
