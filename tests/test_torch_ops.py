@@ -227,3 +227,24 @@ def test_decode_requires_grad_refused():
         gfxasm.decode_attention(q.detach(), k, v, seqlens, block_table=table, sinks=sinks)
     with torch.no_grad():
         assert gfxasm.decode_attention(q, k, v, seqlens, block_table=table).grad_fn is None
+
+
+def test_decode_repeat_call_checks_its_data():
+    # a repeat of a layout reuses the checked plan: what the data can change is checked again
+    q, k, v, seqlens, table = decode_inputs(seed=5)
+    out = nan_like(q.shape, q.dtype)
+    first = gfxasm.decode_attention(q, k, v, seqlens, block_table=table, out=out).clone()
+    q2, k2, v2, _, _ = decode_inputs(seed=6)
+    again = gfxasm.decode_attention(q2, k2, v2, seqlens, block_table=table, out=out)
+    o_ref, _, o_abs = da.reference(q2, k2, v2, seqlens, block_table=table)
+    assert ((again.double() - o_ref).abs() <= da.tolerance(o_ref, o_abs, q.dtype)).all()
+    assert not torch.equal(again, first)
+    with pytest.raises(ValueError, match=r"max\(cache_seqlens\) = 49 exceeds the cache: block_table holds 3 pages"):
+        gfxasm.decode_attention(q, k, v, torch.tensor([49, 3], dtype=torch.int32), block_table=table, out=out)
+    with pytest.raises(ValueError, match="'cache_seqlens' must be >= 0, got -1"):
+        gfxasm.decode_attention(q, k, v, torch.tensor([-1, 3], dtype=torch.int32), block_table=table, out=out)
+    with pytest.raises(ValueError, match="'out' overlaps the memory of 'q'"):
+        gfxasm.decode_attention(q, k, v, seqlens, block_table=table, out=q)
+    shifted = torch.empty(k.numel() + 1, dtype=k.dtype)[1:].view(k.shape).copy_(k)      # same strides, 2 bytes off
+    with pytest.raises(ValueError, match="'k_cache' data must be 16-byte aligned"):
+        gfxasm.decode_attention(q, shifted, v, seqlens, block_table=table, out=out)

@@ -47,16 +47,21 @@ softmax_scale, causal, window_left, sinks, num_splits, return_lse) -> (out, lse)
 empty unless return_lse; gfxasm::decode_attention_out(the same but return_lse, out!,
 lse!?). Their fake kernels check what metadata tells (meta tensors throughout give the
 output shapes; torch.compile traces them); what needs the data (pointers' alignment and
-overlaps, a CPU cache_seqlens' range) is checked only on real tensors.
+overlaps, a CPU cache_seqlens' range) is checked only on real tensors. The checked, prepared
+launches are cached per tensor layout (shapes, strides, dtypes, devices) and scalars, so a
+repeated call checks only what its data can change, allocates and launches.
 """
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import torch
 
 from ..gridexpr import cdiv
+from ..launcher import BACKEND_ENV, prepare
+from ..manifest import default_manifest
 from . import library
 from .aliasing import extent, refuse_internal_overlap, refuse_overlap
 
@@ -139,8 +144,8 @@ def _check_rows(name: str, t: torch.Tensor, row_axis: int, data: bool) -> list[i
     e = t.element_size()
     if t.stride(-1) != 1 and t.shape[-1] > 1:
         _fail(ValueError, f"'{name}' must be contiguous in the head dim (stride 1), got strides {t.stride()}")
-    if data and t.data_ptr() % _ALIGN:
-        _fail(ValueError, f"'{name}' data must be 16-byte aligned, got address {t.data_ptr():#x}")
+    if data:
+        _check_aligned(name, t)
     strides = [_stride(t, a) * e for a in range(t.dim() - 1)]
     for axis, s in enumerate(strides):
         if s % _ALIGN or s < 0:
@@ -150,6 +155,15 @@ def _check_rows(name: str, t: torch.Tensor, row_axis: int, data: bool) -> list[i
     if t.shape[row_axis] > 1 and strides[row_axis] < t.shape[-1] * e:
         _fail(ValueError, f"'{name}' rows may not overlap (seq stride >= head dim), got strides {t.stride()}")
     return strides
+
+
+def _check_aligned(name: str, t: torch.Tensor) -> None:
+    if t.data_ptr() % _ALIGN:
+        _fail(ValueError, f"'{name}' data must be 16-byte aligned, got address {t.data_ptr():#x}")
+
+
+def _fail_pairs(name: str, t: torch.Tensor):
+    _fail(ValueError, f"'{name}' pairs must be contiguous and 4-byte aligned (even strides), got strides {t.stride()}")
 
 
 def _span(t: torch.Tensor, axes) -> int:
@@ -188,8 +202,7 @@ def _fp8_kind(fp8: bool, q: torch.Tensor, k_cache: torch.Tensor, descales: dict,
             _fail(ValueError, f"'{name}' must be shaped like the cache's token dims plus 2: "
                               f"{tuple(k_cache.shape[:3]) + (2,)}, got {tuple(t.shape)}")
         if t.stride(3) != 1 or (data and t.data_ptr() % 4) or any(_stride(t, i) % 2 for i in range(3)):
-            _fail(ValueError, f"'{name}' pairs must be contiguous and 4-byte aligned (even strides), "
-                              f"got strides {t.stride()}")
+            _fail_pairs(name, t)
         if any(_stride(t, i) * 2 >= _U32 for i in range(3)):
             _fail(ValueError, f"'{name}' strides must be below 2^32 bytes, got {t.stride()}")
     return 2 if chosen is pairs else 1
@@ -273,14 +286,8 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_desc
     if not cache_seqlens.is_contiguous():
         _fail(ValueError, "'cache_seqlens' must be contiguous")
     capacity = block_table.shape[1] * page_size if paged else page_size
-    if data and cache_seqlens.device.type == "cpu" and batch:        # known on the host without a sync
-        lo, hi = int(cache_seqlens.min()), int(cache_seqlens.max())
-        if lo < 0:
-            _fail(ValueError, f"'cache_seqlens' must be >= 0, got {lo}")
-        if hi > capacity:
-            where = f"block_table holds {block_table.shape[1]} pages x {page_size}" if paged else \
-                f"the cache holds {page_size} keys"
-            _fail(ValueError, f"max(cache_seqlens) = {hi} exceeds the cache: {where}")
+    if data:
+        _check_seqlens(cache_seqlens, block_table, page_size)
     q_strides = _check_rows("q", q, 1, data)
     k_strides = _check_rows("k_cache", k_cache, 1, data)
     v_strides = _check_rows("v_cache", v_cache, 1, data)
@@ -341,6 +348,20 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_desc
                 descales=descales, pairs=pairs)
 
 
+def _check_seqlens(cache_seqlens: torch.Tensor, block_table: torch.Tensor | None, page_size: int) -> None:
+    """cache_seqlens within [0, capacity], where it is known on the host without a sync (CPU)."""
+    if cache_seqlens.device.type != "cpu" or not cache_seqlens.numel():
+        return
+    lo, hi = int(cache_seqlens.min()), int(cache_seqlens.max())
+    if lo < 0:
+        _fail(ValueError, f"'cache_seqlens' must be >= 0, got {lo}")
+    capacity = block_table.shape[1] * page_size if block_table is not None else page_size
+    if hi > capacity:
+        where = f"block_table holds {block_table.shape[1]} pages x {page_size}" if block_table is not None else \
+            f"the cache holds {page_size} keys"
+        _fail(ValueError, f"max(cache_seqlens) = {hi} exceeds the cache: {where}")
+
+
 def _check_return_lse(return_lse) -> None:
     if not isinstance(return_lse, bool):
         _fail(TypeError, f"'return_lse' must be a bool, got {type(return_lse).__name__}")
@@ -374,14 +395,83 @@ def _new_lse(q: torch.Tensor) -> torch.Tensor:
     return torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
 
 
+class _Plan:
+    """A checked call's launches, prepared but for the data pointers, with the tensors that
+    stay the same from call to call (placeholders, a contiguous cache's page table) and
+    the workspace sizes; a call with the same layouts and scalars reuses it."""
+    __slots__ = ("launches", "fixed", "ws_numel", "page_size")
+
+    def __init__(self, a: dict, out: torch.Tensor, lse: torch.Tensor | None):
+        manifest = default_manifest()
+        runs = _runs(a, out, lse)
+        self.launches = tuple(prepare(manifest.kernel(kernel).variant(variant), args) for kernel, variant, args in runs)
+        merged = {name: t for _, _, args in runs for name, t in args.items() if isinstance(t, torch.Tensor)}
+        self.ws_numel = (merged["ws_o"].numel(), merged["ws_lse"].numel()) if len(runs) > 1 else None
+        varying = _call_tensors(self, a["q"], a["k"], a["v"], a["seqlens"], a["block_table"], *a["descales"].values(),
+                                *a["pairs"].values(), a["sinks"], out, lse)
+        self.fixed = {name: t for name, t in merged.items() if name not in varying}     # holds no caller tensor
+        self.page_size = a["k"].shape[1]
+
+
+def _call_tensors(plan: _Plan, q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale,
+                  k_scale_shift, v_scale_shift, sinks, out, lse) -> dict:
+    """The launch tensors that change from call to call, by kernel argument name; the
+    split-K workspace is new for each call."""
+    t = dict(q=q, k_cache=k_cache, v_cache=v_cache, cache_seqlens=cache_seqlens, o=out)
+    optional = dict(block_table=block_table, lse=lse, sinks=sinks, k_scale_shift=k_scale_shift,
+                    v_scale_shift=v_scale_shift)
+    t.update((name, x) for name, x in optional.items() if x is not None)
+    if k_descale is not None:
+        t.update(k_descale=k_descale.reshape(1), v_descale=v_descale.reshape(1))
+    if plan.ws_numel:
+        t.update(ws_o=torch.empty(plan.ws_numel[0], dtype=torch.float32, device=q.device),
+                 ws_lse=torch.empty(plan.ws_numel[1], dtype=torch.float32, device=q.device))
+    return t
+
+
+_PLANS: dict[tuple, _Plan] = {}
+_MAX_PLANS = 4096                  # a bound on memory for callers that never repeat a layout
+
+
+def _layout(t) -> tuple | None:
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
+
+
 def _run(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift, v_scale_shift,
          softmax_scale, causal, window_left, sinks, num_splits, out, lse) -> None:
-    """Check and launch on given outputs (out, and lse unless None, are written)."""
-    from ..launcher import launch
-    a = _validate(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift, v_scale_shift,
-                  softmax_scale, causal, window_left, sinks, num_splits, out, lse, lse is not None)
-    for kernel, variant, args in _runs(a, out, lse):
-        launch(kernel, variant=variant, **args)
+    """Check and launch on given outputs (out, and lse unless None, are written). The
+    first call of a layout checks everything in order and plans; a repeat checks only
+    what the data can change (pointers, overlaps, a CPU cache_seqlens' range)."""
+    tensors = (q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift, v_scale_shift,
+               sinks, out, lse)
+    try:
+        key = (tuple(_layout(t) for t in tensors), type(softmax_scale), softmax_scale, type(causal), causal,
+               type(window_left), window_left, type(num_splits), num_splits, os.environ.get(BACKEND_ENV))
+        plan_ = _PLANS.get(key)
+    except (AttributeError, TypeError):       # not tensors, or unhashable: _validate says what is wrong
+        key, plan_ = None, None
+    if plan_ is None:
+        a = _validate(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift,
+                      v_scale_shift, softmax_scale, causal, window_left, sinks, num_splits, out, lse, lse is not None)
+        plan_ = _Plan(a, out, lse)
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = plan_
+    else:
+        _check_seqlens(cache_seqlens, block_table, plan_.page_size)
+        for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("out", out)):
+            _check_aligned(name, t)
+        for name, t in (("k_scale_shift", k_scale_shift), ("v_scale_shift", v_scale_shift)):
+            if t is not None and t.data_ptr() % 4:
+                _fail_pairs(name, t)
+        _refuse_overlaps(q, k_cache, v_cache, dict(k_scale_shift=k_scale_shift, v_scale_shift=v_scale_shift), out,
+                         lse)
+    if not plan_.launches:
+        return
+    given = {**plan_.fixed, **_call_tensors(plan_, q, k_cache, v_cache, cache_seqlens, block_table, k_descale,
+                                            v_descale, k_scale_shift, v_scale_shift, sinks, out, lse)}
+    for launch in plan_.launches:
+        launch(*(given[name] for name, _, _ in launch.pointers))
 
 
 def _decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
