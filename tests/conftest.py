@@ -1,6 +1,6 @@
 """Shared test fixtures: the fixture-kernel manifest, built once per session, helpers
-for writing throwaway manifests and kernels in a temporary folder, and the recording
-stand-in HIP runtime (hip_stub)."""
+for writing throwaway manifests and kernels in a temporary folder, the recording
+stand-in HIP runtime (hip_stub), and no_launch (any kernel launch fails the test)."""
 from __future__ import annotations
 
 import ctypes
@@ -19,6 +19,19 @@ from gfxasm.manifest import Manifest
 from gfxasm.toolchain import find_tool
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    """Any kernel launch, on either backend, fails the test: errors must come before it.
+    The backends are patched (not gfxasm.launch), so launches an op prepared and cached
+    itself are caught too."""
+    from gfxasm import launcher
+
+    def boom(*args, **kwargs):
+        raise AssertionError("a kernel was launched")
+    monkeypatch.setattr(launcher.emu_backend, "launch", boom)
+    monkeypatch.setattr(launcher.hip_backend, "launch", boom)
 
 
 @pytest.fixture(scope="session")

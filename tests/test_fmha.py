@@ -192,16 +192,6 @@ def test_no_keys_gives_zero_and_minus_inf():
 
 # --- memory the kernel would get wrong: refused before launch ---
 
-@pytest.fixture
-def no_launch(monkeypatch):
-    from gfxasm import launcher
-
-    def boom(*args, **kwargs):
-        raise AssertionError("a kernel was launched")
-    monkeypatch.setattr(launcher.emu_backend, "launch", boom)
-    monkeypatch.setattr(launcher.hip_backend, "launch", boom)
-
-
 def test_out_overlapping_an_input_is_refused(no_launch):
     q, k, v = _qkv()                                     # Hq 4 = Hk 2 x 2: out=k has k's shape only for MHA
     k4, v4 = (torch.randn(1, 8, 4, 128).bfloat16() for _ in range(2))
