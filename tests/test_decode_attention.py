@@ -30,7 +30,6 @@ tests/test_decode_attention.py`) runs page sizes 16/64/1024/contiguous x GQA 1/8
 """
 from __future__ import annotations
 
-import importlib
 import math
 
 import pytest
@@ -38,7 +37,7 @@ import torch
 
 import gfxasm
 
-da = importlib.import_module("gfxasm.ops.decode_attention")   # the module (gfxasm.ops.decode_attention is the op)
+from gfxasm.ops import decode_attention as da
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
 
 

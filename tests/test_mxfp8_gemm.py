@@ -22,14 +22,13 @@ split-K (the second pass) runs forced and as chosen.
 """
 from __future__ import annotations
 
-import importlib
 
 import pytest
 import torch
 
 import gfxasm
 
-mx = importlib.import_module("gfxasm.ops.mxfp8_gemm")   # the module (gfxasm.ops.mxfp8_gemm is the op)
+from gfxasm.ops import mxfp8_gemm as mx
 
 E4M3, E8M0 = torch.float8_e4m3fn, torch.float8_e8m0fnu
 FP8_NAN = 0x7F
