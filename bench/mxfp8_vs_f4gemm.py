@@ -101,7 +101,8 @@ def model_f4(M: int, N: int, Kp: int, candidates) -> dict:
         for name, prm in _brackets().items():
             e = estimate(**kw, params=prm)
             out[name].append(dict(symbol=symbol, tile=_tile(symbol), log2_k_split=log2, us=e.seconds * 1e6,
-                                  dram_bytes=e.dram_bytes, grid=list(kw["grid"])))
+                                  dram_bytes=e.dram_bytes, requested_bytes=e.requested_global_bytes,
+                                  grid=list(kw["grid"])))
     return out
 
 
@@ -112,7 +113,8 @@ def model_ours(M: int, N: int, K: int) -> tuple[object, dict]:
     res = {}
     for name, prm in _brackets().items():
         seconds, parts = ours.modelled_seconds(plan, M, N, K, params=prm, cases=cases)
-        res[name] = dict(us=seconds * 1e6, dram_bytes=sum(p["dram_bytes"] for p in parts), launches=parts)
+        res[name] = dict(us=seconds * 1e6, dram_bytes=sum(p["dram_bytes"] for p in parts),
+                         requested_bytes=sum(p["requested_bytes"] for p in parts), launches=parts)
     return plan, res
 
 
@@ -149,9 +151,10 @@ def compare(layer: str, tp: int, M: int, N: int, K: int, candidates, points=None
     for name in P.BRACKETS:
         a = min(theirs[name], key=lambda c: c["us"])
         o = mine[name]
-        per[name] = dict(ours_us=o["us"], ours_dram_bytes=o["dram_bytes"], aiter_us=a["us"],
-                         aiter_dram_bytes=a["dram_bytes"], aiter_tile=a["tile"], aiter_log2_k_split=a["log2_k_split"],
-                         aiter_grid=a["grid"], ratio=o["us"] / a["us"])
+        per[name] = dict(ours_us=o["us"], ours_dram_bytes=o["dram_bytes"], ours_requested_bytes=o["requested_bytes"],
+                         aiter_us=a["us"], aiter_dram_bytes=a["dram_bytes"], aiter_requested_bytes=a["requested_bytes"],
+                         aiter_tile=a["tile"], aiter_log2_k_split=a["log2_k_split"], aiter_grid=a["grid"],
+                         ratio=o["us"] / a["us"])
     ratios = [v["ratio"] for v in per.values()]
     return dict(layer=layer, tp=tp, M=M, N=N, K=K, K_f4=Kp, ours_kernel=plan.kernel, ours_splits=plan.splits,
                 min_bytes=least, f4_min_bytes=least_f4, weight_bytes=N * K, brackets=per,
@@ -189,22 +192,31 @@ def _measured(row) -> str:
     return f"{where}{m['measured_us']:.1f} (model {mod})"
 
 
+def _bytes(row, side: str, least: float) -> str:
+    """DRAM bytes / minimum, and (where recorded) bytes the loads and stores request / minimum."""
+    b = row["brackets"].values()
+    dram = _span([v[f"{side}_dram_bytes"] / least for v in b], "{:.2f}")
+    if not all(f"{side}_requested_bytes" in v for v in b):
+        return dram
+    return f"{dram} ({_span([v[f'{side}_requested_bytes'] / least for v in b], '{:.2f}')})"
+
+
 def markdown(rows: list[dict]) -> str:
     """The README table: times in us, ranges over params.BRACKETS."""
-    head = ("| layer | TP | M | N | K (ours) / K' (FP4) | ours: kernel, workgroups | ours µs | ours bytes/min "
-            "| ours %HBM | aiter f4gemm (model's best) | aiter µs | aiter bytes/min | aiter %HBM | aiter measured µs (nearest) "
-            "| ours / aiter |")
+    head = ("| layer | TP | M | N | K (ours) / K' (FP4) | ours: kernel, workgroups | ours µs "
+            "| ours DRAM (requested) / min | ours %HBM | aiter f4gemm (model's best) | aiter µs "
+            "| aiter DRAM (requested) / min | aiter %HBM | aiter measured µs (nearest) | ours / aiter |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         b = r["brackets"].values()
         o_us, a_us = [v["ours_us"] for v in b], [v["aiter_us"] for v in b]
-        o_bytes = [v["ours_dram_bytes"] / r["min_bytes"] for v in b]
-        a_bytes = [v["aiter_dram_bytes"] / r["f4_min_bytes"] for v in b]
+        o_bytes = _bytes(r, "ours", r["min_bytes"])
+        a_bytes = _bytes(r, "aiter", r["f4_min_bytes"])
         o_pct = [100 * r["min_bytes"] / (t * 1e-6) / HBM for t in o_us]
         a_pct = [100 * r["f4_min_bytes"] / (t * 1e-6) / HBM for t in a_us]
         lines.append(f"| {r['layer']} | {r['tp']} | {r['M']} | {r['N']} | {r['K']} / {r['K_f4']} | {_our_launch(r)} "
-                     f"| {_span(o_us)} | {_span(o_bytes, '{:.2f}')} | {_span(o_pct, '{:.0f}')} "
-                     f"| {_aiter_launch(r)} | {_span(a_us)} | {_span(a_bytes, '{:.2f}')} | {_span(a_pct, '{:.0f}')} "
+                     f"| {_span(o_us)} | {o_bytes} | {_span(o_pct, '{:.0f}')} "
+                     f"| {_aiter_launch(r)} | {_span(a_us)} | {a_bytes} | {_span(a_pct, '{:.0f}')} "
                      f"| {_measured(r)} | {r['ratio_lo']:.2f}–{r['ratio_hi']:.2f} |")
     return "\n".join(lines)
 
