@@ -218,7 +218,8 @@ def modelled_seconds(plan, M, N, K, params=None, cases=None) -> tuple[float, lis
         seconds += est.seconds
         parts.append(dict(kernel=case.kernel, grid=list(case.grid), seconds=est.seconds, rounds=est.rounds,
                           cycles_per_round=est.cycles_per_round, workgroups_per_cu=est.workgroups_per_cu,
-                          dram_bytes=est.dram_bytes, requested_bytes=est.requested_global_bytes, clock_hz=est.clock_hz,
+                          dram_bytes=est.dram_bytes, requested_bytes=est.requested_global_bytes,
+                          clock_hz=est.clock_hz,
                           valu_utilization=est.valu_utilization, mfma_utilization=est.mfma_utilization))
     return seconds, parts
 

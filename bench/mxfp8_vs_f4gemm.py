@@ -152,7 +152,8 @@ def compare(layer: str, tp: int, M: int, N: int, K: int, candidates, points=None
         a = min(theirs[name], key=lambda c: c["us"])
         o = mine[name]
         per[name] = dict(ours_us=o["us"], ours_dram_bytes=o["dram_bytes"], ours_requested_bytes=o["requested_bytes"],
-                         aiter_us=a["us"], aiter_dram_bytes=a["dram_bytes"], aiter_requested_bytes=a["requested_bytes"],
+                         aiter_us=a["us"], aiter_dram_bytes=a["dram_bytes"],
+                         aiter_requested_bytes=a["requested_bytes"],
                          aiter_tile=a["tile"], aiter_log2_k_split=a["log2_k_split"], aiter_grid=a["grid"],
                          ratio=o["us"] / a["us"])
     ratios = [v["ratio"] for v in per.values()]
