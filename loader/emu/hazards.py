@@ -343,7 +343,7 @@ def _settled(ex, kind: str, w, index: int, count: int) -> bool:
     """True when no wave wrote the registers (or read them as MFMA srcC or wide-store
     data) within MAX_WAIT_STATES of the clocks of `w`: every rule is met, for reads and
     for overwrites, without looking at the per-wave records."""
-    return ex.clock_lo(w) - max(ex.waves.recent[kind][index:index + count]) > MAX_WAIT_STATES + 1
+    return ex.clocks(w)[1] - max(ex.waves.recent[kind][index:index + count]) > MAX_WAIT_STATES + 1
 
 
 def check_read(ex, kind: str, w, index: int, count: int) -> None:
@@ -358,12 +358,13 @@ def check_read(ex, kind: str, w, index: int, count: int) -> None:
     if count and _settled(ex, kind, w, index, count):
         return
     at = waves.written_at[kind][w, index:index + count]
-    if _all_settled(waves.clock[w], at):
+    clock = ex.clocks(w)[0]
+    if _all_settled(clock, at):
         return
     writer = waves.written_by[kind][w, index:index + count]
     if not writer.any():
         return
-    gap = waves.clock[w][:, None] - at - 1
+    gap = clock[:, None] - at - 1
     need = _required_for_read(ex, kind, w, index, count, writer, at, gap)
     _require(ex, w, kind, index, gap, need, "read",
              lambda row, col: f"{_writer_name(int(writer[row, col]))} wrote it")
@@ -400,7 +401,7 @@ def check_write(ex, kind: str, w, index: int, count: int) -> None:
     if count and _settled(ex, kind, w, index, count):
         return
     waves = ex.waves
-    clock = waves.clock[w][:, None]
+    clock = ex.clocks(w)[0][:, None]
     at = waves.written_at[kind][w, index:index + count]
     writer = None if _all_settled(clock[:, 0], at) else waves.written_by[kind][w, index:index + count]
     if writer is not None and writer.any():
@@ -425,10 +426,9 @@ def check_write(ex, kind: str, w, index: int, count: int) -> None:
 
 def _note_srcc_read(ex, kind, w, index, count):
     side = _side(ex)
-    clock = ex.waves.clock[w]
+    clock, _, hi = ex.clocks(w)
     side.srcc_at[kind][w, index:index + count] = clock[:, None]
-    if clock.size:
-        note_recent(ex.waves, kind, index, count, int(clock.max()))
+    note_recent(ex.waves, kind, index, count, hi)
     side.srcc_passes[kind][w, index:index + count] = 0      # filled in when the MFMA writes
     ex.srcc_noted.append((kind, index, count))             # ... by note_write, this step
 
@@ -439,10 +439,9 @@ def _note_wide_store(ex, kind, w, index, count):
     if inst.name.startswith("buffer_") and inst.ops and inst.ops[-1].kind == "s":
         window = 1          # MUBUF with an SGPR soffset: measured 1 on gfx950 (LLVM)
     side = _side(ex)
-    clock = ex.waves.clock[w]
+    clock, _, hi = ex.clocks(w)
     side.store_at[kind][w, index:index + count] = clock[:, None]
-    if clock.size:
-        note_recent(ex.waves, kind, index, count, int(clock.max()))
+    note_recent(ex.waves, kind, index, count, hi)
     side.store_window[kind][w, index:index + count] = window
 
 

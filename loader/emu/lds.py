@@ -159,7 +159,7 @@ def _check_pending(ex, w, acc: Access, what: str, same_wave_ok: bool):
         _report(ex, w, acc, dma, f"{what} touches LDS address {{addr}} (lane {{lane}}) before the LDS DMA "
                                  f"load writing it has landed (missing s_waitcnt vmcnt)")
     pend = lds.ds_pending[acc.keys] > 0
-    if same_wave_ok:
+    if same_wave_ok and pend.any():
         pend &= lds.ds_owner[acc.keys] != ex.wave_ids(w)[acc.rows]
     if pend.any():
         _report(ex, w, acc, pend, f"{what} touches LDS address {{addr}} (lane {{lane}}) that another wave "
@@ -176,8 +176,12 @@ def _check_order(ex, w, acc: Access, what: str, write: bool):
     me = ex.waves.wave_in_group[waves].astype(np.int8)[acc.rows]
     mine = lds.epoch[waves][acc.rows]
     verb = "writes" if write else "reads"
-    wr = lds.writer[keys]
-    raw = (wr >= 0) & (wr != me) & (lds.w_epoch[keys] >= mine)
+    # w_epoch is -1 exactly where no wave wrote (writer -1), and epochs are >= 0: a
+    # dword written in or after the reader's epoch has a writer.
+    raw = lds.w_epoch[keys] >= mine
+    if raw.any():
+        wr = lds.writer[keys]
+        raw &= wr != me
     if raw.any():
         _report(ex, w, acc, raw, f"{what} {verb} LDS address {{addr}} (lane {{lane}}), which wave "
                                  f"{int(wr[raw][0])} of the workgroup wrote, with no "
@@ -298,12 +302,20 @@ def dma_reserve(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, what: st
     acc = access(ex, w, addr, nbytes, mask, what)
     _check_pending(ex, w, acc, what, same_wave_ok=False)
     _check_order(ex, w, acc, what, write=True)
-    sel = np.broadcast_to(acc.ok[:, :, None], acc.index.shape)
-    slots = np.broadcast_to(acc.slot, acc.index.shape)
     release = _in_flight(ex, w, acc, ex.lds.dma_pending, owner=False)
+    whole = acc.dword_index is not None and bool(acc.ok.all())
+    n = acc.ok.shape[0]
 
     def land(rows, data):
-        s, i, m = slots[rows], acc.index[rows], sel[rows]
-        ex.waves.lds[s[m], i[m]] = data[rows][m]
+        if whole and len(rows) == n and data.dtype == np.uint8:
+            # Every lane, whole aligned dwords, every row (rows are sorted positions):
+            # the same bytes in the same lane order as below.
+            data32 = np.ascontiguousarray(data).view(np.uint32)      # [n,64,nbytes/4]
+            ex.waves.lds.view(np.uint32)[acc.slot, acc.dword_index] = data32
+        else:
+            sel = np.broadcast_to(acc.ok[:, :, None], acc.index.shape)
+            slots = np.broadcast_to(acc.slot, acc.index.shape)
+            s, i, m = slots[rows], acc.index[rows], sel[rows]
+            ex.waves.lds[s[m], i[m]] = data[rows][m]
         release(rows)
     return land

@@ -25,7 +25,7 @@ from .errors import EmulatorError, HazardError, MemoryFault
 from .lds import LdsTracker
 from .memory import Memory, OutOfBounds
 from .registry import lookup
-from .state import EXEC_LO, LANES, Pending, Waves, mask_to_bits
+from .state import EXEC_LO, LANES, Pending, Waves, copies as _copies, mask_to_bits
 
 _F32_INLINE = {"0.5": 0x3F000000, "-0.5": 0xBF000000, "1.0": 0x3F800000, "-1.0": 0xBF800000,
                "2.0": 0x40000000, "-2.0": 0xC0000000, "4.0": 0x40800000, "-4.0": 0xC0800000,
@@ -73,8 +73,8 @@ class Executor:
         self.srcc_noted: list = []
         self.mode_split = None                # set while a wave has VSKIP or GPR index mode on
         self.schedule = None                  # adversarial.Adversarial, timed.Timed; None: lockstep
-        self._clock_w = None                  # clock_lo's cache: the `w` it was computed for
-        self._clock_lo = 0
+        self._clock_w = None                  # clocks()'s cache: the `w` it was computed for
+        self._clocks = (None, 0, 0)
 
     # ----------------------------------------------------------------- errors
     def where(self, wave: int | None = None) -> str:
@@ -169,7 +169,8 @@ class Executor:
         """uint32[n, 64] from a VGPR/AGPR, or an SGPR/constant broadcast to all lanes."""
         if op.kind in ("v", "a"):
             self.check_read(op.kind, w, op.index, 1)
-            return self.waves.file(op.kind)[w, op.index].copy()
+            bits = self.waves.file(op.kind)[w, op.index]
+            return bits if _copies(w) else bits.copy()
         return np.repeat(self.s32(op, w, fp16)[:, None], LANES, axis=1)
 
     def v64(self, op: Operand, w) -> np.ndarray:
@@ -280,11 +281,10 @@ class Executor:
         if kind == "s":
             self.waves.invalidate_exec(index, count)
         writer = hazards.note_write(self, kind, w, index, count, writer)
-        clock = self.waves.clock[w]
+        clock, _, hi = self.clocks(w)
         self.waves.written_at[kind][w, index:index + count] = clock[:, None]
         self.waves.written_by[kind][w, index:index + count] = writer
-        if clock.size:
-            hazards.note_recent(self.waves, kind, index, count, int(clock.max()))
+        hazards.note_recent(self.waves, kind, index, count, hi)
 
     def issue(self, w, counter: str, land, *, dest: tuple[str, int, int] | None = None,
               smem: bool = False) -> Pending:
@@ -420,13 +420,17 @@ class Executor:
             return
         self._step(w, inst)
 
-    def clock_lo(self, w) -> int:
-        """The lowest wait-state clock of the waves `w` (cached for this step's `w`)."""
+    def clocks(self, w) -> tuple[np.ndarray, int, int]:
+        """(wait-state clocks of the waves `w`, lowest, highest), cached while `w` is the
+        last one asked about and the clocks do not move (within one step). Read-only."""
         if w is not self._clock_w:
             clock = self.waves.clock[w]
-            self._clock_lo = int(clock.min()) if clock.size else 1 << 62
+            if clock.size:
+                self._clocks = (clock, int(clock.min()), int(clock.max()))
+            else:
+                self._clocks = (clock, 1 << 62, -(1 << 62))
             self._clock_w = w
-        return self._clock_lo
+        return self._clocks
 
     def _step(self, w, inst: Inst) -> None:
         self._clock_w = None                  # clocks change between steps

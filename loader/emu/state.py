@@ -33,6 +33,12 @@ _LANE_BITS = np.arange(32, dtype=np.uint32)
 _FILES = {"s": "sgpr", "v": "vgpr", "a": "agpr"}
 
 
+def copies(w) -> bool:
+    """Indexing the wave axis with `w` makes a copy (a 1-D index or bool array does; a
+    slice or an integer gives a view)."""
+    return isinstance(w, np.ndarray) and w.ndim == 1
+
+
 def mask_to_bits(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """bool[n, 64] lane mask from the low and high 32-bit halves of a 64-bit mask."""
     lo_bits = (lo[:, None] >> _LANE_BITS) & 1
@@ -113,7 +119,8 @@ class Waves:
             self._exec = mask_to_bits(self.sgpr[:, EXEC_LO], self.sgpr[:, EXEC_LO + 1])
             self._exec_full = None
             self._exec_stale = False
-        return self._exec[w].copy()   # callers may narrow their mask in place
+        bits = self._exec[w]          # callers may narrow their mask in place: a copy
+        return bits if copies(w) else bits.copy()
 
     def exec_all(self, w) -> bool:
         """True when EXEC of every wave in `w` is all ones."""

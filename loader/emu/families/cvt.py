@@ -139,20 +139,45 @@ def _flush_f32_result(ex, r):
 
 
 # ------------------------------------------------------------------ bf16 / f16 packing
-def _pk16(ex, inst, w, encode):
+def _pk16(ex, inst, w, encode, fast=None):
+    """fast(ex, op, bits): the same halves as encode(_f32_source(...)) straight from the
+    bits, or None where it does not apply (then encode runs)."""
     _no_output_mods(ex, inst)
     if any(vop3_op_sel(inst)):
         raise UnsupportedInstruction(f"{inst.name} with op_sel is not modelled ({ex.where()})")
     ex.role = None
     dst, a_op, b_op = inst.ops
     _dst1(ex, inst)
-    halves = [encode(_f32_source(ex, op, ex.v32(op, w))).astype(np.uint32) for op in (a_op, b_op)]
+    halves = []
+    for op in (a_op, b_op):
+        bits = ex.v32(op, w)
+        half = fast(ex, op, bits) if fast is not None else None
+        halves.append(encode(_f32_source(ex, op, bits)).astype(np.uint32) if half is None else half)
     ex.set_v(dst, w, halves[0] | (halves[1] << np.uint32(16)), ex.exec_bits(w), hazards.VALU)
+
+
+_SIGN, _EXP, _ABS = np.uint32(0x80000000), np.uint32(0x7F800000), np.uint32(0x7FFFFFFF)
+
+
+def _bf16_rne_bits(ex, op, bits):
+    """numerics.f32_to_bf16_rne(_f32_source(ex, op, bits)) as uint32 by integer RNE on the
+    f32 bits (bf16 is f32's upper half: add 0x7FFF plus the kept lsb, which carries into
+    the exponent, to Inf on overflow, and keeps denormals); None when a lane is NaN (the
+    quiet-NaN payload rule is numerics')."""
+    if ((bits & _ABS) > _EXP).any():
+        return None
+    if not ex.denorm_f32:
+        bits = np.where((bits & _EXP) == 0, bits & _SIGN, bits)      # denormals flush to +-0
+    if op.abs:
+        bits = bits & _ABS
+    if op.neg:
+        bits = bits ^ _SIGN
+    return (bits + (np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))) >> np.uint32(16)
 
 
 @handles("v_cvt_pk_bf16_f32", klass="valu")
 def cvt_pk_bf16_f32(ex, inst, w):
-    _pk16(ex, inst, w, numerics.f32_to_bf16_rne)
+    _pk16(ex, inst, w, numerics.f32_to_bf16_rne, _bf16_rne_bits)
 
 
 def _f16_out(ex, bits):

@@ -253,7 +253,8 @@ def _float_mods(x, op):
 def _flush(x: np.ndarray) -> np.ndarray:
     small = np.abs(x) < F32_MIN_NORMAL
     if not small.any():
-        return x.astype(np.float32)     # nothing to flush (a copy, as below)
+        # nothing to flush; callers pass fresh arrays (register reads copy), so no copy
+        return x if x.dtype == np.float32 else x.astype(np.float32)
     return np.where(small, np.copysign(np.float32(0), x), x).astype(np.float32)
 
 

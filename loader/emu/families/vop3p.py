@@ -33,6 +33,7 @@ the emulator does not model). The internal precision of the hardware dot product
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -113,7 +114,10 @@ def _flush32(ex, x):
     x = np.asarray(x, np.float32)
     if ex.denorm_f32:
         return x
-    return np.where(np.abs(x) < F32_MIN_NORMAL, np.copysign(np.float32(0), x), x).astype(np.float32)
+    small = np.abs(x) < F32_MIN_NORMAL
+    if not small.any():
+        return x                        # nothing to flush (the common case)
+    return np.where(small, np.copysign(np.float32(0), x), x).astype(np.float32)
 
 
 def _flush16_bits(ex, bits):
@@ -131,12 +135,19 @@ def _clamp(ex, inst, x):
 
 
 # ------------------------------------------------------------------ operand access
+@lru_cache(maxsize=4096)
+def _one_register(op, sel: int):
+    """Register op.index + sel of `op` as a one-register operand (cached: operands are
+    frozen and every execution of an instruction asks for the same ones)."""
+    return replace(op, index=op.index + sel, count=1)
+
+
 def _read32(ex, inst, w, op, what: str, sel: int = 0, pair: bool = False):
     """uint32[n, 64] from a VGPR/SGPR (register op.index + sel of a pair) or a constant."""
     if op.kind in ("v", "a", "s"):
         if op.count != (2 if pair else 1):
             raise UnsupportedInstruction(f"{inst.name}: {what} {op.text} has the wrong size ({ex.where()})")
-        return ex.v32(replace(op, index=op.index + sel, count=1), w)
+        return ex.v32(_one_register(op, sel), w)
     if op.kind == "imm":
         if sel:
             raise UnsupportedInstruction(
