@@ -163,13 +163,18 @@ TRANSPOSE = {"ds_read_b64_tr_b16": 2, "ds_read_b64_tr_b8": 1}
 
 
 @lru_cache(maxsize=None)
-def _transpose_index(esize: int) -> tuple[np.ndarray, np.ndarray]:
+def _transpose_index(esize: int) -> np.ndarray:
+    """int[512]: for each output byte (lane 16b+n, element j, byte) of a wave, its byte
+    position in the wave's [64 lanes x 8 bytes] input (the formula above)."""
     per = 8 // esize                      # elements per lane
-    n = np.arange(16)[:, None]
-    j = np.arange(per)[None, :]
-    lane = (16 // per) * j + n // per
-    lane.flags.writeable = False          # cached: shared by every call
-    return lane, np.broadcast_to(n % per, (16, per))
+    b = np.arange(4)[:, None, None, None]
+    n = np.arange(16)[None, :, None, None]
+    j = np.arange(per)[None, None, :, None]
+    byte = np.arange(esize)[None, None, None, :]
+    lane = 16 * b + (16 // per) * j + n // per
+    index = (lane * 8 + (n % per) * esize + byte).reshape(-1)
+    index.flags.writeable = False         # cached: shared by every call
+    return index
 
 
 @handles(*TRANSPOSE, klass="ds")
@@ -186,11 +191,8 @@ def ds_read_tr(ex, inst, w):
     addr = base_address(ex, inst, w, addr_op) + offset16(ex, inst)
     check_alignment(ex, w, addr, mask, 8, inst.name)
     data = lds.read(ex, w, addr, 8, mask, inst.name)                  # [n, 64, 8] = in[l]
-    per = 8 // esize
-    elems = data.reshape(-1, 4, 16, per, esize)                       # [n, block, lane, elem, byte]
-    src_lane, src_elem = _transpose_index(esize)
-    out = elems[:, :, src_lane, src_elem, :]                          # [n, block, n, j, byte]
-    land_bytes(ex, inst, w, dst, np.ascontiguousarray(out).reshape(-1, 64, 8), mask)
+    out = np.take(data.reshape(data.shape[0], 64 * 8), _transpose_index(esize), axis=1)
+    land_bytes(ex, inst, w, dst, out.reshape(-1, 64, 8), mask)
 
 
 # ------------------------------------------------------------ lane permutes
