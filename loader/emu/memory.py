@@ -79,13 +79,20 @@ class Memory:
         out = np.empty((addr.size, nbytes), dtype=np.uint8)
         if addr.size == 0:
             return out
-        region = self._locate(addr, nbytes)
         span = np.arange(nbytes, dtype=np.int64)
-        for r in np.unique(region):
-            sel = region == r
+        for r, sel in self._regions(addr, nbytes):
             off = (addr[sel] - self._bases[r]).astype(np.int64)
             out[sel] = self._views[r][off[:, None] + span]
         return out
+
+    def _regions(self, addr: np.ndarray, nbytes: int):
+        """[(region, selection of addr)]: one entry with every address (slice(None)) when
+        all fall in one region, the common case, else a boolean selection per region."""
+        region = self._locate(addr, nbytes)
+        first = int(region[0])
+        if int(region.min()) == first == int(region.max()):
+            return [(first, slice(None))]
+        return [(r, region == r) for r in np.unique(region)]
 
     def write(self, addr: np.ndarray, data: np.ndarray) -> None:
         """Store rows of bytes; later rows win where addresses repeat (lane order)."""
@@ -93,10 +100,8 @@ class Memory:
         if addr.size == 0:
             return
         nbytes = data.shape[1]
-        region = self._locate(addr, nbytes)
         span = np.arange(nbytes, dtype=np.int64)
-        for r in np.unique(region):
-            sel = region == r
+        for r, sel in self._regions(addr, nbytes):
             off = (addr[sel] - self._bases[r]).astype(np.int64)
             self._views[r][off[:, None] + span] = data[sel]
 
