@@ -133,6 +133,20 @@ def _tensor(name: str, value, rank: int, what: str) -> torch.Tensor:
     return value
 
 
+def _vector(name: str, value, dtype: torch.dtype, length: int, what: str, device) -> torch.Tensor:
+    """A contiguous rank-1 tensor of `length` elements of `dtype` on `device`."""
+    t = _tensor(name, value, 1, what)
+    if t.dtype != dtype:
+        _fail(TypeError, f"'{name}' dtype must be {dtype}, got {t.dtype}")
+    if t.shape[0] != length:
+        _fail(ValueError, f"'{name}' must be [{length}], got {tuple(t.shape)}")
+    if t.device != device:
+        _fail(ValueError, f"'{name}' must be on q's device ({device}), got {t.device}")
+    if not t.is_contiguous():
+        _fail(ValueError, f"'{name}' must be contiguous")
+    return t
+
+
 def _stride(t: torch.Tensor, axis: int) -> int:
     """A dim's stride, taken as 0 when the dim has size 1 (never stepped along)."""
     return 0 if t.shape[axis] == 1 else t.stride(axis)
@@ -276,15 +290,7 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_desc
             _fail(ValueError, f"'block_table' must be contiguous, got strides {block_table.stride()}")
         if block_table.device != q.device:
             _fail(ValueError, f"'block_table' must be on q's device ({q.device}), got {block_table.device}")
-    cache_seqlens = _tensor("cache_seqlens", cache_seqlens, 1, "[batch] int32")
-    if cache_seqlens.dtype != torch.int32:
-        _fail(TypeError, f"'cache_seqlens' dtype must be torch.int32, got {cache_seqlens.dtype}")
-    if cache_seqlens.shape[0] != batch:
-        _fail(ValueError, f"'cache_seqlens' must be [{batch}], got {tuple(cache_seqlens.shape)}")
-    if cache_seqlens.device != q.device:
-        _fail(ValueError, f"'cache_seqlens' must be on q's device ({q.device}), got {cache_seqlens.device}")
-    if not cache_seqlens.is_contiguous():
-        _fail(ValueError, "'cache_seqlens' must be contiguous")
+    cache_seqlens = _vector("cache_seqlens", cache_seqlens, torch.int32, batch, "[batch] int32", q.device)
     capacity = block_table.shape[1] * page_size if paged else page_size
     if data:
         _check_seqlens(cache_seqlens, block_table, page_size)
@@ -307,15 +313,7 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_desc
     if window_left >= NO_LIMIT:
         window_left = -1
     if sinks is not None:
-        sinks = _tensor("sinks", sinks, 1, "[heads_q] float32")
-        if sinks.dtype != torch.float32:
-            _fail(TypeError, f"'sinks' dtype must be torch.float32, got {sinks.dtype}")
-        if sinks.shape[0] != heads_q:
-            _fail(ValueError, f"'sinks' must be [{heads_q}], got {tuple(sinks.shape)}")
-        if sinks.device != q.device:
-            _fail(ValueError, f"'sinks' must be on q's device ({q.device}), got {sinks.device}")
-        if not sinks.is_contiguous():
-            _fail(ValueError, "'sinks' must be contiguous")
+        sinks = _vector("sinks", sinks, torch.float32, heads_q, "[heads_q] float32", q.device)
     if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int)
                                    or not 1 <= num_splits <= MAX_SPLITS):
         _fail(ValueError, f"'num_splits' must be an int in [1, {MAX_SPLITS}] or None, got {num_splits!r}")
