@@ -99,21 +99,7 @@
 
 .include "buffer_rsrc.inc"
 
-.if F16
-    .macro mfma_16x16x32 args:vararg
-        v_mfma_f32_16x16x32_f16 \args
-    .endm
-    .macro cvt_pk_f32 args:vararg                     ; two f32 -> packed fp16, round to nearest even
-        v_cvt_pk_f16_f32 \args
-    .endm
-.else
-    .macro mfma_16x16x32 args:vararg
-        v_mfma_f32_16x16x32_bf16 \args
-    .endm
-    .macro cvt_pk_f32 args:vararg                     ; two f32 -> packed bf16, round to nearest even
-        v_cvt_pk_bf16_f32 \args
-    .endm
-.endif
+.include "float16.inc"
 
 .if (D != 64) && (D != 128)
     .error "decode_attn: D must be 64 or 128"

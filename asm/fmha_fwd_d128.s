@@ -5,7 +5,7 @@
 ;
 ; r = heads_q / heads_k (MHA r = 1, GQA, MQA). Causal (FMHA_CAUSAL = 1): key j is visible
 ; to query i iff j <= i + (seq_k - seq_q) (bottom-right aligned, as flash-attention 2.1+);
-; a query that sees no key gets O = 0 and LSE = -inf. Variants: FMHA_F16 selects
+; a query that sees no key gets O = 0 and LSE = -inf. Variants: F16 selects
 ; fp16 (else bf16) for Q, K, V, O and the MFMAs; FMHA_CAUSAL the mask.
 ;
 ; Grid (cdiv(seq_q, 256), heads_q, batch); workgroup 512 = 8 waves. Workgroup x owns the
@@ -99,21 +99,7 @@
 ; --- Registers -----------------------------------------------------------------------
 ; 256 VGPRs (no AGPRs): 2 waves per SIMD, one workgroup per CU.
 
-.if FMHA_F16
-    .macro mfma_32x32x16 args:vararg
-        v_mfma_f32_32x32x16_f16 \args
-    .endm
-    .macro cvt_pk_f32 args:vararg                     ; two f32 -> packed fp16, round to nearest even
-        v_cvt_pk_f16_f32 \args
-    .endm
-.else
-    .macro mfma_32x32x16 args:vararg
-        v_mfma_f32_32x32x16_bf16 \args
-    .endm
-    .macro cvt_pk_f32 args:vararg                     ; two f32 -> packed bf16, round to nearest even
-        v_cvt_pk_bf16_f32 \args
-    .endm
-.endif
+.include "float16.inc"
 
 .include "buffer_rsrc.inc"
 
@@ -885,7 +871,7 @@ L_q_scale:
     v_mov_b32 v[v_corr], s[s_scale_log2]
     .set _r, 0
     .rept 32
-.if FMHA_F16
+.if F16
         v_cvt_f32_f16 v[v_t0], v[v_q + _r]
         v_lshrrev_b32 v[v_t1], 16, v[v_q + _r]
         v_cvt_f32_f16 v[v_t1], v[v_t1]

@@ -402,7 +402,7 @@ def _register_run_case() -> None:
     @run_case(KERNEL)
     def fmha_case(variant, gen: torch.Generator, batch: int = 1, seq_q: int = 300, seq_k: int = 300,
                   heads_q: int = 4, heads_k: int = 2) -> RunCase:
-        dtype = torch.float16 if variant.defines["FMHA_F16"] else torch.bfloat16
+        dtype = torch.float16 if variant.defines["F16"] else torch.bfloat16
         causal = bool(variant.defines["FMHA_CAUSAL"])
         q = torch.randn(batch, seq_q, heads_q, HEAD_DIM, generator=gen).to(dtype)
         k = torch.randn(batch, seq_k, heads_k, HEAD_DIM, generator=gen).to(dtype)
