@@ -27,9 +27,10 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 from . import check, codegen
-from .manifest import Manifest, Variant
+from .manifest import Manifest, Variant, default_manifest
 from .toolchain import ToolchainError, find_tool
 
 _INCLUDE = re.compile(r'^\s*\.include\s+"([^"]+)"', re.MULTILINE)
@@ -192,6 +193,20 @@ def build_variant(variant: Variant, toolchain: Toolchain, force: bool = False) -
     return BuildResult(variant, co_path, assembled=True)
 
 
+def build_kernels(names: Iterable[str], force: bool = False) -> None:
+    """Build (incrementally) and verify the variants of the named kernels of the default
+    manifest only — so that an op's tests and bench do not depend on another kernel that is
+    mid-edit. An installed (prebuilt) manifest is only verified, never assembled."""
+    manifest = default_manifest()
+    variants = [v for name in names for v in manifest.kernel(name).variants.values()]
+    if manifest.prebuilt:
+        results = [BuildResult(v, v.co_path, assembled=False) for v in variants]
+    else:
+        toolchain = ensure_toolchain()
+        results = [build_variant(v, toolchain, force) for v in variants]
+    _verify(results)
+
+
 def build_manifest(manifest: Manifest, force: bool = False, toolchain: Toolchain | None = None,
                    install_llvm: bool = False) -> list[BuildResult]:
     """Build every variant (only what changed unless `force`), then verify each `.co`.
@@ -199,16 +214,20 @@ def build_manifest(manifest: Manifest, force: bool = False, toolchain: Toolchain
     The manifest installed with the package (prebuilt) is never assembled: its code objects
     came with the wheel, and each is only verified; a missing one is an error."""
     if manifest.prebuilt:
-        missing = [v.co_path for v in manifest.variants() if not v.co_path.is_file()]
-        if missing:
-            raise BuildError(f"{', '.join(map(str, missing))}: not found; {manifest.build_hint}")
         results = [BuildResult(v, v.co_path, assembled=False) for v in manifest.variants()]
     else:
         toolchain = toolchain or ensure_toolchain(install_llvm)
         # The work is in the assembler processes, so threads build variants in parallel.
         with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
             results = list(pool.map(lambda variant: build_variant(variant, toolchain, force), manifest.variants()))
+    _verify(results)
+    return results
+
+
+def _verify(results: list[BuildResult]) -> None:
+    missing = [str(r.co_path) for r in results if not r.co_path.is_file()]
+    if missing:
+        raise BuildError(f"{', '.join(missing)}: not found; {results[0].variant.kernel.manifest.build_hint}")
     problems = [p for r in results for p in check.verify(r.co_path, r.variant)]
     if problems:
         raise BuildError("built code objects disagree with the manifest:\n" + "\n".join(problems))
-    return results
