@@ -1,0 +1,348 @@
+"""MX-FP8 grouped GEMM over sorted tokens (MoE): `gfxasm.mxfp8_moe_gemm` on asm/mxfp8_moe_gemm.s.
+
+    out = gfxasm.mxfp8_moe_gemm(a, a_scale, w, w_scale, sorted_token_ids, expert_ids,
+                                num_tokens_post_padded, a_div=top_k, topk_weights=None)
+    out[t, n] = topk_weights[t] * sum_k A'[t // a_div, k] * W'[expert of t, n, k]
+
+with A' = a * 2^(a_scale - 127), W' = w * 2^(w_scale - 127) (OCP MX-FP8: e4m3 codes, one E8M0
+scale per 32 elements along K). a [M, K], a_scale [M, K/32]; w [E, N, K], w_scale [E, N, K/32]
+(float8_e4m3fn; scales float8_e8m0fnu or raw uint8 exponent bytes, plain row-major).
+
+Routing, vLLM's moe_align_block_size layout: a slot t = token * top_k + k (num_valid =
+M * a_div slots; a_div = top_k for gate_up, where a holds one row per token, and 1 for down,
+where a holds one row per slot). sorted_token_ids [S] lists slots grouped by expert, each
+expert's run padded to a multiple of block_m with the sentinel num_valid; expert_ids [S /
+block_m] names each block's expert; num_tokens_post_padded (int32 [1], on the device) ends
+the used blocks. block_m = S / len(expert_ids) must divide exactly and be 16, 32 or 64.
+
+One output row per slot (no sum over top_k): out is [num_valid, N]. Rows of slots that no
+processed block names are left untouched (pass `out` to keep their contents; a fresh
+output's untouched rows are uninitialised). On the device, without a host sync:
+  * blocks at or past num_tokens_post_padded are skipped;
+  * a block whose expert id is -1 (expert not on this rank) or otherwise outside [0, E) is
+    skipped: its rows are not written;
+  * a slot id >= num_valid (the padding sentinel) or negative is skipped.
+topk_weights (float32, [T, top_k] or flattened [num_valid]), when given, scales row t by
+topk_weights[t] (in f32, before the rounding to out_dtype).
+
+Limits (checked before launch; a violation is a ValueError/TypeError naming the argument):
+K % 32 == 0; a, a_scale, out and one expert's weights (N * K bytes) each below 2^31 bytes
+(32-bit buffer offsets); the weight tensor itself may be any size: each block addresses its
+expert through a 64-bit base (expert * N * K computed in 64 bits), so E = 256 x 1536 x 6144
+(2.4 GB) works. num_valid < 2^24, 1 <= a_div <= 64 (and a_div in {1, top_k} when
+topk_weights is [T, top_k]), every tensor contiguous, a and w 16-byte aligned, out not
+overlapping an input. Output bf16 or fp16.
+
+Kernel (asm/mxfp8_moe_gemm.s): one workgroup per (block, 16*NT output columns), the scaled MFMA
+v_mfma_scale_f32_16x16x128_f8f6f4 on block_m gathered activation rows against the block's
+expert's weight rows, K split over the 4 waves. A block's expert weights are read once per
+block: an expert with more than block_m slots has several blocks and re-reads them (through
+L2 when they run together); in decode, with block_m at least the largest expert's slot
+count, every expert present is read exactly once per launch.
+
+`reference` is the exact product of the quantized operands (float64).
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..gridexpr import cdiv
+from ..launcher import BACKEND_ENV, PreparedLaunch, prepare
+from ..manifest import default_manifest
+from . import library
+from .aliasing import extent, refuse_overlap
+from .mxfp8_gemm import BLOCK, E4M3, E8M0, OUT_DTYPES, SCALE_DTYPES, dequantize
+
+OP = "mxfp8_moe_gemm"
+BLOCK_MS = (16, 32, 64)            # rows per block: MT = block_m / 16 MFMA row tiles
+MAX_A_DIV = 64                     # the kernel's t // a_div by multiply-high is exact up to here
+MAX_VALID = 2**24                  # ... for slot ids below this
+_MAX_BYTES = 2**31                 # 32-bit buffer offsets (OOB_OFFSET = 2^31)
+_ALIGN = 16                        # 16-byte loads of a and w
+MANY_WORKGROUPS = 512              # NT = 1 (16 columns per workgroup) while fewer than this would run
+
+
+def _fail(exc, message: str):
+    raise exc(f"{OP}: {message}")
+
+
+def _tensor(name: str, value, what: str) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        _fail(TypeError, f"'{name}' must be a torch.Tensor ({what}), got {type(value).__name__}")
+    return value
+
+
+def _shape(name: str, t: torch.Tensor, shape: tuple, what: str) -> None:
+    if tuple(t.shape) != tuple(shape):
+        _fail(ValueError, f"'{name}' must be {what} = {list(shape)}, got shape {tuple(t.shape)}")
+
+
+def validate(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, topk_weights,
+             out, out_dtype) -> dict:
+    """Check everything metadata can tell (the fake kernels run this); return the sizes."""
+    if out_dtype not in OUT_DTYPES:
+        _fail(TypeError, f"'out_dtype' must be torch.bfloat16 or torch.float16, got {out_dtype}")
+    what = {"a": "[M, K] activations", "a_scale": "[M, K/32] E8M0 scales", "w": "[E, N, K] expert weights",
+            "w_scale": "[E, N, K/32] E8M0 scales", "sorted_token_ids": "[S] int32 slot ids",
+            "expert_ids": "[S / block_m] int32 expert per block", "num_tokens_post_padded": "int32 [1]"}
+    tensors = {name: _tensor(name, value, what[name]) for name, value in
+               (("a", a), ("a_scale", a_scale), ("w", w), ("w_scale", w_scale), ("sorted_token_ids", sorted_token_ids),
+                ("expert_ids", expert_ids), ("num_tokens_post_padded", num_tokens_post_padded))}
+    for name in ("a", "w"):
+        if tensors[name].dtype != E4M3:
+            _fail(TypeError, f"'{name}' dtype must be torch.float8_e4m3fn, got {tensors[name].dtype}")
+    for name in ("a_scale", "w_scale"):
+        if tensors[name].dtype not in SCALE_DTYPES:
+            _fail(TypeError, f"'{name}' dtype must be torch.float8_e8m0fnu or torch.uint8 (E8M0 exponent bytes), "
+                             f"got {tensors[name].dtype}")
+    for name in ("sorted_token_ids", "expert_ids", "num_tokens_post_padded"):
+        if tensors[name].dtype != torch.int32:
+            _fail(TypeError, f"'{name}' dtype must be torch.int32, got {tensors[name].dtype}")
+    for name, rank in (("a", 2), ("a_scale", 2), ("w", 3), ("w_scale", 3), ("sorted_token_ids", 1),
+                       ("expert_ids", 1)):
+        if tensors[name].dim() != rank:
+            _fail(ValueError, f"'{name}' must be {rank}-D ({what[name]}), got shape {tuple(tensors[name].shape)}")
+    if num_tokens_post_padded.numel() != 1:
+        _fail(ValueError, f"'num_tokens_post_padded' must hold one int32, got shape "
+                          f"{tuple(num_tokens_post_padded.shape)}")
+    M, K = a.shape
+    E, N, Kw = w.shape
+    if K % BLOCK:
+        _fail(ValueError, f"K (a.shape[1]) must be a multiple of {BLOCK}, got {K}")
+    if Kw != K:
+        _fail(ValueError, f"'w' must be [E, N, K] with K = {K} (a's), got shape {tuple(w.shape)}")
+    _shape("a_scale", a_scale, (M, K // BLOCK), "[M, K/32]")
+    _shape("w_scale", w_scale, (E, N, K // BLOCK), "[E, N, K/32]")
+    S, blocks = sorted_token_ids.numel(), expert_ids.numel()
+    if blocks == 0 or S % blocks or S // blocks not in BLOCK_MS:
+        _fail(ValueError, f"block_m = len(sorted_token_ids) / len(expert_ids) must be exactly one of {BLOCK_MS}, got "
+                          f"{S} / {blocks}")
+    block_m = S // blocks
+    if isinstance(a_div, bool) or not isinstance(a_div, int) or not 1 <= a_div <= MAX_A_DIV:
+        _fail(ValueError, f"'a_div' must be an int in [1, {MAX_A_DIV}] (top_k for gate_up, 1 for down), got "
+                          f"{a_div!r}")
+    valid = M * a_div
+    if topk_weights is not None:
+        tw = _tensor("topk_weights", topk_weights, "[T, top_k] or [T*top_k] float32 router weights")
+        if tw.dtype != torch.float32:
+            _fail(TypeError, f"'topk_weights' dtype must be torch.float32, got {tw.dtype}")
+        if tw.dim() == 2 and a_div not in (1, tw.shape[1]):
+            _fail(ValueError, f"'a_div' must be 1 or top_k = topk_weights.shape[1] = {tw.shape[1]}, got {a_div}")
+        if tw.dim() not in (1, 2) or tw.numel() != valid:
+            _fail(ValueError, f"'topk_weights' must be [T, top_k] or flat with M * a_div = {valid} elements (one "
+                              f"per slot), got shape {tuple(tw.shape)}")
+    if valid >= MAX_VALID:
+        _fail(ValueError, f"M * a_div = {valid} slots; the kernel needs fewer than 2^24")
+    if out is not None:
+        if not isinstance(out, torch.Tensor):
+            _fail(TypeError, f"'out' must be a torch.Tensor or None, got {type(out).__name__}")
+        if out.dtype != out_dtype:
+            _fail(TypeError, f"'out' dtype must be out_dtype ({out_dtype}), got {out.dtype}")
+        _shape("out", out, (valid, N), "[M * a_div, N]")
+    named = dict(tensors, **({"topk_weights": topk_weights} if topk_weights is not None else {}),
+                 **({"out": out} if out is not None else {}))
+    for name, t in named.items():
+        if t.numel() and not t.is_contiguous():
+            _fail(ValueError, f"'{name}' must be contiguous, got strides {t.stride()}")
+        if t.device != a.device:
+            _fail(ValueError, f"'{name}' must be on a's device ({a.device}), got {t.device}")
+    for name, nbytes in (("a", M * K), ("a_scale", M * K // BLOCK), ("w (one expert, N * K)", N * K),
+                         ("out", valid * N * 2), ("sorted_token_ids", 4 * S)):
+        if nbytes >= _MAX_BYTES:
+            _fail(ValueError, f"'{name}' is {nbytes} bytes; the kernel addresses it with 32-bit offsets and needs "
+                              f"it below 2^31 bytes")
+    return dict(M=M, K=K, E=E, N=N, valid=valid, blocks=blocks, block_m=block_m)
+
+
+def choose_nt(sizes: dict) -> int:
+    """16-column strips per workgroup. The blocks that carry tokens number at most
+    min(blocks, slots, experts); while they give fewer than MANY_WORKGROUPS workgroups of 16
+    columns, narrow workgroups spread the weight stream over more CUs (the decode case);
+    above that, 64 columns (NT = 4) for block_m 16 and 32 (NT = 2) for 32 cut the
+    per-workgroup overhead and the activation re-reads."""
+    busy = min(sizes["blocks"], sizes["valid"], sizes["E"])
+    if busy * cdiv(sizes["N"], 16) < MANY_WORKGROUPS or sizes["block_m"] == 64:
+        return 1
+    return 4 if sizes["block_m"] == 16 else 2
+
+
+def variant_name(block_m: int, nt: int, out_dtype: torch.dtype) -> tuple[str, str]:
+    kernel = f"mxfp8_moe_gemm_m{block_m}_n{16 * nt}"
+    return kernel, f"{kernel}_{OUT_DTYPES[out_dtype]}"
+
+
+class _Plan:
+    """A checked call: its launch (none when out is empty) and the byte extents the per-call
+    pointer checks need."""
+    __slots__ = ("launch", "extents")
+
+    def __init__(self, a, a_scale, w, w_scale, sorted_token_ids, expert_ids, ntpp, a_div, topk_weights, out,
+                 out_dtype):
+        sizes = validate(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, ntpp, a_div, topk_weights, out,
+                         out_dtype)
+        if a.device.type not in ("cpu", "cuda"):
+            _fail(ValueError, f"tensors must be on the CPU (emulator) or a ROCm gfx950 GPU, got {a.device}")
+        self.extents = tuple(extent(t) for t in (a, a_scale, w, w_scale, sorted_token_ids, expert_ids, ntpp)
+                             + ((topk_weights,) if topk_weights is not None else ()))
+        self.launch: PreparedLaunch | None = None
+        if sizes["valid"] * sizes["N"] * sizes["K"] == 0:
+            return
+        kernel, variant = variant_name(sizes["block_m"], choose_nt(sizes), out_dtype)
+        has_w = topk_weights is not None
+        tw = topk_weights.reshape(-1) if has_w else torch.empty(0, dtype=torch.float32, device=a.device)
+        magic = 0 if a_div == 1 else -(-2**32 // a_div)          # ceil(2^32 / a_div)
+        self.launch = prepare(default_manifest().kernel(kernel).variant(variant), dict(
+            a=a, a_scale=_scales(a_scale), w=w, w_scale=_scales(w_scale), sorted_token_ids=sorted_token_ids,
+            expert_ids=expert_ids, num_tokens_post_padded=ntpp.reshape(1), topk_weights=tw, out=out,
+            M=sizes["M"], N=sizes["N"], K=sizes["K"], E=sizes["E"], valid=sizes["valid"], blocks=sizes["blocks"],
+            a_div=a_div, a_div_magic=magic, has_weights=int(has_w)))
+
+
+def _scales(t: torch.Tensor) -> torch.Tensor:
+    return t if t.dtype == E8M0 else t.view(E8M0)
+
+
+_PLANS: dict[tuple, _Plan] = {}
+_MAX_PLANS = 4096                  # a bound on memory for callers that never repeat a layout
+
+
+def _layout(t) -> tuple:
+    return (None,) if t is None else (t.shape, t.stride(), t.dtype, t.device)
+
+
+def _run(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, ntpp, a_div, topk_weights, out, out_dtype) -> None:
+    """Check and launch; `out` is written."""
+    args = (a, a_scale, w, w_scale, sorted_token_ids, expert_ids, ntpp, a_div, topk_weights, out, out_dtype)
+    try:
+        key = tuple(x for t in (a, a_scale, w, w_scale, sorted_token_ids, expert_ids, ntpp, topk_weights, out)
+                    for x in _layout(t)) + (type(a_div), a_div, out_dtype, os.environ.get(BACKEND_ENV))
+        plan_ = _PLANS.get(key)
+    except (AttributeError, TypeError):       # not tensors, or unhashable: _Plan says what is wrong
+        key, plan_ = None, None
+    if plan_ is None:
+        plan_ = _Plan(*args)
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = plan_
+    if plan_.launch is None:
+        return
+    for name, t in (("a", a), ("w", w)):
+        if t.data_ptr() % _ALIGN:
+            _fail(ValueError, f"'{name}' data must be {_ALIGN}-byte aligned (16-byte loads), got address "
+                              f"{t.data_ptr():#x}")
+    inputs = (a, a_scale, w, w_scale, sorted_token_ids, expert_ids, ntpp) + (
+        (topk_weights,) if topk_weights is not None else ())
+    names = ("a", "a_scale", "w", "w_scale", "sorted_token_ids", "expert_ids", "num_tokens_post_padded",
+             "topk_weights")
+    refuse_overlap(OP, "out", out.data_ptr(), out.numel() * out.element_size(),
+                   tuple((name, t.data_ptr(), nbytes, False) for name, t, nbytes in zip(names, inputs, plan_.extents)))
+    tw = topk_weights.reshape(-1) if topk_weights is not None else None
+    plan_.launch(a, _scales(a_scale), w, _scales(w_scale), sorted_token_ids, expert_ids, ntpp.reshape(1), tw, out)
+
+
+def _new_out(a, w, a_div, out_dtype) -> torch.Tensor:
+    return torch.empty((a.shape[0] * a_div, w.shape[1]), dtype=out_dtype, device=a.device)
+
+
+def _impl(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
+          sorted_token_ids: torch.Tensor, expert_ids: torch.Tensor, num_tokens_post_padded: torch.Tensor, a_div: int,
+          topk_weights: torch.Tensor | None, out_dtype: torch.dtype) -> torch.Tensor:
+    validate(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, topk_weights,
+             None, out_dtype)
+    out = _new_out(a, w, a_div, out_dtype)
+    _run(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, topk_weights, out,
+         out_dtype)
+    return out
+
+
+def _fake(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, topk_weights,
+          out_dtype):
+    validate(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, topk_weights,
+             None, out_dtype)
+    return _new_out(a, w, a_div, out_dtype)
+
+
+def _impl_out(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
+              sorted_token_ids: torch.Tensor, expert_ids: torch.Tensor, num_tokens_post_padded: torch.Tensor,
+              a_div: int, topk_weights: torch.Tensor | None, out: torch.Tensor, out_dtype: torch.dtype) -> None:
+    _run(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, topk_weights, out,
+         out_dtype)
+
+
+def _fake_out(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, topk_weights,
+              out, out_dtype) -> None:
+    validate(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, topk_weights,
+             out, out_dtype)
+
+
+mxfp8_moe_gemm_op = library.define(OP, _impl, _fake)
+mxfp8_moe_gemm_out_op = library.define(OP + "_out", _impl_out, _fake_out, mutates_args=("out",))
+
+
+def mxfp8_moe_gemm(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
+                   sorted_token_ids: torch.Tensor, expert_ids: torch.Tensor, num_tokens_post_padded: torch.Tensor,
+                   *, a_div: int, topk_weights: torch.Tensor | None = None, out: torch.Tensor | None = None,
+                   out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """out[t, n] = topk_weights[t] * (A'[t // a_div] . W'[expert(t), n]) per slot t (module
+    docstring: layouts, what is skipped on the device, limits). Returns out [M * a_div, N]
+    (bf16 or fp16); rows of slots no processed block names are left untouched. Runs
+    torch.ops.gfxasm.mxfp8_moe_gemm (or mxfp8_moe_gemm_out when `out` is given)."""
+    if torch.compiler.is_compiling():     # see mxfp8_gemm: Inductor and float8_e8m0fnu mutating ops
+        a_scale, w_scale = (s.view(torch.uint8) if isinstance(s, torch.Tensor) and s.dtype == E8M0 else s
+                            for s in (a_scale, w_scale))
+    if out is None:
+        return mxfp8_moe_gemm_op(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded,
+                                 a_div, topk_weights, out_dtype)
+    mxfp8_moe_gemm_out_op(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div,
+                          topk_weights, out, out_dtype)
+    return out
+
+
+def kernel_names() -> list[str]:
+    """Every (block_m, NT) choose_nt can pick, as built in kernels.yaml."""
+    return [variant_name(bm, nt, torch.bfloat16)[0] for bm, nt in ((16, 1), (16, 4), (32, 1), (32, 2), (64, 1))]
+
+
+def build_kernels(force: bool = False) -> None:
+    """Assemble (incrementally) and check this op's kernels only."""
+    from ..build import BuildError, build_variant, ensure_toolchain
+    from ..check import verify
+    toolchain = ensure_toolchain()
+    manifest = default_manifest()
+    for name in kernel_names():
+        for variant in manifest.kernel(name).variants.values():
+            problems = verify(build_variant(variant, toolchain, force).co_path, variant)
+            if problems:
+                raise BuildError(f"{variant.name} disagrees with the manifest:\n" + "\n".join(problems))
+
+
+# ------------------------------------------------------------------ reference
+
+def reference(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div,
+              topk_weights=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values float64 [M * a_div, N], written bool [M * a_div]): the exact product of the
+    quantized operands for every slot a processed block names, following the routing
+    rules of the module docstring; rows not written are 0 in `values`."""
+    M, K = a.shape
+    E, N, _ = w.shape
+    valid = M * a_div
+    block_m = sorted_token_ids.numel() // expert_ids.numel()
+    values = torch.zeros((valid, N), dtype=torch.float64)
+    written = torch.zeros(valid, dtype=torch.bool)
+    A = dequantize(a, a_scale)
+    used = min(int(num_tokens_post_padded.reshape(-1)[0]), sorted_token_ids.numel())
+    for b in range(cdiv(used, block_m)):
+        e = int(expert_ids[b])
+        if not 0 <= e < E:
+            continue
+        slots = [int(t) for t in sorted_token_ids[b * block_m:(b + 1) * block_m] if 0 <= int(t) < valid]
+        if not slots:
+            continue
+        rows = torch.tensor(slots)
+        values[rows] = A[rows // a_div] @ dequantize(w[e], w_scale[e]).T
+        if topk_weights is not None:
+            values[rows] *= topk_weights.reshape(-1)[rows].double()[:, None]
+        written[rows] = True
+    return values, written
