@@ -1,0 +1,152 @@
+"""MoE routing on the device: `gfxasm.moe_align_block_size` on asm/moe_align.s.
+
+    sorted_token_ids, expert_ids, num_tokens_post_padded = gfxasm.moe_align_block_size(
+        topk_ids, num_experts, block_m, expert_map=None)
+
+vLLM's moe_align_block_size (vllm/model_executor/layers/fused_moe/moe_align_block_size.py,
+with pad_sorted_ids=True), computed by one workgroup without a host sync:
+  * slot t = token * top_k + k indexes topk_ids flattened (numel slots);
+  * sorted_token_ids (int32) lists the slots of expert 0, then expert 1, ..., each expert's run
+    padded with the sentinel numel to a multiple of block_m; every entry past the last run is
+    the sentinel too. Within an expert the slots are in increasing order (vLLM leaves that
+    order to its kernel; here it is fixed, so results are reproducible bit for bit);
+  * expert_ids (int32) has one entry per block of block_m entries: the block's expert, or,
+    with expert_map, expert_map[expert] (the local id, -1 for an expert not on this rank:
+    such experts are still aligned, as in vLLM, and their blocks are skipped by the GEMMs);
+    blocks past the last expert's are -1 (vLLM leaves 0 there, mapped; readers stop at
+    num_tokens_post_padded either way);
+  * num_tokens_post_padded (int32 [1]) = sum over experts of roundup(count, block_m).
+  Sizes: max_num_tokens_padded = roundup(numel + num_experts * (block_m - 1), block_m), or
+  numel * block_m when numel < num_experts (fewer slots than experts: at most numel runs);
+  expert_ids has max_num_tokens_padded / block_m entries. So len(sorted_token_ids) /
+  len(expert_ids) == block_m exactly, as gfxasm.mxfp8_moe_gemm requires.
+  An id outside [0, num_experts) is skipped on the device (not checked on the host: that
+  would need a sync): its slot appears nowhere and counts for no expert.
+
+Limits (ValueError/TypeError naming the argument, before launch): topk_ids int32, 1-D or
+2-D, contiguous, at most MAX_SLOTS (16384) entries (the ids live in LDS; the stable scatter
+costs O(numel^2 / 256) VALU work, sized for decode); 1 <= num_experts <= MAX_EXPERTS (1024);
+block_m a power of two in [1, 1024]; expert_map int32 [num_experts], contiguous; every tensor
+on one device. numel = 0 gives empty outputs and a zero total without a launch.
+
+torch op: gfxasm::moe_align_block_size(topk_ids, num_experts, block_m, expert_map) ->
+(sorted_token_ids, expert_ids, num_tokens_post_padded), with a fake kernel.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..gridexpr import cdiv
+from ..launcher import BACKEND_ENV, PreparedLaunch, prepare
+from ..manifest import default_manifest
+from . import library
+
+OP = "moe_align_block_size"
+MAX_SLOTS = 16384                  # LDS holds one int32 id per slot (kernels.yaml: lds_bytes)
+MAX_EXPERTS = 1024                 # ... and one count per expert
+MAX_BLOCK_M = 1024
+
+
+def _fail(exc, message: str):
+    raise exc(f"{OP}: {message}")
+
+
+def sizes(numel: int, num_experts: int, block_m: int) -> tuple[int, int]:
+    """(len(sorted_token_ids), len(expert_ids)) for numel slots."""
+    padded = cdiv(numel + num_experts * (block_m - 1), block_m) * block_m
+    if numel < num_experts:
+        padded = min(numel * block_m, padded)
+    return padded, padded // block_m
+
+
+def validate(topk_ids, num_experts, block_m, expert_map) -> tuple[int, int]:
+    """Check what metadata tells (the fake kernel runs this); return the output sizes."""
+    if not isinstance(topk_ids, torch.Tensor):
+        _fail(TypeError, f"'topk_ids' must be a torch.Tensor ([T, top_k] int32), got {type(topk_ids).__name__}")
+    if topk_ids.dtype != torch.int32:
+        _fail(TypeError, f"'topk_ids' dtype must be torch.int32, got {topk_ids.dtype}")
+    if topk_ids.dim() not in (1, 2):
+        _fail(ValueError, f"'topk_ids' must be [T, top_k] or flat, got shape {tuple(topk_ids.shape)}")
+    if topk_ids.numel() and not topk_ids.is_contiguous():
+        _fail(ValueError, f"'topk_ids' must be contiguous, got strides {topk_ids.stride()}")
+    if topk_ids.numel() > MAX_SLOTS:
+        _fail(ValueError, f"'topk_ids' has {topk_ids.numel()} entries; the kernel takes at most {MAX_SLOTS}")
+    for name, value, top in (("num_experts", num_experts, MAX_EXPERTS), ("block_m", block_m, MAX_BLOCK_M)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+            _fail(ValueError, f"'{name}' must be an int in [1, {top}], got {value!r}")
+    if block_m & (block_m - 1):
+        _fail(ValueError, f"'block_m' must be a power of two, got {block_m}")
+    if expert_map is not None:
+        if not isinstance(expert_map, torch.Tensor):
+            _fail(TypeError, f"'expert_map' must be a torch.Tensor or None, got {type(expert_map).__name__}")
+        if expert_map.dtype != torch.int32:
+            _fail(TypeError, f"'expert_map' dtype must be torch.int32, got {expert_map.dtype}")
+        if tuple(expert_map.shape) != (num_experts,):
+            _fail(ValueError, f"'expert_map' must be [num_experts] = [{num_experts}], got shape "
+                              f"{tuple(expert_map.shape)}")
+        if not expert_map.is_contiguous():
+            _fail(ValueError, f"'expert_map' must be contiguous, got strides {expert_map.stride()}")
+        if expert_map.device != topk_ids.device:
+            _fail(ValueError, f"'expert_map' must be on topk_ids' device ({topk_ids.device}), got "
+                              f"{expert_map.device}")
+    return sizes(topk_ids.numel(), num_experts, block_m)
+
+
+def _outputs(topk_ids, num_experts, block_m):
+    padded, blocks = sizes(topk_ids.numel(), num_experts, block_m)
+    new = lambda n: torch.empty(n, dtype=torch.int32, device=topk_ids.device)   # noqa: E731
+    return new(padded), new(blocks), new(1)
+
+
+_PLANS: dict[tuple, PreparedLaunch] = {}
+
+
+def _plan(topk_ids, num_experts, block_m, expert_map, outs) -> PreparedLaunch:
+    """The checked launch for this layout (cached: a repeat call only swaps pointers)."""
+    key = (topk_ids.numel(), topk_ids.device, num_experts, block_m, expert_map is not None,
+           os.environ.get(BACKEND_ENV))
+    launch = _PLANS.get(key)
+    if launch is None:
+        padded, blocks = outs[0].numel(), outs[1].numel()
+        if topk_ids.device.type not in ("cpu", "cuda"):
+            _fail(ValueError, f"tensors must be on the CPU (emulator) or a ROCm gfx950 GPU, got {topk_ids.device}")
+        no_map = torch.empty(0, dtype=torch.int32, device=topk_ids.device)
+        launch = prepare(default_manifest().kernel("moe_align").variant(None),
+                         dict(topk_ids=topk_ids.reshape(-1), expert_map=no_map if expert_map is None else expert_map,
+                              sorted_token_ids=outs[0], expert_ids=outs[1], num_tokens_post_padded=outs[2],
+                              slots=topk_ids.numel(), num_experts=num_experts,
+                              block_m_log2=block_m.bit_length() - 1, max_padded=padded, max_blocks=blocks,
+                              has_map=int(expert_map is not None)))
+        _PLANS[key] = launch
+    return launch
+
+
+def _moe_align_block_size(topk_ids: torch.Tensor, num_experts: int, block_m: int,
+                          expert_map: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    validate(topk_ids, num_experts, block_m, expert_map)
+    outs = _outputs(topk_ids, num_experts, block_m)
+    if topk_ids.numel() == 0:
+        outs[2].zero_()
+        return outs
+    launch = _plan(topk_ids, num_experts, block_m, expert_map, outs)
+    launch(topk_ids, expert_map, *outs)
+    return outs
+
+
+def _moe_align_block_size_fake(topk_ids, num_experts, block_m, expert_map):
+    validate(topk_ids, num_experts, block_m, expert_map)
+    return _outputs(topk_ids, num_experts, block_m)
+
+
+moe_align_block_size_op = library.define(OP, _moe_align_block_size, _moe_align_block_size_fake)
+
+
+def moe_align_block_size(topk_ids: torch.Tensor, num_experts: int, block_m: int,
+                         expert_map: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(sorted_token_ids, expert_ids, num_tokens_post_padded), vLLM's layout (module docstring).
+
+    topk_ids [T, top_k] int32; num_experts: the global expert count; block_m: rows per GEMM
+    block (a power of two); expert_map: int32 [num_experts], global -> local expert id or -1."""
+    return moe_align_block_size_op(topk_ids, num_experts, block_m, expert_map)
