@@ -6,3 +6,4 @@ from . import decode_attention  # noqa: F401
 from . import fmha  # noqa: F401
 from . import mxfp8_gemm  # noqa: F401
 from . import mxfp8_moe_gemm  # noqa: F401
+from . import moe_align  # noqa: F401
