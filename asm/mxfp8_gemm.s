@@ -123,83 +123,6 @@ set_log2 NT_SHIFT, NT
 .set v_red, v_set_x                  ; [4 waves][4] one tile from every wave, then the sum in [0:3]
 .set v_out, v_set_x + 16             ; converted value / store offset scratch [0:1]
 
-; --- loads of one step (s[s_step_ld]) into register set \set ---
-.macro load_full set
-    .set j_, 0
-    .rept NT
-        buffer_load_dwordx4 v[\set+SET_B+8*j_:\set+SET_B+8*j_+3], v[v_off_b+j_], s[s_rsrc_b:s_rsrc_b+3], s[s_k0] offen
-        buffer_load_dwordx4 v[\set+SET_B+8*j_+4:\set+SET_B+8*j_+7], v[v_off_b+j_], s[s_rsrc_b:s_rsrc_b+3], s[s_k0] offen offset:64
-        buffer_load_ubyte v[\set+SET_SB+j_], v[v_off_bs+j_], s[s_rsrc_bs:s_rsrc_bs+3], s[s_kb0] offen
-        .set j_, j_ + 1
-    .endr
-    .set t_, 0
-    .rept MT
-        buffer_load_dwordx4 v[\set+SET_A+8*t_:\set+SET_A+8*t_+3], v[v_off_a+t_], s[s_rsrc_a:s_rsrc_a+3], s[s_k0] offen
-        buffer_load_dwordx4 v[\set+SET_A+8*t_+4:\set+SET_A+8*t_+7], v[v_off_a+t_], s[s_rsrc_a:s_rsrc_a+3], s[s_k0] offen offset:64
-        buffer_load_ubyte v[\set+SET_SA+t_], v[v_off_as+t_], s[s_rsrc_as:s_rsrc_as+3], s[s_kb0] offen
-        .set t_, t_ + 1
-    .endr
-.endm
-
-; The partial last step: the same LOADS loads, but a piece starting at or past K reads 0
-; through voffset OOB_OFFSET. Piece 0 of lane l starts at 16g, piece 1 at 64 + 16g, the scale
-; block at 32g (all relative to 128*step; K % 32 == 0, so a piece is all in or all out).
-.macro load_tail set
-    v_lshlrev_b32 v[v_tmp+3], 4, v[v_g]                     ; 16g
-    v_cmp_gt_u32 s[s_tmp:s_tmp+1], s[s_krem], v[v_tmp+3]    ; piece 0 has data
-    v_add_u32 v[v_tmp+3], 64, v[v_tmp+3]
-    v_cmp_gt_u32 s[s_tmp+2:s_tmp+3], s[s_krem], v[v_tmp+3]  ; piece 1 has data
-    v_lshlrev_b32 v[v_tmp+3], 5, v[v_g]                     ; 32g
-    v_cmp_gt_u32 vcc, s[s_krem], v[v_tmp+3]                 ; scale block has data
-    .set j_, 0
-    .rept NT
-        v_cndmask_b32_e64 v[v_tmp], v[v_oob], v[v_off_b+j_], s[s_tmp:s_tmp+1]
-        v_add_u32 v[v_tmp+1], 64, v[v_off_b+j_]
-        v_cndmask_b32_e64 v[v_tmp+1], v[v_oob], v[v_tmp+1], s[s_tmp+2:s_tmp+3]
-        v_cndmask_b32 v[v_tmp+2], v[v_oob], v[v_off_bs+j_], vcc
-        buffer_load_dwordx4 v[\set+SET_B+8*j_:\set+SET_B+8*j_+3], v[v_tmp], s[s_rsrc_b:s_rsrc_b+3], s[s_k0] offen
-        buffer_load_dwordx4 v[\set+SET_B+8*j_+4:\set+SET_B+8*j_+7], v[v_tmp+1], s[s_rsrc_b:s_rsrc_b+3], s[s_k0] offen
-        buffer_load_ubyte v[\set+SET_SB+j_], v[v_tmp+2], s[s_rsrc_bs:s_rsrc_bs+3], s[s_kb0] offen
-        .set j_, j_ + 1
-    .endr
-    .set t_, 0
-    .rept MT
-        v_cndmask_b32_e64 v[v_tmp], v[v_oob], v[v_off_a+t_], s[s_tmp:s_tmp+1]
-        v_add_u32 v[v_tmp+1], 64, v[v_off_a+t_]
-        v_cndmask_b32_e64 v[v_tmp+1], v[v_oob], v[v_tmp+1], s[s_tmp+2:s_tmp+3]
-        v_cndmask_b32 v[v_tmp+2], v[v_oob], v[v_off_as+t_], vcc
-        buffer_load_dwordx4 v[\set+SET_A+8*t_:\set+SET_A+8*t_+3], v[v_tmp], s[s_rsrc_a:s_rsrc_a+3], s[s_k0] offen
-        buffer_load_dwordx4 v[\set+SET_A+8*t_+4:\set+SET_A+8*t_+7], v[v_tmp+1], s[s_rsrc_a:s_rsrc_a+3], s[s_k0] offen
-        buffer_load_ubyte v[\set+SET_SA+t_], v[v_tmp+2], s[s_rsrc_as:s_rsrc_as+3], s[s_kb0] offen
-        .set t_, t_ + 1
-    .endr
-.endm
-
-.macro load_step set
-    s_lshl_b32 s[s_k0], s[s_step_ld], STEP_SHIFT
-    s_lshl_b32 s[s_kb0], s[s_step_ld], STEP_SHIFT - 5
-    s_cmp_eq_u32 s[s_step_ld], s[s_full]
-    s_cbranch_scc1 L_tail_\@
-    load_full \set
-    s_branch L_loaded_\@
-L_tail_\@:
-    load_tail \set
-L_loaded_\@:
-.endm
-
-; MT*NT scaled MFMAs of the step in register set \set
-.macro mfma_step set
-    .set t_, 0
-    .rept MT
-        .set j_, 0
-        .rept NT
-            v_mfma_scale_f32_16x16x128_f8f6f4 v[v_acc+4*(NT*t_+j_):v_acc+4*(NT*t_+j_)+3], v[\set+SET_A+8*t_:\set+SET_A+8*t_+7], v[\set+SET_B+8*j_:\set+SET_B+8*j_+7], v[v_acc+4*(NT*t_+j_):v_acc+4*(NT*t_+j_)+3], v[\set+SET_SA+t_], v[\set+SET_SB+j_]
-            .set j_, j_ + 1
-        .endr
-        .set t_, t_ + 1
-    .endr
-.endm
-
 ; D register \r of the tile being finished: sum the four waves' copies, store element
 ; (v_row, v_col) (or drop it: row >= M or column >= N), then step to row + 1
 .macro store_element r
@@ -271,17 +194,7 @@ L_stored_\@:
     ; per-lane row offsets: weight column n = n0 + 16j + i, activation row m = m0 + 16t + i
     s_mul_i32 s[s_m0], s[s_wg_x], 16 * MT
     s_mul_i32 s[s_n0], s[s_wg_y], 16 * NT
-    v_lshlrev_b32 v[v_tmp+1], 4, v[v_g]                     ; 16g
-    .set j_, 0
-    .rept NT
-        v_add_u32 v[v_tmp], s[s_n0], v[v_i]
-        v_add_u32 v[v_tmp], 16 * j_, v[v_tmp]               ; n
-        v_mul_lo_u32 v[v_off_b+j_], v[v_tmp], s[s_K]
-        v_add_u32 v[v_off_b+j_], v[v_off_b+j_], v[v_tmp+1]
-        v_mul_lo_u32 v[v_off_bs+j_], v[v_tmp], s[s_KB]
-        v_add_u32 v[v_off_bs+j_], v[v_off_bs+j_], v[v_g]
-        .set j_, j_ + 1
-    .endr
+    weight_offsets
     .set t_, 0
     .rept MT
         v_add_u32 v[v_tmp], s[s_m0], v[v_i]
@@ -305,33 +218,7 @@ L_stored_\@:
     s_cbranch_scc1 L_reduce                                 ; no step for this worker: its tiles stay 0
 
 ; --- main loop: loads of the next step in flight while this step's MFMAs run ---
-    s_mov_b32 s[s_step_ld], s[s_step]
-    load_step v_set_x
-L_loop:
-    s_add_u32 s[s_step_ld], s[s_step], s[s_stride]
-    s_cmp_ge_u32 s[s_step_ld], s[s_nsteps]
-    s_cbranch_scc1 L_last_x
-    load_step v_set_y
-    s_waitcnt vmcnt(LOADS)                                  ; in flight: X (LOADS) then Y (LOADS) → X landed
-    mfma_step v_set_x
-    s_mov_b32 s[s_step], s[s_step_ld]
-    s_add_u32 s[s_step_ld], s[s_step], s[s_stride]
-    s_cmp_ge_u32 s[s_step_ld], s[s_nsteps]
-    s_cbranch_scc1 L_last_y
-    load_step v_set_x                                       ; X's MFMAs read their sources at issue: X is free
-    s_waitcnt vmcnt(LOADS)                                  ; in flight: Y then X → Y landed
-    mfma_step v_set_y
-    s_mov_b32 s[s_step], s[s_step_ld]
-    s_branch L_loop
-L_last_x:
-    s_waitcnt vmcnt(0)                                      ; in flight: X only → all landed
-    mfma_step v_set_x
-    s_branch L_mfma_done
-L_last_y:
-    s_waitcnt vmcnt(0)                                      ; in flight: Y only → all landed
-    mfma_step v_set_y
-L_mfma_done:
-    s_nop 11                                                ; last MFMA (8 passes) → its D read as DS store data: 12 wait states
+    mfma_k_loop
 
 ; --- reduction: the 4 waves' tiles through LDS; wave w finishes tiles w, w+4 ---
 L_reduce:
