@@ -57,8 +57,11 @@ of LLVM 22 with the gfx950 (`IsGFX950`) terms, function named in brackets):
       [FS "CvtScaleForwarding"; LLVM checkVALUHazards Shift16DefWaitstates,
       getDstSelForwardingOperand / consumesDstSelForwardingOperand]
   >64-bit store data (global/flat x3/x4; buffer x3/x4) -> VALU overwrites it
-      2, or 1 for a buffer store with an SGPR soffset
-      [FS; LLVM checkVALUHazardsHelper / checkSOFFSETWindowVALUHazardsHelper, gfx940+]
+      2; none for a buffer store whose soffset is an SGPR
+      [FS; LLVM createsVALUHazard: "this hazard only exists if the instruction is not
+      using a register in the soffset field"; llc-22 -mcpu=gfx950 post-RA-hazard-rec
+      puts s_nop 1 after buffer_store_dwordx4 with soffset 0 and nothing with soffset
+      s4 (docs/conformance.md, f4gemm noBpreShuffle)]
 
 Deliberately not checked:
   * s_mov m0 -> MUBUF LDS DMA (LLVM: 1): aiter's hardware-proven gfx950 kernels put every
@@ -435,9 +438,9 @@ def _note_srcc_read(ex, kind, w, index, count):
 
 def _note_wide_store(ex, kind, w, index, count):
     inst = ex.inst
-    window = 2
     if inst.name.startswith("buffer_") and inst.ops and inst.ops[-1].kind == "s":
-        window = 1          # MUBUF with an SGPR soffset: measured 1 on gfx950 (LLVM)
+        return              # MUBUF with an SGPR soffset: no hazard (module docstring)
+    window = 2
     side = _side(ex)
     clock, _, hi = ex.clocks(w)
     side.store_at[kind][w, index:index + count] = clock[:, None]

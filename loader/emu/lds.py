@@ -18,6 +18,13 @@ In-flight writes are tracked so that strict mode can report races:
     taken at issue, so a reader need not wait for its own lgkmcnt before the barrier).
     Accesses by waves that run in lockstep here are checked the same way, so a missing
     barrier is caught whatever order the scheduler happens to pick.
+  * one exception: an LDS DMA write of whole dwords over another LDS DMA write of whole
+    dwords that lands the same bytes there (pending or landed, no other write between) is
+    not a race: whichever lands last, LDS ends the same. aiter's hardware-proven FMHA
+    backward has two waves load the same LSE/D row into the same LDS bytes this way
+    (docs/conformance.md F6). The bytes compared are those each DMA read at issue (the
+    emulator's load semantics: a store racing with the DMA's source read is not
+    modelled); different bytes, sub-dword DMAs and DS writes keep the rule.
 
 The race bookkeeping is kept per dword of LDS (data moves byte-exactly): sub-dword
 writes by two waves to different bytes of one dword without a barrier between them are
@@ -54,6 +61,11 @@ class LdsTracker:
             self.r_epoch = np.full(n, -1, np.int32)
             self._scratch = np.zeros(n, np.int8)
             self._flag = np.zeros(n, bool)
+            # per dword: the last write was a whole-dword LDS DMA, and the value the last
+            # such DMA reserved (what it lands)
+            self.by_dma = np.zeros(n, bool)
+            self.dma_value = np.zeros(n, np.uint32)
+            self._values = np.zeros(n, np.uint32)
 
     def arrive(self, waves: np.ndarray) -> None:
         """s_barrier: the waves enter their next epoch."""
@@ -150,11 +162,24 @@ def _report(ex, w, acc: Access, flags: np.ndarray, message: str):
     ex.hazard(w, rows, message.format(addr=f"{addr:#x}", lane=int(acc.lanes[j])))
 
 
-def _check_pending(ex, w, acc: Access, what: str, same_wave_ok: bool):
+def _same_dma(ex, acc: Access, values) -> np.ndarray | bool:
+    """bool per key: a whole-dword DMA of `values` (uint32 per key, None for other writes)
+    lands what the last write there leaves (see the module docstring)."""
+    if values is None:
+        return False
+    lds = ex.lds
+    keys = acc.keys
+    left = np.where(lds.dma_pending[keys] > 0, lds.dma_value[keys], ex.waves.lds.view(np.uint32).reshape(-1)[keys])
+    return lds.by_dma[keys] & (left == values)
+
+
+def _check_pending(ex, w, acc: Access, what: str, same_wave_ok: bool, values=None):
     lds = ex.lds
     if not ex.strict:
         return
     dma = lds.dma_pending[acc.keys] > 0
+    if dma.any() and values is not None and lds.ordered:
+        dma &= ~_same_dma(ex, acc, values)
     if dma.any():
         _report(ex, w, acc, dma, f"{what} touches LDS address {{addr}} (lane {{lane}}) before the LDS DMA "
                                  f"load writing it has landed (missing s_waitcnt vmcnt)")
@@ -166,8 +191,9 @@ def _check_pending(ex, w, acc: Access, what: str, same_wave_ok: bool):
                                   f"wrote without s_waitcnt lgkmcnt(0) + s_barrier in between")
 
 
-def _check_order(ex, w, acc: Access, what: str, write: bool):
-    """Cross-wave ordering through s_barrier (see the module docstring); marks reads."""
+def _check_order(ex, w, acc: Access, what: str, write: bool, values=None):
+    """Cross-wave ordering through s_barrier (see the module docstring); marks reads.
+    `values`: uint32 per key of a whole-dword LDS DMA write, None otherwise."""
     lds = ex.lds
     if not (ex.strict and lds.ordered):
         return
@@ -182,11 +208,17 @@ def _check_order(ex, w, acc: Access, what: str, write: bool):
     if raw.any():
         wr = lds.writer[keys]
         raw &= wr != me
+    if raw.any() and write:
+        raw &= ~_same_dma(ex, acc, values)
     if raw.any():
         _report(ex, w, acc, raw, f"{what} {verb} LDS address {{addr}} (lane {{lane}}), which wave "
                                  f"{int(wr[raw][0])} of the workgroup wrote, with no "
                                  f"s_waitcnt lgkmcnt(0) + s_barrier in between (LDS race)")
     several = lds.several(keys, me) if len(waves) > 1 else None
+    if write and several is not None and several.any() and values is not None:
+        # DMA writes of this access: waves landing the same bytes on a dword do not race
+        lds._values[keys] = values
+        several &= lds._values[keys] != values
     if write and several is not None and several.any():
         _report(ex, w, acc, several, f"{what}: several waves write LDS address {{addr}} (lane {{lane}}) "
                                      f"with no s_barrier between them (LDS race)")
@@ -200,6 +232,9 @@ def _check_order(ex, w, acc: Access, what: str, write: bool):
                                      f"{who} of the workgroup read, with no s_barrier in between (LDS race)")
         lds.writer[keys] = me
         lds.w_epoch[keys] = _PENDING
+        lds.by_dma[keys] = values is not None
+        if values is not None:
+            lds.dma_value[keys] = values
     else:
         old_r, old_e = lds.reader[keys], lds.r_epoch[keys]
         new_r = np.where((old_e == mine) & (old_r != -1) & (old_r != me), _SEVERAL, me)
@@ -294,14 +329,21 @@ def atomic_access(ex, w, addr: np.ndarray, mask: np.ndarray, what: str) -> tuple
     if ex.strict and lds.ordered:
         lds.writer[acc.keys] = ex.waves.wave_in_group[ex.wave_ids(w)[acc.rows]].astype(np.int8)
         lds.w_epoch[acc.keys] = _PENDING
+        lds.by_dma[acc.keys] = False
     return acc, _in_flight(ex, w, acc, lds.ds_pending, owner=True)
 
 
-def dma_reserve(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, what: str):
-    """Mark LDS DMA destination bytes in flight; returns land(rows, data)."""
+def dma_reserve(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, what: str, data=None):
+    """Mark LDS DMA destination bytes in flight; returns land(rows, data). `data`
+    (uint8[n,64,nbytes], what will land) lets strict mode accept another wave's DMA of the
+    same bytes (module docstring); without it every overlap is a race."""
     acc = access(ex, w, addr, nbytes, mask, what)
-    _check_pending(ex, w, acc, what, same_wave_ok=False)
-    _check_order(ex, w, acc, what, write=True)
+    values = None
+    if data is not None and acc.dword_index is not None and ex.strict and ex.lds.ordered:
+        data32 = np.ascontiguousarray(data, dtype=np.uint8).view(np.uint32)   # [n,64,nbytes/4]
+        values = data32.reshape(-1) if acc.ok.all() else data32[acc.ok].reshape(-1)
+    _check_pending(ex, w, acc, what, same_wave_ok=False, values=values)
+    _check_order(ex, w, acc, what, write=True, values=values)
     release = _in_flight(ex, w, acc, ex.lds.dma_pending, owner=False)
     whole = acc.dword_index is not None and bool(acc.ok.all())
     n = acc.ok.shape[0]

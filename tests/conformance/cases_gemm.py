@@ -97,7 +97,7 @@ def f8_blockscale_mi350(M: int, N: int, K: int, seed: int = 0) -> Case:
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 
 
-def f4gemm(M: int, N: int, K: int, tile: str = "32x128", seed: int = 0) -> Case:
+def f4gemm(M: int, N: int, K: int, tile: str = "32x128", seed: int = 0, preshuffle: bool = True) -> Case:
     """D[M, N] bf16 = A @ B^T with A [M, K] and B [N, K] in OCP MX-FP4 (E2M1, two per byte,
     the even element in the low nibble) and one e8m0 scale per 1x32 along K. Host code:
     aiter_meta/csrc/py_itfs_cu/asm_gemm_a4w4.cu gemm_a4w4_asm (struct KernelArgs, grid,
@@ -105,11 +105,14 @@ def f4gemm(M: int, N: int, K: int, tile: str = "32x128", seed: int = 0) -> Case:
     B is pre-shuffled by aiter/ops/shuffle.py shuffle_weight (layout (16, 16) on the
     bytes), both scales by aiter/utility/fp4_utils.py e8m0_shuffle (rows padded to 256,
     columns to 8, then [m/32, 2, 16, n/8, 2, 4] -> (0, 3, 5, 2, 4, 1)); D has
-    ceil(M/256)*256 rows, as aiter's tuner allocates it. The host refuses N % tile_n."""
+    ceil(M/256)*256 rows, as aiter's tuner allocates it. The host refuses N % tile_n.
+    preshuffle=False: the noBpreShuffle object, B [N, K/2] row-major as packed (it reads B
+    past its end for K = 256, a fault here; K = 512 and 1024 run)."""
     from gfxasm.perf import aiter_f4gemm as f4
-    cfg = next((c for c in f4.configs().values() if c.co.endswith(f"_BpreShuffle_{tile}.co")), None)
+    kind = "BpreShuffle" if preshuffle else "noBpreShuffle"
+    cfg = next((c for c in f4.configs().values() if c.co.endswith(f"_{kind}_{tile}.co")), None)
     if cfg is None:
-        raise ValueError(f"no BpreShuffle f4gemm object with tile {tile!r}")
+        raise ValueError(f"no {kind} f4gemm object with tile {tile!r}")
     if N % cfg.tile_n or K % 256:
         raise ValueError(f"N must be a multiple of {cfg.tile_n} and K of 256, got N={N}, K={K}")
     g = torch.Generator().manual_seed(seed)
@@ -119,7 +122,8 @@ def f4gemm(M: int, N: int, K: int, tile: str = "32x128", seed: int = 0) -> Case:
     b_exp = torch.randint(122, 132, (N, K // 32), generator=g, dtype=torch.uint8)
     a = a_codes[:, 0::2] | (a_codes[:, 1::2] << 4)
     b = b_codes[:, 0::2] | (b_codes[:, 1::2] << 4)
-    b_shuf = b.view(N // 16, 16, K // 64, 2, 16).permute(0, 2, 3, 1, 4).contiguous().view(N, K // 2)
+    if preshuffle:
+        b = b.view(N // 16, 16, K // 64, 2, 16).permute(0, 2, 3, 1, 4).contiguous().view(N, K // 2)
     sa, sb = _e8m0_shuffle(a_exp), _e8m0_shuffle(b_exp)
     d = poison((math.ceil(M / 256) * 256, N), torch.bfloat16)
 
@@ -130,7 +134,7 @@ def f4gemm(M: int, N: int, K: int, tile: str = "32x128", seed: int = 0) -> Case:
         torch.testing.assert_close(d[:M].double(), ref, rtol=1e-2, atol=1e-3 * ref.abs().max().item())
 
     return Case(cfg.co.removeprefix("aiter_meta/hsa/gfx950/"), cfg.symbol, f4.grid(cfg, M, N, K), f4.BLOCK,
-                f4.kernarg(d, a, b_shuf, sa, sb, M, N, K), [a, b_shuf, sa, sb, d], check)
+                f4.kernarg(d, a, b, sa, sb, M, N, K), [a, b, sa, sb, d], check)
 
 
 def _mxfp4_value(codes: torch.Tensor, exps: torch.Tensor) -> torch.Tensor:

@@ -105,7 +105,7 @@ def _lds_dma(ex, inst, w, data: np.ndarray, mask: np.ndarray, size: int):
     ex.role = None
     stride = 16 if size == 12 else size
     lane_addr = m0[:, None] + int(inst.mods.get("offset", 0)) + stride * np.arange(LANES)
-    land_lds = lds.dma_reserve(ex, w, lane_addr, size, mask, inst.name)
+    land_lds = lds.dma_reserve(ex, w, lane_addr, size, mask, inst.name, data)
     ex.issue(w, "vm", lambda rows: land_lds(rows, data))
 
 
