@@ -176,7 +176,7 @@ def variant_name(block_m: int, nt: int, out_dtype: torch.dtype) -> tuple[str, st
 class _Plan:
     """A checked call: its launch (none when out is empty) and the byte extents the per-call
     pointer checks need."""
-    __slots__ = ("launch", "extents")
+    __slots__ = ("launch", "extents", "block_m")
 
     def __init__(self, a, a_scale, w, w_scale, sorted_token_ids, expert_ids, ntpp, a_div, topk_weights, out,
                  out_dtype):
@@ -187,6 +187,7 @@ class _Plan:
         self.extents = tuple(extent(t) for t in (a, a_scale, w, w_scale, sorted_token_ids, expert_ids, ntpp)
                              + ((topk_weights,) if topk_weights is not None else ()))
         self.launch: PreparedLaunch | None = None
+        self.block_m = sizes["block_m"]
         if sizes["valid"] * sizes["N"] * sizes["K"] == 0:
             return
         kernel, variant = variant_name(sizes["block_m"], choose_nt(sizes), out_dtype)
@@ -194,10 +195,11 @@ class _Plan:
         tw = topk_weights.reshape(-1) if has_w else torch.empty(0, dtype=torch.float32, device=a.device)
         magic = 0 if a_div == 1 else -(-2**32 // a_div)          # ceil(2^32 / a_div)
         self.launch = prepare(default_manifest().kernel(kernel).variant(variant), dict(
-            a=a, a_scale=_scales(a_scale), w=w, w_scale=_scales(w_scale), sorted_token_ids=sorted_token_ids,
+            a=a, a_scale=_scales(a_scale), w=w, w_scale=_scales(w_scale),
+            sorted_token_ids=sorted_token_ids.view(sizes["blocks"], sizes["block_m"]),
             expert_ids=expert_ids, num_tokens_post_padded=ntpp.reshape(1), topk_weights=tw, out=out,
             M=sizes["M"], N=sizes["N"], K=sizes["K"], E=sizes["E"], valid=sizes["valid"], blocks=sizes["blocks"],
-            a_div=a_div, a_div_magic=magic, has_weights=int(has_w)))
+            block_m=sizes["block_m"], a_div_magic=magic, has_weights=int(has_w)))
 
 
 def _scales(t: torch.Tensor) -> torch.Tensor:
@@ -239,7 +241,8 @@ def _run(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, ntpp, a_div, topk
     refuse_overlap(OP, "out", out.data_ptr(), out.numel() * out.element_size(),
                    tuple((name, t.data_ptr(), nbytes, False) for name, t, nbytes in zip(names, inputs, plan_.extents)))
     tw = topk_weights.reshape(-1) if topk_weights is not None else None
-    plan_.launch(a, _scales(a_scale), w, _scales(w_scale), sorted_token_ids, expert_ids, ntpp.reshape(1), tw, out)
+    plan_.launch(a, _scales(a_scale), w, _scales(w_scale), sorted_token_ids.view(-1, plan_.block_m), expert_ids,
+                 ntpp.reshape(1), tw, out)
 
 
 def _new_out(a, w, a_div, out_dtype) -> torch.Tensor:

@@ -1,0 +1,359 @@
+; mxfp8_moe_gemm — MX-FP8 grouped GEMM over sorted tokens (MoE), v_mfma_scale_f32_16x16x128_f8f6f4
+;
+;   out[t, n] = tw[t] * sum_k  a[t / a_div, k] 2^(a_scale[t / a_div, k/32] - 127)
+;                            * w[e, n, k] 2^(w_scale[e, n, k/32] - 127)
+;
+; for every slot t in a block of sorted_token_ids whose expert e = expert_ids[block] is in
+; [0, E), with block * BM < num_tokens_post_padded[0] and t < valid (= M * a_div; larger
+; ids are the padding sentinel); tw[t] = topk_weights[t] when has_weights, else 1. Every
+; other output row is left untouched. a [M, K], w [E, N, K] e4m3 (K contiguous), scales
+; E8M0 bytes [.., K/32]; K % 32 == 0. Output bf16 (OUT_F16 = 0) or f16 into out [valid, N].
+;
+; gfx950, wave64, 256 work-items = 4 waves. Defines: MT (16-row tiles per block: BM = 16*MT
+; = block_m), NT (16-column weight strips per workgroup), OUT_F16. Grid: x = cdiv(N, 16*NT)
+; column tiles, y = blocks (one block of BM sorted slots each).
+;
+; 64-bit expert addressing: the block's expert base w + e*N*K (and w_scale + e*N*K/32) is
+; formed in 64-bit scalar arithmetic (s_mul_i32 / s_mul_hi_u32, s_add_u32 / s_addc_u32) and
+; put in the V#s of b and b_scale with num_records = N*K (N*K/32): only one expert's bytes
+; (< 2^31, host-checked) are addressed with 32-bit offsets, so the weight tensor may be any
+; size. a, a_scale, out, sorted ids and topk weights are < 2^31 bytes (host-checked).
+;
+; Rows. Lane i of tile t (A operand row 16t + i) reads slot id sorted_token_ids[block*BM +
+; 16t + i]; its activation row is slot / a_div (v_mul_hi_u32 by a_div_magic = ceil(2^32 /
+; a_div), exact for slot < 2^24 and a_div <= 64; a_div = 1 passes magic 0 and takes the slot
+; itself). A sentinel slot gets voffset OOB_OFFSET: its A bytes and scales read 0 and its
+; result is never stored. The MFMA, operand layout, K split over the waves, tail step and
+; double-buffered pipeline are mxfp8_gemm.s's (macros weight_offsets / mfma_k_loop in
+; mxfp8.inc): B operand = 16 weight rows of the expert, per 128-K step two 16-byte pieces
+; per lane and one scale byte per lane.
+;
+; Skips, decided once per workgroup from two scalar loads: block*BM >= num_tokens_post_padded
+; (signed) or expert id outside [0, E) (unsigned compare: -1 is 0xffffffff) ends the
+; workgroup before any weight load.
+;
+; Reduction and store. The 4 waves' D tiles meet in LDS (as in mxfp8_gemm), and wave 0 puts
+; the block's BM slot ids and row weights there too (before the barrier). Wave w finishes
+; tiles w, w+4: for D register r of lane l (row 16t + 4(l/16) + r, column n0 + 16j + l%16)
+; it reads the row's slot and weight (ds_read_b128 of 4 rows), sums the 4 copies, multiplies
+; by the weight in f32, rounds once to bf16/f16 and stores at out[slot, n]; a sentinel slot
+; or n >= N gets voffset OOB_OFFSET and is dropped.
+;
+; Kernarg (k_* from kernels.yaml): a, a_scale, w, w_scale, sorted_token_ids, expert_ids,
+; num_tokens_post_padded, topk_weights, out; M, N, K, E, valid, blocks, block_m, a_div_magic,
+; has_weights.
+; LDS map: [0, 4*TILES KiB) the waves' D tiles (wave w's tile q at (w*TILES + q) KiB, lane l
+; at 16*l); LDS_SLOTS: BM i32 slot ids; LDS_WEIGHTS: BM f32 row weights.
+
+.include "mxfp8.inc"
+
+.if (MT != 1) && (MT != 2) && (MT != 4)
+    .error "mxfp8_moe_gemm: MT must be 1, 2 or 4 (block_m 16, 32, 64)"
+.endif
+.if (NT != 1) && (NT != 2) && (NT != 4)
+    .error "mxfp8_moe_gemm: NT must be 1, 2 or 4"
+.endif
+.if WORKGROUP_SIZE_X != 256
+    .error "mxfp8_moe_gemm: 4 waves of 64 split K"
+.endif
+.set TILES, MT * NT                  ; D tiles per wave
+.set BM, 16 * MT                     ; slots per block
+.set LDS_SLOTS, 4 * TILES * 1024
+.set LDS_WEIGHTS, LDS_SLOTS + 4 * BM
+.if LDS_BYTES < LDS_WEIGHTS + 4 * BM
+    .error "mxfp8_moe_gemm: LDS_BYTES must hold 4 waves x TILES x 1 KiB, BM slot ids and BM weights"
+.endif
+set_log2 NT_SHIFT, NT
+.set LOADS, 3 * (NT + MT)            ; vector memory loads per step per wave
+.set STEP_SHIFT, 7                   ; 128 bytes of K per MFMA
+
+; --- SGPRs (s[0:1] kernarg, s2/s3 workgroup x/y come from the hardware) ---
+.set s_rsrc_a, 8                     ; [8:11]  V# a            (M*K bytes)
+.set s_rsrc_as, 12                   ; [12:15] V# a_scale      (M*K/32)
+.set s_rsrc_b, 16                    ; [16:19] V# w[e]         (N*K, 64-bit base)
+.set s_rsrc_bs, 20                   ; [20:23] V# w_scale[e]   (N*K/32)
+.set s_rsrc_out, 24                  ; [24:27] V# out          (valid*N*2)
+.set s_rsrc_ids, 28                  ; [28:31] V# sorted_token_ids (blocks*BM*4)
+.set s_rsrc_tw, 32                   ; [32:35] V# topk_weights (has_weights*valid*4)
+.set s_eptr, 36                      ; [36:37] &expert_ids[block]
+.set s_nptr, 38                      ; [38:39] num_tokens_post_padded
+.set s_M, 40
+.set s_N, 41
+.set s_K, 42
+.set s_E, 43
+.set s_valid, 44
+.set s_blocks, 45
+.set s_magic, 46                     ; ceil(2^32 / a_div); 0 for a_div = 1
+.set s_has_w, 47
+.set s_KB, 48                        ; K/32
+.set s_wave, 49
+.set s_step, 50                      ; step whose MFMAs come next
+.set s_step_ld, 51                   ; step whose loads go out
+.set s_nsteps, 52                    ; cdiv(K, 128)
+.set s_full, 53                      ; K / 128: index of the partial step
+.set s_stride, 54                    ; 4: steps between a wave's steps
+.set s_k0, 55                        ; 128*step: soffset of data loads
+.set s_kb0, 56                       ; 4*step: soffset of scale loads
+.set s_krem, 57                      ; K % 128
+.set s_n0, 58                        ; first output column of the workgroup
+.set s_expert, 59
+.set s_ntpp, 60                      ; num_tokens_post_padded[0]
+.set s_row0, 61                      ; block*BM: the block's first entry of sorted_token_ids
+.set s_q, 62                         ; tile a wave finishes
+.set s_block_m, 63                   ; = BM (the op picks the variant by it)
+.set s_tmp, 64                       ; [64:67] scratch
+.set s_colmask, 68                   ; [68:69] lanes whose column is < N
+
+; --- VGPRs (v0 holds the packed work-item ids) ---
+.set v_tid, 1
+.set v_lane, 2
+.set v_g, 3                          ; lane / 16
+.set v_i, 4                          ; lane % 16
+.set v_oob, 5                        ; OOB_OFFSET
+.set v_tmp, 8                        ; [8:11] scratch
+.set v_off_b, 12                     ; [NT] (n0 + 16j + i)*K + 16g within the expert
+.set v_off_bs, v_off_b + NT          ; [NT] (n0 + 16j + i)*K/32 + g
+.set v_off_a, v_off_bs + NT          ; [MT] (slot/a_div)*K + 16g, or OOB_OFFSET
+.set v_off_as, v_off_a + MT          ; [MT] (slot/a_div)*K/32 + g, or OOB_OFFSET
+.set v_slot, v_off_as + MT           ; [MT] slot id of row 16t + i
+.set v_tw, v_slot + MT               ; [MT] its weight (1.0 without topk_weights)
+.set SET_B, 0                        ; register set layout: [NT][8] b, [MT][8] a, [NT] b scale, [MT] a scale
+.set SET_A, 8 * NT
+.set SET_SB, 8 * (NT + MT)
+.set SET_SA, SET_SB + NT
+.set SET_SIZE, ((SET_SA + MT + 7) / 8) * 8
+.set v_set_x, ((v_tw + MT + 7) / 8) * 8
+.set v_set_y, v_set_x + SET_SIZE
+.set v_acc, v_set_y + SET_SIZE       ; [MT][NT][4] f32 D tiles, tile q = NT*t + j
+.set v_end, v_acc + 4 * TILES
+.if v_end > 256
+    .error "mxfp8_moe_gemm: VGPR budget exceeded"
+.endif
+; reduction-phase names (the register sets are free by then)
+.set v_lds, v_tmp                    ; LDS byte address
+.set v_col, v_tmp + 1                ; n
+.set v_rows, v_tmp + 2               ; LDS byte offset of the lane's 4 rows' slot ids
+.set v_red, v_set_x                  ; [4 waves][4] one tile from every wave
+.set v_rslot, v_set_x + 16           ; [4] slot ids of the lane's rows 16t + 4g + r
+.set v_rw, v_set_x + 20              ; [4] their weights
+.set v_out, v_set_x + 24             ; [2] converted value, store offset
+.if 2 * SET_SIZE < 26
+    .error "mxfp8_moe_gemm: the reduction's registers must fit in the two register sets"
+.endif
+
+; D register \r of the tile being finished: sum the four waves' copies, times the row's
+; weight, store at out[slot, n] (dropped for a sentinel slot or n >= N)
+.macro store_row r
+    v_add_f32 v[v_red+\r], v[v_red+\r], v[v_red+4+\r]
+    v_add_f32 v[v_red+\r], v[v_red+\r], v[v_red+8+\r]
+    v_add_f32 v[v_red+\r], v[v_red+\r], v[v_red+12+\r]
+    v_mul_f32 v[v_red+\r], v[v_red+\r], v[v_rw+\r]
+    v_cmp_gt_u32 vcc, s[s_valid], v[v_rslot+\r]             ; slot < valid
+    s_and_b64 vcc, vcc, s[s_colmask:s_colmask+1]            ; and n < N
+    v_mul_lo_u32 v[v_out+1], v[v_rslot+\r], s[s_N]
+    v_add_u32 v[v_out+1], v[v_out+1], v[v_col]              ; slot*N + n
+    v_lshlrev_b32 v[v_out+1], 1, v[v_out+1]
+    v_cndmask_b32 v[v_out+1], v[v_oob], v[v_out+1], vcc
+.if OUT_F16
+    v_cvt_f16_f32 v[v_out], v[v_red+\r]                     ; round to nearest even
+.else
+    v_cvt_pk_bf16_f32 v[v_out], v[v_red+\r], 0              ; round to nearest even; high half unused
+.endif
+    buffer_store_short v[v_out], v[v_out+1], s[s_rsrc_out:s_rsrc_out+3], 0 offen
+.endm
+
+; --- prologue ---
+    s_load_dwordx2 s[s_rsrc_a:s_rsrc_a+1], s[s_kernarg:s_kernarg+1], k_a
+    s_load_dwordx2 s[s_rsrc_as:s_rsrc_as+1], s[s_kernarg:s_kernarg+1], k_a_scale
+    s_load_dwordx2 s[s_rsrc_b:s_rsrc_b+1], s[s_kernarg:s_kernarg+1], k_w
+    s_load_dwordx2 s[s_rsrc_bs:s_rsrc_bs+1], s[s_kernarg:s_kernarg+1], k_w_scale
+    s_load_dwordx2 s[s_rsrc_out:s_rsrc_out+1], s[s_kernarg:s_kernarg+1], k_out
+    s_load_dwordx2 s[s_rsrc_ids:s_rsrc_ids+1], s[s_kernarg:s_kernarg+1], k_sorted_token_ids
+    s_load_dwordx2 s[s_rsrc_tw:s_rsrc_tw+1], s[s_kernarg:s_kernarg+1], k_topk_weights
+    s_load_dwordx2 s[s_eptr:s_eptr+1], s[s_kernarg:s_kernarg+1], k_expert_ids
+    s_load_dwordx2 s[s_nptr:s_nptr+1], s[s_kernarg:s_kernarg+1], k_num_tokens_post_padded
+    s_load_dword s[s_M], s[s_kernarg:s_kernarg+1], k_M
+    s_load_dword s[s_N], s[s_kernarg:s_kernarg+1], k_N
+    s_load_dword s[s_K], s[s_kernarg:s_kernarg+1], k_K
+    s_load_dword s[s_E], s[s_kernarg:s_kernarg+1], k_E
+    s_load_dword s[s_valid], s[s_kernarg:s_kernarg+1], k_valid
+    s_load_dword s[s_blocks], s[s_kernarg:s_kernarg+1], k_blocks
+    s_load_dword s[s_block_m], s[s_kernarg:s_kernarg+1], k_block_m
+    s_load_dword s[s_magic], s[s_kernarg:s_kernarg+1], k_a_div_magic
+    s_load_dword s[s_has_w], s[s_kernarg:s_kernarg+1], k_has_weights
+    v_and_b32 v[v_tid], 0x3ff, v[v_workitem]                ; work-item id x
+    v_lshrrev_b32 v[v_tmp], 6, v[v_tid]                     ; wave index (uniform in the wave)
+    v_and_b32 v[v_lane], 63, v[v_tid]
+    v_lshrrev_b32 v[v_g], 4, v[v_lane]
+    v_and_b32 v[v_i], 15, v[v_lane]
+    v_readfirstlane_b32 s[s_wave], v[v_tmp]                 ; 3 VALU ops after the write (1 wait state needed)
+    v_mov_b32 v[v_oob], OOB_OFFSET
+    .set o_, 0
+    .rept 4 * TILES
+        v_mov_b32 v[v_acc+o_], 0
+        .set o_, o_ + 1
+    .endr
+    .set t_, 0
+    .rept MT
+        v_mov_b32 v[v_tw+t_], 1.0                           ; the row weight without topk_weights
+        .set t_, t_ + 1
+    .endr
+    s_waitcnt lgkmcnt(0)                                    ; in flight: 9 pointers, 9 scalars → wait for all
+
+    ; the block's expert id and num_tokens_post_padded (scalar), its slot ids (vector), at once
+    s_lshl_b32 s[s_tmp], s[s_wg_y], 2
+    s_add_u32 s[s_eptr], s[s_eptr], s[s_tmp]
+    s_addc_u32 s[s_eptr+1], s[s_eptr+1], 0                  ; &expert_ids[block]
+    s_load_dword s[s_expert], s[s_eptr:s_eptr+1], 0
+    s_load_dword s[s_ntpp], s[s_nptr:s_nptr+1], 0
+    s_mul_i32 s[s_row0], s[s_wg_y], s[s_block_m]
+    s_mul_i32 s[s_tmp], s[s_blocks], s[s_block_m]
+    s_lshl_b32 s[s_tmp], s[s_tmp], 2                        ; bytes of sorted_token_ids
+    buffer_rsrc s_rsrc_ids, s[s_tmp]
+    s_lshl_b32 s[s_tmp], s[s_row0], 2                       ; soffset: the block's first id
+    v_lshlrev_b32 v[v_tmp+3], 2, v[v_i]                     ; 4i
+    .set t_, 0
+    .rept MT
+        buffer_load_dword v[v_slot+t_], v[v_tmp+3], s[s_rsrc_ids:s_rsrc_ids+3], s[s_tmp] offen offset:64*t_
+        .set t_, t_ + 1
+    .endr
+
+    s_lshr_b32 s[s_KB], s[s_K], 5
+    s_mul_i32 s[s_tmp], s[s_M], s[s_K]
+    buffer_rsrc s_rsrc_a, s[s_tmp]
+    s_mul_i32 s[s_tmp], s[s_M], s[s_KB]
+    buffer_rsrc s_rsrc_as, s[s_tmp]
+    s_mul_i32 s[s_tmp], s[s_valid], s[s_N]
+    s_lshl_b32 s[s_tmp], s[s_tmp], 1
+    buffer_rsrc s_rsrc_out, s[s_tmp]
+    s_mul_i32 s[s_tmp], s[s_valid], s[s_has_w]
+    s_lshl_b32 s[s_tmp], s[s_tmp], 2
+    buffer_rsrc s_rsrc_tw, s[s_tmp]
+    s_mul_i32 s[s_n0], s[s_wg_x], 16 * NT
+    weight_offsets                                          ; leaves 16g in v_tmp+1
+    ; steps: T = cdiv(K, 128), full K/128; wave w takes steps w, w + 4, ...
+    s_add_u32 s[s_nsteps], s[s_K], (1 << STEP_SHIFT) - 1
+    s_lshr_b32 s[s_nsteps], s[s_nsteps], STEP_SHIFT
+    s_lshr_b32 s[s_full], s[s_K], STEP_SHIFT
+    s_and_b32 s[s_krem], s[s_K], (1 << STEP_SHIFT) - 1
+    s_mov_b32 s[s_stride], 4
+    s_mov_b32 s[s_step], s[s_wave]
+
+    s_waitcnt lgkmcnt(0)                                    ; in flight: expert id, num_tokens_post_padded → both landed
+    s_cmp_ge_i32 s[s_row0], s[s_ntpp]
+    s_cbranch_scc1 L_skip                                   ; a block past the used ones
+    s_cmp_ge_u32 s[s_expert], s[s_E]
+    s_cbranch_scc1 L_skip                                   ; expert not here (-1) or out of range
+    ; V#s of the expert's weights and scales: base + e * bytes per expert, in 64 bits
+    s_mul_i32 s[s_tmp], s[s_N], s[s_K]                      ; N*K < 2^31
+    s_mul_i32 s[s_tmp+1], s[s_expert], s[s_tmp]
+    s_mul_hi_u32 s[s_tmp+2], s[s_expert], s[s_tmp]
+    s_add_u32 s[s_rsrc_b], s[s_rsrc_b], s[s_tmp+1]
+    s_addc_u32 s[s_rsrc_b+1], s[s_rsrc_b+1], s[s_tmp+2]
+    buffer_rsrc s_rsrc_b, s[s_tmp]
+    s_mul_i32 s[s_tmp], s[s_N], s[s_KB]
+    s_mul_i32 s[s_tmp+1], s[s_expert], s[s_tmp]
+    s_mul_hi_u32 s[s_tmp+2], s[s_expert], s[s_tmp]
+    s_add_u32 s[s_rsrc_bs], s[s_rsrc_bs], s[s_tmp+1]
+    s_addc_u32 s[s_rsrc_bs+1], s[s_rsrc_bs+1], s[s_tmp+2]
+    buffer_rsrc s_rsrc_bs, s[s_tmp]
+
+    ; slot ids → activation rows slot / a_div (sentinels: OOB_OFFSET), and the row weights
+    s_cmp_eq_u32 s[s_magic], 0
+    s_cselect_b64 s[s_tmp:s_tmp+1], exec, 0                 ; lanes taking the slot itself (a_div = 1)
+    s_waitcnt vmcnt(0)                                      ; in flight: the MT slot-id loads → landed
+    .set t_, 0
+    .rept MT
+        v_mul_hi_u32 v[v_tmp], v[v_slot+t_], s[s_magic]     ; slot / a_div
+        v_cndmask_b32_e64 v[v_tmp], v[v_tmp], v[v_slot+t_], s[s_tmp:s_tmp+1]
+        v_cmp_gt_u32 vcc, s[s_valid], v[v_slot+t_]          ; slot < valid: a real row
+        v_mul_lo_u32 v[v_off_a+t_], v[v_tmp], s[s_K]
+        v_add_u32 v[v_off_a+t_], v[v_off_a+t_], v[v_tmp+1]
+        v_cndmask_b32 v[v_off_a+t_], v[v_oob], v[v_off_a+t_], vcc
+        v_mul_lo_u32 v[v_off_as+t_], v[v_tmp], s[s_KB]
+        v_add_u32 v[v_off_as+t_], v[v_off_as+t_], v[v_g]
+        v_cndmask_b32 v[v_off_as+t_], v[v_oob], v[v_off_as+t_], vcc
+        .set t_, t_ + 1
+    .endr
+    s_cmp_eq_u32 s[s_has_w], 0
+    s_cbranch_scc1 L_weights_done
+    .set t_, 0
+    .rept MT
+        v_cmp_gt_u32 vcc, s[s_valid], v[v_slot+t_]
+        v_lshlrev_b32 v[v_tmp], 2, v[v_slot+t_]
+        v_cndmask_b32 v[v_tmp], v[v_oob], v[v_tmp], vcc     ; a sentinel's weight reads 0 (never used)
+        buffer_load_dword v[v_tw+t_], v[v_tmp], s[s_rsrc_tw:s_rsrc_tw+3], 0 offen
+        .set t_, t_ + 1
+    .endr
+L_weights_done:
+    s_cmp_ge_u32 s[s_step], s[s_nsteps]
+    s_cbranch_scc1 L_reduce                                 ; no step for this wave: its tiles stay 0
+
+; --- main loop (mxfp8.inc); the weight loads above are older than every step's, so each
+; step's s_waitcnt covers them too ---
+    mfma_k_loop
+
+; --- reduction: the 4 waves' tiles, the block's slot ids and weights through LDS ---
+L_reduce:
+    s_waitcnt vmcnt(0)                                      ; in flight: topk weight loads (a wave without steps) → landed
+    s_mul_i32 s[s_tmp], s[s_wave], TILES * 1024             ; wave's LDS region
+    v_lshlrev_b32 v[v_lds], 4, v[v_lane]
+    v_add_u32 v[v_lds], s[s_tmp], v[v_lds]
+    .set q_, 0
+    .rept TILES
+        ds_write_b128 v[v_lds], v[v_acc+4*q_:v_acc+4*q_+3] offset:1024*q_
+        .set q_, q_ + 1
+    .endr
+    s_cmp_eq_u32 s[s_wave], 0
+    s_cbranch_scc0 L_rows_written
+    v_cmp_gt_u32 vcc, 16, v[v_lane]                         ; lanes 0..15 of wave 0: row 16t + i
+    s_and_saveexec_b64 s[s_tmp:s_tmp+1], vcc
+    v_lshlrev_b32 v[v_lds], 2, v[v_i]
+    .set t_, 0
+    .rept MT
+        ds_write_b32 v[v_lds], v[v_slot+t_] offset:LDS_SLOTS+64*t_
+        ds_write_b32 v[v_lds], v[v_tw+t_] offset:LDS_WEIGHTS+64*t_
+        .set t_, t_ + 1
+    .endr
+    s_mov_b64 exec, s[s_tmp:s_tmp+1]
+L_rows_written:
+    s_waitcnt lgkmcnt(0)                                    ; in flight: this wave's ds_writes → done before the barrier
+    s_barrier                                               ; every wave's tiles and the row table are in LDS
+    s_mov_b32 s[s_q], s[s_wave]
+    s_cmp_ge_u32 s[s_q], TILES
+    s_cbranch_scc1 L_end                                    ; fewer tiles than waves
+L_tile:
+    ; tile q = NT*t + j: rows 16t + 4g + r, column n0 + 16j + i
+    s_lshl_b32 s[s_tmp], s[s_q], 10
+    v_lshlrev_b32 v[v_lds], 4, v[v_lane]
+    v_add_u32 v[v_lds], s[s_tmp], v[v_lds]
+    .set w_, 0
+    .rept 4
+        ds_read_b128 v[v_red+4*w_:v_red+4*w_+3], v[v_lds] offset:TILES*1024*w_
+        .set w_, w_ + 1
+    .endr
+    s_lshr_b32 s[s_tmp], s[s_q], NT_SHIFT                   ; t
+    s_lshl_b32 s[s_tmp], s[s_tmp], 6                        ; 64t: byte offset of row 16t
+    v_lshlrev_b32 v[v_rows], 4, v[v_g]
+    v_add_u32 v[v_rows], s[s_tmp], v[v_rows]                ; 4*(16t + 4g)
+    ds_read_b128 v[v_rslot:v_rslot+3], v[v_rows] offset:LDS_SLOTS
+    ds_read_b128 v[v_rw:v_rw+3], v[v_rows] offset:LDS_WEIGHTS
+    s_and_b32 s[s_tmp+1], s[s_q], NT - 1                    ; j
+    s_lshl_b32 s[s_tmp+1], s[s_tmp+1], 4
+    s_add_u32 s[s_tmp+1], s[s_tmp+1], s[s_n0]               ; n0 + 16j
+    v_add_u32 v[v_col], s[s_tmp+1], v[v_i]                  ; n
+    v_cmp_gt_u32 s[s_colmask:s_colmask+1], s[s_N], v[v_col] ; n < N
+    s_waitcnt lgkmcnt(0)                                    ; in flight: 4 copies of the tile, slot ids, weights → wait for all
+    .set r_, 0
+    .rept 4
+        store_row r_
+        .set r_, r_ + 1
+    .endr
+    s_add_u32 s[s_q], s[s_q], 4
+    s_cmp_lt_u32 s[s_q], TILES
+    s_cbranch_scc1 L_tile
+L_end:
+    s_endpgm
+L_skip:
+    s_waitcnt vmcnt(0)                                      ; in flight: the slot-id loads → landed before the end
+    s_endpgm
