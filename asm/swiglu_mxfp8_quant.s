@@ -1,0 +1,167 @@
+; swiglu_mxfp8_quant — SwiGLU-OAI (gpt-oss) on the split layout, fused with OCP MX-FP8
+; quantisation per 32 elements:
+;
+;   g = min(x[r, i], limit)                       gate = x[:, :I]
+;   u = min(max(x[r, I + i], -limit), limit)      up   = x[:, I:]
+;   y = g * sigmoid(alpha * g) * (u + beta)       sigmoid(z) = 1 / (1 + 2^(-z log2 e))   (f32)
+;   per block b of 32 along I: amax = max |y|; E = max(exponent field of amax - 8, 0), i.e.
+;   the OCP shared exponent floor(log2 amax) - emax(e4m3) = floor(log2 amax) - 8, biased by
+;   127 and clamped at 0 (2^-127: all-zero or tiny blocks); X = 2^(E - 127)
+;   scale[r, b] = E (E8M0 byte); q[r, 32b + j] = e4m3_rne(clamp(y / X, -448, 448))
+;
+; gfx950, wave64, WORKGROUP_SIZE_X work-items, one 32-block per work-item:
+; block g = wg_x * WORKGROUP_SIZE_X + lane, row r = g / NB (multiply-high by `magic`, exact for
+; M * NB * NB < 2^32, which the op checks), b = g - r * NB. Each work-item loads its 32 gate and
+; 32 up values (4 + 4 dwordx4), computes y in f32 (v_exp_f32 and v_rcp_f32 for the sigmoid),
+; the block's amax and scale, clamps to +-448 X (saturation by the clamp, whatever the mode),
+; converts pairs with v_cvt_scalef32_pk_fp8_f32 (which divides by X exactly and rounds to
+; nearest even) and stores 32 bytes of q and the scale byte.
+; Defines: F16 (0: bf16 input, 1: fp16).
+;
+; Kernarg (k_* from kernels.yaml): x, q, scale; M, I, NB, magic (u32); neg_alpha_log2e, beta,
+; limit (f32). LDS: none.
+
+.include "mxfp8.inc"
+
+; --- SGPRs (s[0:1] kernarg, s2 workgroup x come from the hardware) ---
+.set s_rsrc_x, 8                     ; [8:11]  V# x      (M * 2I * 2 bytes)
+.set s_rsrc_q, 12                    ; [12:15] V# q      (M * I)
+.set s_rsrc_s, 16                    ; [16:19] V# scale  (M * NB)
+.set s_M, 20
+.set s_I, 21
+.set s_NB, 22
+.set s_magic, 23
+.set s_nal, 24                       ; -alpha * log2(e)
+.set s_beta, 25
+.set s_limit, 26
+.set s_tmp, 27
+.set s_blocks, 28                    ; M * NB
+.set s_up, 29                        ; 2I: bytes from a gate element to its up element
+; --- VGPRs ---
+.set v_g, 1                          ; block index
+.set v_r, 2                          ; row
+.set v_b, 3                          ; block in the row
+.set v_xoff, 4                       ; byte offset of the block's first gate element
+.set v_qoff, 5
+.set v_soff, 6
+.set v_lim, 7                        ; limit (a VGPR: v_med3 takes it twice, once negated)
+.set v_am, 8                         ; amax, then the scale exponent E
+.set v_sc, 9                         ; X as an f32 scale operand (exponent field E)
+.set v_cl, 10                        ; 448 X
+.set v_t, 12                         ; [12:13] temporaries of an element pair
+.set v_gate, 16                      ; [16:31] 32 packed 16-bit gate values
+.set v_upv, 32                       ; [32:47] 32 packed 16-bit up values
+.set v_y, 48                         ; [48:79] 32 f32 results
+.set v_q, 80                         ; [80:87] 32 e4m3 bytes
+
+; v[dst] = the 16-bit float in half `hi` (0: low, 1: high) of v[src], as f32
+.macro to_f32 dst, src, hi
+.if F16
+    .if \hi
+        v_lshrrev_b32 v[\dst], 16, v[\src]
+        v_cvt_f32_f16 v[\dst], v[\dst]
+    .else
+        v_cvt_f32_f16 v[\dst], v[\src]
+    .endif
+.else
+    .if \hi
+        v_and_b32 v[\dst], 0xffff0000, v[\src]
+    .else
+        v_lshlrev_b32 v[\dst], 16, v[\src]
+    .endif
+.endif
+.endm
+
+; y for the two elements of packed dword k (v_y[2k], v_y[2k+1]); the pair is interleaved so
+; that each transcendental result has one instruction before its first VALU reader.
+.macro swiglu_pair k
+    to_f32 v_y+2*\k, v_gate+\k, 0
+    to_f32 v_y+2*\k+1, v_gate+\k, 1
+    v_min_f32 v[v_y+2*\k], s[s_limit], v[v_y+2*\k]                      ; g = min(gate, limit)
+    v_min_f32 v[v_y+2*\k+1], s[s_limit], v[v_y+2*\k+1]
+    v_mul_f32 v[v_t], s[s_nal], v[v_y+2*\k]
+    v_mul_f32 v[v_t+1], s[s_nal], v[v_y+2*\k+1]
+    v_exp_f32 v[v_t], v[v_t]                                            ; e^(-alpha g)
+    v_exp_f32 v[v_t+1], v[v_t+1]
+    v_add_f32 v[v_t], 1.0, v[v_t]                                       ; (trans result: 1 wait state kept)
+    v_add_f32 v[v_t+1], 1.0, v[v_t+1]
+    v_rcp_f32 v[v_t], v[v_t]                                            ; sigmoid(alpha g)
+    v_rcp_f32 v[v_t+1], v[v_t+1]
+    v_mul_f32 v[v_y+2*\k], v[v_y+2*\k], v[v_t]
+    v_mul_f32 v[v_y+2*\k+1], v[v_y+2*\k+1], v[v_t+1]
+    to_f32 v_t, v_upv+\k, 0
+    to_f32 v_t+1, v_upv+\k, 1
+    v_med3_f32 v[v_t], v[v_t], -v[v_lim], v[v_lim]                      ; u = clamp(up, -limit, limit)
+    v_med3_f32 v[v_t+1], v[v_t+1], -v[v_lim], v[v_lim]
+    v_add_f32 v[v_t], s[s_beta], v[v_t]
+    v_add_f32 v[v_t+1], s[s_beta], v[v_t+1]
+    v_mul_f32 v[v_y+2*\k], v[v_y+2*\k], v[v_t]
+    v_mul_f32 v[v_y+2*\k+1], v[v_y+2*\k+1], v[v_t+1]
+    v_max3_f32 v[v_am], |v[v_y+2*\k]|, |v[v_y+2*\k+1]|, v[v_am]
+.endm
+
+    s_load_dwordx2 s[s_rsrc_x:s_rsrc_x+1], s[s_kernarg:s_kernarg+1], k_x
+    s_load_dwordx2 s[s_rsrc_q:s_rsrc_q+1], s[s_kernarg:s_kernarg+1], k_q
+    s_load_dwordx2 s[s_rsrc_s:s_rsrc_s+1], s[s_kernarg:s_kernarg+1], k_scale
+    s_load_dwordx4 s[s_M:s_M+3], s[s_kernarg:s_kernarg+1], k_M          ; M, I, NB, magic
+    s_load_dwordx2 s[s_nal:s_nal+1], s[s_kernarg:s_kernarg+1], k_neg_alpha_log2e   ; and beta
+    s_load_dword s[s_limit], s[s_kernarg:s_kernarg+1], k_limit
+    v_and_b32 v[v_g], 0x3ff, v[v_workitem]
+    s_waitcnt lgkmcnt(0)                                    ; in flight: 3 pointers, 7 scalars → wait for all
+    s_mul_i32 s[s_blocks], s[s_M], s[s_NB]
+    s_lshl_b32 s[s_up], s[s_I], 1
+    s_mul_i32 s[s_tmp], s[s_blocks], 128                    ; M * 2I * 2 = M * NB * 128
+    buffer_rsrc s_rsrc_x, s[s_tmp]
+    s_lshl_b32 s[s_tmp], s[s_blocks], 5                     ; M * I
+    buffer_rsrc s_rsrc_q, s[s_tmp]
+    buffer_rsrc s_rsrc_s, s[s_blocks]
+    s_mul_i32 s[s_tmp], s[s_wg_x], WORKGROUP_SIZE_X
+    v_add_u32 v[v_g], s[s_tmp], v[v_g]
+    v_cmp_gt_u32 vcc, s[s_blocks], v[v_g]                   ; g < M * NB
+    s_and_b64 exec, exec, vcc
+    s_cbranch_execz L_end
+    v_mul_hi_u32 v[v_r], v[v_g], s[s_magic]                 ; r = g / NB
+    v_mul_lo_u32 v[v_b], v[v_r], s[s_NB]
+    v_sub_u32 v[v_b], v[v_g], v[v_b]                        ; b = g - r * NB
+    v_mul_lo_u32 v[v_xoff], v[v_r], s[s_I]                  ; r * I
+    v_lshlrev_b32 v[v_qoff], 5, v[v_b]
+    v_add_u32 v[v_qoff], v[v_xoff], v[v_qoff]               ; q offset r * I + 32 b
+    v_lshl_add_u32 v[v_xoff], v[v_xoff], 2, 0               ; gate offset (r * 2I + 32 b) * 2 ...
+    v_lshlrev_b32 v[v_soff], 6, v[v_b]
+    v_add_u32 v[v_xoff], v[v_xoff], v[v_soff]               ; ... = 4 r I + 64 b
+    .irp c, 0, 1, 2, 3
+        buffer_load_dwordx4 v[v_gate+4*\c:v_gate+4*\c+3], v[v_xoff], s[s_rsrc_x:s_rsrc_x+3], 0 offen offset:16*\c
+    .endr
+    v_add_u32 v[v_xoff], s[s_up], v[v_xoff]                 ; up: I elements further
+    .irp c, 0, 1, 2, 3
+        buffer_load_dwordx4 v[v_upv+4*\c:v_upv+4*\c+3], v[v_xoff], s[s_rsrc_x:s_rsrc_x+3], 0 offen offset:16*\c
+    .endr
+    v_mov_b32 v[v_soff], v[v_g]                             ; scale offset r * NB + b = g
+    v_mov_b32 v[v_lim], s[s_limit]
+    v_mov_b32 v[v_am], 0
+    s_waitcnt vmcnt(0)                                      ; in flight: 4 gate, 4 up loads → wait for all
+    .irp k, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
+        swiglu_pair \k
+    .endr
+    ; scale: E = max(exponent field of amax, 8) - 8; X has exponent field E; 448 X = 1.75 * 2^(E+8-127)
+    v_lshrrev_b32 v[v_am], 23, v[v_am]
+    v_max_u32 v[v_am], 8, v[v_am]
+    v_subrev_u32 v[v_am], 8, v[v_am]
+    v_lshlrev_b32 v[v_sc], 23, v[v_am]
+    v_add_u32 v[v_cl], 8, v[v_am]
+    v_lshlrev_b32 v[v_cl], 23, v[v_cl]
+    v_or_b32 v[v_cl], 0x600000, v[v_cl]
+    .irp j, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31
+        v_med3_f32 v[v_y+\j], v[v_y+\j], -v[v_cl], v[v_cl]  ; saturate at +-448 X
+    .endr
+    .irp d, 0, 1, 2, 3, 4, 5, 6, 7                          ; low words: elements 4d, 4d+1
+        v_cvt_scalef32_pk_fp8_f32 v[v_q+\d], v[v_y+4*\d], v[v_y+4*\d+1], v[v_sc]
+    .endr
+    .irp d, 0, 1, 2, 3, 4, 5, 6, 7                          ; high words: elements 4d+2, 4d+3
+        v_cvt_scalef32_pk_fp8_f32 v[v_q+\d], v[v_y+4*\d+2], v[v_y+4*\d+3], v[v_sc] op_sel:[0,0,0,1]
+    .endr
+    buffer_store_dwordx4 v[v_q:v_q+3], v[v_qoff], s[s_rsrc_q:s_rsrc_q+3], 0 offen
+    buffer_store_dwordx4 v[v_q+4:v_q+7], v[v_qoff], s[s_rsrc_q:s_rsrc_q+3], 0 offen offset:16
+    buffer_store_byte v[v_am], v[v_soff], s[s_rsrc_s:s_rsrc_s+3], 0 offen
+L_end:
+    s_endpgm
