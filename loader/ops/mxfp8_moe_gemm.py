@@ -324,17 +324,19 @@ def build_kernels(force: bool = False) -> None:
 # ------------------------------------------------------------------ reference
 
 def reference(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div,
-              topk_weights=None) -> tuple[torch.Tensor, torch.Tensor]:
+              topk_weights=None, absolute: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(values float64 [M * a_div, N], written bool [M * a_div]): the exact product of the
     quantized operands for every slot a processed block names, following the routing
-    rules of the module docstring; rows not written are 0 in `values`."""
+    rules of the module docstring; rows not written are 0 in `values`. absolute=True gives
+    the same sums of |a'| |w'| |topk weight| (for error bounds)."""
+    magnitude = torch.abs if absolute else (lambda x: x)
     M, K = a.shape
     E, N, _ = w.shape
     valid = M * a_div
     block_m = sorted_token_ids.numel() // expert_ids.numel()
     values = torch.zeros((valid, N), dtype=torch.float64)
     written = torch.zeros(valid, dtype=torch.bool)
-    A = dequantize(a, a_scale)
+    A = magnitude(dequantize(a, a_scale))
     used = min(int(num_tokens_post_padded.reshape(-1)[0]), sorted_token_ids.numel())
     for b in range(cdiv(used, block_m)):
         e = int(expert_ids[b])
@@ -344,8 +346,8 @@ def reference(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_p
         if not slots:
             continue
         rows = torch.tensor(slots)
-        values[rows] = A[rows // a_div] @ dequantize(w[e], w_scale[e]).T
+        values[rows] = A[rows // a_div] @ magnitude(dequantize(w[e], w_scale[e])).T
         if topk_weights is not None:
-            values[rows] *= topk_weights.reshape(-1)[rows].double()[:, None]
+            values[rows] *= magnitude(topk_weights.reshape(-1)[rows].double())[:, None]
         written[rows] = True
     return values, written
