@@ -15,13 +15,14 @@ import torch
 import gfxasm
 from gfxasm import build
 from gfxasm.ops import moe_align
+from gfxasm.ops import swiglu_quant as sq
 
 POISON = -0x5A5A5A5B             # an int32 no output can hold
 
 
 @pytest.fixture(scope="module", autouse=True)
 def built():
-    build.build_kernels(("moe_align",))
+    build.build_kernels(("moe_align", "swiglu_mxfp8_quant"))
 
 
 # ------------------------------------------------------------------ moe_align_block_size
@@ -149,3 +150,153 @@ def test_align_is_deterministic():
 def test_align_bad_input(args, exc, match, no_launch):
     with pytest.raises(exc, match=match):
         gfxasm.moe_align_block_size(*args)
+
+
+# ------------------------------------------------------------------ swiglu_mxfp8_quant
+
+def pow2(e) -> torch.Tensor:
+    return torch.ldexp(torch.tensor(1.0, dtype=torch.float64), torch.tensor(e))
+
+
+def crafted_gate_up(M: int, I: int, dtype, gen: torch.Generator) -> torch.Tensor:
+    """x = gate | up in `dtype` whose products gate * up / 2 (the activation at alpha = 0, beta = 0,
+    limit = inf) hit the scale rule's corners, block by block along the rows:
+      row 0: all zeros (scale 0, q 0)
+      row 1: per block, amax exactly a power of two 2^k (k varies: X = 2^(k-8), q = 256)
+      row 2: per block, amax just below 2^(k+1) and elements past 448 X: saturation to +-448
+      row 3: tiny values (amax ~2^-125: the scale clamps at 2^-127)
+      rows 4..: random values over a wide range of exponents per block."""
+    g = (torch.randn(M, I, generator=gen) * torch.ldexp(torch.ones(M, I),
+                                                         torch.randint(-6, 7, (M, I // 32), generator=gen)
+                                                         .repeat_interleave(32, 1))).double()
+    u = torch.randn(M, I, generator=gen).double() * 2
+    g[0], u[1:4] = 0, 2.0
+    for b in range(I // 32):
+        sl = slice(32 * b, 32 * b + 32)
+        k = b % 9 - 4
+        g[1, sl] = pow2(k) * (torch.rand(32, generator=gen).double() * 0.9)     # |y| < 2^k ...
+        g[1, 32 * b + b % 32] = -pow2(k) if b % 2 else pow2(k)                  # ... and one = +-2^k
+        g[2, sl] = pow2(k) * torch.linspace(1.0, 1.99, 32).double() * (-1) ** b    # y / X up to 509
+        g[3, sl] = pow2(-62) * torch.linspace(0.5, 1.0, 32).double() * pow2(-b % 3)
+        u[3, sl] = pow2(-62)
+    x = torch.cat([g, u], 1).to(dtype)
+    assert x.isfinite().all()
+    return x
+
+
+def exact_product(x: torch.Tensor) -> torch.Tensor:
+    """gate * up / 2 in float64: exact for 16-bit inputs (the activation at alpha = 0, beta = 0)."""
+    I = x.shape[1] // 2
+    return x[:, :I].double() * x[:, I:].double() * 0.5
+
+
+def embedded(t: torch.Tensor, fill: int, before: int = 64, after: int = 48) -> tuple[torch.Tensor, torch.Tensor]:
+    """(view, base): a poisoned 1-D byte buffer holding a 16-byte-aligned view shaped like t."""
+    base = torch.full((before + t.numel() * t.element_size() + after,), fill, dtype=torch.uint8)
+    return base[before:before + t.numel() * t.element_size()].view(t.dtype).view(t.shape), base
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("M,I", [(6, 288), (37, 96)])
+def test_swiglu_quant_scale_rule_exact(dtype, M, I):
+    """alpha = 0 makes the sigmoid exactly 1/2, so every q and scale byte is predictable: the
+    kernel must equal the float64 quantisation bit for bit (zeros, powers of two, saturation,
+    the clamp at 2^-127, random blocks), writing every output byte and nothing around them."""
+    gen = torch.Generator().manual_seed(M * I)
+    x = crafted_gate_up(M, I, dtype, gen)
+    q_want, s_want = sq.quantize_reference(exact_product(x))
+    q, q_base = embedded(torch.empty(M, I, dtype=torch.float8_e4m3fn), 0x7F)        # NaN codes
+    s, s_base = embedded(torch.empty(M, I // 32, dtype=torch.float8_e8m0fnu), 0xFF)  # NaN scales
+    sq.swiglu_mxfp8_quant(x, alpha=0.0, beta=0.0, limit=float("inf"), out=(q, s))
+    assert torch.equal(s.view(torch.uint8), s_want.view(torch.uint8))
+    assert torch.equal(q.view(torch.uint8), q_want.view(torch.uint8))
+    assert s_want.view(torch.uint8)[0].eq(0).all() and q_want.float()[0].eq(0).all()   # row 0: zeros
+    assert q.float()[2].abs().max() == 448                                                       # saturated
+    for base, n in ((q_base, q.numel()), (s_base, s.numel())):
+        assert base[:64].eq(base[0]).all() and base[64 + n:].eq(base[0]).all()
+
+
+def test_swiglu_quant_powers_of_two():
+    """amax = 2^k exactly gives scale 2^(k-8) and q = +-256 at the maximum."""
+    x = torch.zeros(1, 2 * 64, dtype=torch.bfloat16)
+    x[0, 5], x[0, 64 + 5] = 2.0 ** -3, 2.0              # y = 2^-3 in block 0
+    x[0, 40], x[0, 64 + 40] = -(2.0 ** 7), 2.0          # y = -2^7 in block 1
+    x[0, 41], x[0, 64 + 41] = 2.0 ** 6, 2.0             # y = 2^6, half of it
+    q, s = sq.swiglu_mxfp8_quant(x, alpha=0.0, beta=0.0, limit=float("inf"))
+    assert s.view(torch.uint8).tolist() == [[127 - 3 - 8, 127 + 7 - 8]]
+    assert q.float()[0, 5] == 256 and q.float()[0, 40] == -256 and q.float()[0, 41] == 128
+    assert q.float()[0].count_nonzero() == 3
+
+
+def bracket(y: torch.Tensor, scale_bytes: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The dequantised values an f32 computation within relative eps of float64 y may give
+    with the kernel's own scales: e4m3 rounding is monotone, so they lie between the
+    quantisations of y (1 - eps) and y (1 + eps)."""
+    M, I = y.shape
+    X = torch.ldexp(torch.ones(M, I // 32, dtype=torch.float64), scale_bytes.long() - 127).repeat_interleave(32, 1)
+
+    def deq(v):
+        return (v / X).clamp(-448, 448).to(torch.float32).to(torch.float8_e4m3fn).double() * X
+    a, b = deq(y * (1 - eps)), deq(y * (1 + eps))
+    return torch.minimum(a, b), torch.maximum(a, b)
+
+
+@pytest.mark.parametrize("M,I,alpha,beta,limit", [(37, 96, 1.702, 1.0, 7.0), (20, 768, 1.702, 1.0, 7.0),
+                                                   (3, 64, 1.0, 0.5, 3.0)])
+def test_swiglu_quant_activation(M, I, alpha, beta, limit):
+    """The OAI activation against float64: each scale is the reference's unless the block's
+    amax lies within relative EPS of a power of two (then one off is allowed), and every q,
+    dequantised with the kernel's scale, lies in the bracket of y (1 +- EPS). EPS = 2^-16
+    covers v_exp/v_rcp (~1 ulp each) and the f32 rounding of alpha * g * log2(e) (|.| < 18)."""
+    EPS = 2.0 ** -16
+    gen = torch.Generator().manual_seed(M + I)
+    x = (torch.randn(M, 2 * I, generator=gen) * 4).to(torch.bfloat16)                 # crosses +-limit
+    y = sq.activation_reference(x, alpha, beta, limit)
+    q, s = sq.swiglu_mxfp8_quant(x, alpha=alpha, beta=beta, limit=limit)
+    s_ref = sq.quantize_reference(y)[1].view(torch.uint8).long()
+    s_got = s.view(torch.uint8).long()
+    amax = y.view(M, I // 32, 32).abs().amax(-1)
+    near = (torch.log2(amax * (1 + EPS)).floor() != torch.log2(amax * (1 - EPS)).floor())
+    assert ((s_got == s_ref) | (near & ((s_got - s_ref).abs() == 1))).all()
+    lo, hi = bracket(y, s_got, EPS)
+    deq = q.double() * torch.ldexp(torch.ones_like(y), s_got.repeat_interleave(32, 1) - 127)
+    assert ((deq >= lo) & (deq <= hi)).all()
+    assert (s_got == s_ref).float().mean() > 0.9 and (deq == sq.quantize_reference(y)[0].double() *
+                                                      torch.ldexp(torch.ones_like(y), s_ref.repeat_interleave(32, 1) - 127)
+                                                      ).float().mean() > 0.98
+
+
+def test_swiglu_quant_empty():
+    q, s = sq.swiglu_mxfp8_quant(torch.empty(0, 128, dtype=torch.bfloat16))
+    assert q.shape == (0, 64) and s.shape == (0, 2)
+
+
+@pytest.mark.parametrize("kwargs,exc,match", [
+    (dict(x=torch.zeros(2, 64, dtype=torch.float32)), TypeError, "'x' dtype"),
+    (dict(x=torch.zeros(2, 96, dtype=torch.bfloat16)), ValueError, "I % 32"),
+    (dict(x=torch.zeros(2, 2, 64, dtype=torch.bfloat16)), ValueError, "'x' must be"),
+    (dict(x=torch.zeros(128, 4, dtype=torch.bfloat16).t()), ValueError, "contiguous"),
+    (dict(x=torch.zeros(2, 64, dtype=torch.bfloat16), limit=0.0), ValueError, "'limit'"),
+    (dict(x=torch.zeros(2, 64, dtype=torch.bfloat16), alpha=float("nan")), ValueError, "'alpha'"),
+    (dict(x=torch.zeros(2, 64, dtype=torch.bfloat16), beta="1"), TypeError, "'beta'"),
+    (dict(x=torch.zeros(2, 64, dtype=torch.bfloat16), out=(torch.zeros(2, 32), torch.zeros(2, 1))),
+     TypeError, "'q' \\(out\\) dtype"),
+    (dict(x=torch.zeros(2, 64, dtype=torch.bfloat16),
+          out=(torch.zeros(2, 32).to(torch.float8_e4m3fn), torch.zeros(2, 2).to(torch.float8_e8m0fnu))),
+     ValueError, "'scale' \\(out\\) must be"),
+    (dict(x=torch.zeros(2, 64, dtype=torch.bfloat16), out=torch.zeros(2)), TypeError, "'out'"),
+])
+def test_swiglu_quant_bad_input(kwargs, exc, match, no_launch):
+    x = kwargs.pop("x")
+    with pytest.raises(exc, match=match):
+        sq.swiglu_mxfp8_quant(x, **kwargs)
+
+
+def test_swiglu_quant_refuses_overlap_and_misalignment(no_launch):
+    x = torch.randn(2, 128).to(torch.bfloat16)
+    s = torch.empty(2, 2, dtype=torch.float8_e8m0fnu)
+    with pytest.raises(ValueError, match="'q' overlaps"):
+        sq.swiglu_mxfp8_quant(x, out=(x.view(-1).view(torch.float8_e4m3fn)[:128].view(2, 64), s))
+    raw = torch.empty(2 * 64 + 1, dtype=torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match="'q' data must be 16-byte aligned"):
+        sq.swiglu_mxfp8_quant(x, out=(raw[1:].view(2, 64), s))

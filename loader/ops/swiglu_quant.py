@@ -1,0 +1,205 @@
+"""SwiGLU-OAI fused with MX-FP8 quantisation: `gfxasm.swiglu_mxfp8_quant` on asm/swiglu_mxfp8_quant.s.
+
+    q, scale = gfxasm.swiglu_mxfp8_quant(x, alpha=1.702, beta=1.0, limit=7.0)
+
+x [M, 2I] bf16 or fp16 holds gate = x[:, :I] and up = x[:, I:] (the split layout). The
+activation is gpt-oss's SwiGLU (huggingface transformers, models/gpt_oss/modeling_gpt_oss.py,
+v4.55 lines 106-110; vLLM's swigluoai_and_mul), in f32:
+
+    g = min(gate, limit);  u = clamp(up, -limit, limit);  y = g * sigmoid(alpha * g) * (u + beta)
+
+(gpt-oss takes beta = 1, "an extra bias of 1 to the linear layer"), then OCP MX-FP8 (OCP
+Microscaling Formats v1.0, section 6.3) per block of 32 along I:
+
+    shared exponent = floor(log2(max |y|)) - emax(e4m3) = floor(log2 amax) - 8
+    scale[r, b] = that exponent + 127 as an E8M0 byte, clamped at 0 (2^-127) below; an
+                  all-zero block (amax = 0) gets 0, as in the OCP reference code
+                  (microsoft/microxcaling: log2 of 0 taken as the minimum exponent)
+    q[r, i] = e4m3(y / 2^(scale - 127)), round to nearest even; the rule puts amax / X in
+              [256, 512), above e4m3's largest finite 448, so values that would round past
+              448 saturate to +-448 (the spec leaves overflow to the implementation; the
+              kernel clamps before converting, so it is independent of the MODE register).
+q [M, I] float8_e4m3fn, scale [M, I/32] float8_e8m0fnu: exactly what gfxasm.mxfp8_gemm and
+gfxasm.mxfp8_moe_gemm take as activations.
+
+The sigmoid is 1 / (1 + 2^(-alpha log2(e) g)) with v_exp_f32 and v_rcp_f32 (about 1 ulp
+each on the hardware): y carries a few f32 ulps of error, so an element within that of a
+rounding boundary of e4m3, or a block whose amax is that close to a power of two, may land
+one step (or one scale) away from a float64 computation. With alpha = 0 the sigmoid is
+exactly 1/2, which the tests use to check the quantisation bit for bit.
+
+Limits (ValueError/TypeError naming the argument, before launch): x bf16/fp16, 2-D,
+contiguous, 16-byte aligned, x.shape[1] = 2I with I % 32 == 0, below 2^31 bytes, M * (I/32)^2
+< 2^32 (the kernel divides by I/32 with a multiply-high); alpha, beta finite; limit > 0 (inf
+allowed: no clamp). Outputs (`out=(q, scale)`) of the exact shapes and dtypes, contiguous, q
+16-byte aligned, not overlapping x. M = 0 or I = 0 launches nothing. An input row holding
+Inf or NaN gives an unspecified block (no check: it would need a pass over the data).
+
+torch ops: gfxasm::swiglu_mxfp8_quant(x, alpha, beta, limit) -> (q, scale) and
+gfxasm::swiglu_mxfp8_quant_out(x, q!, scale!, alpha, beta, limit), with fake kernels.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+from ..gridexpr import cdiv
+from ..launcher import BACKEND_ENV, PreparedLaunch, prepare
+from ..manifest import default_manifest
+from . import library
+from .aliasing import extent, refuse_overlap
+from .mxfp8_gemm import BLOCK, E4M3, E8M0
+
+OP = "swiglu_mxfp8_quant"
+IN_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
+E4M3_EMAX = 8                      # floor(log2(448))
+E4M3_MAX = 448.0
+_MAX_BYTES = 2**31
+_ALIGN = 16
+
+
+def _fail(exc, message: str):
+    raise exc(f"{OP}: {message}")
+
+
+def _number(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        _fail(TypeError, f"'{name}' must be a float, got {type(value).__name__}")
+    return float(value)
+
+
+def validate(x, alpha, beta, limit, out=None) -> tuple[int, int]:
+    """Check what metadata tells (the fake kernels run this); return (M, I)."""
+    if not isinstance(x, torch.Tensor):
+        _fail(TypeError, f"'x' must be a torch.Tensor ([M, 2I] gate | up), got {type(x).__name__}")
+    if x.dtype not in IN_DTYPES:
+        _fail(TypeError, f"'x' dtype must be torch.bfloat16 or torch.float16, got {x.dtype}")
+    if x.dim() != 2 or x.shape[1] % (2 * BLOCK):
+        _fail(ValueError, f"'x' must be [M, 2I] with I % {BLOCK} == 0, got shape {tuple(x.shape)}")
+    if x.numel() and not x.is_contiguous():
+        _fail(ValueError, f"'x' must be contiguous, got strides {x.stride()}")
+    M, I = x.shape[0], x.shape[1] // 2
+    if x.numel() * 2 >= _MAX_BYTES:
+        _fail(ValueError, f"'x' is {x.numel() * 2} bytes; the kernel needs below 2^31 (32-bit buffer offsets)")
+    if M * (I // BLOCK) ** 2 >= 2**32:
+        _fail(ValueError, f"M * (I/32)^2 = {M * (I // BLOCK) ** 2} must be below 2^32 (the kernel's row division)")
+    for name, value in (("alpha", alpha), ("beta", beta)):
+        if not math.isfinite(_number(name, value)):
+            _fail(ValueError, f"'{name}' must be finite, got {value}")
+    if not _number("limit", limit) > 0:
+        _fail(ValueError, f"'limit' must be > 0 (inf: no clamp), got {limit}")
+    if out is not None:
+        for name, t, shape, dtype in (("q", out[0], (M, I), E4M3), ("scale", out[1], (M, I // BLOCK), E8M0)):
+            if not isinstance(t, torch.Tensor):
+                _fail(TypeError, f"'{name}' (out) must be a torch.Tensor, got {type(t).__name__}")
+            if t.dtype != dtype:
+                _fail(TypeError, f"'{name}' (out) dtype must be {dtype}, got {t.dtype}")
+            if tuple(t.shape) != shape:
+                _fail(ValueError, f"'{name}' (out) must be {list(shape)}, got shape {tuple(t.shape)}")
+            if t.numel() and not t.is_contiguous():
+                _fail(ValueError, f"'{name}' (out) must be contiguous, got strides {t.stride()}")
+            if t.device != x.device:
+                _fail(ValueError, f"'{name}' (out) must be on x's device ({x.device}), got {t.device}")
+    return M, I
+
+
+def _new_outputs(x) -> tuple[torch.Tensor, torch.Tensor]:
+    M, I = x.shape[0], x.shape[1] // 2
+    return (torch.empty((M, I), dtype=E4M3, device=x.device),
+            torch.empty((M, I // BLOCK), dtype=E8M0, device=x.device))
+
+
+_PLANS: dict[tuple, PreparedLaunch] = {}
+
+
+def _run(x, q, scale, alpha, beta, limit) -> None:
+    M, I = validate(x, alpha, beta, limit, (q, scale))
+    key = (x.shape, x.dtype, x.device, float(alpha), float(beta), float(limit), os.environ.get(BACKEND_ENV))
+    if key not in _PLANS:
+        if x.device.type not in ("cpu", "cuda"):
+            _fail(ValueError, f"tensors must be on the CPU (emulator) or a ROCm gfx950 GPU, got {x.device}")
+        NB = I // BLOCK
+        variant = default_manifest().kernel(OP).variant(f"{OP}_{IN_DTYPES[x.dtype]}")
+        _PLANS[key] = prepare(variant, dict(x=x, q=q, scale=scale, M=M, I=I, NB=NB,
+                                            magic=cdiv(2**32, NB) & 0xFFFFFFFF if NB else 0,
+                                            neg_alpha_log2e=-float(alpha) * math.log2(math.e), beta=float(beta),
+                                            limit=float(limit))) if M * I else None
+    launch = _PLANS[key]
+    if launch is None:
+        return
+    for name, t in (("x", x), ("q", q)):
+        if t.data_ptr() % _ALIGN:
+            _fail(ValueError, f"'{name}' data must be {_ALIGN}-byte aligned (16-byte loads/stores), got address "
+                              f"{t.data_ptr():#x}")
+    for name, t in (("q", q), ("scale", scale)):
+        refuse_overlap(OP, name, t.data_ptr(), extent(t), (("x", x.data_ptr(), extent(x), False),))
+    refuse_overlap(OP, "scale", scale.data_ptr(), extent(scale), (("q", q.data_ptr(), extent(q), False),))
+    launch(x, q, scale)
+
+
+def _swiglu_mxfp8_quant(x: torch.Tensor, alpha: float, beta: float, limit: float
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    validate(x, alpha, beta, limit)
+    q, scale = _new_outputs(x)
+    _run(x, q, scale, alpha, beta, limit)
+    return q, scale
+
+
+def _swiglu_mxfp8_quant_fake(x, alpha, beta, limit):
+    validate(x, alpha, beta, limit)
+    return _new_outputs(x)
+
+
+def _swiglu_mxfp8_quant_out(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, alpha: float, beta: float,
+                            limit: float) -> None:
+    _run(x, q, scale, alpha, beta, limit)
+
+
+def _swiglu_mxfp8_quant_out_fake(x, q, scale, alpha, beta, limit) -> None:
+    validate(x, alpha, beta, limit, (q, scale))
+
+
+swiglu_op = library.define(OP, _swiglu_mxfp8_quant, _swiglu_mxfp8_quant_fake)
+swiglu_out_op = library.define(f"{OP}_out", _swiglu_mxfp8_quant_out, _swiglu_mxfp8_quant_out_fake,
+                               mutates_args=("q", "scale"))
+
+
+def swiglu_mxfp8_quant(x: torch.Tensor, *, alpha: float = 1.702, beta: float = 1.0, limit: float = 7.0,
+                       out: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q [M, I] e4m3, scale [M, I/32] E8M0) of SwiGLU-OAI(x) (module docstring for the exact
+    activation and the OCP scale rule). x [M, 2I] bf16/fp16 = gate | up. out=(q, scale)
+    writes the caller's tensors (torch.ops.gfxasm.swiglu_mxfp8_quant_out)."""
+    if out is None:
+        return swiglu_op(x, alpha, beta, limit)
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        _fail(TypeError, f"'out' must be a (q, scale) pair or None, got {type(out).__name__}")
+    swiglu_out_op(x, out[0], out[1], alpha, beta, limit)
+    return out[0], out[1]
+
+
+# ------------------------------------------------------------------ reference
+
+def activation_reference(x: torch.Tensor, alpha: float = 1.702, beta: float = 1.0, limit: float = 7.0
+                         ) -> torch.Tensor:
+    """SwiGLU-OAI of the split layout in float64."""
+    x = x.double()
+    I = x.shape[1] // 2
+    g, u = x[:, :I].clamp(max=limit), x[:, I:].clamp(-limit, limit)
+    return g * torch.sigmoid(alpha * g) * (u + beta)
+
+
+def quantize_reference(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """OCP MX-FP8 of float64 y [M, I] by the rule above: (q e4m3, scale E8M0)."""
+    M, I = y.shape
+    blocks = y.double().view(M, I // BLOCK, BLOCK)
+    amax = blocks.abs().amax(-1)
+    exponent = torch.floor(torch.log2(torch.where(amax > 0, amax, torch.ones_like(amax)))) - E4M3_EMAX + 127
+    exponent = torch.where(amax > 0, exponent, torch.zeros_like(exponent)).clamp(0, 254)
+    X = torch.ldexp(torch.ones_like(exponent), (exponent - 127).long())
+    v = (blocks / X[..., None]).clamp(-E4M3_MAX, E4M3_MAX)
+    # y / X is exact; the float32 step is exact for every y a float32 holds (the kernel's), and
+    # may round a float64 y once before the e4m3 rounding (at most one e4m3 step, at ties)
+    q = v.to(torch.float32).to(E4M3)
+    return q.view(M, I), exponent.to(torch.uint8).view(E8M0)
