@@ -162,18 +162,7 @@ L_stored_\@:
     s_load_dword s[s_N], s[s_kernarg:s_kernarg+1], k_N
     s_load_dword s[s_K], s[s_kernarg:s_kernarg+1], k_K
     s_load_dword s[s_splits], s[s_kernarg:s_kernarg+1], k_splits
-    v_and_b32 v[v_tid], 0x3ff, v[v_workitem]                ; work-item id x
-    v_lshrrev_b32 v[v_tmp], 6, v[v_tid]                     ; wave index (uniform in the wave)
-    v_and_b32 v[v_lane], 63, v[v_tid]
-    v_lshrrev_b32 v[v_g], 4, v[v_lane]
-    v_and_b32 v[v_i], 15, v[v_lane]
-    v_readfirstlane_b32 s[s_wave], v[v_tmp]                 ; 3 VALU ops after the write (1 wait state needed)
-    v_mov_b32 v[v_oob], OOB_OFFSET
-    .set o_, 0
-    .rept 4 * TILES
-        v_mov_b32 v[v_acc+o_], 0
-        .set o_, o_ + 1
-    .endr
+    mfma_lanes
     s_waitcnt lgkmcnt(0)                                    ; in flight: 6 pointers, M, N, K, splits → wait for all
     s_lshr_b32 s[s_KB], s[s_K], 5
     s_mul_i32 s[s_tmp], s[s_M], s[s_K]
@@ -207,10 +196,7 @@ L_stored_\@:
     .endr
 
     ; steps: T = cdiv(K, 128), full K/128, worker q = 4z + wave, stride 4*splits
-    s_add_u32 s[s_nsteps], s[s_K], (1 << STEP_SHIFT) - 1
-    s_lshr_b32 s[s_nsteps], s[s_nsteps], STEP_SHIFT
-    s_lshr_b32 s[s_full], s[s_K], STEP_SHIFT
-    s_and_b32 s[s_krem], s[s_K], (1 << STEP_SHIFT) - 1
+    mfma_step_bounds
     s_lshl_b32 s[s_stride], s[s_splits], 2
     s_lshl_b32 s[s_step], s[s_wg_z], 2
     s_add_u32 s[s_step], s[s_step], s[s_wave]
@@ -222,27 +208,13 @@ L_stored_\@:
 
 ; --- reduction: the 4 waves' tiles through LDS; wave w finishes tiles w, w+4 ---
 L_reduce:
-    s_mul_i32 s[s_tmp], s[s_wave], TILES * 1024             ; wave's LDS region
-    v_lshlrev_b32 v[v_lds], 4, v[v_lane]
-    v_add_u32 v[v_lds], s[s_tmp], v[v_lds]
-    .set q_, 0
-    .rept TILES
-        ds_write_b128 v[v_lds], v[v_acc+4*q_:v_acc+4*q_+3] offset:1024*q_
-        .set q_, q_ + 1
-    .endr
+    tiles_to_lds
     s_waitcnt lgkmcnt(0)                                    ; in flight: this wave's ds_writes → done before the barrier
     s_barrier                                               ; every wave's tiles are in LDS
     s_mov_b32 s[s_q], s[s_wave]
 L_tile:
     ; tile q = NT*t + j: rows m0 + 16t + 4g + r, column n0 + 16j + i
-    s_lshl_b32 s[s_tmp], s[s_q], 10
-    v_lshlrev_b32 v[v_lds], 4, v[v_lane]
-    v_add_u32 v[v_lds], s[s_tmp], v[v_lds]
-    .set w_, 0
-    .rept 4
-        ds_read_b128 v[v_red+4*w_:v_red+4*w_+3], v[v_lds] offset:TILES*1024*w_
-        .set w_, w_ + 1
-    .endr
+    tile_from_lds
     s_lshr_b32 s[s_tmp], s[s_q], NT_SHIFT                   ; t
     s_lshl_b32 s[s_tmp], s[s_tmp], 4
     s_add_u32 s[s_tmp], s[s_tmp], s[s_m0]                   ; m0 + 16t

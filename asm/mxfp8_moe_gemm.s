@@ -181,18 +181,7 @@ set_log2 NT_SHIFT, NT
     s_load_dword s[s_block_m], s[s_kernarg:s_kernarg+1], k_block_m
     s_load_dword s[s_magic], s[s_kernarg:s_kernarg+1], k_a_div_magic
     s_load_dword s[s_has_w], s[s_kernarg:s_kernarg+1], k_has_weights
-    v_and_b32 v[v_tid], 0x3ff, v[v_workitem]                ; work-item id x
-    v_lshrrev_b32 v[v_tmp], 6, v[v_tid]                     ; wave index (uniform in the wave)
-    v_and_b32 v[v_lane], 63, v[v_tid]
-    v_lshrrev_b32 v[v_g], 4, v[v_lane]
-    v_and_b32 v[v_i], 15, v[v_lane]
-    v_readfirstlane_b32 s[s_wave], v[v_tmp]                 ; 3 VALU ops after the write (1 wait state needed)
-    v_mov_b32 v[v_oob], OOB_OFFSET
-    .set o_, 0
-    .rept 4 * TILES
-        v_mov_b32 v[v_acc+o_], 0
-        .set o_, o_ + 1
-    .endr
+    mfma_lanes
     .set t_, 0
     .rept MT
         v_mov_b32 v[v_tw+t_], 1.0                           ; the row weight without topk_weights
@@ -232,10 +221,7 @@ set_log2 NT_SHIFT, NT
     s_mul_i32 s[s_n0], s[s_wg_x], 16 * NT
     weight_offsets                                          ; leaves 16g in v_tmp+1
     ; steps: T = cdiv(K, 128), full K/128; wave w takes steps w, w + 4, ...
-    s_add_u32 s[s_nsteps], s[s_K], (1 << STEP_SHIFT) - 1
-    s_lshr_b32 s[s_nsteps], s[s_nsteps], STEP_SHIFT
-    s_lshr_b32 s[s_full], s[s_K], STEP_SHIFT
-    s_and_b32 s[s_krem], s[s_K], (1 << STEP_SHIFT) - 1
+    mfma_step_bounds
     s_mov_b32 s[s_stride], 4
     s_mov_b32 s[s_step], s[s_wave]
 
@@ -296,14 +282,7 @@ L_weights_done:
 ; --- reduction: the 4 waves' tiles, the block's slot ids and weights through LDS ---
 L_reduce:
     s_waitcnt vmcnt(0)                                      ; in flight: topk weight loads (a wave without steps) → landed
-    s_mul_i32 s[s_tmp], s[s_wave], TILES * 1024             ; wave's LDS region
-    v_lshlrev_b32 v[v_lds], 4, v[v_lane]
-    v_add_u32 v[v_lds], s[s_tmp], v[v_lds]
-    .set q_, 0
-    .rept TILES
-        ds_write_b128 v[v_lds], v[v_acc+4*q_:v_acc+4*q_+3] offset:1024*q_
-        .set q_, q_ + 1
-    .endr
+    tiles_to_lds
     s_cmp_eq_u32 s[s_wave], 0
     s_cbranch_scc0 L_rows_written
     v_cmp_gt_u32 vcc, 16, v[v_lane]                         ; lanes 0..15 of wave 0: row 16t + i
@@ -324,14 +303,7 @@ L_rows_written:
     s_cbranch_scc1 L_end                                    ; fewer tiles than waves
 L_tile:
     ; tile q = NT*t + j: rows 16t + 4g + r, column n0 + 16j + i
-    s_lshl_b32 s[s_tmp], s[s_q], 10
-    v_lshlrev_b32 v[v_lds], 4, v[v_lane]
-    v_add_u32 v[v_lds], s[s_tmp], v[v_lds]
-    .set w_, 0
-    .rept 4
-        ds_read_b128 v[v_red+4*w_:v_red+4*w_+3], v[v_lds] offset:TILES*1024*w_
-        .set w_, w_ + 1
-    .endr
+    tile_from_lds
     s_lshr_b32 s[s_tmp], s[s_q], NT_SHIFT                   ; t
     s_lshl_b32 s[s_tmp], s[s_tmp], 6                        ; 64t: byte offset of row 16t
     v_lshlrev_b32 v[v_rows], 4, v[v_g]
