@@ -99,6 +99,10 @@
 ; --- Registers -----------------------------------------------------------------------
 ; 256 VGPRs (no AGPRs): 2 waves per SIMD, one workgroup per CU.
 
+.ifndef PAGED
+    .set PAGED, 0                      ; batch_prefill_d128 (PAGED = 1): varlen Q, paged K/V (see below)
+.endif
+
 .include "float16.inc"
 
 .include "buffer_rsrc.inc"
@@ -116,10 +120,17 @@
 .set NEG_INF, 0xff800000
 .set L_FLOOR, 0x0da24260               ; 1e-30f: 1/max(l, floor) keeps O = 0 for rows with no key
 .set LN2, 0x3f317218                   ; ln(2)
+.if PAGED
+.set RING, 7                           ; (4 VGPRs of the ring hold the DMA page entries, v_g_*)
+.set PF, 5                             ; (PF <= RING - 2: a slot is re-read 2 MFMAs after its last use)
+.set DMA_OPS, 58                       ; ops of one iteration's DMA (pdma_op)
+.else
 .set RING, 8                           ; MFMA operand ring: 8 slots of 4 VGPRs
+.set PF, 6                             ; operands read ahead of their MFMA (< RING; <= 7 x 2 DS reads in flight)
+.set DMA_OPS, 16                       ; ops of one iteration's DMA (dma_op)
+.endif
 .set PRIO_A, 1                         ; s_setprio of phase A's MFMA stream (see `iteration`)
 .set PRIO_B, 2                         ; ... of phase B's
-.set PF, 6                             ; operands read ahead of their MFMA (< RING; <= 7 x 2 DS reads in flight)
 
 .if LDS_BYTES < LDS_NEEDED
     .error "fmha_fwd_d128: the manifest must give lds_bytes >= 65536"
@@ -217,6 +228,25 @@
 .set v_u_qoff, 162
 .set v_u3, 163
 .set v_u4, 164
+.if PAGED
+; K/V rows come by LDS DMA from 64-bit per-lane addresses (global_load_lds): the
+; descriptors, steps and DMA voffsets of the dense kernel are replaced by
+.set v_cbase_k, 18          ; [18:19] k_cache + kv head * head stride + this lane's swizzled chunk
+.set v_cbase_v, 20          ; [20:21] likewise for v_cache
+.set v_rl, 23               ; row in the tile of this lane's line w: 4w + l/16 (line w+8: + 32)
+.set v_mask_t, v_t1         ; (the mask's limit: a temporary, free at the mask)
+.set v_g_k0, v_op + 4*RING  ; page-table entry, then global row, of K line w, K line w+8,
+.set v_g_k1, v_g_k0 + 1     ; V line w, V line w+8 of the next DMA (loaded one DMA ahead)
+.set v_g_v0, v_g_k0 + 2
+.set v_g_v1, v_g_k0 + 3
+.set s_list, 16             ; [16:17] page_list + 4 * kv_start[b]: this sequence's page entries
+.set s_kmax, 63             ; seq_k - 1: rows past it read row seq_k - 1 (branchless clamp)
+.set s_shift, 64            ; log2 page_size
+.set s_pmask, 42            ; page_size - 1
+.set s_krow, 45             ; first row of the next K tile to DMA
+.set s_vrow, 48             ; ... V tile
+.set s_qstart, 51           ; qo_indptr[b]: this sequence's first row of q, o and lse
+.endif
 
 ; ============================================================================ macros
 
@@ -298,7 +328,9 @@
 ; (and 12 -> 13, 14 -> 15) pass SCC: the schedules that spread these ops between MFMAs
 ; put only VALU, DS, MFMA and s_waitcnt between them, none of which writes SCC.
 .macro dma_op i, vpar
-    .if (\i) < 8
+    .if PAGED
+        pdma_op (\i), \vpar
+    .elseif (\i) < 8
         dma_op1 (\i), s_rsrc_k, s_kstep, v_dma_k0, v_dma_k1, s_kd_line, LDS_K0
     .else
         dma_op1 ((\i) - 8), s_rsrc_v, s_vstep, v_dma_v0, v_dma_v1, s_m0k, LDS_V0 + (\vpar) * TILE_BYTES
@@ -321,6 +353,74 @@
         s_sub_u32 s[\rsrc+2], s[\rsrc+2], s[\step]
     .else
         s_cselect_b32 s[\rsrc+2], 0, s[\rsrc+2]         ; SCC = borrow: past the end, empty
+    .endif
+.endm
+
+; Paged DMA op i (0..DMA_OPS-1): K(k+2) lines w, w+8 and V(k) lines w, w+8 from the page
+; entries loaded by the previous DMA (v_g_*, landed at the barrier's vmcnt(0)), then the
+; rows move on a tile and the entries of the next DMA's lines are loaded.
+.macro pdma_op i, vpar
+    .if (\i) < 9
+        pdma_line (\i), v_g_k0, s_krow, 0, v_cbase_k, s_k_ss, s_kd_line, LDS_K0
+    .elseif (\i) < 18
+        pdma_line ((\i) - 9), v_g_k1, s_krow, 32, v_cbase_k, s_k_ss, s_kd_line, LDS_K0 + 8192
+    .elseif (\i) < 27
+        pdma_line ((\i) - 18), v_g_v0, s_vrow, 0, v_cbase_v, s_v_ss, s_m0k, LDS_V0 + (\vpar) * TILE_BYTES
+    .elseif (\i) < 36
+        pdma_line ((\i) - 27), v_g_v1, s_vrow, 32, v_cbase_v, s_v_ss, s_m0k, LDS_V0 + (\vpar) * TILE_BYTES + 8192
+    .elseif (\i) == 36
+        s_add_u32 s[s_krow], s[s_krow], KV_TILE
+    .elseif (\i) == 37
+        s_add_u32 s[s_vrow], s[s_vrow], KV_TILE
+    .elseif (\i) < 43
+        page_entry ((\i) - 38), v_g_k0, s_krow, 0
+    .elseif (\i) < 48
+        page_entry ((\i) - 43), v_g_k1, s_krow, 32
+    .elseif (\i) < 53
+        page_entry ((\i) - 48), v_g_v0, s_vrow, 0
+    .else
+        page_entry ((\i) - 53), v_g_v1, s_vrow, 32
+    .endif
+.endm
+
+; Op j (0..8) of one DMA line: row r = s[srow] + v_rl + off clamped to seq_k - 1; v[g]
+; (its page id) becomes the global row page * page_size + r % page_size; LDS line at
+; s[sline] + region <- 16 bytes per lane from cbase + global row * s[ss] (64 bits).
+.macro pdma_line j, g, srow, off, cbase, ss, sline, region
+    .if (\j) == 0
+        v_add3_u32 v[v_t0], s[\srow], v[v_rl], \off
+    .elseif (\j) == 1
+        v_min_u32 v[v_t0], s[s_kmax], v[v_t0]
+    .elseif (\j) == 2
+        v_and_b32 v[v_t0], s[s_pmask], v[v_t0]
+    .elseif (\j) == 3
+        v_lshl_or_b32 v[\g], v[\g], s[s_shift], v[v_t0]
+    .elseif (\j) == 4
+        s_add_u32 m0, s[\sline], \region
+    .elseif (\j) == 5
+        v_mul_lo_u32 v[v_t2], v[\g], s[\ss]         ; (also the wait state after m0)
+    .elseif (\j) == 6
+        v_mul_hi_u32 v[v_t2+1], v[\g], s[\ss]
+    .elseif (\j) == 7
+        v_lshl_add_u64 v[v_t2:v_t2+1], v[v_t2:v_t2+1], 0, v[\cbase:\cbase+1]
+    .else
+        global_load_lds_dwordx4 v[v_t2:v_t2+1], off
+    .endif
+.endm
+
+; Op j (0..4) of loading the page entry of a line: index (r clamped to seq_k - 1) >>
+; log2 page_size, never past the sequence's list
+.macro page_entry j, g, srow, off
+    .if (\j) == 0
+        v_add3_u32 v[v_t0], s[\srow], v[v_rl], \off
+    .elseif (\j) == 1
+        v_min_u32 v[v_t0], s[s_kmax], v[v_t0]
+    .elseif (\j) == 2
+        v_lshrrev_b32 v[v_t0], s[s_shift], v[v_t0]
+    .elseif (\j) == 3
+        v_lshlrev_b32 v[v_t0], 2, v[v_t0]
+    .else
+        global_load_dword v[\g], v[v_t0], s[s_list:s_list+1]
     .endif
 .endm
 
@@ -411,7 +511,9 @@ L_prep_back_\tag:
         kaddr_op ((\i) - _lt)
     .else
         .set _ai, (\i) - _lt - _ka
-        .if _ex && _dm
+        .if _ex && _dm && (_ai >= 32)
+            dma_op (_ai - 16), \par        ; (DMA_OPS > 16) the rest after the exp2s
+        .elseif _ex && _dm
             .if _ai % 2 == 0
                 v_exp_f32 v[_sj + _ai/2], v[_sj + _ai/2]
             .else
@@ -437,7 +539,11 @@ L_prep_back_\tag:
             .endif
         .endif
         .if _dmb
-            dma_op (\k), \vpar
+            .set _di, ((\k) * DMA_OPS) / 16
+            .rept (((\k) + 1) * DMA_OPS) / 16 - _di
+                dma_op _di, \vpar
+                .set _di, _di + 1
+            .endr
         .endif
     .elseif _ex
         smB_op 30
@@ -473,7 +579,7 @@ L_prep_back_\tag:
             .set _i, _i + 1
         .endr
     .endif
-    .set _na, _lt + _ka + 16*_ex + 16*_dm
+    .set _na, _lt + _ka + 16*_ex + DMA_OPS*_dm
     .set _g, 0
     .rept PF
         .if _g < _n
@@ -628,6 +734,48 @@ L_orescale_\tag:
 .endm
 
 ; ============================================================================ prologue
+.if PAGED
+    s_load_dwordx2 s[s_ptr_q:s_ptr_q+1], s[s_kernarg:s_kernarg+1], k_q
+    s_load_dwordx2 s[s_ptr_k:s_ptr_k+1], s[s_kernarg:s_kernarg+1], k_k_cache
+    s_load_dwordx2 s[s_ptr_v:s_ptr_v+1], s[s_kernarg:s_kernarg+1], k_v_cache
+    s_load_dwordx2 s[s_ptr_o:s_ptr_o+1], s[s_kernarg:s_kernarg+1], k_o
+    s_load_dwordx2 s[s_ptr_lse:s_ptr_lse+1], s[s_kernarg:s_kernarg+1], k_lse
+    s_load_dwordx2 s[s_list:s_list+1], s[s_kernarg:s_kernarg+1], k_page_list
+    s_load_dwordx2 s[s_cmp0:s_cmp0+1], s[s_kernarg:s_kernarg+1], k_qo_indptr
+    s_load_dwordx2 s[s_cmp1:s_cmp1+1], s[s_kernarg:s_kernarg+1], k_kv_start
+    s_load_dwordx2 s[s_cmp2:s_cmp2+1], s[s_kernarg:s_kernarg+1], k_seqlen_k
+    s_load_dword s[s_q_ss], s[s_kernarg:s_kernarg+1], k_q_seq_stride
+    s_load_dword s[s_q_hs], s[s_kernarg:s_kernarg+1], k_q_head_stride
+    s_load_dword s[s_k_ss], s[s_kernarg:s_kernarg+1], k_k_seq_stride
+    s_load_dword s[s_k_hs], s[s_kernarg:s_kernarg+1], k_k_head_stride
+    s_load_dword s[s_v_ss], s[s_kernarg:s_kernarg+1], k_v_seq_stride
+    s_load_dword s[s_v_hs], s[s_kernarg:s_kernarg+1], k_v_head_stride
+    s_load_dword s[s_o_ss], s[s_kernarg:s_kernarg+1], k_o_seq_stride
+    s_load_dword s[s_o_hs], s[s_kernarg:s_kernarg+1], k_o_head_stride
+    s_load_dword s[s_lse_hs], s[s_kernarg:s_kernarg+1], k_lse_head_stride
+    s_load_dword s[s_shift], s[s_kernarg:s_kernarg+1], k_page_shift
+    s_load_dword s[s_kv_magic], s[s_kernarg:s_kernarg+1], k_kv_head_magic
+    s_load_dword s[s_scale_log2], s[s_kernarg:s_kernarg+1], k_scale_log2
+    s_load_dword s[s_store_lse], s[s_kernarg:s_kernarg+1], k_store_lse
+    s_lshl_b32 s[s_t0], s[s_wg_z], 2                    ; 4b: this sequence's entries
+    s_waitcnt lgkmcnt(0)                                ; in flight: all kernarg loads -> wait for all
+    s_load_dwordx2 s[s_tmp64:s_tmp64+1], s[s_cmp0:s_cmp0+1], s[s_t0]   ; qo_indptr[b], qo_indptr[b+1]
+    s_load_dword s[s_t1], s[s_cmp1:s_cmp1+1], s[s_t0]   ; kv_start[b]
+    s_load_dword s[s_seq_k], s[s_cmp2:s_cmp2+1], s[s_t0]   ; seqlen_k[b]
+    s_waitcnt lgkmcnt(0)                                ; in flight: the three -> wait for them
+    s_mov_b32 s[s_qstart], s[s_tmp64]
+    s_sub_u32 s[s_seq_q], s[s_tmp64+1], s[s_tmp64]
+    s_lshl_b32 s[s_t2], s[s_wg_x], 8
+    s_cmp_ge_u32 s[s_t2], s[s_seq_q]
+    s_cbranch_scc1 L_end                                ; a Q tile past this sequence's rows: nothing to do
+    s_lshl_b32 s[s_t2], s[s_t1], 2                      ; page_list += 4 kv_start (64-bit)
+    s_lshr_b32 s[s_t3], s[s_t1], 30
+    s_add_u32 s[s_list], s[s_list], s[s_t2]
+    s_addc_u32 s[s_list+1], s[s_list+1], s[s_t3]
+    s_sub_u32 s[s_kmax], s[s_seq_k], 1
+    s_lshl_b32 s[s_pmask], 1, s[s_shift]
+    s_sub_u32 s[s_pmask], s[s_pmask], 1
+.else
     s_load_dwordx2 s[s_ptr_q:s_ptr_q+1], s[s_kernarg:s_kernarg+1], k_q
     s_load_dwordx2 s[s_ptr_k:s_ptr_k+1], s[s_kernarg:s_kernarg+1], k_k
     s_load_dwordx2 s[s_ptr_v:s_ptr_v+1], s[s_kernarg:s_kernarg+1], k_v
@@ -652,12 +800,15 @@ L_orescale_\tag:
     s_load_dword s[s_kv_magic], s[s_kernarg:s_kernarg+1], k_kv_head_magic
     s_load_dword s[s_scale_log2], s[s_kernarg:s_kernarg+1], k_scale_log2
     s_load_dword s[s_store_lse], s[s_kernarg:s_kernarg+1], k_store_lse
+.endif
     v_and_b32 v[v_lane], 63, v[v_workitem]
     v_bfe_u32 v[v_t0], v[v_workitem], 6, 4              ; wave index = work-item x / 64
     v_and_b32 v[v_u_lq], 31, v[v_lane]
     v_lshrrev_b32 v[v_u_lh], 5, v[v_lane]
     v_readfirstlane_b32 s[s_wave], v[v_t0]              ; (>= 1 wait state after v_t0 was written)
+.if !PAGED
     s_waitcnt lgkmcnt(0)                                ; in flight: all kernarg loads -> wait for all
+.endif
 
     ; --- this workgroup's Q tile and kv head ---
 .if FMHA_CAUSAL
@@ -674,7 +825,11 @@ L_orescale_\tag:
     s_cselect_b32 s[s_hk], s[s_wg_y], s[s_hk]           ; r = 1
 
     ; --- buffer descriptors ---
+.if PAGED
+    add_mul_u64 s_ptr_q, s_qstart, s_q_ss, s_tmp64      ; Q + qstart*ss + h*hs + q0*ss
+.else
     add_mul_u64 s_ptr_q, s_wg_z, s_q_bs, s_tmp64        ; Q + b*bs + h*hs + q0*ss
+.endif
     add_mul_u64 s_ptr_q, s_wg_y, s_q_hs, s_tmp64
     add_mul_u64 s_ptr_q, s_q0, s_q_ss, s_tmp64
     s_sub_u32 s[s_t0], s[s_seq_q], s[s_q0]
@@ -682,7 +837,11 @@ L_orescale_\tag:
     s_mul_i32 s[s_t0], s[s_t0], s[s_q_ss]
     s_add_u32 s[s_t1], s[s_t0], ROW_BYTES               ; (seq_q - q0 - 1) * ss + 256: rows >= seq_q read 0
     rsrc_raw s_rsrc_q, s_ptr_q, s_t1
+.if PAGED
+    add_mul_u64 s_ptr_o, s_qstart, s_o_ss, s_tmp64
+.else
     add_mul_u64 s_ptr_o, s_wg_z, s_o_bs, s_tmp64
+.endif
     add_mul_u64 s_ptr_o, s_wg_y, s_o_hs, s_tmp64
     add_mul_u64 s_ptr_o, s_q0, s_o_ss, s_tmp64
     s_sub_u32 s[s_t0], s[s_seq_q], s[s_q0]
@@ -690,14 +849,27 @@ L_orescale_\tag:
     s_mul_i32 s[s_t0], s[s_t0], s[s_o_ss]
     s_add_u32 s[s_t1], s[s_t0], ROW_BYTES               ; stores of rows >= seq_q are dropped
     rsrc_raw s_rsrc_o, s_ptr_o, s_t1
+.if PAGED
+    add_mul_u64 s_ptr_lse, s_wg_y, s_lse_hs, s_tmp64    ; LSE [heads_q, total_q]
+    s_add_u32 s[s_t0], s[s_qstart], s[s_q0]
+    s_lshr_b32 s[s_t1], s[s_t0], 30
+    s_lshl_b32 s[s_t0], s[s_t0], 2
+    s_add_u32 s[s_ptr_lse], s[s_ptr_lse], s[s_t0]
+    s_addc_u32 s[s_ptr_lse+1], s[s_ptr_lse+1], s[s_t1]
+.else
     add_mul_u64 s_ptr_lse, s_wg_z, s_lse_bs, s_tmp64
     add_mul_u64 s_ptr_lse, s_wg_y, s_lse_hs, s_tmp64
     s_lshl_b32 s[s_t0], s[s_q0], 2
     s_add_u32 s[s_ptr_lse], s[s_ptr_lse], s[s_t0]
     s_addc_u32 s[s_ptr_lse+1], s[s_ptr_lse+1], 0
+.endif
     s_sub_u32 s[s_t0], s[s_seq_q], s[s_q0]
     s_lshl_b32 s[s_t1], s[s_t0], 2                      ; (seq_q - q0) * 4
     rsrc_raw s_rsrc_lse, s_ptr_lse, s_t1
+.if PAGED
+    add_mul_u64 s_ptr_k, s_hk, s_k_hs, s_tmp64          ; the kv head's first row of page 0
+    add_mul_u64 s_ptr_v, s_hk, s_v_hs, s_tmp64
+.else
     s_sub_u32 s[s_t2], s[s_seq_k], 1                    ; K, V: (seq_k - 1) * ss + 256: keys >= seq_k read 0
     add_mul_u64 s_ptr_k, s_wg_z, s_k_bs, s_tmp64
     add_mul_u64 s_ptr_k, s_hk, s_k_hs, s_tmp64
@@ -711,6 +883,7 @@ L_orescale_\tag:
     rsrc_raw s_rsrc_v, s_ptr_v, s_t1
     s_lshl_b32 s[s_kstep], s[s_k_ss], 6
     s_lshl_b32 s[s_vstep], s[s_v_ss], 6
+.endif
     s_lshl_b32 s[s_m0k], s[s_wave], 10
 
     ; --- Q: 8 loads of 16 bytes: row q0 + 32w + l%32, d chunk 2s + l/32 ---
@@ -757,7 +930,7 @@ L_orescale_\tag:
     s_cselect_b32 s[s_wtiles], 0, s[s_wtiles]           ; a wave past the last row computes nothing
     s_max_u32 s[s_wm2], s[s_wtiles], 2
     s_sub_u32 s[s_wm2], s[s_wm2], 2
-.if FMHA_CAUSAL
+.if FMHA_CAUSAL && !PAGED
     ; K/V descriptors end at the workgroup's last tile (when that is before seq_k): the
     ; unconditional DMA of the last iterations then reads zeros, not memory
     s_lshl_b32 s[s_t1], s[s_ntiles], 6
@@ -810,6 +983,26 @@ L_no_clamp:
         .set _d, _d + 1
     .endr
 
+.if PAGED
+    ; --- DMA: lane i fills row 4L + i/16 (L = w, w+8), slot i%16 with chunk slot ^ swizzle(row)
+    ; from cbase (its kv head's row 0 + 16 * chunk) + global row * seq stride ---
+    v_lshrrev_b32 v[v_t0], 4, v[v_lane]                 ; i/16
+    v_and_b32 v[v_t1], 15, v[v_lane]                    ; slot
+    s_lshl_b32 s[s_t1], s[s_wave], 2                    ; 4w: first row of line w
+    v_add_u32 v[v_rl], s[s_t1], v[v_t0]                 ; row in tile (line w)
+    v_mov_b32 v[v_t2+1], 0
+    s_and_b32 s[s_t3], s[s_t1], 15                      ; 4(w%4)
+    v_add_u32 v[v_u3], s[s_t3], v[v_t0]                 ; row % 16 (same for line w+8)
+    v_xor_b32 v[v_u3], v[v_u3], v[v_t1]                 ; K chunk
+    v_lshlrev_b32 v[v_t2], 4, v[v_u3]
+    v_lshl_add_u64 v[v_cbase_k:v_cbase_k+1], v[v_t2:v_t2+1], 0, s[s_ptr_k:s_ptr_k+1]
+    s_and_b32 s[s_t3], s[s_t1], 4                       ; 4(w%2)
+    v_add_u32 v[v_u3], s[s_t3], v[v_t0]                 ; row % 8
+    v_lshlrev_b32 v[v_u3], 1, v[v_u3]
+    v_xor_b32 v[v_u3], v[v_u3], v[v_t1]                 ; V chunk
+    v_lshlrev_b32 v[v_t2], 4, v[v_u3]
+    v_lshl_add_u64 v[v_cbase_v:v_cbase_v+1], v[v_t2:v_t2+1], 0, s[s_ptr_v:s_ptr_v+1]
+.else
     ; --- DMA voffsets: lane i fills row 4L + i/16 (L = w, w+8), slot i%16 with chunk slot ^ swizzle(row) ---
     v_lshrrev_b32 v[v_t0], 4, v[v_lane]                 ; i/16
     v_and_b32 v[v_t1], 15, v[v_lane]                    ; slot
@@ -831,6 +1024,8 @@ L_no_clamp:
     s_lshl_b32 s[s_t3], s[s_v_ss], 5
     v_add_u32 v[v_dma_v1], s[s_t3], v[v_dma_v0]
 
+
+.endif
 
     ; --- state: O = 0, m = -1e30 (its -m starts at 0: the first GEMM0 gives plain S), l = 0 ---
     .set _r, 0
@@ -854,6 +1049,47 @@ L_no_clamp:
     s_mov_b32 s[s_j], 0
     s_cmp_eq_u32 s[s_ntiles], 0
     s_cbranch_scc1 L_wait_q0
+.if PAGED
+    ; K(0) -> K[0] and K(1) -> K[1] (a tile past the last row re-reads row seq_k - 1), then
+    ; the page entries of DMA 0: K(2), V(0)
+    s_mov_b32 s[s_krow], 0
+    s_mov_b32 s[s_vrow], KV_TILE
+    .set _i, 0
+    .rept 20                                            ; (one line after another: they share v_t0)
+        page_entry (_i % 5), (v_g_k0 + _i / 5), (s_krow + (s_vrow - s_krow) * (_i / 10)), 32 * ((_i / 5) % 2)
+        .set _i, _i + 1
+    .endr
+    s_waitcnt vmcnt(0)                                  ; in flight: 8 Q loads, 4 page entries -> wait for all
+    s_mov_b32 s[s_kd_line], s[s_m0k]
+    .set _i, 0
+    .rept 9
+        pdma_line _i, v_g_k0, s_krow, 0, v_cbase_k, s_k_ss, s_kd_line, LDS_K0
+        .set _i, _i + 1
+    .endr
+    .set _i, 0
+    .rept 9
+        pdma_line _i, v_g_k1, s_krow, 32, v_cbase_k, s_k_ss, s_kd_line, LDS_K0 + 8192
+        .set _i, _i + 1
+    .endr
+    .set _i, 0
+    .rept 9
+        pdma_line _i, v_g_v0, s_vrow, 0, v_cbase_k, s_k_ss, s_kd_line, LDS_K0 + TILE_BYTES
+        .set _i, _i + 1
+    .endr
+    .set _i, 0
+    .rept 9
+        pdma_line _i, v_g_v1, s_vrow, 32, v_cbase_k, s_k_ss, s_kd_line, LDS_K0 + TILE_BYTES + 8192
+        .set _i, _i + 1
+    .endr
+    s_mov_b32 s[s_krow], 2 * KV_TILE
+    s_mov_b32 s[s_vrow], 0
+    .set _i, 38
+    .rept 20
+        pdma_op _i, 0
+        .set _i, _i + 1
+    .endr
+    s_branch L_q_scale
+.endif
     dma_tile s_rsrc_k, v_dma_k0, v_dma_k1, s_m0k, LDS_K0
     rsrc_advance s_rsrc_k, s_kstep
     s_cmp_lt_u32 s[s_ntiles], 2
@@ -986,7 +1222,7 @@ L_group2:
     s_mov_b32 s[s_kd_off], 2 * TILE_BYTES
     s_add_u32 s[s_kd_line], s[s_m0k], s[s_kd_off]
     .set _i, 0
-    .rept 16
+    .rept DMA_OPS
         dma_op _i, 0                            ; K(2) -> K[2], V(0) -> V[0]
         .set _i, _i + 1
     .endr
@@ -995,6 +1231,9 @@ L_group2:
 
 ; ============================================================================ epilogue
 L_epilogue:
+.if PAGED
+    s_waitcnt vmcnt(0)                  ; in flight: the last DMA's page entries (v_g_* in the O staging below)
+.endif
     s_nop 7                             ; O^T was written by the last MFMA: 12 wait states before VALU reads
     s_nop 3
     ; l: partial sums, then the two lane halves

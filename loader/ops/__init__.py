@@ -2,6 +2,7 @@
 (gfxasm::<op>, see library.py). Importing this package registers every op and its
 `gfxasm run` cases. The functions are exported by the package itself (gfxasm.fmha_fwd,
 ...), not here, so that no module of this package is shadowed by the function it defines."""
+from . import batch_prefill  # noqa: F401
 from . import decode_attention  # noqa: F401
 from . import fmha  # noqa: F401
 from . import mxfp8_gemm  # noqa: F401

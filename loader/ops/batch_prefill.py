@@ -1,0 +1,430 @@
+"""Batch prefill over a paged KV cache, head dim 128: `gfxasm.batch_prefill` on the
+`batch_prefill_d128` kernel family (asm/fmha_fwd_d128.s with PAGED = 1).
+
+    out = gfxasm.batch_prefill(q, k_cache, v_cache, qo_indptr, kv_indptr=..., kv_page_indices=...,
+                               kv_last_page_len=..., causal=True)               # SGLang table
+    out, lse = gfxasm.batch_prefill(q, k_cache, v_cache, qo_indptr, block_table=..., seqlens_k=...,
+                                    return_lse=True)                            # vLLM table
+
+- q `[total_q, Hq, 128]`; sequence b's queries are rows qo_indptr[b] .. qo_indptr[b+1]
+  (int32 [B+1], flash-attention's cu_seqlens; qo_indptr[0] = 0, qo_indptr[B] = total_q).
+- k_cache, v_cache LINEAR `[num_pages, page_size, Hkv, 128]`, page_size a power of two
+  1..1024, Hq % Hkv == 0 (MHA, GQA, MQA).
+- Exactly one page table: SGLang's (kv_indptr [B+1] cumulative page counts,
+  kv_page_indices, kv_last_page_len [B] in 1..page_size for a sequence with pages;
+  seqlen_k = (pages - 1) * page_size + last) or vLLM's (block_table [B, max_blocks],
+  seqlens_k [B]). Both become one form for the kernel: a flat int32 page list, each
+  sequence's first entry in it (kv_start) and seqlen_k.
+- bf16 or fp16 q/k/v give the same dtype out.
+- causal: query i of a sequence sees key j iff j <= i + seqlen_k - seqlen_q (bottom-right).
+  A query that sees no key (seqlen_k = 0, or causal with seqlen_q > seqlen_k) gets O = 0
+  and LSE = -inf; seqlen_q = 0 is legal.
+- LSE `[Hq, total_q]` float32, natural log of the sum of exp(scaled scores).
+
+The kernel reads, per lane, the page entry of its K/V row with the row index clamped to
+seqlen_k - 1 (branchless: no entry past a sequence's list is read, and keys past seqlen_k
+read a valid row that the mask then hides), and forms 64-bit addresses
+(page * page_size + slot) * row stride, so the pool may exceed 4 GiB; page * page_size +
+slot must stay below 2^32. Checked on the host before launch: dtypes, shapes, strides
+(16-byte rows; a page's rows at one stride), both or neither table kind, page size; and,
+for index tensors on the CPU, qo_indptr / kv_indptr monotonic and consistent with total_q
+and the page list, kv_last_page_len in range, seqlens_k within the table, and every page
+id the sequences use within the pool. For index tensors on a GPU only their shapes and
+dtypes are checked (reading them would synchronise); out-of-range page ids there are
+undefined behaviour. The grid needs max seqlen_q, which is read from qo_indptr (a
+synchronisation when qo_indptr lives on a GPU).
+
+torch ops (loader/ops/library.py): gfxasm::batch_prefill (functional, returns (out, lse),
+lse empty unless return_lse) and gfxasm::batch_prefill_out (out, lse mutated).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..launcher import launch
+from . import library
+from .aliasing import extent, refuse_internal_overlap, refuse_overlap
+
+HEAD_DIM = 128
+Q_TILE = 256
+KERNEL = "batch_prefill_d128"
+DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
+LOG2E = 1.4426950408889634
+MAX_PAGE_SIZE = 1024
+_U32 = 2**32
+_MAX_SPAN = 2**31                  # Q/O rows of a sequence: 32-bit buffer offsets
+_MAX_HEADS = 2**16
+NAME = "batch_prefill"
+
+
+def variant_name(dtype: torch.dtype, causal: bool) -> str:
+    return f"{KERNEL}_{DTYPES[dtype]}{'_causal' if causal else ''}"
+
+
+def _fail(kind, message: str):
+    raise kind(f"{NAME}: {message}")
+
+
+def _tensor(name: str, value, rank: int, what: str) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        _fail(TypeError, f"'{name}' must be a torch.Tensor, got {type(value).__name__}")
+    if value.dim() != rank:
+        _fail(ValueError, f"'{name}' must have rank {rank} ({what}), got shape {tuple(value.shape)}")
+    return value
+
+
+def _index(name: str, value, length: int | None, device) -> torch.Tensor:
+    """An int32 vector index tensor on q's device, of `length` entries when given."""
+    t = _tensor(name, value, 1, "an int32 vector")
+    if t.dtype != torch.int32:
+        _fail(TypeError, f"'{name}' dtype must be torch.int32, got {t.dtype}")
+    if t.device != device:
+        _fail(ValueError, f"'{name}' must be on q's device ({device}), got {t.device}")
+    if length is not None and t.shape[0] != length:
+        _fail(ValueError, f"'{name}' must have {length} entries, got {t.shape[0]}")
+    return t
+
+
+def _rows(name: str, t: torch.Tensor, dims: tuple[int, ...]) -> None:
+    """Head dim contiguous; the strides of `dims` multiples of 16 bytes and below 2^32 bytes."""
+    if t.shape[-1] != HEAD_DIM:
+        _fail(ValueError, f"'{name}' head dim must be {HEAD_DIM}, got {t.shape[-1]} (shape {tuple(t.shape)})")
+    if t.numel() == 0:
+        return
+    if t.stride(-1) != 1:
+        _fail(ValueError, f"'{name}' must be contiguous in the head dim (stride 1), got strides {t.stride()}")
+    for axis in dims:
+        stride = t.stride(axis) * t.element_size() if t.shape[axis] > 1 else 0
+        if stride % 16 or stride >= _U32:
+            _fail(ValueError, f"'{name}' stride of dim {axis} must be a multiple of 16 bytes below 2^32, got "
+                              f"{stride} bytes (strides {t.stride()})")
+
+
+def _row_stride(name: str, cache: torch.Tensor) -> int:
+    """Bytes between consecutive slots of the pool (slot = page * page_size + row)."""
+    pages, page_size = cache.shape[0], cache.shape[1]
+    e = cache.element_size()
+    if page_size == 1:
+        return cache.stride(0) * e if pages > 1 else HEAD_DIM * e
+    if pages > 1 and cache.stride(0) != page_size * cache.stride(1):
+        _fail(ValueError, f"'{name}' pages must be page_size rows of one stride apart (stride(0) == page_size * "
+                          f"stride(1)), got strides {cache.stride()}")
+    return cache.stride(1) * e
+
+
+def _check_scale(name, value) -> float:
+    if value is None:
+        return 1.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        _fail(TypeError, f"'{name}' must be a float, got {type(value).__name__}")
+    if not math.isfinite(value):
+        _fail(ValueError, f"'{name}' must be finite, got {value}")
+    return float(value)
+
+
+class _Call:
+    """A checked call: the normalised page table and everything the launch needs."""
+
+    def __init__(self, q, k_cache, v_cache, qo_indptr, kv_indptr, kv_page_indices, kv_last_page_len,
+                 block_table, seqlens_k, causal, softmax_scale, out, lse):
+        q = _tensor("q", q, 3, f"[total_q, heads_q, {HEAD_DIM}]")
+        k_cache = _tensor("k_cache", k_cache, 4, f"[num_pages, page_size, heads_k, {HEAD_DIM}]")
+        v_cache = _tensor("v_cache", v_cache, 4, f"[num_pages, page_size, heads_k, {HEAD_DIM}]")
+        if q.dtype not in DTYPES:
+            _fail(TypeError, f"'q' dtype must be torch.bfloat16 or torch.float16, got {q.dtype}")
+        for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+            if t.dtype != q.dtype:
+                _fail(TypeError, f"'{name}' dtype must equal q's ({q.dtype}), got {t.dtype}")
+            if t.device != q.device:
+                _fail(ValueError, f"'{name}' must be on q's device ({q.device}), got {t.device}")
+        if q.device.type not in ("cpu", "cuda"):
+            _fail(ValueError, f"tensors must be on the CPU (emulator) or a ROCm gfx950 GPU, got {q.device}")
+        if not isinstance(causal, bool):
+            _fail(TypeError, f"'causal' must be a bool, got {type(causal).__name__}")
+        if k_cache.shape != v_cache.shape:
+            _fail(ValueError, f"'v_cache' shape must equal k_cache's {tuple(k_cache.shape)}, got {tuple(v_cache.shape)}")
+        total_q, heads_q, _ = q.shape
+        num_pages, page_size, heads_k, _ = k_cache.shape
+        if page_size < 1 or page_size > MAX_PAGE_SIZE or page_size & (page_size - 1):
+            _fail(ValueError, f"page_size (k_cache dim 1) must be a power of two in 1..{MAX_PAGE_SIZE}, got {page_size}")
+        if heads_k < 1 or heads_q % heads_k:
+            _fail(ValueError, f"heads of q must be a multiple of the cache's heads (Hq % Hkv == 0), got Hq={heads_q}, "
+                              f"Hkv={heads_k}")
+        if heads_q >= _MAX_HEADS:
+            _fail(ValueError, f"heads_q must be below {_MAX_HEADS}, got {heads_q}")
+        if num_pages * page_size > _U32:
+            _fail(ValueError, f"the pool holds {num_pages * page_size} slots; the kernel's slot index is 32-bit")
+        _rows("q", q, (0, 1))
+        _rows("k_cache", k_cache, (0, 1, 2))
+        _rows("v_cache", v_cache, (0, 1, 2))
+        if total_q and q.stride(0) * q.element_size() * total_q >= _MAX_SPAN:
+            _fail(ValueError, f"'q' rows span {q.stride(0) * q.element_size() * total_q} bytes; the kernel needs < 2^31")
+        self.k_ss, self.v_ss = _row_stride("k_cache", k_cache), _row_stride("v_cache", v_cache)
+        self.scale = 1.0 / math.sqrt(HEAD_DIM) if softmax_scale is None else _check_scale("softmax_scale",
+                                                                                            softmax_scale)
+        qo_indptr = _tensor("qo_indptr", qo_indptr, 1, "int32 [batch + 1]")
+        if qo_indptr.shape[0] < 1:
+            _fail(ValueError, "'qo_indptr' must have batch + 1 >= 1 entries, got 0")
+        qo_indptr = _index("qo_indptr", qo_indptr, None, q.device)
+        batch = qo_indptr.shape[0] - 1
+        self.batch = batch
+        self.page_list, self.kv_start, self.seqlen_k = _page_table(
+            batch, page_size, num_pages, q.device, kv_indptr, kv_page_indices, kv_last_page_len, block_table, seqlens_k)
+        host = qo_indptr.device.type == "cpu"
+        if host and batch:
+            lengths = qo_indptr[1:] - qo_indptr[:-1]
+            if qo_indptr[0].item() != 0 or (lengths < 0).any() or qo_indptr[-1].item() != total_q:
+                _fail(ValueError, f"'qo_indptr' must start at 0, never decrease and end at total_q = {total_q}, got "
+                                  f"{qo_indptr.tolist()[:8]}{'...' if batch > 7 else ''} ending at {qo_indptr[-1].item()}")
+        self.max_seq_q = int((qo_indptr[1:] - qo_indptr[:-1]).max().item()) if batch else 0
+        self.q, self.k_cache, self.v_cache, self.qo_indptr, self.causal = q, k_cache, v_cache, qo_indptr, causal
+        self.page_shift = page_size.bit_length() - 1
+        self.out, self.lse = out, lse
+        if out is not None:
+            _check_out(out, q)
+        if lse is not None:
+            _check_lse(lse, q)
+
+    def run(self) -> None:
+        q, out, lse = self.q, self.out, self.lse
+        if out is not None:
+            pointers = [("q", q), ("k_cache", self.k_cache), ("v_cache", self.v_cache)]
+            for name, t in pointers + [("out", out)]:
+                if t.numel() and t.data_ptr() % 16:
+                    _fail(ValueError, f"'{name}' data must be 16-byte aligned, got address {t.data_ptr():#x}")
+            refuse_overlap(NAME, "out", out.data_ptr(), extent(out),
+                           tuple((n, t.data_ptr(), extent(t), False) for n, t in pointers))
+            if lse is not None:
+                refuse_overlap(NAME, "lse", lse.data_ptr(), extent(lse),
+                               tuple((n, t.data_ptr(), extent(t), False) for n, t in pointers + [("out", out)]))
+        if q.numel() == 0 or self.max_seq_q == 0:
+            return
+        e = q.element_size()
+        ratio = q.shape[1] // self.k_cache.shape[2]
+        store_lse = lse is not None
+        args = dict(q=q, k_cache=self.k_cache, v_cache=self.v_cache, o=out,
+                    lse=lse if store_lse else torch.empty((0, 0), dtype=torch.float32, device=q.device),
+                    qo_indptr=self.qo_indptr, kv_start=self.kv_start, seqlen_k=self.seqlen_k,
+                    page_list=self.page_list, max_seq_q=self.max_seq_q,
+                    q_seq_stride=q.stride(0) * e, q_head_stride=q.stride(1) * e,
+                    k_seq_stride=self.k_ss, k_head_stride=self.k_cache.stride(2) * e,
+                    v_seq_stride=self.v_ss, v_head_stride=self.v_cache.stride(2) * e,
+                    o_seq_stride=out.stride(0) * e, o_head_stride=out.stride(1) * e,
+                    lse_head_stride=lse.stride(0) * 4 if store_lse else 0,
+                    page_shift=self.page_shift, kv_head_magic=0 if ratio == 1 else -(-_U32 // ratio),
+                    scale_log2=self.scale * LOG2E, store_lse=int(store_lse))
+        launch(KERNEL, variant=variant_name(q.dtype, self.causal), **args)
+
+
+def _page_table(batch, page_size, num_pages, device, kv_indptr, kv_page_indices, kv_last_page_len, block_table,
+                seqlens_k) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(page_list, kv_start, seqlen_k) from either table kind, checked."""
+    sglang = [x is not None for x in (kv_indptr, kv_page_indices, kv_last_page_len)]
+    vllm = [x is not None for x in (block_table, seqlens_k)]
+    if any(sglang) and any(vllm):
+        _fail(ValueError, "pass one page table: SGLang's (kv_indptr, kv_page_indices, kv_last_page_len) or vLLM's "
+                          "(block_table, seqlens_k), not both")
+    if any(sglang):
+        if not all(sglang):
+            _fail(ValueError, "the SGLang page table needs all of kv_indptr, kv_page_indices and kv_last_page_len")
+        kv_indptr = _index("kv_indptr", kv_indptr, batch + 1, device)
+        pages = _index("kv_page_indices", kv_page_indices, None, device)
+        last = _index("kv_last_page_len", kv_last_page_len, batch, device)
+        counts = kv_indptr[1:] - kv_indptr[:-1]
+        seqlen_k = torch.where(counts > 0, (counts - 1) * page_size + last, torch.zeros_like(last))
+        if device.type == "cpu" and batch:
+            if kv_indptr[0].item() < 0 or (counts < 0).any() or kv_indptr[-1].item() > pages.shape[0]:
+                _fail(ValueError, f"'kv_indptr' must start >= 0, never decrease and end <= len(kv_page_indices) = "
+                                  f"{pages.shape[0]}, got {kv_indptr.tolist()[:8]}")
+            bad = (counts > 0) & ((last < 1) | (last > page_size))
+            if bad.any():
+                b = int(bad.nonzero()[0, 0])
+                _fail(ValueError, f"'kv_last_page_len' must be in 1..page_size ({page_size}) for a sequence with "
+                                  f"pages, got {int(last[b])} for sequence {b}")
+            used = torch.cat([pages[int(kv_indptr[b]):int(kv_indptr[b + 1])] for b in range(batch)])
+            _check_page_ids("kv_page_indices", used, num_pages)
+        return pages if pages.numel() else torch.zeros(1, dtype=torch.int32, device=device), \
+            kv_indptr[:-1].contiguous(), seqlen_k.to(torch.int32).contiguous()
+    if any(vllm):
+        if not all(vllm):
+            _fail(ValueError, "the vLLM page table needs both block_table and seqlens_k")
+        table = _tensor("block_table", block_table, 2, "int32 [batch, max_blocks]")
+        if table.dtype != torch.int32:
+            _fail(TypeError, f"'block_table' dtype must be torch.int32, got {table.dtype}")
+        if table.device != device:
+            _fail(ValueError, f"'block_table' must be on q's device ({device}), got {table.device}")
+        if table.shape[0] != batch:
+            _fail(ValueError, f"'block_table' must have batch = {batch} rows, got {table.shape[0]}")
+        if table.shape[1] > 1 and table.stride(1) != 1:
+            _fail(ValueError, f"'block_table' rows must be contiguous, got strides {table.stride()}")
+        seqlens_k = _index("seqlens_k", seqlens_k, batch, device)
+        if device.type == "cpu" and batch:
+            blocks = (seqlens_k.long() + page_size - 1) // page_size
+            if (seqlens_k < 0).any() or (blocks > table.shape[1]).any():
+                _fail(ValueError, f"'seqlens_k' must be in 0..max_blocks * page_size = {table.shape[1] * page_size}, "
+                                  f"got {seqlens_k.tolist()[:8]}")
+            used = torch.cat([table[b, :int(blocks[b])] for b in range(batch)])
+            _check_page_ids("block_table", used, num_pages)
+        row = table.stride(0) if batch > 1 else table.shape[1]
+        span = (batch - 1) * row + table.shape[1] if table.numel() else 0
+        page_list = table.as_strided((span,), (1,)) if span else torch.zeros(1, dtype=torch.int32, device=device)
+        kv_start = torch.arange(batch, dtype=torch.int32, device=device) * row
+        return page_list, kv_start, seqlens_k.contiguous()
+    _fail(ValueError, "a page table is required: SGLang's (kv_indptr, kv_page_indices, kv_last_page_len) or vLLM's "
+                      "(block_table, seqlens_k)")
+
+
+def _check_page_ids(name: str, used: torch.Tensor, num_pages: int) -> None:
+    if used.numel() and (int(used.min()) < 0 or int(used.max()) >= num_pages):
+        _fail(ValueError, f"'{name}' holds page ids outside the pool 0..{num_pages - 1} (min {int(used.min())}, "
+                          f"max {int(used.max())})")
+
+
+def _check_out(out, q) -> None:
+    if not isinstance(out, torch.Tensor):
+        _fail(TypeError, f"'out' must be a torch.Tensor, got {type(out).__name__}")
+    if out.shape != q.shape:
+        _fail(ValueError, f"'out' shape must equal q's {tuple(q.shape)}, got {tuple(out.shape)}")
+    if out.dtype != q.dtype:
+        _fail(TypeError, f"'out' dtype must be {q.dtype}, got {out.dtype}")
+    if out.device != q.device:
+        _fail(ValueError, f"'out' must be on q's device ({q.device}), got {out.device}")
+    _rows("out", out, (0, 1))
+    refuse_internal_overlap(NAME, "out", out)
+
+
+def _check_lse(lse, q) -> None:
+    if not isinstance(lse, torch.Tensor):
+        _fail(TypeError, f"'lse' must be a torch.Tensor or None, got {type(lse).__name__}")
+    if lse.dtype != torch.float32 or tuple(lse.shape) != (q.shape[1], q.shape[0]) or not lse.is_contiguous():
+        _fail(ValueError, f"'lse' must be a contiguous float32 [heads_q, total_q] = [{q.shape[1]}, {q.shape[0]}], got "
+                          f"{lse.dtype} shape {tuple(lse.shape)} strides {lse.stride()}")
+    if lse.device != q.device:
+        _fail(ValueError, f"'lse' must be on q's device ({q.device}), got {lse.device}")
+
+
+# ------------------------------------------------------------------ the op
+
+def _new_outputs(q: torch.Tensor, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device) if return_lse else None
+    return out, lse
+
+
+def _batch_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, qo_indptr: torch.Tensor,
+                   kv_indptr: torch.Tensor | None, kv_page_indices: torch.Tensor | None,
+                   kv_last_page_len: torch.Tensor | None, block_table: torch.Tensor | None,
+                   seqlens_k: torch.Tensor | None, causal: bool, softmax_scale: float | None,
+                   return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_flag("return_lse", return_lse)
+    q = _tensor("q", q, 3, f"[total_q, heads_q, {HEAD_DIM}]")
+    out, lse = _new_outputs(q, return_lse)
+    _Call(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_page_indices, kv_last_page_len, block_table, seqlens_k,
+          causal, softmax_scale, out, lse).run()
+    return out, lse if lse is not None else torch.empty(0, dtype=torch.float32, device=q.device)
+
+
+def _batch_prefill_fake(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_page_indices, kv_last_page_len, block_table,
+                        seqlens_k, causal, softmax_scale, return_lse):
+    _check_flag("return_lse", return_lse)
+    q = _tensor("q", q, 3, f"[total_q, heads_q, {HEAD_DIM}]")
+    out, lse = _new_outputs(q, return_lse)
+    return out, lse if lse is not None else torch.empty(0, dtype=torch.float32, device=q.device)
+
+
+def _batch_prefill_out(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, qo_indptr: torch.Tensor,
+                       kv_indptr: torch.Tensor | None, kv_page_indices: torch.Tensor | None,
+                       kv_last_page_len: torch.Tensor | None, block_table: torch.Tensor | None,
+                       seqlens_k: torch.Tensor | None, out: torch.Tensor, lse: torch.Tensor | None, causal: bool,
+                       softmax_scale: float | None) -> None:
+    if out is None:
+        _fail(TypeError, "'out' must be a torch.Tensor, got NoneType")
+    _Call(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_page_indices, kv_last_page_len, block_table, seqlens_k,
+          causal, softmax_scale, out, lse).run()
+
+
+def _batch_prefill_out_fake(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_page_indices, kv_last_page_len,
+                            block_table, seqlens_k, out, lse, causal, softmax_scale) -> None:
+    if out is None:
+        _fail(TypeError, "'out' must be a torch.Tensor, got NoneType")
+    _check_out(out, _tensor("q", q, 3, f"[total_q, heads_q, {HEAD_DIM}]"))
+    if lse is not None:
+        _check_lse(lse, q)
+
+
+def _check_flag(name: str, value) -> None:
+    if not isinstance(value, bool):
+        _fail(TypeError, f"'{name}' must be a bool, got {type(value).__name__}")
+
+
+batch_prefill_op = library.define("batch_prefill", _batch_prefill, _batch_prefill_fake)
+batch_prefill_out_op = library.define("batch_prefill_out", _batch_prefill_out, _batch_prefill_out_fake,
+                                      mutates_args=("out", "lse"))
+
+
+def batch_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, qo_indptr: torch.Tensor, *,
+                  kv_indptr: torch.Tensor | None = None, kv_page_indices: torch.Tensor | None = None,
+                  kv_last_page_len: torch.Tensor | None = None, block_table: torch.Tensor | None = None,
+                  seqlens_k: torch.Tensor | None = None, causal: bool = False, softmax_scale: float | None = None,
+                  out: torch.Tensor | None = None, return_lse: bool = False):
+    """Varlen attention of q over a paged KV cache; returns out, or (out, lse) with
+    return_lse. See the module docstring; runs torch.ops.gfxasm.batch_prefill (or
+    batch_prefill_out when `out` is given)."""
+    tables = (kv_indptr, kv_page_indices, kv_last_page_len, block_table, seqlens_k)
+    if out is None:
+        out, lse = batch_prefill_op(q, k_cache, v_cache, qo_indptr, *tables, causal, softmax_scale, return_lse)
+        return (out, lse) if return_lse else out
+    _check_flag("return_lse", return_lse)
+    lse = _new_outputs(_tensor("q", q, 3, f"[total_q, heads_q, {HEAD_DIM}]"), True)[1] if return_lse else None
+    batch_prefill_out_op(q, k_cache, v_cache, qo_indptr, *tables, out, lse, causal, softmax_scale)
+    return (out, lse) if return_lse else out
+
+
+# ------------------------------------------------------------------ reference
+
+def gather_kv(cache: torch.Tensor, page_list: torch.Tensor, start: int, seqlen: int) -> torch.Tensor:
+    """[seqlen, Hkv, 128]: rows 0..seqlen-1 of one sequence read through its page list."""
+    page_size = cache.shape[1]
+    j = torch.arange(seqlen)
+    pages = page_list[start + j // page_size].long()
+    return cache[pages, j % page_size]
+
+
+def reference(q, k_cache, v_cache, qo_indptr, page_list, kv_start, seqlen_k, *, causal=False,
+              softmax_scale=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(O [total_q, Hq, 128], LSE [Hq, total_q]) in float64 from the normalised page table
+    (page_list, kv_start, seqlen_k: the form `normalise` returns)."""
+    scale = 1.0 / math.sqrt(HEAD_DIM) if softmax_scale is None else softmax_scale
+    total_q, heads_q, _ = q.shape
+    ratio = heads_q // k_cache.shape[2]
+    o = torch.zeros(total_q, heads_q, HEAD_DIM, dtype=torch.float64)
+    lse = torch.full((heads_q, total_q), float("-inf"), dtype=torch.float64)
+    for b in range(qo_indptr.shape[0] - 1):
+        q0, q1 = int(qo_indptr[b]), int(qo_indptr[b + 1])
+        sq, sk = q1 - q0, int(seqlen_k[b])
+        if sq == 0 or sk == 0:
+            continue
+        qb = q[q0:q1].double()
+        kb = gather_kv(k_cache, page_list, int(kv_start[b]), sk).double()
+        vb = gather_kv(v_cache, page_list, int(kv_start[b]), sk).double()
+        kb, vb = kb.repeat_interleave(ratio, 1), vb.repeat_interleave(ratio, 1)
+        s = torch.einsum("qhd,khd->hqk", qb, kb) * scale
+        if causal:
+            i = torch.arange(sq)[:, None]
+            j = torch.arange(sk)[None, :]
+            s = s.masked_fill(~(j <= i + sk - sq), float("-inf"))
+        lse_b = torch.logsumexp(s, dim=-1)
+        p = torch.exp(s - lse_b[..., None]).nan_to_num(0.0)
+        o[q0:q1] = torch.einsum("hqk,khd->qhd", p, vb)
+        lse[:, q0:q1] = lse_b
+    return o, lse
+
+
+def normalise(batch, page_size, num_pages, **table):
+    """The (page_list, kv_start, seqlen_k) the kernel reads, from either table kind
+    (checked as the op checks it)."""
+    return _page_table(batch, page_size, num_pages, torch.device("cpu"), table.get("kv_indptr"),
+                       table.get("kv_page_indices"), table.get("kv_last_page_len"), table.get("block_table"),
+                       table.get("seqlens_k"))

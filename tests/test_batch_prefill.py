@@ -1,0 +1,205 @@
+"""gfxasm.batch_prefill on the strict gfx950 emulator against a float64 reference.
+
+Inputs: ragged batches (queries 1, 17, 255, 256, 257 and empty sequences; keys longer
+than queries by a prefix, or none), pages shuffled through a pool larger than needed, every
+pool slot no sequence uses poisoned with NaN (a kernel that reads one fails: the NaN
+reaches O), outputs poisoned with NaN first. The same cache is run through the SGLang
+table and the vLLM table, which must give identical bytes.
+
+Tolerance for bf16/fp16 (gfxasm.ops.fmha.tolerances, per sequence on the gathered dense
+K/V): twice the error of PyTorch evaluating the same attention in the inputs' precision,
+plus 4 ulp at 1.0; LSE likewise (fmha's docstring says why).
+
+Default run: every page size (1, 16, 64, 1024) with both table kinds, causal and not,
+MHA and GQA 8/1, bf16 and fp16 spread over the cases. `pytest -m full` runs the larger
+cross-product (page sizes x causal x dtype x heads x batches).
+"""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import gfxasm
+from gfxasm.build import build_manifest
+from gfxasm.manifest import default_manifest
+from gfxasm.ops import batch_prefill as bp
+from gfxasm.ops import fmha
+
+D = bp.HEAD_DIM
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built():
+    build_manifest(default_manifest())
+
+
+def make_problem(seq_q, seq_k, page_size, heads_q, heads_k, dtype, seed, spare_pages=3):
+    """q, caches and both page tables of one shuffled pool; unused slots hold NaN."""
+    g = torch.Generator().manual_seed(seed)
+    counts = [-(-s // page_size) for s in seq_k]
+    num_pages = sum(counts) + spare_pages
+    order = torch.randperm(num_pages, generator=g).to(torch.int32)
+    k_cache = torch.full((num_pages, page_size, heads_k, D), float("nan"), dtype=dtype)
+    v_cache = torch.full_like(k_cache, float("nan"))
+    page_lists, at = [], 0
+    for n, s in zip(counts, seq_k):
+        pages = order[at:at + n]
+        at += n
+        for j in range(s):
+            k_cache[pages[j // page_size], j % page_size] = torch.randn(heads_k, D, generator=g).to(dtype)
+            v_cache[pages[j // page_size], j % page_size] = torch.randn(heads_k, D, generator=g).to(dtype)
+        page_lists.append(pages)
+    max_blocks = max(counts + [1]) + 1                  # a padded table: entries past a list are garbage
+    block_table = torch.randint(-(2**30), 2**30, (len(seq_k), max_blocks), generator=g, dtype=torch.int32)
+    for b, pages in enumerate(page_lists):
+        block_table[b, :len(pages)] = pages
+    sglang = dict(kv_indptr=torch.tensor([0] + list(itertools.accumulate(counts)), dtype=torch.int32),
+                  kv_page_indices=torch.cat(page_lists) if page_lists else torch.zeros(0, dtype=torch.int32),
+                  kv_last_page_len=torch.tensor([s - (n - 1) * page_size if n else 0 for n, s in zip(counts, seq_k)],
+                                                dtype=torch.int32))
+    vllm = dict(block_table=block_table, seqlens_k=torch.tensor(seq_k, dtype=torch.int32))
+    qo_indptr = torch.tensor([0] + list(itertools.accumulate(seq_q)), dtype=torch.int32)
+    q = torch.randn(int(qo_indptr[-1]), heads_q, D, generator=g).to(dtype)
+    return q, k_cache, v_cache, qo_indptr, sglang, vllm
+
+
+def dense(q, k_cache, v_cache, qo_indptr, table, b):
+    """Sequence b as fmha's [1, S, H, 128] tensors (for its tolerances)."""
+    page_list, kv_start, seqlen_k = table
+    q0, q1 = int(qo_indptr[b]), int(qo_indptr[b + 1])
+    k = bp.gather_kv(k_cache, page_list, int(kv_start[b]), int(seqlen_k[b]))
+    v = bp.gather_kv(v_cache, page_list, int(kv_start[b]), int(seqlen_k[b]))
+    return q[q0:q1][None], k[None], v[None]
+
+
+def check(seq_q, seq_k, page_size, heads_q, heads_k, dtype, causal, seed=0, both_tables=True):
+    q, k_cache, v_cache, qo_indptr, sglang, vllm = make_problem(seq_q, seq_k, page_size, heads_q, heads_k, dtype,
+                                                                seed)
+    out = torch.full(q.shape, float("nan"), dtype=dtype)
+    o, lse = gfxasm.batch_prefill(q, k_cache, v_cache, qo_indptr, **sglang, causal=causal, out=out,
+                                  return_lse=True)
+    assert o is out and lse.shape == (heads_q, q.shape[0])
+    table = bp.normalise(len(seq_q), page_size, k_cache.shape[0], **sglang)
+    o_ref, lse_ref = bp.reference(q, k_cache, v_cache, qo_indptr, *table, causal=causal)
+    assert not torch.isnan(o).any(), f"{int(torch.isnan(o).sum())} O elements NaN (unwritten or a poisoned slot read)"
+    assert not torch.isnan(lse).any(), "NaN in LSE"
+    for b in range(len(seq_q)):
+        q0, q1 = int(qo_indptr[b]), int(qo_indptr[b + 1])
+        if q0 == q1:
+            continue
+        if seq_k[b] == 0:
+            assert (o[q0:q1] == 0).all() and (lse[:, q0:q1] == float("-inf")).all()
+            continue
+        qd, kd, vd = dense(q, k_cache, v_cache, qo_indptr, table, b)
+        o_tol, lse_tol = fmha.tolerances(qd, kd, vd, o_ref[q0:q1][None].float(),
+                                         lse_ref[:, q0:q1][None].float(), causal=causal)
+        o_err = fmha.max_error(o[q0:q1].double(), o_ref[q0:q1])
+        lse_err = fmha.max_error(lse[:, q0:q1].double(), lse_ref[:, q0:q1])
+        assert o_err <= o_tol, f"sequence {b}: max|O - O_ref| = {o_err:.3g} > {o_tol:.3g}"
+        assert lse_err <= lse_tol, f"sequence {b}: max|LSE - LSE_ref| = {lse_err:.3g} > {lse_tol:.3g}"
+    if both_tables:
+        o2 = gfxasm.batch_prefill(q, k_cache, v_cache, qo_indptr, **vllm, causal=causal)
+        assert torch.equal(o2.view(torch.int16), o.view(torch.int16)), "vLLM and SGLang tables differ"
+
+
+# (seq_q, seq_k) per sequence: ragged, keys a prefix longer, empty sequences
+RAGGED_Q = [1, 17, 255, 0, 257, 3]
+RAGGED_K = [1, 80, 300, 40, 257, 0]
+
+
+@pytest.mark.parametrize("page_size, causal, heads, dtype", [
+    (1, True, (2, 1), torch.bfloat16),
+    (16, False, (2, 2), torch.float16),
+    (64, True, (8, 1), torch.bfloat16),
+    (1024, False, (2, 1), torch.bfloat16),
+])
+def test_ragged_paged(page_size, causal, heads, dtype):
+    check(RAGGED_Q, RAGGED_K, page_size, *heads, dtype, causal, seed=page_size)
+
+
+def test_causal_more_queries_than_keys():
+    # seqlen_q > seqlen_k: the first queries see no key (O = 0, LSE = -inf); 256 exactly one Q tile
+    check([256, 20], [100, 7], 16, 2, 1, torch.bfloat16, True, seed=5, both_tables=False)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("page_size", [1, 2, 16, 64, 128, 1024])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("heads", [(1, 1), (8, 1), (8, 8), (16, 4)])
+def test_full_cross_product(page_size, causal, dtype, heads):
+    check([1, 17, 255, 256, 257, 0, 600], [1, 300, 255, 700, 257, 9, 600], page_size, *heads, dtype, causal,
+          seed=page_size + 7 * causal)
+
+
+# ------------------------------------------------------------------ bad input
+
+def _base(page_size=16):
+    q, k, v, qo, sglang, vllm = make_problem([5, 9], [20, 33], page_size, 2, 1, torch.bfloat16, 0)
+    return q, k, v, qo, sglang, vllm
+
+
+def _call(**change):
+    q, k, v, qo, sglang, vllm = _base()
+    args = dict(q=q, k_cache=k, v_cache=v, qo_indptr=qo, **sglang)
+    args.update(change)
+    return gfxasm.batch_prefill(**args)
+
+
+@pytest.mark.parametrize("change, error, words", [
+    (dict(q=torch.zeros(14, 2, 64, dtype=torch.bfloat16)), ValueError, "head dim"),
+    (dict(q=torch.zeros(14, 2, 128)), TypeError, "'q' dtype"),
+    (dict(k_cache=torch.zeros(5, 16, 1, 128, dtype=torch.float16)), TypeError, "'k_cache' dtype"),
+    (dict(k_cache=torch.zeros(5, 12, 1, 128, dtype=torch.bfloat16),
+          v_cache=torch.zeros(5, 12, 1, 128, dtype=torch.bfloat16)), ValueError, "power of two"),
+    (dict(q=torch.zeros(14, 3, 128, dtype=torch.bfloat16), k_cache=torch.zeros(8, 16, 2, 128, dtype=torch.bfloat16),
+          v_cache=torch.zeros(8, 16, 2, 128, dtype=torch.bfloat16)), ValueError, "multiple"),
+    (dict(qo_indptr=torch.tensor([0, 9, 5], dtype=torch.int32)), ValueError, "qo_indptr"),
+    (dict(qo_indptr=torch.tensor([0, 5, 13], dtype=torch.int32)), ValueError, "total_q"),
+    (dict(qo_indptr=torch.tensor([0, 5, 14])), TypeError, "'qo_indptr' dtype"),
+    (dict(kv_indptr=torch.tensor([0, 3, 2], dtype=torch.int32)), ValueError, "kv_indptr"),
+    (dict(kv_indptr=torch.tensor([0, 2, 9], dtype=torch.int32)), ValueError, "kv_indptr"),
+    (dict(kv_last_page_len=torch.tensor([0, 1], dtype=torch.int32)), ValueError, "kv_last_page_len"),
+    (dict(kv_last_page_len=torch.tensor([17, 1], dtype=torch.int32)), ValueError, "kv_last_page_len"),
+    (dict(kv_page_indices=torch.tensor([0, 1, 99, 2, 3], dtype=torch.int32)), ValueError, "page ids"),
+    (dict(kv_last_page_len=None), ValueError, "needs all"),
+    (dict(block_table=torch.zeros(2, 4, dtype=torch.int32), seqlens_k=torch.tensor([1, 1], dtype=torch.int32)),
+     ValueError, "not both"),
+    (dict(kv_indptr=None, kv_page_indices=None, kv_last_page_len=None), ValueError, "page table is required"),
+    (dict(causal=1), TypeError, "'causal'"),
+    (dict(softmax_scale=float("inf")), ValueError, "softmax_scale"),
+])
+def test_bad_input(change, error, words):
+    with pytest.raises(error, match=words):
+        _call(**change)
+
+
+@pytest.mark.parametrize("seqlens, error", [([20, 80], "seqlens_k"), ([-1, 3], "seqlens_k")])
+def test_bad_vllm_table(seqlens, error):
+    q, k, v, qo, _, vllm = _base()
+    with pytest.raises(ValueError, match=error):
+        gfxasm.batch_prefill(q, k, v, qo, block_table=vllm["block_table"],
+                             seqlens_k=torch.tensor(seqlens, dtype=torch.int32))
+
+
+def test_out_overlapping_input_refused():
+    q, k, v, qo, sglang, _ = _base()
+    with pytest.raises(ValueError, match="overlaps"):
+        gfxasm.batch_prefill(q, k, v, qo, **sglang, out=q)
+
+
+def test_torch_op_functional_equals_out():
+    q, k, v, qo, sglang, _ = _base()
+    tables = (sglang["kv_indptr"], sglang["kv_page_indices"], sglang["kv_last_page_len"], None, None)
+    o, lse = torch.ops.gfxasm.batch_prefill(q, k, v, qo, *tables, True, None, True)
+    out = torch.full_like(q, float("nan"))
+    lse2 = torch.full_like(lse, float("nan"))
+    torch.ops.gfxasm.batch_prefill_out(q, k, v, qo, *tables, out, lse2, True, None)
+    assert torch.equal(o.view(torch.int16), out.view(torch.int16)) and torch.equal(lse, lse2)
+    with torch.device("meta"):
+        mo, ml = torch.ops.gfxasm.batch_prefill(q.to("meta"), k.to("meta"), v.to("meta"), qo.to("meta"),
+                                                *(t.to("meta") if t is not None else None for t in tables),
+                                                True, None, True)
+    assert mo.shape == q.shape and ml.shape == (q.shape[1], q.shape[0])
