@@ -190,16 +190,24 @@ class _Plan:
         self.block_m = sizes["block_m"]
         if sizes["valid"] * sizes["N"] * sizes["K"] == 0:
             return
-        kernel, variant = variant_name(sizes["block_m"], choose_nt(sizes), out_dtype)
-        has_w = topk_weights is not None
-        tw = topk_weights.reshape(-1) if has_w else torch.empty(0, dtype=torch.float32, device=a.device)
-        magic = 0 if a_div == 1 else -(-2**32 // a_div)          # ceil(2^32 / a_div)
-        self.launch = prepare(default_manifest().kernel(kernel).variant(variant), dict(
-            a=a, a_scale=_scales(a_scale), w=w, w_scale=_scales(w_scale),
-            sorted_token_ids=sorted_token_ids.view(sizes["blocks"], sizes["block_m"]),
-            expert_ids=expert_ids, num_tokens_post_padded=ntpp.reshape(1), topk_weights=tw, out=out,
-            M=sizes["M"], N=sizes["N"], K=sizes["K"], E=sizes["E"], valid=sizes["valid"], blocks=sizes["blocks"],
-            block_m=sizes["block_m"], a_div_magic=magic, has_weights=int(has_w)))
+        kernel, variant, args = launch_args(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, ntpp, a_div,
+                                            topk_weights, out, out_dtype, sizes)
+        self.launch = prepare(default_manifest().kernel(kernel).variant(variant), args)
+
+
+def launch_args(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, ntpp, a_div, topk_weights, out, out_dtype,
+                sizes: dict) -> tuple[str, str, dict]:
+    """(kernel, variant, kernel arguments) of a validated call (`sizes` from validate)."""
+    kernel, variant = variant_name(sizes["block_m"], choose_nt(sizes), out_dtype)
+    has_w = topk_weights is not None
+    tw = topk_weights.reshape(-1) if has_w else torch.empty(0, dtype=torch.float32, device=a.device)
+    magic = 0 if a_div == 1 else -(-2**32 // a_div)          # ceil(2^32 / a_div)
+    return kernel, variant, dict(
+        a=a, a_scale=_scales(a_scale), w=w, w_scale=_scales(w_scale),
+        sorted_token_ids=sorted_token_ids.view(sizes["blocks"], sizes["block_m"]),
+        expert_ids=expert_ids, num_tokens_post_padded=ntpp.reshape(1), topk_weights=tw, out=out,
+        M=sizes["M"], N=sizes["N"], K=sizes["K"], E=sizes["E"], valid=sizes["valid"], blocks=sizes["blocks"],
+        block_m=sizes["block_m"], a_div_magic=magic, has_weights=int(has_w))
 
 
 def _scales(t: torch.Tensor) -> torch.Tensor:
