@@ -10,8 +10,8 @@
 ;   scale[r, b] = E (E8M0 byte); q[r, 32b + j] = e4m3_rne(clamp(y / X, -448, 448))
 ;
 ; gfx950, wave64, WORKGROUP_SIZE_X work-items, one 32-block per work-item:
-; block g = wg_x * WORKGROUP_SIZE_X + lane, row r = g / NB (multiply-high by `magic`, exact for
-; M * NB * NB < 2^32, which the op checks), b = g - r * NB. Each work-item loads its 32 gate and
+; block g = wg_x * WORKGROUP_SIZE_X + lane, row r = g / NB (multiply-high by `magic` = ceil(2^32 / NB),
+; exact for M * NB * NB < 2^32, which the op checks; magic = 0 means NB = 1), b = g - r * NB. Each work-item loads its 32 gate and
 ; 32 up values (4 + 4 dwordx4), computes y in f32 (v_exp_f32 and v_rcp_f32 for the sigmoid),
 ; the block's amax and scale, clamps to +-448 X (saturation by the clamp, whatever the mode),
 ; converts pairs with v_cvt_scalef32_pk_fp8_f32 (which divides by X exactly and rounds to
@@ -121,6 +121,8 @@
     s_and_b64 exec, exec, vcc
     s_cbranch_execz L_end
     v_mul_hi_u32 v[v_r], v[v_g], s[s_magic]                 ; r = g / NB
+    v_cmp_eq_u32 vcc, 0, s[s_magic]                         ; magic 0 stands for NB = 1 (2^32 does not fit)
+    v_cndmask_b32 v[v_r], v[v_r], v[v_g], vcc
     v_mul_lo_u32 v[v_b], v[v_r], s[s_NB]
     v_sub_u32 v[v_b], v[v_g], v[v_b]                        ; b = g - r * NB
     v_mul_lo_u32 v[v_xoff], v[v_r], s[s_I]                  ; r * I

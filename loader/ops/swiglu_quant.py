@@ -123,7 +123,7 @@ def _run(x, q, scale, alpha, beta, limit) -> None:
         NB = I // BLOCK
         variant = default_manifest().kernel(OP).variant(f"{OP}_{IN_DTYPES[x.dtype]}")
         _PLANS[key] = prepare(variant, dict(x=x, q=q, scale=scale, M=M, I=I, NB=NB,
-                                            magic=cdiv(2**32, NB) & 0xFFFFFFFF if NB else 0,
+                                            magic=cdiv(2**32, NB) if NB > 1 else 0,   # 0: NB = 1 (see the kernel)
                                             neg_alpha_log2e=-float(alpha) * math.log2(math.e), beta=float(beta),
                                             limit=float(limit))) if M * I else None
     launch = _PLANS[key]
