@@ -14,7 +14,7 @@ import torch
 
 import gfxasm
 from gfxasm import build
-from gfxasm.ops import moe_align
+from gfxasm.ops import moe_align, moe_layer, mxfp8_moe_gemm
 from gfxasm.ops import swiglu_quant as sq
 
 POISON = -0x5A5A5A5B             # an int32 no output can hold
@@ -22,7 +22,8 @@ POISON = -0x5A5A5A5B             # an int32 no output can hold
 
 @pytest.fixture(scope="module", autouse=True)
 def built():
-    build.build_kernels(("moe_align", "swiglu_mxfp8_quant"))
+    build.build_kernels(moe_layer.kernel_names())
+    mxfp8_moe_gemm.build_kernels()
 
 
 # ------------------------------------------------------------------ moe_align_block_size
@@ -197,7 +198,7 @@ def embedded(t: torch.Tensor, fill: int, before: int = 64, after: int = 48) -> t
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("M,I", [(6, 288), (37, 96)])
+@pytest.mark.parametrize("M,I", [(6, 288), (37, 96), (7, 32)])
 def test_swiglu_quant_scale_rule_exact(dtype, M, I):
     """alpha = 0 makes the sigmoid exactly 1/2, so every q and scale byte is predictable: the
     kernel must equal the float64 quantisation bit for bit (zeros, powers of two, saturation,
@@ -300,3 +301,138 @@ def test_swiglu_quant_refuses_overlap_and_misalignment(no_launch):
     raw = torch.empty(2 * 64 + 1, dtype=torch.float8_e4m3fn)
     with pytest.raises(ValueError, match="'q' data must be 16-byte aligned"):
         sq.swiglu_mxfp8_quant(x, out=(raw[1:].view(2, 64), s))
+
+
+# ------------------------------------------------------------------ mxfp8_moe (the layer)
+
+BF16_U = 2.0 ** -8                  # bf16 rounding, relative (half an ulp is 2^-9: kept loose by 2)
+F32_U = 2.0 ** -24
+ACT_EPS = 2.0 ** -16                # the activation's f32 error, relative (see test_swiglu_quant_activation)
+
+
+def e4m3_codes(shape, gen) -> torch.Tensor:
+    c = torch.randint(0, 254, shape, generator=gen, dtype=torch.int32)
+    return (c + (c >= 0x7F).int()).to(torch.uint8).view(torch.float8_e4m3fn)      # every finite code
+
+
+def e8m0_scales(shape, center: int, gen, spread: int = 2) -> torch.Tensor:
+    e = torch.randint(center - spread, center + spread + 1, shape, generator=gen, dtype=torch.int32)
+    return e.to(torch.uint8).view(torch.float8_e8m0fnu)
+
+
+def layer_operands(T, H, I, E, gen):
+    """Random codes with NON-uniform scales per 32-block, centred so that h spans the SwiGLU's
+    interesting range (|h| up to ~10, across the clamp at 7) and out stays well inside bf16."""
+    return (e4m3_codes((T, H), gen), e8m0_scales((T, H // 32), 121, gen),
+            e4m3_codes((E, 2 * I, H), gen), e8m0_scales((E, 2 * I, H // 32), 116, gen),
+            e4m3_codes((E, H, I), gen), e8m0_scales((E, H, I // 32), 117, gen))
+
+
+def deq(q, s) -> torch.Tensor:
+    """q * 2^(s - 127) in float64, one scale per 32 along the last dim."""
+    e = s.view(torch.uint8).long() - 127
+    return q.double() * torch.ldexp(torch.ones_like(e, dtype=torch.float64), e).repeat_interleave(32, -1)
+
+
+def to_bf16(v: torch.Tensor) -> torch.Tensor:
+    return v.to(torch.float32).to(torch.bfloat16).double()
+
+
+def requant_range(h_exact, h_err, alpha, beta, limit):
+    """For one slot: the reference MX-FP8 activation (dequantised) and the interval every value
+    the kernels may produce lies in. The gate-up GEMM's f32 sum is within h_err of h_exact, so
+    its bf16 h is one of bf16(h_exact - h_err), bf16(h_exact), bf16(h_exact + h_err); the
+    activation of each candidate pair is then within ACT_EPS; the block scale is any that an
+    amax in the resulting range gives; e4m3 rounding is monotone for a given scale."""
+    I = h_exact.shape[-1] // 2
+    cands = [to_bf16(h_exact - h_err), to_bf16(h_exact), to_bf16(h_exact + h_err)]
+    act = lambda g, u: sq.activation_reference(torch.cat([g, u], -1)[None], alpha, beta, limit)[0]  # noqa: E731
+    ys = torch.stack([act(g[:I], u[I:]) for g in cands for u in cands])
+    y_ref = act(cands[1][:I], cands[1][I:])
+    y_lo = ys.min(0).values - ys.min(0).values.abs() * ACT_EPS
+    y_hi = ys.max(0).values + ys.max(0).values.abs() * ACT_EPS
+    q_ref, s_ref = sq.quantize_reference(y_ref[None])
+    a_lo = torch.where((y_lo > 0) | (y_hi < 0), torch.minimum(y_lo.abs(), y_hi.abs()), torch.zeros_like(y_lo))
+    a_hi = torch.maximum(y_lo.abs(), y_hi.abs())
+    s_min = sq.quantize_reference(a_lo.view(1, -1, 32).amax(-1).repeat_interleave(32, -1))[1].view(torch.uint8)
+    s_max = sq.quantize_reference(a_hi.view(1, -1, 32).amax(-1).repeat_interleave(32, -1))[1].view(torch.uint8)
+    lo, hi = [], []
+    for s in range(int(s_min.min()), int(s_max.max()) + 1):
+        ok = ((s_min[0] <= s) & (s <= s_max[0])).repeat_interleave(32)
+        scale = torch.full((1, I // 32), s, dtype=torch.uint8)
+        for y in (y_lo, y_hi):
+            v = deq((y / 2.0 ** (s - 127)).clamp(-448, 448).to(torch.float32).to(torch.float8_e4m3fn)[None], scale)[0]
+            lo.append(torch.where(ok, v, torch.full_like(v, float("inf"))))
+            hi.append(torch.where(ok, v, torch.full_like(v, -float("inf"))))
+    return deq(q_ref, s_ref)[0], torch.stack(lo).min(0).values, torch.stack(hi).max(0).values
+
+
+def layer_reference(x, xs, w1, w1s, w2, w2s, topk_weights, topk_ids, expert_map=None,
+                    alpha=1.702, beta=1.0, limit=7.0):
+    """A plain float64 MoE on the dequantised operands, the kernels' intermediate roundings
+    (bf16 h, MX-FP8 activation, bf16 weighted rows, f32 sum, bf16 out) modelled, and a
+    per-element bound on |kernel - reference| that those roundings and the requantisation's
+    ambiguity (requant_range) justify. Returns (reference, bound), float64 [T, H]."""
+    T, H = x.shape
+    E, I = w1.shape[0], w1.shape[1] // 2
+    X, W1, W2 = deq(x, xs), deq(w1, w1s), deq(w2, w2s)
+    ref = torch.zeros(T, H, dtype=torch.float64)
+    bound = torch.zeros(T, H, dtype=torch.float64)
+    for t in range(T):
+        for j in range(topk_ids.shape[1]):
+            e = int(topk_ids[t, j])
+            n_global = E if expert_map is None else expert_map.numel()
+            if not 0 <= e < n_global or (expert_map is not None and int(expert_map[e]) < 0):
+                continue
+            le = e if expert_map is None else int(expert_map[e])
+            h = W1[le] @ X[t]
+            h_err = (H / 16 + 128) * F32_U * (W1[le].abs() @ X[t].abs()) + h.abs() * F32_U
+            q_ref, q_lo, q_hi = requant_range(h, h_err, alpha, beta, limit)
+            w = float(topk_weights[t, j])
+            z = W2[le] @ q_ref
+            dev = abs(w) * (W2[le].abs() @ torch.maximum(q_hi - q_ref, q_ref - q_lo)
+                            + (I / 16 + 128) * F32_U * (W2[le].abs() @ torch.maximum(q_lo.abs(), q_hi.abs())))
+            ref[t] += w * z
+            bound[t] += dev + BF16_U * (abs(w) * z.abs() + dev) + 64 * F32_U * abs(w) * z.abs()
+    bound += BF16_U * (ref.abs() + bound)
+    return ref, bound
+
+
+LAYER_CASES = [  # (T, top_k, E, H, I, block_m, routing kind)
+    (1, 5, 16, 128, 64, None, "random"),
+    (4, 4, 8, 64, 96, 16, "hot"),
+    (9, 8, 16, 96, 32, 32, "random"),
+    (5, 1, 12, 64, 64, 64, "spread"),
+]
+
+
+def check_layer(T, top_k, E, H, I, block_m, kind, expert_map=None, E_local=None, seed=0):
+    gen = torch.Generator().manual_seed(seed + 100 * T + E + H + I)
+    x, xs, w1, w1s, w2, w2s = layer_operands(T, H, I, E_local or E, gen)
+    ids = routing(kind, T, top_k, E, gen)
+    tw = torch.rand(T, top_k, generator=gen) + 0.1
+    out, base = embedded(torch.empty(T, H, dtype=torch.bfloat16), 0xFF)           # NaN poison around and in out
+    moe_layer.mxfp8_moe(x, xs, w1, w1s, w2, w2s, tw, ids, expert_map=expert_map, block_m=block_m, out=out)
+    ref, bound = layer_reference(x, xs, w1, w1s, w2, w2s, tw, ids, expert_map)
+    err = (out.double() - ref).abs()
+    assert out.isfinite().all()
+    assert (err <= bound).all(), f"max excess {float((err - bound).max())}"
+    assert float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref)) < 2.0 ** -7
+    # Typical elements agree to the bf16 rounding: the bound's worst cases (every f32 sum at
+    # its error bound, every ambiguous requantisation one e4m3 step off) are rare in practice.
+    assert float((err / ref.abs()).median()) <= 2.0 ** -8
+    n = out.numel() * 2
+    assert base[:64].eq(0xFF).all() and base[64 + n:].eq(0xFF).all()
+
+
+@pytest.mark.parametrize("T,top_k,E,H,I,block_m,kind", LAYER_CASES)
+def test_layer_matches_pytorch_moe(T, top_k, E, H, I, block_m, kind):
+    check_layer(T, top_k, E, H, I, block_m, kind)
+
+
+def test_layer_expert_parallel():
+    """16 global experts, this rank holds 8 (shuffled local ids): slots on the other 8 add nothing."""
+    E, gen = 16, torch.Generator().manual_seed(99)
+    expert_map = torch.full((E,), -1, dtype=torch.int32)
+    expert_map[torch.randperm(E, generator=gen)[:8]] = torch.randperm(8, generator=gen).to(torch.int32)
+    check_layer(6, 5, E, 64, 64, None, "random", expert_map=expert_map, E_local=8)

@@ -1,0 +1,200 @@
+"""The MX-FP8 mixture-of-experts layer: `gfxasm.mxfp8_moe`, five launches and no host sync.
+
+    out = gfxasm.mxfp8_moe(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids)
+
+x [T, H] float8_e4m3fn with x_scale [T, H/32] E8M0 (the quantised hidden states); w1 [E, 2I, H]
+(gate rows 0..I-1, up rows I..2I-1 of each expert) and w2 [E, H, I], e4m3, with E8M0 scales
+[E, 2I, H/32] and [E, H, I/32]; topk_weights [T, top_k] float32, topk_ids [T, top_k] int32
+(global expert ids). out [T, H] bf16:
+
+    out[t] = sum over j of topk_weights[t, j] * W2'[e] @ requant(SwiGLU-OAI(bf16(W1'[e] @ x'[t])))
+             with e = local id of topk_ids[t, j]
+
+Launches, in order (each its own kernel; intermediates allocated here):
+  1. gfxasm.moe_align_block_size(topk_ids, E_global, block_m, expert_map)   (asm/moe_align.s)
+  2. gfxasm.mxfp8_moe_gemm(x, ..., w1, ..., a_div=top_k) -> h [T*top_k, 2I] bf16
+  3. gfxasm.swiglu_mxfp8_quant(h, alpha, beta, limit) -> q [T*top_k, I] e4m3, s [T*top_k, I/32]
+  4. gfxasm.mxfp8_moe_gemm(q, s, w2, ..., a_div=1, topk_weights) -> y [T*top_k, H] bf16 (weighted)
+  5. moe_sum (asm/moe_sum.s): out[t] = bf16(sum over j in order, f32, of y[t*top_k + j]),
+     skipping slots whose expert is outside [0, E_global) or absent (expert_map -1).
+The requantisation of step 3 is the layer's only approximation beyond roundings: h is
+rounded to bf16 by step 2, the activation is quantised to MX-FP8 (the down GEMM's input
+format), y rows are rounded to bf16 before the sum.
+
+block_m (None: chosen): the GEMMs' row block, 16, 32 or 64. An expert with more slots than
+block_m takes several blocks and its weights are re-read for each, while a bigger block
+wastes MFMA rows on padding. The expected slots per expert is T*top_k/E; the choice is the
+smallest block_m >= twice that (16 up to 8 expected slots, 32 up to 16, else 64), so
+decode (T*top_k around E or below) uses 16.
+
+Expert parallelism: expert_map [E_global] int32 maps a global id to this rank's expert (an
+index into w1/w2) or -1; topk_ids hold global ids. Slots of absent experts contribute
+nothing to out (another rank adds them). With a map, h is zero-filled first (one memset),
+so the rows of absent slots, which no GEMM writes, hold defined values when step 3 reads
+them. Without a map, an id outside [0, E) is skipped in every step, but its h row is left
+uninitialised (harmless on the hardware; in the emulator a NaN there may stop step 3's
+fp8 conversion, whose NaN result it does not model).
+
+Limits: those of the four ops (each checks its own arguments and names them), plus: H and I
+multiples of 32, x [T, H], w1 [E, 2I, H], w2 [E, H, I] with matching E, H and I, topk_weights
+and topk_ids [T, top_k] (top_k <= 64), out bf16 [T, H] not overlapping an input. T = 0
+launches nothing.
+
+torch ops: gfxasm::mxfp8_moe(...) -> out and gfxasm::mxfp8_moe_out(..., out!), fake kernels.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..launcher import BACKEND_ENV, PreparedLaunch, prepare
+from ..manifest import default_manifest
+from . import library
+from .aliasing import extent, refuse_overlap
+from .moe_align import moe_align_block_size
+from .mxfp8_gemm import BLOCK, E4M3
+from .mxfp8_moe_gemm import BLOCK_MS, MAX_A_DIV, mxfp8_moe_gemm
+from .swiglu_quant import swiglu_mxfp8_quant
+
+OP = "mxfp8_moe"
+
+
+def _fail(exc, message: str):
+    raise exc(f"{OP}: {message}")
+
+
+def choose_block_m(T: int, top_k: int, E: int) -> int:
+    """The smallest of 16/32/64 at least twice the expected slots per expert (module docstring)."""
+    expected = T * top_k / max(E, 1)
+    return next((bm for bm in BLOCK_MS if bm >= 2 * expected), BLOCK_MS[-1])
+
+
+def validate(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, block_m, out=None) -> dict:
+    """The layer's own agreements (the steps check the rest); returns the sizes."""
+    named = (("x", x, "[T, H] e4m3"), ("w1", w1, "[E, 2I, H] e4m3"), ("w2", w2, "[E, H, I] e4m3"),
+             ("topk_weights", topk_weights, "[T, top_k] float32"), ("topk_ids", topk_ids, "[T, top_k] int32"))
+    for name, t, what in named:
+        if not isinstance(t, torch.Tensor):
+            _fail(TypeError, f"'{name}' must be a torch.Tensor ({what}), got {type(t).__name__}")
+    for name, t in (("x", x), ("w1", w1), ("w2", w2)):
+        if t.dtype != E4M3:
+            _fail(TypeError, f"'{name}' dtype must be torch.float8_e4m3fn, got {t.dtype}")
+    if x.dim() != 2 or w1.dim() != 3 or w2.dim() != 3:
+        _fail(ValueError, f"x [T, H], w1 [E, 2I, H] and w2 [E, H, I] expected, got shapes {tuple(x.shape)}, "
+                          f"{tuple(w1.shape)}, {tuple(w2.shape)}")
+    T, H = x.shape
+    E, I2, H1 = w1.shape
+    if H % BLOCK or H1 != H:
+        _fail(ValueError, f"'w1' must be [E, 2I, H] with H = {H} (x's, a multiple of {BLOCK}), got shape "
+                          f"{tuple(w1.shape)}")
+    if I2 % (2 * BLOCK) or tuple(w2.shape) != (E, H, I2 // 2):
+        _fail(ValueError, f"'w2' must be [E, H, I] = [{E}, {H}, {I2 // 2}] (w1 is [E, 2I, H] with I % {BLOCK} == "
+                          f"0), got shape {tuple(w2.shape)}")
+    if topk_ids.dim() != 2 or topk_ids.shape[0] != T or not 1 <= topk_ids.shape[1] <= MAX_A_DIV:
+        _fail(ValueError, f"'topk_ids' must be [T, top_k] with T = {T} and 1 <= top_k <= {MAX_A_DIV}, got shape "
+                          f"{tuple(topk_ids.shape)}")
+    if tuple(topk_weights.shape) != tuple(topk_ids.shape):
+        _fail(ValueError, f"'topk_weights' must be [T, top_k] = {list(topk_ids.shape)}, got shape "
+                          f"{tuple(topk_weights.shape)}")
+    if block_m is not None and block_m not in BLOCK_MS:
+        _fail(ValueError, f"'block_m' must be one of {BLOCK_MS} or None, got {block_m!r}")
+    if out is not None:
+        if not isinstance(out, torch.Tensor):
+            _fail(TypeError, f"'out' must be a torch.Tensor or None, got {type(out).__name__}")
+        if out.dtype != torch.bfloat16 or tuple(out.shape) != (T, H):
+            _fail(ValueError, f"'out' must be bf16 [T, H] = [{T}, {H}], got {out.dtype} {tuple(out.shape)}")
+        if out.numel() and not out.is_contiguous():
+            _fail(ValueError, f"'out' must be contiguous, got strides {out.stride()}")
+    E_global = expert_map.numel() if isinstance(expert_map, torch.Tensor) else E
+    top_k = topk_ids.shape[1]
+    return dict(T=T, H=H, I=I2 // 2, E=E, E_global=E_global, top_k=top_k,
+                block_m=block_m or choose_block_m(T, top_k, E_global))
+
+
+_SUMS: dict[tuple, PreparedLaunch] = {}
+
+
+def _moe_sum(y, topk_ids, expert_map, out, sizes) -> None:
+    key = (y.shape, y.device, sizes["E_global"], expert_map is not None, os.environ.get(BACKEND_ENV))
+    if key not in _SUMS:
+        no_map = torch.empty(0, dtype=torch.int32, device=y.device)
+        _SUMS[key] = prepare(default_manifest().kernel("moe_sum").variant(None), dict(
+            y=y, topk_ids=topk_ids.reshape(-1), expert_map=no_map if expert_map is None else expert_map, out=out,
+            T=sizes["T"], H=sizes["H"], top_k=sizes["top_k"], num_experts=sizes["E_global"],
+            has_map=int(expert_map is not None)))
+    _SUMS[key](y, topk_ids, expert_map, out)
+
+
+def _run(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit, block_m,
+         out) -> None:
+    sizes = validate(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, block_m, out)
+    inputs = (("x", x), ("x_scale", x_scale), ("w1", w1), ("w1_scale", w1_scale), ("w2", w2),
+              ("w2_scale", w2_scale), ("topk_weights", topk_weights), ("topk_ids", topk_ids)) + (
+        (("expert_map", expert_map),) if expert_map is not None else ())
+    refuse_overlap(OP, "out", out.data_ptr(), extent(out),
+                   tuple((name, t.data_ptr(), extent(t), False) for name, t in inputs if isinstance(t, torch.Tensor)))
+    if sizes["T"] == 0:
+        return
+    S, I, top_k, dev = sizes["T"] * sizes["top_k"], sizes["I"], sizes["top_k"], x.device
+    sorted_ids, expert_ids, post = moe_align_block_size(topk_ids, sizes["E_global"], sizes["block_m"], expert_map)
+    h = (torch.zeros if expert_map is not None else torch.empty)((S, 2 * I), dtype=torch.bfloat16, device=dev)
+    mxfp8_moe_gemm(x, x_scale, w1, w1_scale, sorted_ids, expert_ids, post, a_div=top_k, out=h)
+    q, s = swiglu_mxfp8_quant(h, alpha=alpha, beta=beta, limit=limit)
+    y = mxfp8_moe_gemm(q, s, w2, w2_scale, sorted_ids, expert_ids, post, a_div=1, topk_weights=topk_weights)
+    _moe_sum(y, topk_ids, expert_map, out, sizes)
+
+
+def _new_out(x) -> torch.Tensor:
+    return torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
+
+
+def _impl(x: torch.Tensor, x_scale: torch.Tensor, w1: torch.Tensor, w1_scale: torch.Tensor, w2: torch.Tensor,
+          w2_scale: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor, expert_map: torch.Tensor | None,
+          alpha: float, beta: float, limit: float, block_m: int | None) -> torch.Tensor:
+    validate(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, block_m)
+    out = _new_out(x)
+    _run(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit, block_m, out)
+    return out
+
+
+def _fake(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit, block_m):
+    validate(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, block_m)
+    return _new_out(x)
+
+
+def _impl_out(x: torch.Tensor, x_scale: torch.Tensor, w1: torch.Tensor, w1_scale: torch.Tensor, w2: torch.Tensor,
+              w2_scale: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
+              expert_map: torch.Tensor | None, alpha: float, beta: float, limit: float, block_m: int | None,
+              out: torch.Tensor) -> None:
+    _run(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit, block_m, out)
+
+
+def _fake_out(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit,
+              block_m, out) -> None:
+    validate(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, block_m, out)
+
+
+mxfp8_moe_op = library.define(OP, _impl, _fake)
+mxfp8_moe_out_op = library.define(OP + "_out", _impl_out, _fake_out, mutates_args=("out",))
+
+
+def mxfp8_moe(x: torch.Tensor, x_scale: torch.Tensor, w1: torch.Tensor, w1_scale: torch.Tensor, w2: torch.Tensor,
+              w2_scale: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor, *,
+              expert_map: torch.Tensor | None = None, alpha: float = 1.702, beta: float = 1.0, limit: float = 7.0,
+              block_m: int | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The MX-FP8 MoE layer (module docstring): out [T, H] bf16 = sum over top_k of the routed
+    experts' SwiGLU-OAI MLPs, weighted by topk_weights. Runs torch.ops.gfxasm.mxfp8_moe (or
+    mxfp8_moe_out when `out` is given)."""
+    if out is None:
+        return mxfp8_moe_op(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta,
+                            limit, block_m)
+    mxfp8_moe_out_op(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit,
+                     block_m, out)
+    return out
+
+
+def kernel_names() -> list[str]:
+    """This layer's own kernels (the GEMM's are mxfp8_moe_gemm.kernel_names())."""
+    return ["moe_align", "swiglu_mxfp8_quant", "moe_sum"]
+
