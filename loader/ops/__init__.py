@@ -8,3 +8,5 @@ from . import fmha  # noqa: F401
 from . import mxfp8_gemm  # noqa: F401
 from . import mxfp8_moe_gemm  # noqa: F401
 from . import moe_align  # noqa: F401
+from . import moe_layer  # noqa: F401
+from . import swiglu_quant  # noqa: F401
