@@ -11,9 +11,9 @@
 ;
 ; gfx950, wave64, WORKGROUP_SIZE_X work-items, one 32-block per work-item:
 ; block g = wg_x * WORKGROUP_SIZE_X + lane, row r = g / NB (multiply-high by `magic` = ceil(2^32 / NB),
-; exact for M * NB * NB < 2^32, which the op checks; magic = 0 means NB = 1), b = g - r * NB. Each work-item loads its 32 gate and
-; 32 up values (4 + 4 dwordx4), computes y in f32 (v_exp_f32 and v_rcp_f32 for the sigmoid),
-; the block's amax and scale, clamps to +-448 X (saturation by the clamp, whatever the mode),
+; exact for M * NB * NB < 2^32, which the op checks; magic = 0 means NB = 1), b = g - r * NB.
+; Each work-item loads its 32 gate and 32 up values (4 + 4 dwordx4), computes y in f32
+; (v_exp_f32 and v_rcp_f32 for the sigmoid), the block's amax and scale, clamps to +-448 X (saturation by the clamp, whatever the mode),
 ; converts pairs with v_cvt_scalef32_pk_fp8_f32 (which divides by X exactly and rounds to
 ; nearest even) and stores 32 bytes of q and the scale byte.
 ; Defines: F16 (0: bf16 input, 1: fp16).
@@ -153,8 +153,10 @@
     v_add_u32 v[v_cl], 8, v[v_am]
     v_lshlrev_b32 v[v_cl], 23, v[v_cl]
     v_or_b32 v[v_cl], 0x600000, v[v_cl]
-    .irp j, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31
-        v_med3_f32 v[v_y+\j], v[v_y+\j], -v[v_cl], v[v_cl]  ; saturate at +-448 X
+    .set j_, 0
+    .rept 32
+        v_med3_f32 v[v_y+j_], v[v_y+j_], -v[v_cl], v[v_cl]  ; saturate at +-448 X
+        .set j_, j_ + 1
     .endr
     .irp d, 0, 1, 2, 3, 4, 5, 6, 7                          ; low words: elements 4d, 4d+1
         v_cvt_scalef32_pk_fp8_f32 v[v_q+\d], v[v_y+4*\d], v[v_y+4*\d+1], v[v_sc]

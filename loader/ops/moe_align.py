@@ -150,3 +150,44 @@ def moe_align_block_size(topk_ids: torch.Tensor, num_experts: int, block_m: int,
     topk_ids [T, top_k] int32; num_experts: the global expert count; block_m: rows per GEMM
     block (a power of two); expert_map: int32 [num_experts], global -> local expert id or -1."""
     return moe_align_block_size_op(topk_ids, num_experts, block_m, expert_map)
+
+
+# ------------------------------------------------------------------ reference
+
+def reference(ids: list[int], num_experts: int, block_m: int, expert_map: list[int] | None = None
+              ) -> tuple[list[int], list[int], int]:
+    """The contract above in plain Python (lists and loops, no sorting routine): (sorted_token_ids,
+    expert_ids, num_tokens_post_padded) for the flattened ids."""
+    n = len(ids)
+    padded, blocks = sizes(n, num_experts, block_m)
+    sorted_ids, expert_ids, pos = [n] * padded, [-1] * blocks, 0
+    for e in range(num_experts):
+        run = [t for t in range(n) if ids[t] == e]
+        sorted_ids[pos:pos + len(run)] = run
+        for b in range(cdiv(len(run), block_m)):
+            expert_ids[pos // block_m + b] = e if expert_map is None else expert_map[e]
+        pos += cdiv(len(run), block_m) * block_m
+    return sorted_ids, expert_ids, pos
+
+
+def _register_run_case() -> None:
+    from ..runcases import RunCase, run_case
+
+    @run_case("moe_align")
+    def align_case(variant, gen, T=37, top_k=5, E=129, block_m=16) -> RunCase:
+        ids = torch.randint(-1, E + 1, (T * top_k,), generator=gen, dtype=torch.int32)   # a few out of range
+        want = reference(ids.tolist(), E, block_m)
+        padded, blocks = sizes(ids.numel(), E, block_m)
+        poison = lambda n: torch.full((n,), -7, dtype=torch.int32)   # noqa: E731
+        return RunCase(args=dict(topk_ids=ids, expert_map=torch.empty(0, dtype=torch.int32),
+                                 sorted_token_ids=poison(padded), expert_ids=poison(blocks),
+                                 num_tokens_post_padded=poison(1), slots=ids.numel(), num_experts=E,
+                                 block_m_log2=block_m.bit_length() - 1, max_padded=padded, max_blocks=blocks,
+                                 has_map=0),
+                       expected=dict(sorted_token_ids=torch.tensor(want[0], dtype=torch.int32),
+                                     expert_ids=torch.tensor(want[1], dtype=torch.int32),
+                                     num_tokens_post_padded=torch.tensor([want[2]], dtype=torch.int32)),
+                       atol=0, rtol=0, note=f"{T}x{top_k} slots, {E} experts, block_m {block_m}")
+
+
+_register_run_case()

@@ -50,12 +50,10 @@ import torch
 
 from ..launcher import BACKEND_ENV, PreparedLaunch, prepare
 from ..manifest import default_manifest
-from . import library
+from . import library, moe_align, mxfp8_moe_gemm, swiglu_quant
 from .aliasing import extent, refuse_overlap
-from .moe_align import moe_align_block_size
 from .mxfp8_gemm import BLOCK, E4M3
-from .mxfp8_moe_gemm import BLOCK_MS, MAX_A_DIV, mxfp8_moe_gemm
-from .swiglu_quant import swiglu_mxfp8_quant
+from .mxfp8_moe_gemm import BLOCK_MS, MAX_A_DIV
 
 OP = "mxfp8_moe"
 
@@ -70,8 +68,9 @@ def choose_block_m(T: int, top_k: int, E: int) -> int:
     return next((bm for bm in BLOCK_MS if bm >= 2 * expected), BLOCK_MS[-1])
 
 
-def validate(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, block_m, out=None) -> dict:
-    """The layer's own agreements (the steps check the rest); returns the sizes."""
+def validate(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit, block_m,
+             out=None) -> dict:
+    """Everything metadata tells, the steps' checks included (the fake kernels run this); the sizes."""
     named = (("x", x, "[T, H] e4m3"), ("w1", w1, "[E, 2I, H] e4m3"), ("w2", w2, "[E, H, I] e4m3"),
              ("topk_weights", topk_weights, "[T, top_k] float32"), ("topk_ids", topk_ids, "[T, top_k] int32"))
     for name, t, what in named:
@@ -108,8 +107,27 @@ def validate(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, exp
             _fail(ValueError, f"'out' must be contiguous, got strides {out.stride()}")
     E_global = expert_map.numel() if isinstance(expert_map, torch.Tensor) else E
     top_k = topk_ids.shape[1]
-    return dict(T=T, H=H, I=I2 // 2, E=E, E_global=E_global, top_k=top_k,
-                block_m=block_m or choose_block_m(T, top_k, E_global))
+    sizes = dict(T=T, H=H, I=I2 // 2, E=E, E_global=E_global, top_k=top_k,
+                 block_m=block_m or choose_block_m(T, top_k, E_global))
+    _validate_steps(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit,
+                    sizes)
+    return sizes
+
+
+def _validate_steps(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit,
+                    sizes) -> None:
+    """Every step's own checks, on stand-ins of the intermediates, before the first launch."""
+    moe_align.validate(topk_ids, sizes["E_global"], sizes["block_m"], expert_map)
+    swiglu_quant.validate(torch.empty((0, 2 * sizes["I"]), dtype=torch.bfloat16, device=x.device), alpha, beta, limit)
+    if sizes["T"] == 0:
+        return
+    S = sizes["T"] * sizes["top_k"]
+    ids = [torch.empty(n, dtype=torch.int32, device=x.device)
+           for n in moe_align.sizes(S, sizes["E_global"], sizes["block_m"]) + (1,)]
+    mxfp8_moe_gemm.validate(x, x_scale, w1, w1_scale, *ids, sizes["top_k"], None, None, torch.bfloat16)
+    q = torch.empty((S, sizes["I"]), dtype=E4M3, device=x.device)
+    q_scale = torch.empty((S, sizes["I"] // BLOCK), dtype=torch.uint8, device=x.device)
+    mxfp8_moe_gemm.validate(q, q_scale, w2, w2_scale, *ids, 1, topk_weights, None, torch.bfloat16)
 
 
 _SUMS: dict[tuple, PreparedLaunch] = {}
@@ -126,22 +144,24 @@ def _moe_sum(y, topk_ids, expert_map, out, sizes) -> None:
     _SUMS[key](y, topk_ids, expert_map, out)
 
 
-def _run(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit, block_m,
-         out) -> None:
-    sizes = validate(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, block_m, out)
+def _run(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit, out,
+         sizes) -> None:
+    """The five launches on checked arguments (validate's sizes)."""
     inputs = (("x", x), ("x_scale", x_scale), ("w1", w1), ("w1_scale", w1_scale), ("w2", w2),
               ("w2_scale", w2_scale), ("topk_weights", topk_weights), ("topk_ids", topk_ids)) + (
         (("expert_map", expert_map),) if expert_map is not None else ())
     refuse_overlap(OP, "out", out.data_ptr(), extent(out),
-                   tuple((name, t.data_ptr(), extent(t), False) for name, t in inputs if isinstance(t, torch.Tensor)))
+                   tuple((name, t.data_ptr(), extent(t), False) for name, t in inputs))
     if sizes["T"] == 0:
         return
     S, I, top_k, dev = sizes["T"] * sizes["top_k"], sizes["I"], sizes["top_k"], x.device
-    sorted_ids, expert_ids, post = moe_align_block_size(topk_ids, sizes["E_global"], sizes["block_m"], expert_map)
+    sorted_ids, expert_ids, post = moe_align.moe_align_block_size(topk_ids, sizes["E_global"], sizes["block_m"],
+                                                                  expert_map)
     h = (torch.zeros if expert_map is not None else torch.empty)((S, 2 * I), dtype=torch.bfloat16, device=dev)
-    mxfp8_moe_gemm(x, x_scale, w1, w1_scale, sorted_ids, expert_ids, post, a_div=top_k, out=h)
-    q, s = swiglu_mxfp8_quant(h, alpha=alpha, beta=beta, limit=limit)
-    y = mxfp8_moe_gemm(q, s, w2, w2_scale, sorted_ids, expert_ids, post, a_div=1, topk_weights=topk_weights)
+    mxfp8_moe_gemm.mxfp8_moe_gemm(x, x_scale, w1, w1_scale, sorted_ids, expert_ids, post, a_div=top_k, out=h)
+    q, s = swiglu_quant.swiglu_mxfp8_quant(h, alpha=alpha, beta=beta, limit=limit)
+    y = mxfp8_moe_gemm.mxfp8_moe_gemm(q, s, w2, w2_scale, sorted_ids, expert_ids, post, a_div=1,
+                                      topk_weights=topk_weights)
     _moe_sum(y, topk_ids, expert_map, out, sizes)
 
 
@@ -152,14 +172,15 @@ def _new_out(x) -> torch.Tensor:
 def _impl(x: torch.Tensor, x_scale: torch.Tensor, w1: torch.Tensor, w1_scale: torch.Tensor, w2: torch.Tensor,
           w2_scale: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor, expert_map: torch.Tensor | None,
           alpha: float, beta: float, limit: float, block_m: int | None) -> torch.Tensor:
-    validate(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, block_m)
+    args = (x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit)
+    sizes = validate(*args, block_m)
     out = _new_out(x)
-    _run(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit, block_m, out)
+    _run(*args, out, sizes)
     return out
 
 
 def _fake(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit, block_m):
-    validate(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, block_m)
+    validate(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit, block_m)
     return _new_out(x)
 
 
@@ -167,12 +188,14 @@ def _impl_out(x: torch.Tensor, x_scale: torch.Tensor, w1: torch.Tensor, w1_scale
               w2_scale: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
               expert_map: torch.Tensor | None, alpha: float, beta: float, limit: float, block_m: int | None,
               out: torch.Tensor) -> None:
-    _run(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit, block_m, out)
+    args = (x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit)
+    _run(*args, out, validate(*args, block_m, out))
 
 
 def _fake_out(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit,
               block_m, out) -> None:
-    validate(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, block_m, out)
+    validate(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit, block_m,
+             out)
 
 
 mxfp8_moe_op = library.define(OP, _impl, _fake)
@@ -198,3 +221,39 @@ def kernel_names() -> list[str]:
     """This layer's own kernels (the GEMM's are mxfp8_moe_gemm.kernel_names())."""
     return ["moe_align", "swiglu_mxfp8_quant", "moe_sum"]
 
+
+
+# ------------------------------------------------------------------ reference of moe_sum
+
+def sum_reference(y: torch.Tensor, topk_ids: torch.Tensor, num_experts: int,
+                  expert_map: torch.Tensor | None = None) -> torch.Tensor:
+    """moe_sum's result, exactly: per token, the valid slots' rows added in slot order in f32
+    (IEEE, as v_add_f32), rounded to bf16."""
+    T, top_k = topk_ids.shape
+    acc = torch.zeros(T, y.shape[1], dtype=torch.float32)
+    rows = y.float().view(T, top_k, -1)
+    for j in range(top_k):
+        e = topk_ids[:, j].long()
+        ok = (e >= 0) & (e < num_experts)
+        if expert_map is not None:
+            ok &= expert_map[e.clamp(0, num_experts - 1)] >= 0
+        acc = torch.where(ok[:, None], acc + rows[:, j], acc)
+    return acc.to(torch.bfloat16)
+
+
+def _register_run_case() -> None:
+    from ..runcases import RunCase, run_case
+
+    @run_case("moe_sum")
+    def sum_case(variant, gen, T=5, top_k=4, H=264, E=8) -> RunCase:
+        y = torch.randn(T * top_k, H, generator=gen).to(torch.bfloat16)
+        ids = torch.randint(-1, E + 1, (T, top_k), generator=gen, dtype=torch.int32)   # some out of range
+        expert_map = torch.randint(-1, 2, (E,), generator=gen, dtype=torch.int32)      # some absent
+        return RunCase(args=dict(y=y, topk_ids=ids.view(-1), expert_map=expert_map,
+                                 out=torch.full((T, H), float("nan"), dtype=torch.bfloat16), T=T, H=H, top_k=top_k,
+                                 num_experts=E, has_map=1),
+                       expected=dict(out=sum_reference(y, ids, E, expert_map)), atol=0, rtol=0,
+                       note=f"T={T} top_k={top_k} H={H}, expert map")
+
+
+_register_run_case()

@@ -203,3 +203,24 @@ def quantize_reference(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     # may round a float64 y once before the e4m3 rounding (at most one e4m3 step, at ties)
     q = v.to(torch.float32).to(E4M3)
     return q.view(M, I), exponent.to(torch.uint8).view(E8M0)
+
+
+def _register_run_case() -> None:
+    from ..runcases import RunCase, run_case
+
+    @run_case(OP)
+    def swiglu_case(variant, gen, M=37, I=96) -> RunCase:
+        """alpha = 0, beta = 0, no clamp: y = gate * up / 2 exactly, so q and scale are exact."""
+        dtype = torch.float16 if variant.defines["F16"] else torch.bfloat16
+        x = (torch.randn(M, 2 * I, generator=gen) * 4).to(dtype)
+        q_want, s_want = quantize_reference(activation_reference(x, 0.0, 0.0, float("inf")))
+        NB = I // BLOCK
+        return RunCase(args=dict(x=x, q=torch.full((M, I), float("nan")).to(E4M3),
+                                 scale=torch.full((M, NB), 0xFF, dtype=torch.uint8).view(E8M0), M=M, I=I, NB=NB,
+                                 magic=cdiv(2**32, NB) if NB > 1 else 0, neg_alpha_log2e=0.0, beta=0.0,
+                                 limit=float("inf")),
+                       expected=dict(q=q_want, scale=s_want), atol=0, rtol=0,
+                       note=f"M={M} I={I}, alpha = 0 (exact)")
+
+
+_register_run_case()
