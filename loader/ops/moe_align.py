@@ -100,6 +100,15 @@ def _outputs(topk_ids, num_experts, block_m):
     return new(padded), new(blocks), new(1)
 
 
+def launch_args(topk_ids, num_experts, block_m, expert_map, outs) -> dict:
+    """moe_align's kernel arguments for a validated call writing `outs` (shared with bench/moe.py)."""
+    no_map = torch.empty(0, dtype=torch.int32, device=topk_ids.device)
+    return dict(topk_ids=topk_ids.reshape(-1), expert_map=no_map if expert_map is None else expert_map,
+                sorted_token_ids=outs[0], expert_ids=outs[1], num_tokens_post_padded=outs[2], slots=topk_ids.numel(),
+                num_experts=num_experts, block_m_log2=block_m.bit_length() - 1, max_padded=outs[0].numel(),
+                max_blocks=outs[1].numel(), has_map=int(expert_map is not None))
+
+
 _PLANS: dict[tuple, PreparedLaunch] = {}
 
 
@@ -109,16 +118,10 @@ def _plan(topk_ids, num_experts, block_m, expert_map, outs) -> PreparedLaunch:
            os.environ.get(BACKEND_ENV))
     launch = _PLANS.get(key)
     if launch is None:
-        padded, blocks = outs[0].numel(), outs[1].numel()
         if topk_ids.device.type not in ("cpu", "cuda"):
             _fail(ValueError, f"tensors must be on the CPU (emulator) or a ROCm gfx950 GPU, got {topk_ids.device}")
-        no_map = torch.empty(0, dtype=torch.int32, device=topk_ids.device)
         launch = prepare(default_manifest().kernel("moe_align").variant(None),
-                         dict(topk_ids=topk_ids.reshape(-1), expert_map=no_map if expert_map is None else expert_map,
-                              sorted_token_ids=outs[0], expert_ids=outs[1], num_tokens_post_padded=outs[2],
-                              slots=topk_ids.numel(), num_experts=num_experts,
-                              block_m_log2=block_m.bit_length() - 1, max_padded=padded, max_blocks=blocks,
-                              has_map=int(expert_map is not None)))
+                         launch_args(topk_ids, num_experts, block_m, expert_map, outs))
         _PLANS[key] = launch
     return launch
 

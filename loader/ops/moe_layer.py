@@ -130,17 +130,22 @@ def _validate_steps(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_i
     mxfp8_moe_gemm.validate(q, q_scale, w2, w2_scale, *ids, 1, topk_weights, None, torch.bfloat16)
 
 
+def sum_launch_args(y, topk_ids, expert_map, out, sizes) -> dict:
+    """moe_sum's kernel arguments (shared with bench/moe.py)."""
+    no_map = torch.empty(0, dtype=torch.int32, device=y.device)
+    return dict(y=y, topk_ids=topk_ids.reshape(-1), expert_map=no_map if expert_map is None else expert_map, out=out,
+                T=sizes["T"], H=sizes["H"], top_k=sizes["top_k"], num_experts=sizes["E_global"],
+                has_map=int(expert_map is not None))
+
+
 _SUMS: dict[tuple, PreparedLaunch] = {}
 
 
 def _moe_sum(y, topk_ids, expert_map, out, sizes) -> None:
-    key = (y.shape, y.device, sizes["E_global"], expert_map is not None, os.environ.get(BACKEND_ENV))
+    key = (y.shape, topk_ids.shape, y.device, sizes["E_global"], expert_map is not None, os.environ.get(BACKEND_ENV))
     if key not in _SUMS:
-        no_map = torch.empty(0, dtype=torch.int32, device=y.device)
-        _SUMS[key] = prepare(default_manifest().kernel("moe_sum").variant(None), dict(
-            y=y, topk_ids=topk_ids.reshape(-1), expert_map=no_map if expert_map is None else expert_map, out=out,
-            T=sizes["T"], H=sizes["H"], top_k=sizes["top_k"], num_experts=sizes["E_global"],
-            has_map=int(expert_map is not None)))
+        _SUMS[key] = prepare(default_manifest().kernel("moe_sum").variant(None),
+                             sum_launch_args(y, topk_ids, expert_map, out, sizes))
     _SUMS[key](y, topk_ids, expert_map, out)
 
 

@@ -111,6 +111,15 @@ def _new_outputs(x) -> tuple[torch.Tensor, torch.Tensor]:
             torch.empty((M, I // BLOCK), dtype=E8M0, device=x.device))
 
 
+def launch_args(x, q, scale, alpha, beta, limit) -> tuple[str, dict]:
+    """(variant, kernel arguments) of a validated call (shared with bench/moe.py)."""
+    M, I = x.shape[0], x.shape[1] // 2
+    NB = I // BLOCK
+    return f"{OP}_{IN_DTYPES[x.dtype]}", dict(
+        x=x, q=q, scale=scale, M=M, I=I, NB=NB, magic=cdiv(2**32, NB) if NB > 1 else 0,   # 0: NB = 1 (see the kernel)
+        neg_alpha_log2e=-float(alpha) * math.log2(math.e), beta=float(beta), limit=float(limit))
+
+
 _PLANS: dict[tuple, PreparedLaunch] = {}
 
 
@@ -120,12 +129,8 @@ def _run(x, q, scale, alpha, beta, limit) -> None:
     if key not in _PLANS:
         if x.device.type not in ("cpu", "cuda"):
             _fail(ValueError, f"tensors must be on the CPU (emulator) or a ROCm gfx950 GPU, got {x.device}")
-        NB = I // BLOCK
-        variant = default_manifest().kernel(OP).variant(f"{OP}_{IN_DTYPES[x.dtype]}")
-        _PLANS[key] = prepare(variant, dict(x=x, q=q, scale=scale, M=M, I=I, NB=NB,
-                                            magic=cdiv(2**32, NB) if NB > 1 else 0,   # 0: NB = 1 (see the kernel)
-                                            neg_alpha_log2e=-float(alpha) * math.log2(math.e), beta=float(beta),
-                                            limit=float(limit))) if M * I else None
+        variant, args = launch_args(x, q, scale, alpha, beta, limit)
+        _PLANS[key] = prepare(default_manifest().kernel(OP).variant(variant), args) if M * I else None
     launch = _PLANS[key]
     if launch is None:
         return
@@ -214,11 +219,9 @@ def _register_run_case() -> None:
         dtype = torch.float16 if variant.defines["F16"] else torch.bfloat16
         x = (torch.randn(M, 2 * I, generator=gen) * 4).to(dtype)
         q_want, s_want = quantize_reference(activation_reference(x, 0.0, 0.0, float("inf")))
-        NB = I // BLOCK
-        return RunCase(args=dict(x=x, q=torch.full((M, I), float("nan")).to(E4M3),
-                                 scale=torch.full((M, NB), 0xFF, dtype=torch.uint8).view(E8M0), M=M, I=I, NB=NB,
-                                 magic=cdiv(2**32, NB) if NB > 1 else 0, neg_alpha_log2e=0.0, beta=0.0,
-                                 limit=float("inf")),
+        _, args = launch_args(x, torch.full((M, I), float("nan")).to(E4M3),
+                              torch.full((M, I // BLOCK), 0xFF, dtype=torch.uint8).view(E8M0), 0.0, 0.0, float("inf"))
+        return RunCase(args=args,
                        expected=dict(q=q_want, scale=s_want), atol=0, rtol=0,
                        note=f"M={M} I={I}, alpha = 0 (exact)")
 
