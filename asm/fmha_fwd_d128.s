@@ -102,6 +102,12 @@
 .ifndef PAGED
     .set PAGED, 0                      ; batch_prefill_d128 (PAGED = 1): varlen Q, paged K/V (see below)
 .endif
+.ifndef FP8
+    .set FP8, 0                        ; (PAGED only) FP8 e4m3 Q/K/V, bf16 O (see below)
+.endif
+.if FP8 && !PAGED
+    .error "fmha_fwd_d128: FP8 is a batch_prefill (PAGED) variant"
+.endif
 
 .include "float16.inc"
 
@@ -110,7 +116,12 @@
 ; --- constants ---
 .set Q_TILE, 256
 .set KV_TILE, 64
+.if FP8
+.set ROW_BYTES, 128                    ; 128 e4m3 (Q, K, V rows)
+.else
 .set ROW_BYTES, 256                    ; 128 bf16/fp16
+.endif
+.set O_ROW_BYTES, 256                  ; 128 bf16/fp16 (O rows)
 .set TILE_BYTES, KV_TILE * ROW_BYTES   ; 16 KiB
 .set LDS_V0, 0                         ; V[0..1] at LDS_V0 + buf * TILE_BYTES (DS offsets: 16 bits)
 .set LDS_K0, 2 * TILE_BYTES            ; K[0..2] at LDS_K0 + buf * TILE_BYTES (buffer part in v_kaddr)
@@ -123,7 +134,11 @@
 .if PAGED
 .set RING, 7                           ; (4 VGPRs of the ring hold the DMA page entries, v_g_*)
 .set PF, 5                             ; (PF <= RING - 2: a slot is re-read 2 MFMAs after its last use)
+.if FP8
+.set DMA_OPS, 30                       ; ops of one iteration's DMA (pdma_op: one K line, one V line)
+.else
 .set DMA_OPS, 58                       ; ops of one iteration's DMA (pdma_op)
+.endif
 .else
 .set RING, 8                           ; MFMA operand ring: 8 slots of 4 VGPRs
 .set PF, 6                             ; operands read ahead of their MFMA (< RING; <= 7 x 2 DS reads in flight)
@@ -246,6 +261,11 @@
 .set s_krow, 45             ; first row of the next K tile to DMA
 .set s_vrow, 48             ; ... V tile
 .set s_qstart, 51           ; qo_indptr[b]: this sequence's first row of q, o and lse
+.set s_c, s_scale_log2      ; FP8: c = scale * log2(e) * q_descale * k_descale
+.set s_negc, 12             ; FP8: -c
+.set s_vd, 13               ; FP8: v_descale
+.set s_ptr_ds, 14           ; [14:15] FP8: descales [q, k, v]
+.set s_lazy, 53             ; FP8: lazy-rescale threshold 8 / c
 .endif
 
 ; ============================================================================ macros
@@ -253,26 +273,43 @@
 ; GEMM1 operand i (k step i/4, d block i%4) into ring slot \slot: keys 16ks + 4(l/32) +
 ; {0..3} and +8 of column d = 32 db + l%32, by two transposing reads of V buffer \buf
 .macro v_read_op slot, i, buf
+.if FP8
+    ; one transposing read: keys 16ks + 8(e/4) + 4(l/32) + e%4 (e = byte 0..7) of d = 32db + l%32
+    ds_read_b64_tr_b8 v[v_op + 4*(\slot) : v_op + 4*(\slot) + 1], v[v_vaddr + (\i) % 4] offset: LDS_V0 + (\buf) * TILE_BYTES + 2048 * ((\i) / 4)
+.else
     ds_read_b64_tr_b16 v[v_op + 4*(\slot) : v_op + 4*(\slot) + 1], v[v_vaddr + (\i) % 4] offset: LDS_V0 + (\buf) * TILE_BYTES + 4096 * ((\i) / 4)
     ds_read_b64_tr_b16 v[v_op + 4*(\slot) + 2 : v_op + 4*(\slot) + 3], v[v_vaddr + (\i) % 4] offset: LDS_V0 + (\buf) * TILE_BYTES + 4096 * ((\i) / 4) + 2048
+.endif
 .endm
 
 ; GEMM0 operand i (key block i%2, d step i/2) into ring slot \slot; the K buffer's offset
 ; is part of the v_kaddr addresses (kaddr_op moves them)
 .macro k_read_op slot, i, buf
+.if FP8
+    ds_read_b64 v[v_op + 4*(\slot) : v_op + 4*(\slot) + 1], v[v_kaddr + (\i) / 2] offset: LDS_K0 + 4096 * ((\i) % 2)
+.else
     ds_read_b128 v[v_op + 4*(\slot) : v_op + 4*(\slot) + 3], v[v_kaddr + (\i) / 2] offset: LDS_K0 + 8192 * ((\i) % 2)
+.endif
 .endm
 
 ; GEMM1 MFMA i: O^T[d block i%4] += V^T[d block, k step i/4] * P^T[k step]  (4 accumulators rotate)
 .macro pv_mfma slot, i
+.if FP8
+    v_mfma_f32_32x32x16_fp8_fp8 v[v_o + 16*((\i)%4) : v_o + 16*((\i)%4) + 15], v[v_op + 4*(\slot) : v_op + 4*(\slot) + 1], v[v_p + 2*((\i)/4) : v_p + 2*((\i)/4) + 1], v[v_o + 16*((\i)%4) : v_o + 16*((\i)%4) + 15]
+.else
     mfma_32x32x16 v[v_o + 16*((\i)%4) : v_o + 16*((\i)%4) + 15], v[v_op + 4*(\slot) : v_op + 4*(\slot) + 3], v[v_p + 4*((\i)/4) : v_p + 4*((\i)/4) + 3], v[v_o + 16*((\i)%4) : v_o + 16*((\i)%4) + 15]
+.endif
 .endm
 
 ; GEMM0 MFMA i: S^T[key block i%2] (+)= K[keys, d step i/2] * Q^T[d step, queries], into S
 ; buffer \sbuf; a block's first MFMA starts from -m, so S - m comes out
 .macro qk_mfma slot, i, sbuf
     .set _sd, v_s0 + 32*(\sbuf) + 16*((\i)%2)
-    .if (\i) / 2 == 0
+    .if FP8 && ((\i) / 2 == 0)
+        v_mfma_f32_32x32x16_fp8_fp8 v[_sd : _sd + 15], v[v_op + 4*(\slot) : v_op + 4*(\slot) + 1], v[v_q + 2*((\i)/2) : v_q + 2*((\i)/2) + 1], v[v_negm : v_negm + 15]
+    .elseif FP8
+        v_mfma_f32_32x32x16_fp8_fp8 v[_sd : _sd + 15], v[v_op + 4*(\slot) : v_op + 4*(\slot) + 1], v[v_q + 2*((\i)/2) : v_q + 2*((\i)/2) + 1], v[_sd : _sd + 15]
+    .elseif (\i) / 2 == 0
         mfma_32x32x16 v[_sd : _sd + 15], v[v_op + 4*(\slot) : v_op + 4*(\slot) + 3], v[v_q + 4*((\i)/2) : v_q + 4*((\i)/2) + 3], v[v_negm : v_negm + 15]
     .else
         mfma_32x32x16 v[_sd : _sd + 15], v[v_op + 4*(\slot) : v_op + 4*(\slot) + 3], v[v_q + 4*((\i)/2) : v_q + 4*((\i)/2) + 3], v[_sd : _sd + 15]
@@ -296,7 +333,7 @@
     .set _o, (\g) + 2
     .rept PF - 2
         .if _o < (\n)
-            .if (\a_on) && (_o < 16)
+            .if (\a_on) && (_o < 16) && !FP8
                 .set _w, _w + 2
             .else
                 .set _w, _w + 1
@@ -360,7 +397,9 @@
 ; entries loaded by the previous DMA (v_g_*, landed at the barrier's vmcnt(0)), then the
 ; rows move on a tile and the entries of the next DMA's lines are loaded.
 .macro pdma_op i, vpar
-    .if (\i) < 9
+    .if FP8
+        pdma_op8 (\i), \vpar
+    .elseif (\i) < 9
         pdma_line (\i), v_g_k0, s_krow, 0, v_cbase_k, s_k_ss, s_kd_line, LDS_K0
     .elseif (\i) < 18
         pdma_line ((\i) - 9), v_g_k1, s_krow, 32, v_cbase_k, s_k_ss, s_kd_line, LDS_K0 + 8192
@@ -380,6 +419,23 @@
         page_entry ((\i) - 48), v_g_v0, s_vrow, 0
     .else
         page_entry ((\i) - 53), v_g_v1, s_vrow, 32
+    .endif
+.endm
+
+; FP8: one line of 8 rows (128 bytes each) per wave and tile, for K and for V
+.macro pdma_op8 i, vpar
+    .if (\i) < 9
+        pdma_line (\i), v_g_k0, s_krow, 0, v_cbase_k, s_k_ss, s_kd_line, LDS_K0
+    .elseif (\i) < 18
+        pdma_line ((\i) - 9), v_g_v0, s_vrow, 0, v_cbase_v, s_v_ss, s_m0k, LDS_V0 + (\vpar) * TILE_BYTES
+    .elseif (\i) == 18
+        s_add_u32 s[s_krow], s[s_krow], KV_TILE
+    .elseif (\i) == 19
+        s_add_u32 s[s_vrow], s[s_vrow], KV_TILE
+    .elseif (\i) < 25
+        page_entry ((\i) - 20), v_g_k0, s_krow, 0
+    .else
+        page_entry ((\i) - 25), v_g_v0, s_vrow, 0
     .endif
 .endm
 
@@ -440,6 +496,10 @@
 .macro smB_op i
     .if (\i) % 2 == 0
         v_pk_add_f32 v[v_l:v_l+1], v[v_l:v_l+1], v[_sj + (\i) : _sj + (\i) + 1]
+    .elseif FP8 && ((\i) % 4 == 1)
+        v_cvt_pk_fp8_f32 v[v_p + (\i)/4], v[_sj + (\i) - 1], v[_sj + (\i)]   ; keys of bytes 0, 1 (2, 3 below)
+    .elseif FP8
+        v_cvt_pk_fp8_f32 v[v_p + (\i)/4], v[_sj + (\i) - 1], v[_sj + (\i)] op_sel:[0,0,1]
     .else
         cvt_pk_f32 v[v_p + (\i)/2], v[_sj + (\i) - 1], v[_sj + (\i)]
     .endif
@@ -468,7 +528,11 @@
         v_max_f32 v[v_diff], v[v_t0], v[v_t1]
     .elseif (\i) == 5
         .if \test
+        .if FP8
+            v_cmp_lt_f32 vcc, s[s_lazy], v[v_diff]          ; ... by more than 8 / c (raw score units)
+        .else
             v_cmp_lt_f32 vcc, LAZY_THRESHOLD, v[v_diff]     ; some row's max grew by more than 8
+        .endif
         .endif
     .else
         .if \test
@@ -515,16 +579,24 @@ L_prep_back_\tag:
             dma_op (_ai - 16), \par        ; (DMA_OPS > 16) the rest after the exp2s
         .elseif _ex && _dm
             .if _ai % 2 == 0
-                v_exp_f32 v[_sj + _ai/2], v[_sj + _ai/2]
+                exp2_op (_sj + _ai/2)
             .else
                 dma_op (_ai/2), \par
             .endif
         .elseif _ex
-            v_exp_f32 v[_sj + _ai], v[_sj + _ai]
+            exp2_op (_sj + _ai)
         .else
             dma_op _ai, \par
         .endif
     .endif
+.endm
+
+; P = exp2 of S - m (FP8: of c (S - m), S in raw units: Q is not pre-scaled)
+.macro exp2_op r
+    .if FP8
+        v_mul_f32 v[\r], s[s_c], v[\r]
+    .endif
+    v_exp_f32 v[\r], v[\r]
 .endm
 
 ; Phase B ops of slot k (0..15, 16 = the tail): exp2 of key block 1, row sums, P to
@@ -532,7 +604,7 @@ L_prep_back_\tag:
 .macro b_ops k, vpar
     .if (\k) < 16
         .if _ex
-            v_exp_f32 v[_sj + 16 + (\k)], v[_sj + 16 + (\k)]
+            exp2_op (_sj + 16 + (\k))
             .if (\k) >= 1
                 smB_op (2*(\k) - 2)         ; pairs p <= k-1 were exponentiated >= 2 ops ago
                 smB_op (2*(\k) - 1)
@@ -694,7 +766,11 @@ L_prep_\tag:
     .set _sj, v_s0 + 32*(\par)
     v_max_f32 v[v_t2], 0, v[v_diff]
     v_add_f32 v[v_m], v[v_m], v[v_t2]
+.if FP8
+    v_mul_f32 v[v_corr], s[s_negc], v[v_t2]
+.else
     v_sub_f32 v[v_corr], 0, v[v_t2]
+.endif
     v_exp_f32 v[v_corr], v[v_corr]
     .set _r, 0
     .rept 16
@@ -757,12 +833,32 @@ L_orescale_\tag:
     s_load_dword s[s_kv_magic], s[s_kernarg:s_kernarg+1], k_kv_head_magic
     s_load_dword s[s_scale_log2], s[s_kernarg:s_kernarg+1], k_scale_log2
     s_load_dword s[s_store_lse], s[s_kernarg:s_kernarg+1], k_store_lse
+.if FP8
+    s_load_dwordx2 s[s_ptr_ds:s_ptr_ds+1], s[s_kernarg:s_kernarg+1], k_descales
+.endif
     s_lshl_b32 s[s_t0], s[s_wg_z], 2                    ; 4b: this sequence's entries
     s_waitcnt lgkmcnt(0)                                ; in flight: all kernarg loads -> wait for all
     s_load_dwordx2 s[s_tmp64:s_tmp64+1], s[s_cmp0:s_cmp0+1], s[s_t0]   ; qo_indptr[b], qo_indptr[b+1]
     s_load_dword s[s_t1], s[s_cmp1:s_cmp1+1], s[s_t0]   ; kv_start[b]
     s_load_dword s[s_seq_k], s[s_cmp2:s_cmp2+1], s[s_t0]   ; seqlen_k[b]
+.if FP8
+    s_load_dwordx2 s[s_cmp0:s_cmp0+1], s[s_ptr_ds:s_ptr_ds+1], 0   ; q_descale, k_descale
+    s_load_dword s[s_vd], s[s_ptr_ds:s_ptr_ds+1], 8
+    s_waitcnt lgkmcnt(0)                                ; in flight: the five -> wait for them
+    v_mov_b32 v[v_t0], s[s_scale_log2]
+    v_mul_f32 v[v_t0], s[s_cmp0], v[v_t0]
+    v_mul_f32 v[v_t0], s[s_cmp0+1], v[v_t0]             ; c
+    v_rcp_f32 v[v_t1], v[v_t0]
+    v_sub_f32 v[v_t2], 0, v[v_t0]
+    s_nop 0                                             ; transcendental result -> VALU read: 1 wait state
+    v_mul_f32 v[v_t1], 0x41000000, v[v_t1]              ; 8 / c: P <= 2^8 fits e4m3 (448)
+    v_readfirstlane_b32 s[s_c], v[v_t0]
+    v_readfirstlane_b32 s[s_negc], v[v_t2]
+    s_nop 0                                             ; VALU write -> v_readfirstlane read: 1 wait state
+    v_readfirstlane_b32 s[s_lazy], v[v_t1]
+.else
     s_waitcnt lgkmcnt(0)                                ; in flight: the three -> wait for them
+.endif
     s_mov_b32 s[s_qstart], s[s_tmp64]
     s_sub_u32 s[s_seq_q], s[s_tmp64+1], s[s_tmp64]
     s_lshl_b32 s[s_t2], s[s_wg_x], 8
@@ -847,7 +943,7 @@ L_orescale_\tag:
     s_sub_u32 s[s_t0], s[s_seq_q], s[s_q0]
     s_sub_u32 s[s_t0], s[s_t0], 1
     s_mul_i32 s[s_t0], s[s_t0], s[s_o_ss]
-    s_add_u32 s[s_t1], s[s_t0], ROW_BYTES               ; stores of rows >= seq_q are dropped
+    s_add_u32 s[s_t1], s[s_t0], O_ROW_BYTES             ; stores of rows >= seq_q are dropped
     rsrc_raw s_rsrc_o, s_ptr_o, s_t1
 .if PAGED
     add_mul_u64 s_ptr_lse, s_wg_y, s_lse_hs, s_tmp64    ; LSE [heads_q, total_q]
@@ -890,12 +986,22 @@ L_orescale_\tag:
     s_lshl_b32 s[s_t0], s[s_wave], 5                    ; 32w
     v_add_u32 v[v_t0], s[s_t0], v[v_u_lq]
     v_mul_lo_u32 v[v_t0], v[v_t0], s[s_q_ss]
+.if FP8
+    ; (FP8: 8 bytes d = 16s + 8(l/32) .. +7 per d step s: the B operand of 32x32x16 fp8)
+    v_lshl_add_u32 v[v_u_qoff], v[v_u_lh], 3, v[v_t0]
+    .set _s, 0
+    .rept 8
+        buffer_load_dwordx2 v[v_q + 2*_s : v_q + 2*_s + 1], v[v_u_qoff], s[s_rsrc_q:s_rsrc_q+3], 0 offen offset: 16*_s
+        .set _s, _s + 1
+    .endr
+.else
     v_lshl_add_u32 v[v_u_qoff], v[v_u_lh], 4, v[v_t0]
     .set _s, 0
     .rept 8
         buffer_load_dwordx4 v[v_q + 4*_s : v_q + 4*_s + 3], v[v_u_qoff], s[s_rsrc_q:s_rsrc_q+3], 0 offen offset: 32*_s
         .set _s, _s + 1
     .endr
+.endif
 
     ; --- tile counts (keys visible to query i: j < lim(i) = min(seq_k, i + seq_k - seq_q + 1) if causal) ---
     s_add_u32 s[s_t0], s[s_q0], s[s_t0]                 ; q_first = q0 + 32w
@@ -953,6 +1059,41 @@ L_no_clamp:
     v_sub_u32 v[v_lim4], v[v_t0], v[v_t1]
 
     ; --- LDS read addresses ---
+.if FP8
+    ; K: key l%32 (+32 kb), 8 bytes d = 16s + 8(l/32) at key*128 + 16*(s ^ (key/2)%8) + 8(l/32)
+    v_lshlrev_b32 v[v_t1], 7, v[v_u_lq]
+    v_lshl_add_u32 v[v_t1], v[v_u_lh], 3, v[v_t1]
+    v_bfe_u32 v[v_t2], v[v_u_lq], 1, 3
+    .set _s, 0
+    .rept 8
+        v_xor_b32 v[v_u3], _s, v[v_t2]
+        v_lshl_add_u32 v[v_kaddr + _s], v[v_u3], 4, v[v_t1]
+        .set _s, _s + 1
+    .endr
+    ; V (ds_read_b64_tr_b8): lane 16b + 2j + x reads 8 bytes of row rr = 8(j/4) + 4(b/2) + j%4
+    ; (+16ks by offset) at d = 32db + 16(b%2) + 8x: chunk c = 2db + b%2, address
+    ; rr*128 + 16*(c ^ (2((rr/2)%2) + 4((rr/8)%2))) + 8x
+    v_bfe_u32 v[v_t0], v[v_lane], 1, 3                  ; j
+    v_and_b32 v[v_u3], 3, v[v_t0]
+    v_lshrrev_b32 v[v_u4], 2, v[v_t0]
+    v_lshl_add_u32 v[v_u3], v[v_u4], 3, v[v_u3]
+    v_lshl_add_u32 v[v_t0], v[v_u_lh], 2, v[v_u3]        ; rr
+    v_bfe_u32 v[v_t1], v[v_lane], 4, 1                  ; b % 2
+    v_bfe_u32 v[v_u3], v[v_t0], 1, 1
+    v_bfe_u32 v[v_u4], v[v_t0], 3, 1
+    v_lshlrev_b32 v[v_u3], 1, v[v_u3]
+    v_lshl_add_u32 v[v_t2], v[v_u4], 2, v[v_u3]         ; swizzle(rr)
+    v_and_b32 v[v_u3], 1, v[v_lane]                     ; x
+    v_lshlrev_b32 v[v_u3], 3, v[v_u3]
+    v_lshl_add_u32 v[v_u3], v[v_t0], 7, v[v_u3]         ; rr*128 + 8x
+    .set _d, 0
+    .rept 4
+        v_add_u32 v[v_u4], 2*_d, v[v_t1]
+        v_xor_b32 v[v_u4], v[v_u4], v[v_t2]
+        v_lshl_add_u32 v[v_vaddr + _d], v[v_u4], 4, v[v_u3]
+        .set _d, _d + 1
+    .endr
+.else
     ; K: key l%32 (+32 kb), chunk c = 2s + l/32 at key*256 + 16*(c ^ key%16)
     v_lshlrev_b32 v[v_t1], 8, v[v_u_lq]
     v_and_b32 v[v_t2], 15, v[v_u_lq]
@@ -983,7 +1124,29 @@ L_no_clamp:
         .set _d, _d + 1
     .endr
 
-.if PAGED
+.endif
+
+.if FP8
+    ; --- DMA (FP8): lane i fills row 8w + i/8, slot i%8 with chunk slot ^ swizzle(row), K's
+    ; swizzle (row/2) % 8 = 4(w%2) + i/16, V's 2((row/2) % 2) + 4((row/8) % 2) = 2((i/16) % 2) + 4(w%2) ---
+    v_lshrrev_b32 v[v_t0], 3, v[v_lane]                 ; i/8
+    v_and_b32 v[v_t1], 7, v[v_lane]                     ; slot
+    s_lshl_b32 s[s_t1], s[s_wave], 3                    ; 8w
+    v_add_u32 v[v_rl], s[s_t1], v[v_t0]                 ; row in tile
+    v_mov_b32 v[v_t2+1], 0
+    v_lshrrev_b32 v[v_u4], 4, v[v_lane]                 ; i/16
+    s_and_b32 s[s_t3], s[s_wave], 1
+    s_lshl_b32 s[s_t3], s[s_t3], 2                      ; 4(w%2)
+    v_add_u32 v[v_u3], s[s_t3], v[v_u4]
+    v_xor_b32 v[v_u3], v[v_u3], v[v_t1]                 ; K chunk
+    v_lshlrev_b32 v[v_t2], 4, v[v_u3]
+    v_lshl_add_u64 v[v_cbase_k:v_cbase_k+1], v[v_t2:v_t2+1], 0, s[s_ptr_k:s_ptr_k+1]
+    v_and_b32 v[v_u4], 1, v[v_u4]
+    v_lshl_add_u32 v[v_u3], v[v_u4], 1, s[s_t3]
+    v_xor_b32 v[v_u3], v[v_u3], v[v_t1]                 ; V chunk
+    v_lshlrev_b32 v[v_t2], 4, v[v_u3]
+    v_lshl_add_u64 v[v_cbase_v:v_cbase_v+1], v[v_t2:v_t2+1], 0, s[s_ptr_v:s_ptr_v+1]
+.elseif PAGED
     ; --- DMA: lane i fills row 4L + i/16 (L = w, w+8), slot i%16 with chunk slot ^ swizzle(row)
     ; from cbase (its kv head's row 0 + 16 * chunk) + global row * seq stride ---
     v_lshrrev_b32 v[v_t0], 4, v[v_lane]                 ; i/16
@@ -1054,6 +1217,33 @@ L_no_clamp:
     ; the page entries of DMA 0: K(2), V(0)
     s_mov_b32 s[s_krow], 0
     s_mov_b32 s[s_vrow], KV_TILE
+.if FP8
+    .set _i, 0
+    .rept 10                                            ; (one line after another: they share v_t0)
+        page_entry (_i % 5), (v_g_k0 + 2 * (_i / 5)), (s_krow + (s_vrow - s_krow) * (_i / 5)), 0
+        .set _i, _i + 1
+    .endr
+    s_waitcnt vmcnt(0)                                  ; in flight: 8 Q loads, 2 page entries -> wait for all
+    s_mov_b32 s[s_kd_line], s[s_m0k]
+    .set _i, 0
+    .rept 9
+        pdma_line _i, v_g_k0, s_krow, 0, v_cbase_k, s_k_ss, s_kd_line, LDS_K0
+        .set _i, _i + 1
+    .endr
+    .set _i, 0
+    .rept 9
+        pdma_line _i, v_g_v0, s_vrow, 0, v_cbase_k, s_k_ss, s_kd_line, LDS_K0 + TILE_BYTES
+        .set _i, _i + 1
+    .endr
+    s_mov_b32 s[s_krow], 2 * KV_TILE
+    s_mov_b32 s[s_vrow], 0
+    .set _i, 20
+    .rept 10
+        pdma_op _i, 0
+        .set _i, _i + 1
+    .endr
+    s_branch L_q_scale
+.endif
     .set _i, 0
     .rept 20                                            ; (one line after another: they share v_t0)
         page_entry (_i % 5), (v_g_k0 + _i / 5), (s_krow + (s_vrow - s_krow) * (_i / 10)), 32 * ((_i / 5) % 2)
@@ -1104,6 +1294,7 @@ L_wait_q2:
 L_wait_q0:
     s_waitcnt vmcnt(0)                                  ; in flight: 8 Q loads -> wait for them
 L_q_scale:
+.if !FP8                                                ; (FP8 scales the scores, not Q: exp2_op)
     v_mov_b32 v[v_corr], s[s_scale_log2]
     .set _r, 0
     .rept 32
@@ -1119,6 +1310,7 @@ L_q_scale:
         cvt_pk_f32 v[v_q + _r], v[v_t0], v[v_t1]
         .set _r, _r + 1
     .endr
+.endif
     s_waitcnt vmcnt(0)                                  ; in flight: K(0), K(1) -> wait for them
     s_cmp_eq_u32 s[s_ntiles], 0
     s_cbranch_scc1 L_epilogue
@@ -1246,12 +1438,19 @@ L_epilogue:
     v_rcp_f32 v[v_corr], v[v_t1]
     v_log_f32 v[v_t2], v[v_t0]          ; log2 l (-inf for a row that saw no key)
     s_nop 0                             ; transcendental result -> VALU read: 1 wait state
+.if FP8
+    v_mul_f32 v[v_corr], s[s_vd], v[v_corr]             ; O = v_descale * P V / l
+.endif
     .set _r, 0
     .rept 32
         v_pk_mul_f32 v[v_o + _r : v_o + _r + 1], v[v_o + _r : v_o + _r + 1], v[v_corr:v_corr+1] op_sel_hi:[1,0]
         .set _r, _r + 2
     .endr
+.if FP8
+    v_fma_f32 v[v_t2], v[v_m], s[s_c], v[v_t2]          ; (m is in raw score units)
+.else
     v_add_f32 v[v_t2], v[v_m], v[v_t2]
+.endif
     v_mul_f32 v[v_t2], LN2, v[v_t2]     ; LSE = (m + log2 l) * ln 2
     ; O^T block db, register 4g + e holds d = 32db + 8g + 4(l/32) + e (4 consecutive d, 8
     ; bytes). Pair q = 2db + p of groups g0 = 2p, g1 = 2p+1: X = lane's 8 bytes of g0,

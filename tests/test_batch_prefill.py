@@ -10,6 +10,14 @@ Tolerance for bf16/fp16 (gfxasm.ops.fmha.tolerances, per sequence on the gathere
 K/V): twice the error of PyTorch evaluating the same attention in the inputs' precision,
 plus 4 ulp at 1.0; LSE likewise (fmha's docstring says why).
 
+Tolerance for FP8 e4m3 Q/K/V (bf16 out), against the float64 attention of the dequantised
+inputs, per output element: bp.fp8_p_bound (P rounded to e4m3 before the P.V GEMM: 2^-4
+relative for normal P, 2^-10 absolute below, the row sum from unrounded P; its docstring
+derives it) + 2^-8 |O| (O's own rounding to bf16) + 2^-16 v_descale max|V| (f32
+accumulation and the v_exp/v_rcp approximations, far below the rest). Scores are products
+of e4m3 values, exact in f32, summed over 128 terms in f32, so LSE is held to
+2^-14 (1 + |LSE|).
+
 Default run: every page size (1, 16, 64, 1024) with both table kinds, causal and not,
 MHA and GQA 8/1, bf16 and fp16 spread over the cases. `pytest -m full` runs the larger
 cross-product (page sizes x causal x dtype x heads x batches).
@@ -77,14 +85,38 @@ def dense(q, k_cache, v_cache, qo_indptr, table, b):
 def check(seq_q, seq_k, page_size, heads_q, heads_k, dtype, causal, seed=0, both_tables=True):
     q, k_cache, v_cache, qo_indptr, sglang, vllm = make_problem(seq_q, seq_k, page_size, heads_q, heads_k, dtype,
                                                                 seed)
-    out = torch.full(q.shape, float("nan"), dtype=dtype)
+    fp8 = dtype == bp.FP8
+    descales = (0.37, 1.9, 0.61) if fp8 else (1.0, 1.0, 1.0)
+    scales = dict(zip(("q_descale", "k_descale", "v_descale"), (torch.tensor([d]) for d in descales))) if fp8 else {}
+    out = torch.full(q.shape, float("nan"), dtype=bp.out_dtype(dtype))
     o, lse = gfxasm.batch_prefill(q, k_cache, v_cache, qo_indptr, **sglang, causal=causal, out=out,
-                                  return_lse=True)
+                                  return_lse=True, **scales)
     assert o is out and lse.shape == (heads_q, q.shape[0])
     table = bp.normalise(len(seq_q), page_size, k_cache.shape[0], **sglang)
-    o_ref, lse_ref = bp.reference(q, k_cache, v_cache, qo_indptr, *table, causal=causal)
+    o_ref, lse_ref, bound = bp.reference(q, k_cache, v_cache, qo_indptr, *table, causal=causal, descales=descales,
+                                         p_bound=True)
     assert not torch.isnan(o).any(), f"{int(torch.isnan(o).sum())} O elements NaN (unwritten or a poisoned slot read)"
     assert not torch.isnan(lse).any(), "NaN in LSE"
+    if fp8:
+        check_fp8(o, lse, o_ref, lse_ref, bound, descales[2] * v_cache.float().nan_to_num(0.0).abs().max().item())
+    else:
+        check_sequences(q, k_cache, v_cache, qo_indptr, table, o, lse, o_ref, lse_ref, seq_q, seq_k, causal)
+    if both_tables:
+        o2 = gfxasm.batch_prefill(q, k_cache, v_cache, qo_indptr, **vllm, causal=causal, **scales)
+        assert torch.equal(o2.view(torch.int16), o.view(torch.int16)), "vLLM and SGLang tables differ"
+
+
+def check_fp8(o, lse, o_ref, lse_ref, bound, v_max):
+    tol = bound + 2.0**-8 * o_ref.abs() + 2.0**-16 * v_max
+    excess = (o.double() - o_ref).abs() - tol
+    assert excess.max() <= 0, f"|O - O_ref| exceeds the FP8 bound by {excess.max().item():.3g}"
+    lse_err = fmha.max_error(lse.double(), lse_ref)
+    finite = lse_ref[torch.isfinite(lse_ref)]
+    lse_tol = 2.0**-14 * (1 + (finite.abs().max().item() if finite.numel() else 0.0))
+    assert lse_err <= lse_tol, f"max|LSE - LSE_ref| = {lse_err:.3g} > {lse_tol:.3g}"
+
+
+def check_sequences(q, k_cache, v_cache, qo_indptr, table, o, lse, o_ref, lse_ref, seq_q, seq_k, causal):
     for b in range(len(seq_q)):
         q0, q1 = int(qo_indptr[b]), int(qo_indptr[b + 1])
         if q0 == q1:
@@ -99,9 +131,6 @@ def check(seq_q, seq_k, page_size, heads_q, heads_k, dtype, causal, seed=0, both
         lse_err = fmha.max_error(lse[:, q0:q1].double(), lse_ref[:, q0:q1])
         assert o_err <= o_tol, f"sequence {b}: max|O - O_ref| = {o_err:.3g} > {o_tol:.3g}"
         assert lse_err <= lse_tol, f"sequence {b}: max|LSE - LSE_ref| = {lse_err:.3g} > {lse_tol:.3g}"
-    if both_tables:
-        o2 = gfxasm.batch_prefill(q, k_cache, v_cache, qo_indptr, **vllm, causal=causal)
-        assert torch.equal(o2.view(torch.int16), o.view(torch.int16)), "vLLM and SGLang tables differ"
 
 
 # (seq_q, seq_k) per sequence: ragged, keys a prefix longer, empty sequences
@@ -119,6 +148,11 @@ def test_ragged_paged(page_size, causal, heads, dtype):
     check(RAGGED_Q, RAGGED_K, page_size, *heads, dtype, causal, seed=page_size)
 
 
+@pytest.mark.parametrize("page_size, causal, heads", [(1, True, (8, 1)), (16, False, (2, 1)), (64, True, (2, 2))])
+def test_fp8_ragged_paged(page_size, causal, heads):
+    check(RAGGED_Q, RAGGED_K, page_size, *heads, bp.FP8, causal, seed=11 + page_size)
+
+
 def test_causal_more_queries_than_keys():
     # seqlen_q > seqlen_k: the first queries see no key (O = 0, LSE = -inf); 256 exactly one Q tile
     check([256, 20], [100, 7], 16, 2, 1, torch.bfloat16, True, seed=5, both_tables=False)
@@ -127,7 +161,7 @@ def test_causal_more_queries_than_keys():
 @pytest.mark.full
 @pytest.mark.parametrize("page_size", [1, 2, 16, 64, 128, 1024])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, bp.FP8])
 @pytest.mark.parametrize("heads", [(1, 1), (8, 1), (8, 8), (16, 4)])
 def test_full_cross_product(page_size, causal, dtype, heads):
     check([1, 17, 255, 256, 257, 0, 600], [1, 300, 255, 700, 257, 9, 600], page_size, *heads, dtype, causal,
@@ -170,6 +204,8 @@ def _call(**change):
     (dict(kv_indptr=None, kv_page_indices=None, kv_last_page_len=None), ValueError, "page table is required"),
     (dict(causal=1), TypeError, "'causal'"),
     (dict(softmax_scale=float("inf")), ValueError, "softmax_scale"),
+    (dict(q_descale=torch.tensor([1.0])), ValueError, "float8_e4m3fn inputs only"),
+    (dict(kv_block_descale=torch.ones(8, 1, 2), k_descale=torch.tensor([1.0])), ValueError, "not both"),
 ])
 def test_bad_input(change, error, words):
     with pytest.raises(error, match=words):
@@ -184,6 +220,26 @@ def test_bad_vllm_table(seqlens, error):
                              seqlens_k=torch.tensor(seqlens, dtype=torch.int32))
 
 
+def _fp8_base():
+    q, k, v, qo, sglang, _ = make_problem([5, 9], [20, 33], 16, 2, 1, bp.FP8, 0)
+    return q, k, v, qo, sglang
+
+
+@pytest.mark.parametrize("change, error, words", [
+    (dict(out=torch.zeros(14, 2, 128, dtype=torch.float16)), TypeError, "'out' dtype must be torch.bfloat16"),
+    (dict(k_descale=torch.tensor([1.0], dtype=torch.float64)), ValueError, "'k_descale' must be a float32"),
+    (dict(v_descale=torch.ones(2)), ValueError, "'v_descale' must be a float32"),
+    (dict(q_descale=0.5), TypeError, "'q_descale'"),
+    (dict(k_cache=torch.zeros(8, 16, 1, 128, dtype=torch.bfloat16)), TypeError, "'k_cache' dtype"),
+])
+def test_fp8_bad_input(change, error, words):
+    q, k, v, qo, sglang = _fp8_base()
+    args = dict(q=q, k_cache=k, v_cache=v, qo_indptr=qo, **sglang)
+    args.update(change)
+    with pytest.raises(error, match=words):
+        gfxasm.batch_prefill(**args)
+
+
 def test_out_overlapping_input_refused():
     q, k, v, qo, sglang, _ = _base()
     with pytest.raises(ValueError, match="overlaps"):
@@ -193,13 +249,13 @@ def test_out_overlapping_input_refused():
 def test_torch_op_functional_equals_out():
     q, k, v, qo, sglang, _ = _base()
     tables = (sglang["kv_indptr"], sglang["kv_page_indices"], sglang["kv_last_page_len"], None, None)
-    o, lse = torch.ops.gfxasm.batch_prefill(q, k, v, qo, *tables, True, None, True)
+    o, lse = torch.ops.gfxasm.batch_prefill(q, k, v, qo, *tables, True, None, None, None, None, None, True)
     out = torch.full_like(q, float("nan"))
     lse2 = torch.full_like(lse, float("nan"))
-    torch.ops.gfxasm.batch_prefill_out(q, k, v, qo, *tables, out, lse2, True, None)
+    torch.ops.gfxasm.batch_prefill_out(q, k, v, qo, *tables, out, lse2, True, None, None, None, None, None)
     assert torch.equal(o.view(torch.int16), out.view(torch.int16)) and torch.equal(lse, lse2)
     with torch.device("meta"):
         mo, ml = torch.ops.gfxasm.batch_prefill(q.to("meta"), k.to("meta"), v.to("meta"), qo.to("meta"),
                                                 *(t.to("meta") if t is not None else None for t in tables),
-                                                True, None, True)
+                                                True, None, None, None, None, None, True)
     assert mo.shape == q.shape and ml.shape == (q.shape[1], q.shape[0])

@@ -50,7 +50,8 @@ from .aliasing import extent, refuse_internal_overlap, refuse_overlap
 HEAD_DIM = 128
 Q_TILE = 256
 KERNEL = "batch_prefill_d128"
-DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
+DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float8_e4m3fn: "fp8"}
+FP8 = torch.float8_e4m3fn
 LOG2E = 1.4426950408889634
 MAX_PAGE_SIZE = 1024
 _U32 = 2**32
@@ -114,6 +115,34 @@ def _row_stride(name: str, cache: torch.Tensor) -> int:
     return cache.stride(1) * e
 
 
+def out_dtype(dtype: torch.dtype) -> torch.dtype:
+    """FP8 inputs give bf16 out; bf16/fp16 give their own dtype."""
+    return torch.bfloat16 if dtype == FP8 else dtype
+
+
+def _descales(q, q_descale, k_descale, v_descale, kv_block_descale) -> torch.Tensor | None:
+    """The kernel's [q, k, v] descale vector (FP8), or None (bf16/fp16)."""
+    given = {n: t for n, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))
+             if t is not None}
+    if kv_block_descale is not None:
+        if "k_descale" in given or "v_descale" in given:
+            _fail(ValueError, "pass per-tensor k_descale/v_descale or kv_block_descale, not both")
+        _fail(ValueError, "kv_block_descale (per-page KV scales) is not implemented yet; use k_descale/v_descale")
+    if q.dtype != FP8:
+        if given:
+            _fail(ValueError, f"descales apply to float8_e4m3fn inputs only; q is {q.dtype} (got {', '.join(given)})")
+        return None
+    for name, t in given.items():
+        if not isinstance(t, torch.Tensor):
+            _fail(TypeError, f"'{name}' must be a float32 tensor of one element, got {type(t).__name__}")
+        if t.dtype != torch.float32 or t.numel() != 1:
+            _fail(ValueError, f"'{name}' must be a float32 tensor of one element, got {t.dtype} shape {tuple(t.shape)}")
+        if t.device != q.device:
+            _fail(ValueError, f"'{name}' must be on q's device ({q.device}), got {t.device}")
+    one = torch.ones(1, dtype=torch.float32, device=q.device)
+    return torch.cat([given.get(n, one).reshape(1) for n in ("q_descale", "k_descale", "v_descale")])
+
+
 def _check_scale(name, value) -> float:
     if value is None:
         return 1.0
@@ -128,12 +157,13 @@ class _Call:
     """A checked call: the normalised page table and everything the launch needs."""
 
     def __init__(self, q, k_cache, v_cache, qo_indptr, kv_indptr, kv_page_indices, kv_last_page_len,
-                 block_table, seqlens_k, causal, softmax_scale, out, lse):
+                 block_table, seqlens_k, causal, softmax_scale, q_descale, k_descale, v_descale, kv_block_descale,
+                 out, lse):
         q = _tensor("q", q, 3, f"[total_q, heads_q, {HEAD_DIM}]")
         k_cache = _tensor("k_cache", k_cache, 4, f"[num_pages, page_size, heads_k, {HEAD_DIM}]")
         v_cache = _tensor("v_cache", v_cache, 4, f"[num_pages, page_size, heads_k, {HEAD_DIM}]")
         if q.dtype not in DTYPES:
-            _fail(TypeError, f"'q' dtype must be torch.bfloat16 or torch.float16, got {q.dtype}")
+            _fail(TypeError, f"'q' dtype must be torch.bfloat16, torch.float16 or torch.float8_e4m3fn, got {q.dtype}")
         for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
             if t.dtype != q.dtype:
                 _fail(TypeError, f"'{name}' dtype must equal q's ({q.dtype}), got {t.dtype}")
@@ -181,6 +211,7 @@ class _Call:
         self.max_seq_q = int((qo_indptr[1:] - qo_indptr[:-1]).max().item()) if batch else 0
         self.q, self.k_cache, self.v_cache, self.qo_indptr, self.causal = q, k_cache, v_cache, qo_indptr, causal
         self.page_shift = page_size.bit_length() - 1
+        self.descales = _descales(q, q_descale, k_descale, v_descale, kv_block_descale)
         self.out, self.lse = out, lse
         if out is not None:
             _check_out(out, q)
@@ -202,16 +233,18 @@ class _Call:
         if q.numel() == 0 or self.max_seq_q == 0:
             return
         e = q.element_size()
+        descales = self.descales if self.descales is not None else torch.ones(3, dtype=torch.float32,
+                                                                              device=q.device)
         ratio = q.shape[1] // self.k_cache.shape[2]
         store_lse = lse is not None
         args = dict(q=q, k_cache=self.k_cache, v_cache=self.v_cache, o=out,
                     lse=lse if store_lse else torch.empty((0, 0), dtype=torch.float32, device=q.device),
                     qo_indptr=self.qo_indptr, kv_start=self.kv_start, seqlen_k=self.seqlen_k,
-                    page_list=self.page_list, max_seq_q=self.max_seq_q,
+                    page_list=self.page_list, descales=descales, max_seq_q=self.max_seq_q,
                     q_seq_stride=q.stride(0) * e, q_head_stride=q.stride(1) * e,
                     k_seq_stride=self.k_ss, k_head_stride=self.k_cache.stride(2) * e,
                     v_seq_stride=self.v_ss, v_head_stride=self.v_cache.stride(2) * e,
-                    o_seq_stride=out.stride(0) * e, o_head_stride=out.stride(1) * e,
+                    o_seq_stride=out.stride(0) * out.element_size(), o_head_stride=out.stride(1) * out.element_size(),
                     lse_head_stride=lse.stride(0) * 4 if store_lse else 0,
                     page_shift=self.page_shift, kv_head_magic=0 if ratio == 1 else -(-_U32 // ratio),
                     scale_log2=self.scale * LOG2E, store_lse=int(store_lse))
@@ -287,8 +320,8 @@ def _check_out(out, q) -> None:
         _fail(TypeError, f"'out' must be a torch.Tensor, got {type(out).__name__}")
     if out.shape != q.shape:
         _fail(ValueError, f"'out' shape must equal q's {tuple(q.shape)}, got {tuple(out.shape)}")
-    if out.dtype != q.dtype:
-        _fail(TypeError, f"'out' dtype must be {q.dtype}, got {out.dtype}")
+    if out.dtype != out_dtype(q.dtype):
+        _fail(TypeError, f"'out' dtype must be {out_dtype(q.dtype)} for {q.dtype} inputs, got {out.dtype}")
     if out.device != q.device:
         _fail(ValueError, f"'out' must be on q's device ({q.device}), got {out.device}")
     _rows("out", out, (0, 1))
@@ -308,7 +341,7 @@ def _check_lse(lse, q) -> None:
 # ------------------------------------------------------------------ the op
 
 def _new_outputs(q: torch.Tensor, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    out = torch.empty(q.shape, dtype=out_dtype(q.dtype), device=q.device)
     lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device) if return_lse else None
     return out, lse
 
@@ -317,17 +350,19 @@ def _batch_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
                    kv_indptr: torch.Tensor | None, kv_page_indices: torch.Tensor | None,
                    kv_last_page_len: torch.Tensor | None, block_table: torch.Tensor | None,
                    seqlens_k: torch.Tensor | None, causal: bool, softmax_scale: float | None,
-                   return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                   q_descale: torch.Tensor | None, k_descale: torch.Tensor | None, v_descale: torch.Tensor | None,
+                   kv_block_descale: torch.Tensor | None, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
     _check_flag("return_lse", return_lse)
     q = _tensor("q", q, 3, f"[total_q, heads_q, {HEAD_DIM}]")
     out, lse = _new_outputs(q, return_lse)
     _Call(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_page_indices, kv_last_page_len, block_table, seqlens_k,
-          causal, softmax_scale, out, lse).run()
+          causal, softmax_scale, q_descale, k_descale, v_descale, kv_block_descale, out, lse).run()
     return out, lse if lse is not None else torch.empty(0, dtype=torch.float32, device=q.device)
 
 
 def _batch_prefill_fake(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_page_indices, kv_last_page_len, block_table,
-                        seqlens_k, causal, softmax_scale, return_lse):
+                        seqlens_k, causal, softmax_scale, q_descale, k_descale, v_descale, kv_block_descale,
+                        return_lse):
     _check_flag("return_lse", return_lse)
     q = _tensor("q", q, 3, f"[total_q, heads_q, {HEAD_DIM}]")
     out, lse = _new_outputs(q, return_lse)
@@ -338,15 +373,17 @@ def _batch_prefill_out(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
                        kv_indptr: torch.Tensor | None, kv_page_indices: torch.Tensor | None,
                        kv_last_page_len: torch.Tensor | None, block_table: torch.Tensor | None,
                        seqlens_k: torch.Tensor | None, out: torch.Tensor, lse: torch.Tensor | None, causal: bool,
-                       softmax_scale: float | None) -> None:
+                       softmax_scale: float | None, q_descale: torch.Tensor | None, k_descale: torch.Tensor | None,
+                       v_descale: torch.Tensor | None, kv_block_descale: torch.Tensor | None) -> None:
     if out is None:
         _fail(TypeError, "'out' must be a torch.Tensor, got NoneType")
     _Call(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_page_indices, kv_last_page_len, block_table, seqlens_k,
-          causal, softmax_scale, out, lse).run()
+          causal, softmax_scale, q_descale, k_descale, v_descale, kv_block_descale, out, lse).run()
 
 
 def _batch_prefill_out_fake(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_page_indices, kv_last_page_len,
-                            block_table, seqlens_k, out, lse, causal, softmax_scale) -> None:
+                            block_table, seqlens_k, out, lse, causal, softmax_scale, q_descale, k_descale, v_descale,
+                            kv_block_descale) -> None:
     if out is None:
         _fail(TypeError, "'out' must be a torch.Tensor, got NoneType")
     _check_out(out, _tensor("q", q, 3, f"[total_q, heads_q, {HEAD_DIM}]"))
@@ -368,17 +405,21 @@ def batch_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                   kv_indptr: torch.Tensor | None = None, kv_page_indices: torch.Tensor | None = None,
                   kv_last_page_len: torch.Tensor | None = None, block_table: torch.Tensor | None = None,
                   seqlens_k: torch.Tensor | None = None, causal: bool = False, softmax_scale: float | None = None,
+                  q_descale: torch.Tensor | None = None, k_descale: torch.Tensor | None = None,
+                  v_descale: torch.Tensor | None = None, kv_block_descale: torch.Tensor | None = None,
                   out: torch.Tensor | None = None, return_lse: bool = False):
     """Varlen attention of q over a paged KV cache; returns out, or (out, lse) with
     return_lse. See the module docstring; runs torch.ops.gfxasm.batch_prefill (or
     batch_prefill_out when `out` is given)."""
     tables = (kv_indptr, kv_page_indices, kv_last_page_len, block_table, seqlens_k)
+    scales = (q_descale, k_descale, v_descale, kv_block_descale)
     if out is None:
-        out, lse = batch_prefill_op(q, k_cache, v_cache, qo_indptr, *tables, causal, softmax_scale, return_lse)
+        out, lse = batch_prefill_op(q, k_cache, v_cache, qo_indptr, *tables, causal, softmax_scale, *scales,
+                                    return_lse)
         return (out, lse) if return_lse else out
     _check_flag("return_lse", return_lse)
     lse = _new_outputs(_tensor("q", q, 3, f"[total_q, heads_q, {HEAD_DIM}]"), True)[1] if return_lse else None
-    batch_prefill_out_op(q, k_cache, v_cache, qo_indptr, *tables, out, lse, causal, softmax_scale)
+    batch_prefill_out_op(q, k_cache, v_cache, qo_indptr, *tables, out, lse, causal, softmax_scale, *scales)
     return (out, lse) if return_lse else out
 
 
@@ -393,22 +434,26 @@ def gather_kv(cache: torch.Tensor, page_list: torch.Tensor, start: int, seqlen: 
 
 
 def reference(q, k_cache, v_cache, qo_indptr, page_list, kv_start, seqlen_k, *, causal=False,
-              softmax_scale=None) -> tuple[torch.Tensor, torch.Tensor]:
+              softmax_scale=None, descales=(1.0, 1.0, 1.0), p_bound=False) -> tuple[torch.Tensor, ...]:
     """(O [total_q, Hq, 128], LSE [Hq, total_q]) in float64 from the normalised page table
-    (page_list, kv_start, seqlen_k: the form `normalise` returns)."""
+    (page_list, kv_start, seqlen_k: the form `normalise` returns), inputs dequantised by
+    `descales` (q, k, v). With p_bound, also the bound on |O - O_ref| that P's rounding to
+    FP8 e4m3 allows (see `fp8_p_bound`)."""
     scale = 1.0 / math.sqrt(HEAD_DIM) if softmax_scale is None else softmax_scale
     total_q, heads_q, _ = q.shape
     ratio = heads_q // k_cache.shape[2]
+    qd, kd, vd = descales
     o = torch.zeros(total_q, heads_q, HEAD_DIM, dtype=torch.float64)
+    bound = torch.zeros_like(o)
     lse = torch.full((heads_q, total_q), float("-inf"), dtype=torch.float64)
     for b in range(qo_indptr.shape[0] - 1):
         q0, q1 = int(qo_indptr[b]), int(qo_indptr[b + 1])
         sq, sk = q1 - q0, int(seqlen_k[b])
         if sq == 0 or sk == 0:
             continue
-        qb = q[q0:q1].double()
-        kb = gather_kv(k_cache, page_list, int(kv_start[b]), sk).double()
-        vb = gather_kv(v_cache, page_list, int(kv_start[b]), sk).double()
+        qb = q[q0:q1].double() * qd
+        kb = gather_kv(k_cache, page_list, int(kv_start[b]), sk).double() * kd
+        vb = gather_kv(v_cache, page_list, int(kv_start[b]), sk).double() * vd
         kb, vb = kb.repeat_interleave(ratio, 1), vb.repeat_interleave(ratio, 1)
         s = torch.einsum("qhd,khd->hqk", qb, kb) * scale
         if causal:
@@ -419,7 +464,26 @@ def reference(q, k_cache, v_cache, qo_indptr, page_list, kv_start, seqlen_k, *, 
         p = torch.exp(s - lse_b[..., None]).nan_to_num(0.0)
         o[q0:q1] = torch.einsum("hqk,khd->qhd", p, vb)
         lse[:, q0:q1] = lse_b
-    return o, lse
+        if p_bound:
+            bound[q0:q1] = fp8_p_bound(p, s, vb)
+    return (o, lse, bound) if p_bound else (o, lse)
+
+
+def fp8_p_bound(p: torch.Tensor, s: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Largest |O - O_exact| [q, h, d] from rounding P to FP8 e4m3 before the P.V GEMM.
+
+    p [h, q, k] are the exact probabilities (exp(s - max) / l), s the scores (-inf where
+    masked), v [k, h, d] dequantised. The kernel's P for key j is P_j * l * a with
+    a = 2^(c (m_final - m_tile)) in [2^-0, 2^8] (its lazily updated max never trails the
+    final one by more than 8 in log2 units) and its exact P_j * l * a in (0, 2^8]. Rounding
+    to e4m3 moves a normal value (>= 2^-6) by at most half an ulp, 2^-4 relative, and a
+    subnormal or underflowing one by at most half the smallest step, 2^-10 absolute; back in
+    the final scale (divide by a >= 1) the absolute part stays <= 2^-10. The row sum l comes
+    from unrounded P, so O moves by at most sum_j (2^-4 P_j + 2^-10 / l) |V_j| per output."""
+    visible = torch.isfinite(s).double()
+    l = torch.exp(s - s.amax(-1, keepdim=True)).nan_to_num(0.0).sum(-1, keepdim=True)
+    weight = 2.0**-4 * p + 2.0**-10 * visible / l.clamp_min(1e-300)
+    return torch.einsum("hqk,khd->qhd", weight, v.abs())
 
 
 def normalise(batch, page_size, num_pages, **table):
