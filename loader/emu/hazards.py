@@ -82,6 +82,8 @@ import re
 
 import numpy as np
 
+from .fast import reads_settled
+
 # Rules a launch may waive (Kernel.launch(waive=...)): each is contradicted by a
 # hardware-proven third-party code object; our own kernels are held to them.
 WAIVABLE = {
@@ -255,8 +257,9 @@ _ALL_WRITERS = np.arange(128)[None, :]
 
 
 def _need_tables(ex, kind, index):
-    """(need if not full, need if full): int64[128] per writer code, for the current
-    consumer; _rule evaluated once per consumer class over every writer code."""
+    """(need if not full, need if full, the larger of the two): int64[128] per writer
+    code, for the current consumer; _rule evaluated once per consumer class over every
+    writer code."""
     klass, role = ex.klass, getattr(ex, "role", None)
     xdl_inst = klass == "mfma" and role == "c" and is_xdl(ex.inst.name)
     carry_in = kind == "s" and (klass in VALU_CLASSES or klass == "mfma") and _is_carry_in(ex.inst, index)
@@ -268,7 +271,9 @@ def _need_tables(ex, kind, index):
             for full in (False, True))
         if np.array_equal(tables[0], tables[1]):
             tables = (tables[0], tables[0])
-        tables[0].flags.writeable = tables[1].flags.writeable = False
+        tables += (np.maximum(tables[0], tables[1]),)
+        for t in tables:
+            t.flags.writeable = False
         _NEED_TABLES[key] = tables
     return tables
 
@@ -278,7 +283,7 @@ def _required_for_read(ex, kind, w, index, count, writer, at, gap=None):
 
     With `gap` given, may return a need no smaller than the exact one when even that one
     leaves no register short (then the exact one does not either)."""
-    not_full, full_t = _need_tables(ex, kind, index)
+    not_full, full_t, _ = _need_tables(ex, kind, index)
     need = not_full[writer]
     if full_t is not not_full and ex.klass == "mfma" and getattr(ex, "role", None) == "c":
         monotone = _FULL_NOT_LARGER.get(id(full_t))
@@ -360,8 +365,11 @@ def check_read(ex, kind: str, w, index: int, count: int) -> None:
             _note_wide_store(ex, kind, w, index, count)
     if count and _settled(ex, kind, w, index, count):
         return
-    at = waves.written_at[kind][w, index:index + count]
     clock = ex.clocks(w)[0]
+    if reads_settled is not None and reads_settled(waves.written_at[kind], waves.written_by[kind], ex.wave_ids(w),
+                                                   index, count, clock, _need_tables(ex, kind, index)[2]):
+        return
+    at = waves.written_at[kind][w, index:index + count]
     if _all_settled(clock, at):
         return
     writer = waves.written_by[kind][w, index:index + count]

@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import MemoryFault
+from .fast import read_marks
 
 
 _PENDING = np.iinfo(np.int32).max      # w_epoch of a write whose counter has not retired
@@ -61,6 +62,7 @@ class LdsTracker:
             self.r_epoch = np.full(n, -1, np.int32)
             self._scratch = np.zeros(n, np.int8)
             self._flag = np.zeros(n, bool)
+            self._last = np.zeros(n if read_marks is not None else 0, np.int64)    # fast.read_marks
             # per dword: the last write was a whole-dword LDS DMA, and the value the last
             # such DMA reserved (what it lands)
             self.by_dma = np.zeros(n, bool)
@@ -89,18 +91,31 @@ class Access:
 
     slot [n,1,1] LDS slot of each wave; ok [n,64] active and in range; keys [m] tracked
     dword keys (slot * dwords + dword), rows [m] / lanes [m] the wave row and lane of each
-    key (lanes made on first use: only error reports need them); index [n,64,nbytes] byte
-    index into the slot (0 where not ok, made on first use); dword_index [n,64,nbytes/4]
-    (None unless every ok lane is dword-aligned and nbytes a multiple of 4): the same
-    bytes as whole dwords."""
+    key (made on first use where every lane is ok: only error reports and partial
+    releases need them); index [n,64,nbytes] byte index into the slot (0 where not ok,
+    made on first use); dword_index [n,64,nbytes/4] (None unless every ok lane is
+    dword-aligned and nbytes a multiple of 4): the same bytes as whole dwords.
+    keys2: the keys as [n, m/n] where every row has the same count (every lane ok), else
+    keys itself; per_row(v) spreads a per-wave v[n] over keys2 (a broadcast, not a copy,
+    in the first case)."""
 
-    __slots__ = ("slot", "ok", "keys", "rows", "_lanes", "dword_index", "_okaddr", "_nbytes", "_index")
+    __slots__ = ("slot", "ok", "keys", "keys2", "_rows", "_lanes", "dword_index", "_okaddr", "_nbytes", "_index")
 
     def __init__(self, slot, ok, keys, rows, lanes, dword_index, okaddr, nbytes):
-        """lanes None: every lane of every row is ok and touches nbytes / 4 dwords."""
-        self.slot, self.ok, self.keys, self.rows, self._lanes = slot, ok, keys, rows, lanes
+        """rows and lanes None: every lane of every row is ok and touches nbytes / 4 dwords."""
+        self.slot, self.ok, self.keys, self._rows, self._lanes = slot, ok, keys, rows, lanes
+        self.keys2 = keys.reshape(ok.shape[0], -1) if rows is None else keys
         self.dword_index = dword_index
         self._okaddr, self._nbytes, self._index = okaddr, nbytes, None
+
+    @property
+    def rows(self) -> np.ndarray:
+        if self._rows is None:
+            self._rows = np.repeat(np.arange(self.ok.shape[0]), self.keys2.shape[1])
+        return self._rows
+
+    def per_row(self, v: np.ndarray) -> np.ndarray:
+        return v[:, None] if self._rows is None else v[self._rows]
 
     @property
     def lanes(self) -> np.ndarray:
@@ -136,10 +151,8 @@ def access(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, what: str) ->
         dword_index = first[:, :, None] + k
         full = slot * ex.lds.dwords + dword_index
         if ok.all():
-            n = ok.shape[0]
             keys = full.ravel()
-            rows = np.repeat(np.arange(n), ok.shape[1] * k.size)
-            lanes = None
+            rows = lanes = None
         else:
             rows, lanes, _ = np.nonzero(np.broadcast_to(ok[:, :, None], full.shape))
             keys = full[ok]
@@ -155,6 +168,7 @@ def access(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, what: str) ->
 
 def _report(ex, w, acc: Access, flags: np.ndarray, message: str):
     """HazardError for the first flagged key; `message` gets the address and lane."""
+    flags = flags.reshape(-1)
     j = int(np.flatnonzero(flags)[0])
     rows = np.zeros(acc.ok.shape[0], bool)
     rows[acc.rows[flags]] = True
@@ -163,12 +177,12 @@ def _report(ex, w, acc: Access, flags: np.ndarray, message: str):
 
 
 def _same_dma(ex, acc: Access, values) -> np.ndarray | bool:
-    """bool per key: a whole-dword DMA of `values` (uint32 per key, None for other writes)
+    """bool per key: a whole-dword DMA of `values` (uint32 shaped as acc.keys2, None for other writes)
     lands what the last write there leaves (see the module docstring)."""
     if values is None:
         return False
     lds = ex.lds
-    keys = acc.keys
+    keys = acc.keys2
     left = np.where(lds.dma_pending[keys] > 0, lds.dma_value[keys], ex.waves.lds.view(np.uint32).reshape(-1)[keys])
     return lds.by_dma[keys] & (left == values)
 
@@ -177,15 +191,15 @@ def _check_pending(ex, w, acc: Access, what: str, same_wave_ok: bool, values=Non
     lds = ex.lds
     if not ex.strict:
         return
-    dma = lds.dma_pending[acc.keys] > 0
+    dma = lds.dma_pending[acc.keys2] > 0
     if dma.any() and values is not None and lds.ordered:
         dma &= ~_same_dma(ex, acc, values)
     if dma.any():
         _report(ex, w, acc, dma, f"{what} touches LDS address {{addr}} (lane {{lane}}) before the LDS DMA "
                                  f"load writing it has landed (missing s_waitcnt vmcnt)")
-    pend = lds.ds_pending[acc.keys] > 0
+    pend = lds.ds_pending[acc.keys2] > 0
     if same_wave_ok and pend.any():
-        pend &= lds.ds_owner[acc.keys] != ex.wave_ids(w)[acc.rows]
+        pend &= lds.ds_owner[acc.keys2] != acc.per_row(ex.wave_ids(w))
     if pend.any():
         _report(ex, w, acc, pend, f"{what} touches LDS address {{addr}} (lane {{lane}}) that another wave "
                                   f"wrote without s_waitcnt lgkmcnt(0) + s_barrier in between")
@@ -193,14 +207,14 @@ def _check_pending(ex, w, acc: Access, what: str, same_wave_ok: bool, values=Non
 
 def _check_order(ex, w, acc: Access, what: str, write: bool, values=None):
     """Cross-wave ordering through s_barrier (see the module docstring); marks reads.
-    `values`: uint32 per key of a whole-dword LDS DMA write, None otherwise."""
+    `values`: uint32 shaped as acc.keys2 of a whole-dword LDS DMA write, None otherwise."""
     lds = ex.lds
     if not (ex.strict and lds.ordered):
         return
     waves = ex.wave_ids(w)
-    keys = acc.keys
-    me = ex.waves.wave_in_group[waves].astype(np.int8)[acc.rows]
-    mine = lds.epoch[waves][acc.rows]
+    keys = acc.keys2
+    me = acc.per_row(ex.waves.wave_in_group[waves].astype(np.int8))
+    mine = acc.per_row(lds.epoch[waves])
     verb = "writes" if write else "reads"
     # w_epoch is -1 exactly where no wave wrote (writer -1), and epochs are >= 0: a
     # dword written in or after the reader's epoch has a writer.
@@ -276,11 +290,24 @@ def _in_flight(ex, w, acc: Access, counts: np.ndarray, owner: bool):
     return release
 
 
+def _read_marks_fast(ex, w, acc: Access) -> bool:
+    """fast.read_marks where it applies (strict mode, numba, every lane ok): True when
+    it checked and marked the read, False when the numpy path must (it also reports)."""
+    lds = ex.lds
+    if read_marks is None or not (ex.strict and lds.ordered) or acc.keys2.ndim != 2:
+        return False
+    waves = ex.wave_ids(w)
+    return read_marks(acc.keys2, ex.waves.wave_in_group[waves].astype(np.int8), lds.epoch[waves], waves,
+                      lds.dma_pending, lds.ds_pending, lds.ds_owner, lds.w_epoch, lds.writer, lds.reader,
+                      lds.r_epoch, lds._scratch, lds._flag, lds._last)
+
+
 def read(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, what: str) -> np.ndarray:
     """uint8[n,64,nbytes] read at issue; inactive or (non-strict) out-of-range lanes read 0."""
     acc = access(ex, w, addr, nbytes, mask, what)
-    _check_pending(ex, w, acc, what, same_wave_ok=True)
-    _check_order(ex, w, acc, what, write=False)
+    if not _read_marks_fast(ex, w, acc):
+        _check_pending(ex, w, acc, what, same_wave_ok=True)
+        _check_order(ex, w, acc, what, write=False)
     if acc.dword_index is not None:
         lds32 = ex.waves.lds.view(np.uint32)
         data = lds32[acc.slot, acc.dword_index].view(np.uint8).reshape(acc.ok.shape + (nbytes,))
@@ -341,7 +368,7 @@ def dma_reserve(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, what: st
     values = None
     if data is not None and acc.dword_index is not None and ex.strict and ex.lds.ordered:
         data32 = np.ascontiguousarray(data, dtype=np.uint8).view(np.uint32)   # [n,64,nbytes/4]
-        values = data32.reshape(-1) if acc.ok.all() else data32[acc.ok].reshape(-1)
+        values = data32.reshape(acc.keys2.shape) if acc.ok.all() else data32[acc.ok].reshape(-1)
     _check_pending(ex, w, acc, what, same_wave_ok=False, values=values)
     _check_order(ex, w, acc, what, write=True, values=values)
     release = _in_flight(ex, w, acc, ex.lds.dma_pending, owner=False)
