@@ -66,6 +66,7 @@
 .set s_jend, 41
 .set s_saved, 42                     ; [42:43] EXEC
 .set s_mask, 44                      ; [44:45]
+.set s_left, 46                      ; step 4: slots from this chunk's first to the end
 ; --- VGPRs ---
 .set v_tid, 1
 .set v_lane, 2
@@ -180,9 +181,12 @@ L_scan:
     v_cmp_gt_u32 vcc, s[s_E], v[v_t]
     s_and_saveexec_b64 s[s_saved:s_saved+1], vcc
     ds_read_b32 v[v_cnt], v[v_addr]
-    buffer_load_dword v[v_val], v[v_addr], s[s_rsrc_map:s_rsrc_map+3], 0 offen  ; expert_map[e] (reads 0 without a map)
+    s_cmp_eq_u32 s[s_has_map], 0
+    s_cbranch_scc1 L_no_map                                 ; no map: no load (its latency would be wasted)
+    buffer_load_dword v[v_val], v[v_addr], s[s_rsrc_map:s_rsrc_map+3], 0 offen  ; expert_map[e]
+L_no_map:
     s_mov_b64 exec, s[s_saved:s_saved+1]
-    s_waitcnt vmcnt(0) lgkmcnt(0)                           ; in flight: counts[e], expert_map[e] → wait for both
+    s_waitcnt vmcnt(0) lgkmcnt(0)                           ; in flight: counts[e], expert_map[e] (with a map) → wait for both
     v_cmp_ne_u32 vcc, 0, s[s_has_map]
     v_cndmask_b32 v[v_val], v[v_t], v[v_val], vcc           ; the block value: expert_map[e] or e
     v_add_u32 v[v_pad], s[s_bm_m1], v[v_cnt]
@@ -269,7 +273,10 @@ L_prior:                                                    ; every slot of the 
     s_branch L_prior
 L_prior_done:
     v_mov_b32 v[v_jaddr], s[s_jend]
+    s_sub_u32 s[s_left], s[s_slots], s[s_base]              ; 64 or more in all chunks but the last
     .irp q, 0, 1, 2, 3                                      ; the own chunk: only lanes below count
+        s_cmp_le_u32 s[s_left], 16*\q                       ; groups past the last slot hold no lower slot
+        s_cbranch_scc1 L_own_done
         .irp r, 0, 1, 2, 3
             ds_read_b128 v[v_ids+4*\r:v_ids+4*\r+3], v[v_jaddr] offset:64*\q+16*\r
         .endr
@@ -281,6 +288,7 @@ L_prior_done:
             v_addc_co_u32 v[v_rank], vcc, 0, v[v_rank], vcc
         .endr
     .endr
+L_own_done:
     v_cmp_gt_u32 vcc, s[s_E], v[v_id]                       ; a valid slot (invalid ids and the tail are -1)
     s_and_saveexec_b64 s[s_saved:s_saved+1], vcc
     v_lshlrev_b32 v[v_addr], 2, v[v_id]

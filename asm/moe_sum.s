@@ -6,13 +6,18 @@
 ;   nothing here: its rows of y were never written).
 ;
 ; gfx950, wave64, WORKGROUP_SIZE_X work-items; grid (cdiv(H / 8, WORKGROUP_SIZE_X), T): one
-; token per workgroup row, 8 columns (one dwordx4 of bf16) per work-item. The slot checks are
-; scalar (s_buffer_load of the id and the map entry), so an absent slot is a skipped branch.
+; token per workgroup row, 8 columns (one dwordx4 of bf16) per work-item. Slots go in batches of
+; BATCH: the batch's ids (scalar loads) and rows (one dwordx4 each) are all issued before one
+; wait, then, with a map, the map entries of the valid ids (a second scalar round); the adds
+; follow in slot order, a skipped branch for an invalid or absent slot. So a token costs about
+; two memory latencies per batch, not two per slot.
 ;
 ; Kernarg (k_* from kernels.yaml): y, topk_ids, expert_map, out; T, H, top_k, num_experts,
 ; has_map (u32). LDS: none.
 
 .include "mxfp8.inc"
+
+.set BATCH, 8
 
 ; --- SGPRs (s[0:1] kernarg, s2/s3 workgroup x/y come from the hardware) ---
 .set s_rsrc_y, 8                     ; [8:11]  V# y          (T * top_k * H * 2 bytes)
@@ -25,19 +30,20 @@
 .set s_E, 27
 .set s_has_map, 28
 .set s_tmp, 29
-.set s_slot, 30                      ; t * top_k + j
+.set s_slot, 30                      ; first slot of the batch
 .set s_slot_end, 31
-.set s_id, 32
-.set s_local, 33
-.set s_row, 34                       ; byte offset of y[slot, 0]
-.set s_row_bytes, 35                 ; 2H
+.set s_left, 32                      ; slots from s_slot to the token's end
+.set s_row, 33                       ; byte offset of y[slot, 0]
+.set s_row_bytes, 34                 ; 2H
+.set s_ids, 36                       ; [36:43] the batch's expert ids
+.set s_local, 44                     ; [44:51] their expert_map entries (-1: skip)
 ; --- VGPRs ---
 .set v_c, 1                          ; column group (8 columns)
 .set v_off, 2                        ; byte offset of the group in a row
 .set v_yoff, 3
-.set v_in, 4                         ; [4:7]   8 bf16 of a slot row
 .set v_acc, 8                        ; [8:15]  8 f32 sums
-.set v_out, 16                       ; [16:19] 8 bf16 results
+.set v_lo, 16                        ; [16:19] low halves as f32; then the 8 bf16 results
+.set v_in, 20                        ; [20:20+4*BATCH) the batch's rows, 8 bf16 each
 
     s_load_dwordx2 s[s_rsrc_y:s_rsrc_y+1], s[s_kernarg:s_kernarg+1], k_y
     s_load_dwordx2 s[s_rsrc_ids:s_rsrc_ids+1], s[s_kernarg:s_kernarg+1], k_topk_ids
@@ -71,39 +77,58 @@
     s_mul_i32 s[s_slot], s[s_wg_y], s[s_topk]               ; first slot of token t
     s_add_u32 s[s_slot_end], s[s_slot], s[s_topk]
     s_mul_i32 s[s_row], s[s_slot], s[s_row_bytes]
-L_slot:
-    s_lshl_b32 s[s_tmp], s[s_slot], 2
-    s_buffer_load_dword s[s_id], s[s_rsrc_ids:s_rsrc_ids+3], s[s_tmp]
-    s_waitcnt lgkmcnt(0)                                    ; in flight: topk_ids[slot] → wait for it
-    s_cmp_lt_u32 s[s_id], s[s_E]                            ; 0 <= e < num_experts (unsigned)
-    s_cbranch_scc0 L_next
-    s_cmp_eq_u32 s[s_has_map], 0
-    s_cbranch_scc1 L_add
-    s_lshl_b32 s[s_tmp], s[s_id], 2
-    s_buffer_load_dword s[s_local], s[s_rsrc_map:s_rsrc_map+3], s[s_tmp]
-    s_waitcnt lgkmcnt(0)                                    ; in flight: expert_map[e] → wait for it
-    s_cmp_lt_i32 s[s_local], 0                              ; not on this rank
-    s_cbranch_scc1 L_next
-L_add:
-    v_add_u32 v[v_yoff], s[s_row], v[v_off]
-    buffer_load_dwordx4 v[v_in:v_in+3], v[v_yoff], s[s_rsrc_y:s_rsrc_y+3], 0 offen
-    s_waitcnt vmcnt(0)                                      ; in flight: the slot's 8 values → wait for them
-    .irp i, 0, 1, 2, 3
-        v_lshlrev_b32 v[v_out+\i], 16, v[v_in+\i]           ; low bf16 → f32
-        v_and_b32 v[v_in+\i], 0xffff0000, v[v_in+\i]        ; high bf16 → f32
-        v_add_f32 v[v_acc+2*\i], v[v_acc+2*\i], v[v_out+\i]
-        v_add_f32 v[v_acc+2*\i+1], v[v_acc+2*\i+1], v[v_in+\i]
+
+L_batch:
+    s_sub_u32 s[s_left], s[s_slot_end], s[s_slot]
+    .irp i, 0, 1, 2, 3, 4, 5, 6, 7                          ; issue: id and row of each slot of the batch
+        s_cmp_le_u32 s[s_left], \i
+        s_cbranch_scc1 L_issued
+        s_add_u32 s[s_tmp], s[s_slot], \i
+        s_lshl_b32 s[s_tmp], s[s_tmp], 2
+        s_buffer_load_dword s[s_ids+\i], s[s_rsrc_ids:s_rsrc_ids+3], s[s_tmp]
+        v_add_u32 v[v_yoff], s[s_row], v[v_off]
+        buffer_load_dwordx4 v[v_in+4*\i:v_in+4*\i+3], v[v_yoff], s[s_rsrc_y:s_rsrc_y+3], 0 offen
+        s_add_u32 s[s_row], s[s_row], s[s_row_bytes]
     .endr
-L_next:
-    s_add_u32 s[s_row], s[s_row], s[s_row_bytes]
-    s_add_u32 s[s_slot], s[s_slot], 1
+L_issued:
+    s_waitcnt lgkmcnt(0)                                    ; in flight: the batch's ids (rows may still be loading)
+    .irp i, 0, 1, 2, 3, 4, 5, 6, 7                          ; validity: s_local[i] >= 0 iff slot i counts
+        s_cmp_le_u32 s[s_left], \i
+        s_cbranch_scc1 L_mapped
+        s_mov_b32 s[s_local+\i], -1
+        s_cmp_lt_u32 s[s_ids+\i], s[s_E]                    ; 0 <= e < num_experts (unsigned)
+        s_cbranch_scc0 L_map_\i
+        s_mov_b32 s[s_local+\i], 0
+        s_cmp_eq_u32 s[s_has_map], 0
+        s_cbranch_scc1 L_map_\i
+        s_lshl_b32 s[s_tmp], s[s_ids+\i], 2
+        s_buffer_load_dword s[s_local+\i], s[s_rsrc_map:s_rsrc_map+3], s[s_tmp]   ; expert_map[e] (-1: absent)
+L_map_\i:
+    .endr
+L_mapped:
+    s_waitcnt vmcnt(0) lgkmcnt(0)                           ; in flight: the batch's rows and map entries → wait for all
+    .irp i, 0, 1, 2, 3, 4, 5, 6, 7                          ; add in slot order
+        s_cmp_le_u32 s[s_left], \i
+        s_cbranch_scc1 L_added
+        s_cmp_lt_i32 s[s_local+\i], 0
+        s_cbranch_scc1 L_add_\i
+        .irp p, 0, 1, 2, 3
+            v_lshlrev_b32 v[v_lo+\p], 16, v[v_in+4*\i+\p]  ; low bf16 → f32
+            v_and_b32 v[v_in+4*\i+\p], 0xffff0000, v[v_in+4*\i+\p]   ; high bf16 → f32
+            v_add_f32 v[v_acc+2*\p], v[v_acc+2*\p], v[v_lo+\p]
+            v_add_f32 v[v_acc+2*\p+1], v[v_acc+2*\p+1], v[v_in+4*\i+\p]
+        .endr
+L_add_\i:
+    .endr
+L_added:
+    s_add_u32 s[s_slot], s[s_slot], BATCH
     s_cmp_lt_u32 s[s_slot], s[s_slot_end]
-    s_cbranch_scc1 L_slot
-    .irp i, 0, 1, 2, 3
-        v_cvt_pk_bf16_f32 v[v_out+\i], v[v_acc+2*\i], v[v_acc+2*\i+1]   ; round to nearest even
+    s_cbranch_scc1 L_batch
+    .irp p, 0, 1, 2, 3
+        v_cvt_pk_bf16_f32 v[v_lo+\p], v[v_acc+2*\p], v[v_acc+2*\p+1]   ; round to nearest even
     .endr
     s_mul_i32 s[s_tmp], s[s_wg_y], s[s_row_bytes]
     v_add_u32 v[v_off], s[s_tmp], v[v_off]
-    buffer_store_dwordx4 v[v_out:v_out+3], v[v_off], s[s_rsrc_out:s_rsrc_out+3], 0 offen
+    buffer_store_dwordx4 v[v_lo:v_lo+3], v[v_off], s[s_rsrc_out:s_rsrc_out+3], 0 offen
 L_end:
     s_endpgm

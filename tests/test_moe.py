@@ -422,7 +422,8 @@ def test_layer_expert_parallel():
     check_layer(6, 5, E, 64, 64, None, "random", expert_map=expert_map, E_local=8)
 
 
-@pytest.mark.parametrize("T,top_k,H,has_map", [(1, 5, 6144, False), (7, 8, 136, True), (3, 1, 8, False)])
+@pytest.mark.parametrize("T,top_k,H,has_map", [(1, 5, 6144, False), (7, 8, 136, True), (3, 1, 8, False),
+                                                (2, 19, 64, True)])
 def test_moe_sum_exact(T, top_k, H, has_map):
     """The sum kernel alone against its exact model (f32 in slot order, bf16 RNE): slots with
     out-of-range ids and, with a map, absent experts add nothing; poison around out survives."""
