@@ -61,7 +61,8 @@ MAX_A_DIV = 64                     # the kernel's t // a_div by multiply-high is
 MAX_VALID = 2**24                  # ... for slot ids below this
 _MAX_BYTES = 2**31                 # 32-bit buffer offsets (OOB_OFFSET = 2^31)
 _ALIGN = 16                        # 16-byte loads of a and w
-MANY_WORKGROUPS = 512              # NT = 1 (16 columns per workgroup) while fewer than this would run
+CUS = 256                          # compute units of an MI355X
+WIDE_SLACK = 1.25                  # choose_nt: how much less even a wider tile may spread the columns
 
 
 def _fail(exc, message: str):
@@ -157,15 +158,16 @@ def validate(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_po
 
 
 def choose_nt(sizes: dict) -> int:
-    """16-column strips per workgroup. The blocks that carry tokens number at most
-    min(blocks, slots, experts); while they give fewer than MANY_WORKGROUPS workgroups of 16
-    columns, narrow workgroups spread the weight stream over more CUs (the decode case);
-    above that, 64 columns (NT = 4) for block_m 16 and 32 (NT = 2) for 32 cut the
-    per-workgroup overhead and the activation re-reads."""
+    """16-column strips per workgroup: the widest tile (fewer, longer workgroups: each pays
+    its prologue's dependent loads once) whose spread of the weight columns over the CUS
+    compute units is within WIDE_SLACK of the most even one. The blocks that carry tokens
+    number at most min(blocks, slots, experts), and a CU streams about ceil(workgroups /
+    CUS) * NT strips. block_m 16 takes NT 4 or 1, 32 takes 2 or 1, 64 takes 1 (VGPRs: MT * NT
+    D tiles and two register sets). Checked against the timing model in bench/moe_gemm.py."""
     busy = min(sizes["blocks"], sizes["valid"], sizes["E"])
-    if busy * cdiv(sizes["N"], 16) < MANY_WORKGROUPS or sizes["block_m"] == 64:
-        return 1
-    return 4 if sizes["block_m"] == 16 else 2
+    choices = {16: (4, 1), 32: (2, 1), 64: (1,)}[sizes["block_m"]]
+    cost = {nt: cdiv(busy * cdiv(sizes["N"], 16 * nt), CUS) * nt for nt in choices}
+    return next(nt for nt in choices if cost[nt] <= WIDE_SLACK * min(cost.values()))
 
 
 def variant_name(block_m: int, nt: int, out_dtype: torch.dtype) -> tuple[str, str]:
