@@ -2,7 +2,7 @@
 quantized values (gfxasm.ops.mxfp8_moe_gemm.reference: float64 of the dequantised operands,
 gathered per slot by a plain loop over the blocks).
 
-Routing inputs come from test_moe.align_reference (a pure-Python transcription of vLLM's
+Routing inputs come from gfxasm.ops.moe_align.reference (a pure-Python transcription of vLLM's
 moe_align_block_size, independent of both kernels) on test_moe.routing's token choices:
 random, one hot expert (several blocks of one expert), every slot on its own expert, most
 experts empty, and expert parallelism with half the experts absent (-1). On top, the unused
@@ -34,7 +34,8 @@ import torch
 import gfxasm
 from gfxasm.ops import mxfp8_gemm as mx
 from gfxasm.ops import mxfp8_moe_gemm as moe
-from test_moe import align_reference, routing
+from gfxasm.ops import moe_align
+from test_moe import routing
 
 E4M3, E8M0 = torch.float8_e4m3fn, torch.float8_e8m0fnu
 FP8_NAN = 0x7F
@@ -56,14 +57,14 @@ def embedded(t: torch.Tensor, fill) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def route(kind, T, top_k, E, block_m, gen, ep=False, stray=False):
-    """(sorted_token_ids, expert_ids, num_tokens_post_padded) int32 from align_reference, the
+    """(sorted_token_ids, expert_ids, num_tokens_post_padded) int32 from moe_align.reference, the
     tail past num_tokens_post_padded filled with valid-looking entries; `stray` adds a block
     of an expert id >= E and one < -1 and stray slot ids inside the used range."""
     ids = routing(kind, T, top_k, E, gen)
     expert_map = None
     if ep:                           # this rank holds every other expert, renumbered 0..E/2-1
         expert_map = [e // 2 if e % 2 == 0 else -1 for e in range(E)]
-    sorted_ids, expert_ids, post = align_reference(ids.flatten().tolist(), E, block_m, expert_map)
+    sorted_ids, expert_ids, post = moe_align.reference(ids.flatten().tolist(), E, block_m, expert_map)
     valid = T * top_k
     sorted_ids = sorted_ids + [valid] * (2 * block_m)              # two spare blocks
     expert_ids = expert_ids + [-1, -1]
