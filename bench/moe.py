@@ -1,0 +1,169 @@
+"""MX-FP8 MoE layer benchmark: gfxasm.mxfp8_moe at the issue's shape, every launch modelled.
+
+    python3 bench/moe.py [--tokens 1,4,8,16,64] [--block-m 16|32|64] [--out bench/out/moe.json]
+
+Shape (issue 11): hidden 6144, intermediate 768 (w1 [129, 1536, 6144], w2 [129, 6144, 768]),
+129 experts, top-5, T = 1, 4, 8, 16, 64 tokens routed uniformly at random (5 distinct
+experts per token, seeded). block_m as the layer chooses it (moe_layer.choose_block_m).
+
+The layer is five dependent launches, each modelled on its own with gfxasm.perf.estimate
+(the MI355X timing model, launch overhead included) on the arguments the layer would pass:
+moe_align, the gate_up grouped GEMM (a_div = 5), swiglu_mxfp8_quant, the down grouped GEMM
+(a_div = 1, topk weights), moe_sum. The layer's time is their sum (each waits for the one
+before). Operands are zeros with unit scales (the model's time does not depend on values;
+the emulator needs finite ones); the routing is real, so the GEMMs' grids and the experts
+whose weights they read are those of the routed tokens.
+
+Weight bytes: the routed experts' w1 and w2 with their scales, (1536*6144 + 6144*768) * 33/32
+bytes per distinct expert; weight TB/s = those bytes over the layer's time.
+
+Beside it, aiter's FlyDSL fused MoE on an MI355X as the issue quotes it (25.6, 56.6, 99.6,
+182.6 us at T = 1, 4, 8, 16; ~6.2 TB/s of weights at 64+ tokens), and the issue's targets
+(<= 20 us at T = 1, <= 0.8x FlyDSL at T = 4, 8, 16, >= 6.5 TB/s at T >= 64). Every figure of
+ours is modelled, never measured.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from gfxasm import build                                        # noqa: E402
+from gfxasm.ops import moe_align, moe_layer, mxfp8_moe_gemm as gemm, swiglu_quant   # noqa: E402
+
+from bench.common import manifest_case                         # noqa: E402
+
+H, I, E, TOP_K = 6144, 768, 129, 5
+FLYDSL_US = {1: 25.6, 4: 56.6, 8: 99.6, 16: 182.6}
+FLYDSL_TBPS = 6.2                   # weight bytes at T >= 64 tokens
+TARGET = dict(t1_us=20.0, ratio=0.8, tbps=6.5)
+E4M3 = torch.float8_e4m3fn
+
+
+def zeros(shape, dtype=E4M3) -> torch.Tensor:
+    return torch.zeros(shape, dtype=torch.uint8).view(dtype) if dtype == E4M3 else torch.zeros(shape, dtype=dtype)
+
+
+def unit_scales(shape) -> torch.Tensor:
+    return torch.full(shape, 127, dtype=torch.uint8)
+
+
+def routed(T: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(1000 + T)
+    return torch.stack([torch.randperm(E, generator=gen)[:TOP_K] for _ in range(T)]).to(torch.int32)
+
+
+_WEIGHTS: dict = {}
+
+
+def weights():
+    """w1, w1_scale, w2, w2_scale at the full shape, made once (1.8 GB of zeros)."""
+    if not _WEIGHTS:
+        _WEIGHTS.update(w1=zeros((E, 2 * I, H)), w1s=unit_scales((E, 2 * I, H // 32)),
+                        w2=zeros((E, H, I)), w2s=unit_scales((E, H, I // 32)))
+    return _WEIGHTS
+
+
+def launches(T: int, block_m: int | None = None) -> tuple[list, int, int]:
+    """(step, BenchCase) for each of the layer's five launches at T tokens, the distinct
+    experts routed to and the block_m used (None: the layer's choice)."""
+    w = weights()
+    ids = routed(T)
+    tw = torch.rand(T, TOP_K, generator=torch.Generator().manual_seed(T))
+    S = T * TOP_K
+    x, xs = zeros((T, H)), unit_scales((T, H // 32))
+    sizes = moe_layer.validate(x, xs, w["w1"], w["w1s"], w["w2"], w["w2s"], tw, ids, None, 1.702, 1.0, 7.0,
+                               block_m)
+    sorted_ids, expert_ids, post = moe_align.moe_align_block_size(ids, E, sizes["block_m"])   # the real routing
+    outs = tuple(torch.empty_like(t) for t in (sorted_ids, expert_ids, post))
+    cases = [("moe_align", manifest_case("moe_align", None, "", "", 0, 0,
+                                         **moe_align.launch_args(ids, E, sizes["block_m"], None, outs)))]
+    h = zeros((S, 2 * I), torch.bfloat16)
+    q, qs = zeros((S, I)), unit_scales((S, I // 32)).view(torch.float8_e8m0fnu)
+    y = zeros((S, H), torch.bfloat16)
+    for step, (a, a_scale, wt, wt_scale, a_div, topk_w, out) in (
+            ("gate_up", (x, xs, w["w1"], w["w1s"], TOP_K, None, h)),
+            ("down", (q, qs, w["w2"], w["w2s"], 1, tw, y))):
+        args = (a, a_scale, wt, wt_scale, sorted_ids, expert_ids, post, a_div, topk_w, out, torch.bfloat16)
+        kernel, variant, kargs = gemm.launch_args(*args, gemm.validate(*args))
+        cases.append((step, manifest_case(kernel, variant, "", "", 0, 0, **kargs)))
+        if step == "gate_up":
+            variant, sargs = swiglu_quant.launch_args(h, q, qs, 1.702, 1.0, 7.0)
+            cases.append(("swiglu_quant", manifest_case("swiglu_mxfp8_quant", variant, "", "", 0, 0, **sargs)))
+    out = zeros((T, H), torch.bfloat16)
+    cases.append(("moe_sum", manifest_case("moe_sum", None, "", "", 0, 0,
+                                           **moe_layer.sum_launch_args(y, ids, None, out, sizes))))
+    return cases, int(ids.unique().numel()), sizes["block_m"]
+
+
+def weight_bytes(experts: int) -> float:
+    return experts * (2 * I * H + H * I) * 33 / 32
+
+
+def row(T: int, block_m: int | None = None) -> dict:
+    from gfxasm.perf import estimate
+    cases, experts, block_m = launches(T, block_m)
+    steps = {}
+    for step, c in cases:
+        est = estimate(c.co, c.grid, c.block, c.kernarg, c.buffers, c.kernel)
+        steps[step] = dict(us=est.seconds * 1e6, grid=list(c.grid), dram_mb=est.dram_bytes / 1e6)
+    total = sum(s["us"] for s in steps.values())
+    r = dict(T=T, experts=experts, block_m=block_m, us=total, weight_mb=weight_bytes(experts) / 1e6,
+             weight_tbps=weight_bytes(experts) / (total * 1e-6) / 1e12, steps=steps,
+             flydsl_us=FLYDSL_US.get(T))
+    r["vs_flydsl"] = total / r["flydsl_us"] if r["flydsl_us"] else None
+    return r
+
+
+def table(rows: list[dict]) -> str:
+    head = (f"{'T':>3} {'experts':>7} {'bm':>3} {'align':>6} {'gate_up':>8} {'swiglu':>7} {'down':>7} {'sum':>6} "
+            f"{'layer us':>9} {'FlyDSL':>7} {'ours/Fly':>8} {'weight MB':>9} {'TB/s':>5}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        s = r["steps"]
+        fly = f"{r['flydsl_us']:7.1f}" if r["flydsl_us"] else f"{'~' + str(FLYDSL_TBPS) + 'TB/s':>7}"
+        ratio = f"{r['vs_flydsl']:8.2f}" if r["vs_flydsl"] else f"{'-':>8}"
+        lines.append(f"{r['T']:3} {r['experts']:7} {r['block_m']:3} {s['moe_align']['us']:6.2f} "
+                     f"{s['gate_up']['us']:8.2f} {s['swiglu_quant']['us']:7.2f} {s['down']['us']:7.2f} "
+                     f"{s['moe_sum']['us']:6.2f} {r['us']:9.2f} {fly} {ratio} {r['weight_mb']:9.1f} "
+                     f"{r['weight_tbps']:5.2f}")
+    lines.append("modelled: gfxasm.perf MI355X timing model, each launch with its overhead; FlyDSL: the issue's "
+                 "MI355X figures")
+    lines.append(f"targets: <= {TARGET['t1_us']} us at T=1, <= {TARGET['ratio']}x FlyDSL at T=4/8/16, "
+                 f">= {TARGET['tbps']} TB/s of weights at T >= 64")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tokens", default="1,4,8,16,64")
+    ap.add_argument("--block-m", type=int, choices=(16, 32, 64), help="instead of the layer's choice")
+    ap.add_argument("--out", default=str(REPO / "bench" / "out" / "moe.json"))
+    args = ap.parse_args(argv)
+    build.build_kernels(moe_layer.kernel_names())
+    gemm.build_kernels()
+    rows = []
+    for T in (int(t) for t in args.tokens.split(",")):
+        t0 = time.time()
+        rows.append(row(T, args.block_m))
+        rows[-1]["wall_s"] = round(time.time() - t0, 1)
+        print(table(rows[-1:]).splitlines()[2], flush=True)
+    print()
+    print(table(rows))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(dict(source="modelled", rows=rows), indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
