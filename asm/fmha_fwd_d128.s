@@ -842,12 +842,12 @@ L_orescale_\tag:
     s_load_dword s[s_t1], s[s_cmp1:s_cmp1+1], s[s_t0]   ; kv_start[b]
     s_load_dword s[s_seq_k], s[s_cmp2:s_cmp2+1], s[s_t0]   ; seqlen_k[b]
 .if FP8
-    s_load_dwordx2 s[s_cmp0:s_cmp0+1], s[s_ptr_ds:s_ptr_ds+1], 0   ; q_descale, k_descale
+    s_load_dwordx2 s[s_t2:s_t3], s[s_ptr_ds:s_ptr_ds+1], 0   ; q_descale, k_descale (not into a base in flight)
     s_load_dword s[s_vd], s[s_ptr_ds:s_ptr_ds+1], 8
     s_waitcnt lgkmcnt(0)                                ; in flight: the five -> wait for them
     v_mov_b32 v[v_t0], s[s_scale_log2]
-    v_mul_f32 v[v_t0], s[s_cmp0], v[v_t0]
-    v_mul_f32 v[v_t0], s[s_cmp0+1], v[v_t0]             ; c
+    v_mul_f32 v[v_t0], s[s_t2], v[v_t0]
+    v_mul_f32 v[v_t0], s[s_t3], v[v_t0]                 ; c
     v_rcp_f32 v[v_t1], v[v_t0]
     v_sub_f32 v[v_t2], 0, v[v_t0]
     s_nop 0                                             ; transcendental result -> VALU read: 1 wait state

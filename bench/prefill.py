@@ -5,20 +5,22 @@ FP8 batch prefill PR, MI355X), modelled, beside our dense fmha_fwd at the same s
 
 Rows: one sequence of S tokens (seqlen_q = seqlen_k = S), heads Hq/Hkv, causal or not,
 page size 1 through an SGLang table whose page ids are a random permutation of the pool
-(the worst case for locality: every K/V row its own page). Our kernel runs bf16 only
-(FP8 Q/K/V is not implemented yet), so the FP8 columns hold CK's figures alone and our
-bf16 column is set beside them; the bf16 paged / dense ratio is the paging overhead.
+(the worst case for locality: every K/V row its own page). Ours: FP8 e4m3 with per-tensor
+descales (bf16 out) and bf16, both paged; the bf16 paged / dense ratio is the paging
+overhead. Per-page KV block scales (CK's second column) are not implemented.
 
 Numbers are gfxasm.perf's MI355X timing model (labelled modelled), never measurements; the
 causal launches are modelled as bench/fmha.py models them (the workgroups of five Q tiles
 sampled, interpolated, list-scheduled on 256 CUs), reusing its code with our launch in
-place of fmha_fwd's. Buffers are torch.empty but for the page table. FLOPs: 4 Hq S^2 D,
+place of fmha_fwd's. Inputs are zeros (as the steady state: no rescale), the page table a
+permutation. FLOPs: 4 Hq S^2 D,
 causal counting only visible pairs (CK's convention, as far as its table says).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import math
 import sys
@@ -35,6 +37,7 @@ from gfxasm import kernarg                                    # noqa: E402
 from gfxasm.build import build_manifest                       # noqa: E402
 from gfxasm.manifest import default_manifest                  # noqa: E402
 from gfxasm.ops import batch_prefill as bp                    # noqa: E402
+from gfxasm.perf import estimator                             # noqa: E402
 from gfxasm.perf import params as P                           # noqa: E402
 
 from bench import fmha as dense                               # noqa: E402
@@ -51,25 +54,25 @@ CK = {
 CK_SOURCE = "CK PR #6054 (V3 FP8 batch prefill), MI355X, stock ROCm 7.1.1"
 
 
-def _paged_parts(B, Hq, Hk, Sq, Sk, causal):
+def _paged_parts(B, Hq, Hk, Sq, Sk, causal, dtype=torch.bfloat16):
     """bench/fmha.py's _launch_parts for batch_prefill_d128: one sequence, page size 1."""
     assert B == 1 and Sq == Sk
     g = torch.Generator().manual_seed(0)
-    q = torch.empty(Sq, Hq, D, dtype=torch.bfloat16)
-    k = torch.empty(Sk, 1, Hk, D, dtype=torch.bfloat16)
-    v = torch.empty(Sk, 1, Hk, D, dtype=torch.bfloat16)
-    o = torch.empty(Sq, Hq, D, dtype=torch.bfloat16)
+    q = torch.zeros(Sq, Hq, D, dtype=dtype)           # (zeros: an e4m3 NaN byte would stop the emulator)
+    k = torch.zeros(Sk, 1, Hk, D, dtype=dtype)
+    v = torch.zeros(Sk, 1, Hk, D, dtype=dtype)
+    o = torch.empty(Sq, Hq, D, dtype=bp.out_dtype(dtype))
     lse = torch.empty(Hq, Sq, dtype=torch.float32)
-    e = 2
+    e = q.element_size()
     args = dict(q=q, k_cache=k, v_cache=v, o=o, lse=lse, qo_indptr=torch.tensor([0, Sq], dtype=torch.int32),
                 kv_start=torch.zeros(1, dtype=torch.int32), seqlen_k=torch.tensor([Sk], dtype=torch.int32),
-                page_list=torch.randperm(Sk, generator=g).to(torch.int32), max_seq_q=Sq,
+                page_list=torch.randperm(Sk, generator=g).to(torch.int32), descales=torch.ones(3), max_seq_q=Sq,
                 q_seq_stride=q.stride(0) * e, q_head_stride=q.stride(1) * e, k_seq_stride=k.stride(0) * e,
                 k_head_stride=k.stride(2) * e, v_seq_stride=v.stride(0) * e, v_head_stride=v.stride(2) * e,
-                o_seq_stride=o.stride(0) * e, o_head_stride=o.stride(1) * e, lse_head_stride=lse.stride(0) * 4,
+                o_seq_stride=o.stride(0) * 2, o_head_stride=o.stride(1) * 2, lse_head_stride=lse.stride(0) * 4,
                 page_shift=0, kv_head_magic=0 if Hq == Hk else -(-2**32 // (Hq // Hk)),
                 scale_log2=bp.LOG2E / math.sqrt(D), store_lse=1)
-    variant = default_manifest().kernel(bp.KERNEL).variant(bp.variant_name(torch.bfloat16, causal))
+    variant = default_manifest().kernel(bp.KERNEL).variant(bp.variant_name(dtype, causal))
     values = {a.name: args[a.name].data_ptr() if a.type.is_pointer else args[a.name] for a in variant.args}
     raw = kernarg.pack(variant.args, variant.kernarg_size, values)
     grid = (math.ceil(Sq / bp.Q_TILE), Hq, B)
@@ -77,14 +80,19 @@ def _paged_parts(B, Hq, Hk, Sq, Sk, causal):
 
 
 @contextlib.contextmanager
-def _paged():
-    """bench/fmha.py's modelling with our launch in place of fmha_fwd's."""
-    saved = dense._launch_parts
-    dense._launch_parts = _paged_parts
+def _paged(dtype):
+    """bench/fmha.py's modelling with our launch in place of fmha_fwd's. FP8: the timing
+    run executes the MFMAs instead of stubbing them (gfxasm.perf.trace.record's default), so
+    the scores are real: a stub leaves stale registers, whose NaN the emulator's e4m3
+    conversion of P refuses (its NaN byte is unverified). Timing is unaffected."""
+    saved, saved_record = dense._launch_parts, estimator.record
+    dense._launch_parts = functools.partial(_paged_parts, dtype=dtype)
+    if dtype == bp.FP8:
+        estimator.record = functools.partial(saved_record, skip_mfma=False)
     try:
         yield
     finally:
-        dense._launch_parts = saved
+        dense._launch_parts, estimator.record = saved, saved_record
 
 
 def main(argv=None) -> int:
@@ -99,27 +107,31 @@ def main(argv=None) -> int:
     print(head)
     print("-" * len(head))
     rows = []
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     for (Hq, Hk, S, causal), (ck, ck_block) in CK.items():
         label = f"h{Hq}/{Hk} s{S // 1024}k {'c' if causal else 'nc'}"
         if (args.only and args.only not in label) or S > args.max_tokens:
             continue
         t0 = time.time()
         flops = dense.flops(1, Hq, S, causal)
-        with _paged():
+        with _paged(bp.FP8):
+            fp8_s, fp8_detail = dense.modelled_seconds(1, Hq, Hk, S, causal)
+        with _paged(torch.bfloat16):
             paged_s, paged_detail = dense.modelled_seconds(1, Hq, Hk, S, causal)
         dense_s, dense_detail = dense.modelled_seconds(1, Hq, Hk, S, causal)
         row = dict(label=label, Hq=Hq, Hk=Hk, S=S, causal=causal, flops=flops, ck_fp8_tflops=ck,
-                   ck_fp8_block_tflops=ck_block, ours_fp8_tflops=None, paged_bf16_tflops=flops / paged_s / 1e12,
+                   ck_fp8_block_tflops=ck_block, ours_fp8_tflops=flops / fp8_s / 1e12,
+                   paged_bf16_tflops=flops / paged_s / 1e12,
                    dense_bf16_tflops=flops / dense_s / 1e12, paged_over_dense_time=paged_s / dense_s,
-                   source="modelled", detail=dict(paged=paged_detail, dense=dense_detail),
+                   source="modelled", detail=dict(fp8=fp8_detail, paged=paged_detail, dense=dense_detail),
                    wall_s=round(time.time() - t0, 1))
         rows.append(row)
-        print(f"{label:22} {ck:7.0f} {ck_block:10.0f} {'n/a':>8} {row['paged_bf16_tflops']:15.0f} "
+        print(f"{label:22} {ck:7.0f} {ck_block:10.0f} {row['ours_fp8_tflops']:8.0f} {row['paged_bf16_tflops']:15.0f} "
               f"{row['dense_bf16_tflops']:10.0f} {row['paged_over_dense_time']:11.3f} {row['wall_s']:6.0f}", flush=True)
+        out.write_text(json.dumps(dict(runs=rows), indent=1, default=str))     # (row by row: long rows)
     print(f"ours: modelled (gfxasm.perf MI355X model), bf16 peak {P.PEAK_FLOPS['bf16'] / 1e12:.0f} TFLOP/s; "
           f"CK: {CK_SOURCE}; paged/dense = modelled time ratio (> 1: paging costs)")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(dict(runs=rows), indent=1, default=str))
     print(f"wrote {out}")
     return 0
