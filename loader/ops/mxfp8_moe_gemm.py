@@ -313,9 +313,12 @@ def mxfp8_moe_gemm(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_sc
     return out
 
 
+TILES = ((16, 1), (16, 4), (32, 1), (32, 2), (64, 1))     # every (block_m, NT) choose_nt can pick
+
+
 def kernel_names() -> list[str]:
-    """Every (block_m, NT) choose_nt can pick, as built in kernels.yaml."""
-    return [variant_name(bm, nt, torch.bfloat16)[0] for bm, nt in ((16, 1), (16, 4), (32, 1), (32, 2), (64, 1))]
+    """The manifest kernels of TILES."""
+    return [variant_name(bm, nt, torch.bfloat16)[0] for bm, nt in TILES]
 
 
 def build_kernels(force: bool = False) -> None:
@@ -361,3 +364,42 @@ def reference(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_p
             values[rows] *= magnitude(topk_weights.reshape(-1)[rows].double())[:, None]
         written[rows] = True
     return values, written
+
+
+# ------------------------------------------------------------------ `gfxasm run` cases
+
+def _register_run_cases() -> None:
+    from ..runcases import RunCase, run_case
+    from .moe_align import reference as align
+    from .mxfp8_gemm import OPERAND_RANGES, random_operands
+
+    def case(variant, gen: torch.Generator, T: int = 5, top_k: int = 3, E: int = 6, N: int = 40, K: int = 416):
+        """T tokens on top_k random experts, experts 1 and 4 absent (-1: their rows stay NaN),
+        a_div = top_k, topk weights; K % 128 = 32 (a partial step), N off every tile."""
+        out_dtype = torch.float16 if variant.defines["OUT_F16"] else torch.bfloat16
+        block_m = 16 * variant.defines["MT"]
+        a, a_scale, _, _ = random_operands(T, 1, K, gen, **OPERAND_RANGES[out_dtype])
+        _, _, w, w_scale = random_operands(1, E * N, K, gen, **OPERAND_RANGES[out_dtype])
+        w, w_scale = w.view(E, N, K), w_scale.view(E, N, K // BLOCK)
+        ids = torch.stack([torch.randperm(E, generator=gen)[:top_k] for _ in range(T)]).flatten().tolist()
+        expert_map = [-1 if e in (1, 4) else e for e in range(E)]
+        sorted_ids, expert_ids, post = (torch.tensor(x, dtype=torch.int32).reshape(-1)
+                                        for x in align(ids, E, block_m, expert_map))
+        tw = torch.rand(T, top_k, generator=gen)
+        out = torch.full((T * top_k, N), float("nan"), dtype=out_dtype)
+        sizes = validate(a, a_scale, w, w_scale, sorted_ids, expert_ids, post, top_k, tw, out, out_dtype)
+        _, _, args = launch_args(a, a_scale, w, w_scale, sorted_ids, expert_ids, post, top_k, tw, out, out_dtype,
+                                 sizes)
+        values, written = reference(a, a_scale, w, w_scale, sorted_ids, expert_ids, post, top_k, tw)
+        values[~written] = float("nan")
+        magnitude, _ = reference(a, a_scale, w, w_scale, sorted_ids, expert_ids, post, top_k, tw, absolute=True)
+        rtol = 2.0 ** -8 if out_dtype == torch.bfloat16 else 2.0 ** -11
+        atol = float(((K / 16 + 128) * 2.0 ** -24 * magnitude).max()) + 2.0 ** -24 * float(values.nan_to_num().abs().max())
+        return RunCase(args=args, expected={"out": values.float()}, atol=atol, rtol=rtol,
+                       note=f"T={T} top_k={top_k} E={E} N={N} K={K} block_m={block_m}")
+
+    for name in kernel_names():
+        run_case(name)(case)
+
+
+_register_run_cases()
