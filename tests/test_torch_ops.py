@@ -248,3 +248,69 @@ def test_decode_repeat_call_checks_its_data():
     shifted = torch.empty(k.numel() + 1, dtype=k.dtype)[1:].view(k.shape).copy_(k)      # same strides, 2 bytes off
     with pytest.raises(ValueError, match="'k_cache' data must be 16-byte aligned"):
         gfxasm.decode_attention(q, shifted, v, seqlens, block_table=table, out=out)
+
+
+# ------------------------------------------------------------------ MoE (issue 11)
+
+def moe_operands(seed=0, T=3, top_k=2, E=4, H=64, I=32):
+    """x, x_scale, w1, w1_scale, w2, w2_scale (e4m3 codes below 0x70, unit-ish scales), topk
+    weights and distinct topk ids."""
+    g = torch.Generator().manual_seed(seed)
+    codes = lambda *s: torch.randint(0, 0x70, s, generator=g, dtype=torch.uint8).view(torch.float8_e4m3fn)  # noqa
+    scales = lambda *s: torch.randint(118, 123, s, generator=g, dtype=torch.uint8).view(torch.float8_e8m0fnu)  # noqa
+    ids = torch.stack([torch.randperm(E, generator=g)[:top_k] for _ in range(T)]).to(torch.int32)
+    return (codes(T, H), scales(T, H // 32), codes(E, 2 * I, H), scales(E, 2 * I, H // 32), codes(E, H, I),
+            scales(E, H, I // 32), torch.rand(T, top_k, generator=g), ids)
+
+
+def test_opcheck_moe_ops():
+    ids = moe_operands()[-1]
+    torch.library.opcheck(torch.ops.gfxasm.moe_align_block_size.default, (ids, 4, 16, None))
+    torch.library.opcheck(torch.ops.gfxasm.moe_align_block_size.default,
+                          (ids, 4, 32, torch.tensor([1, -1, 0, 2], dtype=torch.int32)))
+    x = torch.randn(3, 128, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    torch.library.opcheck(torch.ops.gfxasm.swiglu_mxfp8_quant.default, (x, 1.702, 1.0, 7.0), test_utils=NO_SCHEMA)
+    q, s = torch.empty(3, 64, dtype=torch.float8_e4m3fn), torch.empty(3, 2, dtype=torch.float8_e8m0fnu)
+    torch.library.opcheck(torch.ops.gfxasm.swiglu_mxfp8_quant_out.default, (x, q, s, 1.702, 1.0, 7.0),
+                          test_utils=NO_SCHEMA)
+    args = moe_operands(seed=2)
+    torch.library.opcheck(torch.ops.gfxasm.mxfp8_moe.default, (*args, None, 1.702, 1.0, 7.0, None),
+                          test_utils=NO_SCHEMA)
+    torch.library.opcheck(torch.ops.gfxasm.mxfp8_moe_out.default,
+                          (*args, None, 1.702, 1.0, 7.0, 32, nan_like((3, 64), torch.bfloat16)), test_utils=NO_SCHEMA)
+
+
+def test_moe_compile_fullgraph_equals_eager():
+    args = moe_operands(seed=3)
+    x = torch.randn(3, 128, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+
+    def f(x, *args):
+        sorted_ids, expert_ids, post = gfxasm.moe_align_block_size(args[-1], 4, 16)
+        q, s = gfxasm.swiglu_mxfp8_quant(x)
+        return sorted_ids, expert_ids, post, q.view(torch.uint8), s.view(torch.uint8), gfxasm.mxfp8_moe(*args)
+
+    eager = f(x, *args)
+    compiled = torch.compile(f, fullgraph=True)(x, *args)
+    assert all(torch.equal(a, b) for a, b in zip(eager, compiled))
+
+
+def test_moe_meta_tensors_give_shapes():
+    args = [t.to("meta") for t in moe_operands(T=5, top_k=3)]
+    sorted_ids, expert_ids, post = gfxasm.moe_align_block_size(args[-1], 4, 16)
+    assert (sorted_ids.device.type, sorted_ids.shape, expert_ids.shape, post.shape) == ("meta", (80,), (5,), (1,))
+    q, s = gfxasm.swiglu_mxfp8_quant(torch.empty(5, 192, dtype=torch.float16, device="meta"))
+    assert (q.shape, q.dtype, s.shape, s.dtype) == ((5, 96), torch.float8_e4m3fn, (5, 3), torch.float8_e8m0fnu)
+    out = gfxasm.mxfp8_moe(*args)
+    assert (out.device.type, out.shape, out.dtype) == ("meta", (5, 64), torch.bfloat16)
+    with pytest.raises(ValueError, match="'w2' must be"):                 # the fake kernel checks too
+        gfxasm.mxfp8_moe(*args[:4], args[4][:, :, :16], *args[5:])
+
+
+def test_moe_requires_grad_refused():
+    x = torch.randn(2, 64).to(torch.bfloat16).requires_grad_(True)
+    with pytest.raises(RuntimeError, match="swiglu_mxfp8_quant: 'x' requires grad"):
+        gfxasm.swiglu_mxfp8_quant(x)
+    args = list(moe_operands())
+    args[6] = args[6].requires_grad_(True)
+    with pytest.raises(RuntimeError, match="mxfp8_moe: 'topk_weights' requires grad"):
+        gfxasm.mxfp8_moe(*args)
