@@ -63,6 +63,8 @@ def sizes(numel: int, num_experts: int, block_m: int) -> tuple[int, int]:
 
 def validate(topk_ids, num_experts, block_m, expert_map) -> tuple[int, int]:
     """Check what metadata tells (the fake kernel runs this); return the output sizes."""
+    # dynamic-shape tracing passes the ints as SymInts; they size the outputs: specialise them
+    num_experts, block_m = (int(v) if isinstance(v, torch.SymInt) else v for v in (num_experts, block_m))
     if not isinstance(topk_ids, torch.Tensor):
         _fail(TypeError, f"'topk_ids' must be a torch.Tensor ([T, top_k] int32), got {type(topk_ids).__name__}")
     if topk_ids.dtype != torch.int32:
@@ -94,8 +96,7 @@ def validate(topk_ids, num_experts, block_m, expert_map) -> tuple[int, int]:
     return sizes(topk_ids.numel(), num_experts, block_m)
 
 
-def _outputs(topk_ids, num_experts, block_m):
-    padded, blocks = sizes(topk_ids.numel(), num_experts, block_m)
+def _outputs(topk_ids, padded: int, blocks: int):
     new = lambda n: torch.empty(n, dtype=torch.int32, device=topk_ids.device)   # noqa: E731
     return new(padded), new(blocks), new(1)
 
@@ -128,8 +129,7 @@ def _plan(topk_ids, num_experts, block_m, expert_map, outs) -> PreparedLaunch:
 
 def _moe_align_block_size(topk_ids: torch.Tensor, num_experts: int, block_m: int,
                           expert_map: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    validate(topk_ids, num_experts, block_m, expert_map)
-    outs = _outputs(topk_ids, num_experts, block_m)
+    outs = _outputs(topk_ids, *validate(topk_ids, num_experts, block_m, expert_map))
     if topk_ids.numel() == 0:
         outs[2].zero_()
         return outs
@@ -139,8 +139,7 @@ def _moe_align_block_size(topk_ids: torch.Tensor, num_experts: int, block_m: int
 
 
 def _moe_align_block_size_fake(topk_ids, num_experts, block_m, expert_map):
-    validate(topk_ids, num_experts, block_m, expert_map)
-    return _outputs(topk_ids, num_experts, block_m)
+    return _outputs(topk_ids, *validate(topk_ids, num_experts, block_m, expert_map))
 
 
 moe_align_block_size_op = library.define(OP, _moe_align_block_size, _moe_align_block_size_fake)

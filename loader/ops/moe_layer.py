@@ -106,7 +106,7 @@ def validate(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, exp
         if out.numel() and not out.is_contiguous():
             _fail(ValueError, f"'out' must be contiguous, got strides {out.stride()}")
     E_global = expert_map.numel() if isinstance(expert_map, torch.Tensor) else E
-    top_k = topk_ids.shape[1]
+    top_k = int(topk_ids.shape[1])             # specialised under dynamic shapes: it sizes the GEMMs
     sizes = dict(T=T, H=H, I=I2 // 2, E=E, E_global=E_global, top_k=top_k,
                  block_m=block_m or choose_block_m(T, top_k, E_global))
     _validate_steps(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit,
