@@ -528,3 +528,10 @@ def test_align_cross_product(T, top_k, block_m):
 @pytest.mark.parametrize("block_m", [16, 32, 64])
 def test_layer_cross_product(T, top_k, block_m):
     check_layer(T, top_k, 16, 128, 64, block_m, "random", seed=block_m)
+
+
+def test_layer_repeat_calls_with_other_routing_shapes():
+    """Cached launches are per layout: T x top_k = 4 x 2 and 8 x 1 give y the same shape but
+    need different sums (a plan keyed on y alone once summed the second with the first's)."""
+    for T, top_k in ((4, 2), (8, 1), (4, 2)):
+        check_layer(T, top_k, 8, 64, 32, 16, "random", seed=5)
