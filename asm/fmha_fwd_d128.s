@@ -96,6 +96,35 @@
 ;   dispatcher balances, and every workgroup stays one Q tile.
 ; - LSE of a row with no visible key is -inf (torch.logsumexp); flash-attention writes +inf.
 ;
+; --- batch_prefill_d128 (PAGED = 1; loader/ops/batch_prefill.py, issue 10) --------------
+; The same pipeline over varlen Q and a paged KV cache. Grid (cdiv(max seq_q, 256),
+; heads_q, batch); workgroup (x, h, b) reads qo_indptr[b], [b+1] (its rows of q, o, lse
+; [heads_q, total_q]), seqlen_k[b] and kv_start[b] (its first entry of page_list), and
+; exits at once when its Q tile is past the sequence's rows. K/V are
+; [num_pages, page_size, Hkv, 128] with a page's rows one stride apart, so slot
+; page * page_size + r is a global row. Each DMA line is one lane-gathered
+; global_load_lds_dwordx4: lane i's row r = tile row + v_rl (+32 for line w+8) is clamped
+; to seq_k - 1 (branchless: no page entry past the sequence's list is read, and rows past
+; seq_k re-read a valid row that the mask hides, so V there is finite and P = 0), its page
+; entry page_list[kv_start + r >> shift] was loaded by the previous DMA (the entries of the
+; next DMA are loaded right after a DMA's lines go out; the barrier's vmcnt(0) lands them),
+; and its address is cbase (cache + kv head * head stride + 16 * swizzled chunk, 64-bit)
+; + (page << shift | r % page_size) * row stride in 64 bits (v_mul_lo/hi + v_lshl_add_u64):
+; pools may exceed 4 GiB; the slot index is 32-bit. The page entries take 4 VGPRs of the
+; operand ring (RING 7, PF 5). Per iteration a wave spends 58 extra ops (9 per line, 5 per
+; entry): the paging cost.
+; FP8 = 1 (PAGED only): Q/K/V e4m3, O bf16. v_mfma_f32_32x32x16_fp8_fp8 has the bf16
+; MFMA's lane layout (k = 8(l/32) + e, 8 bytes per lane), so the pipeline is unchanged:
+; Q as 8 steps of 8 bytes (d = 16s + 8(l/32)), K by ds_read_b64 (rows of 128 bytes, chunk
+; c of row r at 16*(c ^ (r/2)%8)), V^T by one ds_read_b64_tr_b8 per operand in the key
+; order of P's registers (chunk c at 16*(c ^ (2((r/2)%2) + 4((r/8)%2)))), both conflict-
+; light; one DMA line of 8 rows per wave per tile. Q is not re-quantised: scores stay in
+; raw units (m, -m, the lazy test against 8/c), and c = scale * log2(e) * q_descale *
+; k_descale multiplies S - m before each exp2; P <= 2^8 (lazy threshold) fits e4m3
+; (448) and goes to e4m3 for the P.V MFMA, while l sums the f32 P; O = v_descale P.V / l.
+; This MFMA runs at the bf16 rate (8 passes per 32x32x16): the FP8 gain of the 32x32x64
+; f8f6f4 form (16 passes per 4x the work) is not taken yet.
+;
 ; --- Registers -----------------------------------------------------------------------
 ; 256 VGPRs (no AGPRs): 2 waves per SIMD, one workgroup per CU.
 
