@@ -9,13 +9,16 @@
 ;   127 and clamped at 0 (2^-127: all-zero or tiny blocks); X = 2^(E - 127)
 ;   scale[r, b] = E (E8M0 byte); q[r, 32b + j] = e4m3_rne(clamp(y / X, -448, 448))
 ;
-; gfx950, wave64, WORKGROUP_SIZE_X work-items, one 32-block per work-item:
-; block g = wg_x * WORKGROUP_SIZE_X + lane, row r = g / NB (multiply-high by `magic` = ceil(2^32 / NB),
-; exact for M * NB * NB < 2^32, which the op checks; magic = 0 means NB = 1), b = g - r * NB.
-; Each work-item loads its 32 gate and 32 up values (4 + 4 dwordx4), computes y in f32
-; (v_exp_f32 and v_rcp_f32 for the sigmoid), the block's amax and scale, clamps to +-448 X (saturation by the clamp, whatever the mode),
-; converts pairs with v_cvt_scalef32_pk_fp8_f32 (which divides by X exactly and rounds to
-; nearest even) and stores 32 bytes of q and the scale byte.
+; gfx950, wave64, WORKGROUP_SIZE_X work-items, four per 32-block (8 elements each), so that a
+; small M still spreads over many waves: work-item g = wg_x * WORKGROUP_SIZE_X + lane takes
+; part p = g & 3 of block k = g >> 2, row r = k / NB (multiply-high by `magic` = ceil(2^32 / NB),
+; exact for M * NB * NB < 2^32, which the op checks; magic = 0 means NB = 1), b = k - r * NB.
+; Each work-item loads its 8 gate and 8 up values (one dwordx4 each), computes y in f32
+; (v_exp_f32 and v_rcp_f32 for the sigmoid) and its amax; two DPP quad_perm maxes give the
+; block's amax to its four lanes (a block is 4 aligned lanes of one wave); then the scale,
+; the clamp to +-448 X (saturation by the clamp, whatever the mode), the conversion of pairs
+; with v_cvt_scalef32_pk_fp8_f32 (which divides by X exactly and rounds to nearest even), an
+; 8-byte store of q, and the scale byte from part 0.
 ; Defines: F16 (0: bf16 input, 1: fp16).
 ;
 ; Kernarg (k_* from kernels.yaml): x, q, scale; M, I, NB, magic (u32); neg_alpha_log2e, beta,
@@ -38,10 +41,10 @@
 .set s_blocks, 28                    ; M * NB
 .set s_up, 29                        ; 2I: bytes from a gate element to its up element
 ; --- VGPRs ---
-.set v_g, 1                          ; block index
+.set v_g, 1                          ; work-item index g, then the block index k = g >> 2
 .set v_r, 2                          ; row
 .set v_b, 3                          ; block in the row
-.set v_xoff, 4                       ; byte offset of the block's first gate element
+.set v_xoff, 4                       ; byte offset of the work-item's first gate element
 .set v_qoff, 5
 .set v_soff, 6
 .set v_lim, 7                        ; limit (a VGPR: v_med3 takes it twice, once negated)
@@ -49,10 +52,11 @@
 .set v_sc, 9                         ; X as an f32 scale operand (exponent field E)
 .set v_cl, 10                        ; 448 X
 .set v_t, 12                         ; [12:13] temporaries of an element pair
-.set v_gate, 16                      ; [16:31] 32 packed 16-bit gate values
-.set v_upv, 32                       ; [32:47] 32 packed 16-bit up values
-.set v_y, 48                         ; [48:79] 32 f32 results
-.set v_q, 80                         ; [80:87] 32 e4m3 bytes
+.set v_part, 14                      ; g & 3
+.set v_gate, 16                      ; [16:19] 8 packed 16-bit gate values
+.set v_upv, 20                       ; [20:23] 8 packed 16-bit up values
+.set v_y, 24                         ; [24:31] 8 f32 results
+.set v_q, 32                         ; [32:33] 8 e4m3 bytes
 
 ; v[dst] = the 16-bit float in half `hi` (0: low, 1: high) of v[src], as f32
 .macro to_f32 dst, src, hi
@@ -117,34 +121,36 @@
     buffer_rsrc s_rsrc_s, s[s_blocks]
     s_mul_i32 s[s_tmp], s[s_wg_x], WORKGROUP_SIZE_X
     v_add_u32 v[v_g], s[s_tmp], v[v_g]
-    v_cmp_gt_u32 vcc, s[s_blocks], v[v_g]                   ; g < M * NB
+    v_and_b32 v[v_part], 3, v[v_g]
+    v_lshrrev_b32 v[v_g], 2, v[v_g]                         ; block k
+    v_cmp_gt_u32 vcc, s[s_blocks], v[v_g]                   ; k < M * NB (whole blocks: all 4 lanes or none)
     s_and_b64 exec, exec, vcc
     s_cbranch_execz L_end
-    v_mul_hi_u32 v[v_r], v[v_g], s[s_magic]                 ; r = g / NB
+    v_mul_hi_u32 v[v_r], v[v_g], s[s_magic]                 ; r = k / NB
     v_cmp_eq_u32 vcc, 0, s[s_magic]                         ; magic 0 stands for NB = 1 (2^32 does not fit)
     v_cndmask_b32 v[v_r], v[v_r], v[v_g], vcc
     v_mul_lo_u32 v[v_b], v[v_r], s[s_NB]
-    v_sub_u32 v[v_b], v[v_g], v[v_b]                        ; b = g - r * NB
+    v_sub_u32 v[v_b], v[v_g], v[v_b]                        ; b = k - r * NB
     v_mul_lo_u32 v[v_xoff], v[v_r], s[s_I]                  ; r * I
     v_lshlrev_b32 v[v_qoff], 5, v[v_b]
-    v_add_u32 v[v_qoff], v[v_xoff], v[v_qoff]               ; q offset r * I + 32 b
-    v_lshl_add_u32 v[v_xoff], v[v_xoff], 2, 0               ; gate offset (r * 2I + 32 b) * 2 ...
-    v_lshlrev_b32 v[v_soff], 6, v[v_b]
-    v_add_u32 v[v_xoff], v[v_xoff], v[v_soff]               ; ... = 4 r I + 64 b
-    .irp c, 0, 1, 2, 3
-        buffer_load_dwordx4 v[v_gate+4*\c:v_gate+4*\c+3], v[v_xoff], s[s_rsrc_x:s_rsrc_x+3], 0 offen offset:16*\c
-    .endr
+    v_lshl_add_u32 v[v_qoff], v[v_part], 3, v[v_qoff]
+    v_add_u32 v[v_qoff], v[v_xoff], v[v_qoff]               ; q offset r * I + 32 b + 8 p
+    v_add_u32 v[v_xoff], v[v_xoff], v[v_qoff]
+    v_lshlrev_b32 v[v_xoff], 1, v[v_xoff]                   ; gate offset (r * 2I + 32 b + 8 p) * 2
+    buffer_load_dwordx4 v[v_gate:v_gate+3], v[v_xoff], s[s_rsrc_x:s_rsrc_x+3], 0 offen
     v_add_u32 v[v_xoff], s[s_up], v[v_xoff]                 ; up: I elements further
-    .irp c, 0, 1, 2, 3
-        buffer_load_dwordx4 v[v_upv+4*\c:v_upv+4*\c+3], v[v_xoff], s[s_rsrc_x:s_rsrc_x+3], 0 offen offset:16*\c
-    .endr
-    v_mov_b32 v[v_soff], v[v_g]                             ; scale offset r * NB + b = g
+    buffer_load_dwordx4 v[v_upv:v_upv+3], v[v_xoff], s[s_rsrc_x:s_rsrc_x+3], 0 offen
+    v_mov_b32 v[v_soff], v[v_g]                             ; scale offset r * NB + b = k
     v_mov_b32 v[v_lim], s[s_limit]
     v_mov_b32 v[v_am], 0
-    s_waitcnt vmcnt(0)                                      ; in flight: 4 gate, 4 up loads → wait for all
-    .irp k, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
+    s_waitcnt vmcnt(0)                                      ; in flight: gate, up → wait for both
+    .irp k, 0, 1, 2, 3
         swiglu_pair \k
     .endr
+    s_nop 1                                                 ; VALU wrote v_am → 2 wait states before a DPP read
+    v_max_f32_dpp v[v_t], v[v_am], v[v_am] quad_perm:[1,0,3,2] row_mask:0xf bank_mask:0xf
+    s_nop 1                                                 ; VALU wrote v_t → 2 wait states before a DPP read
+    v_max_f32_dpp v[v_am], v[v_t], v[v_t] quad_perm:[2,3,0,1] row_mask:0xf bank_mask:0xf   ; the block's amax
     ; scale: E = max(exponent field of amax, 8) - 8; X has exponent field E; 448 X = 1.75 * 2^(E+8-127)
     v_lshrrev_b32 v[v_am], 23, v[v_am]
     v_max_u32 v[v_am], 8, v[v_am]
@@ -153,19 +159,18 @@
     v_add_u32 v[v_cl], 8, v[v_am]
     v_lshlrev_b32 v[v_cl], 23, v[v_cl]
     v_or_b32 v[v_cl], 0x600000, v[v_cl]
-    .set j_, 0
-    .rept 32
-        v_med3_f32 v[v_y+j_], v[v_y+j_], -v[v_cl], v[v_cl]  ; saturate at +-448 X
-        .set j_, j_ + 1
+    .irp j, 0, 1, 2, 3, 4, 5, 6, 7
+        v_med3_f32 v[v_y+\j], v[v_y+\j], -v[v_cl], v[v_cl]  ; saturate at +-448 X
     .endr
-    .irp d, 0, 1, 2, 3, 4, 5, 6, 7                          ; low words: elements 4d, 4d+1
+    .irp d, 0, 1                                            ; low words: elements 4d, 4d+1
         v_cvt_scalef32_pk_fp8_f32 v[v_q+\d], v[v_y+4*\d], v[v_y+4*\d+1], v[v_sc]
     .endr
-    .irp d, 0, 1, 2, 3, 4, 5, 6, 7                          ; high words: elements 4d+2, 4d+3
+    .irp d, 0, 1                                            ; high words: elements 4d+2, 4d+3
         v_cvt_scalef32_pk_fp8_f32 v[v_q+\d], v[v_y+4*\d+2], v[v_y+4*\d+3], v[v_sc] op_sel:[0,0,0,1]
     .endr
-    buffer_store_dwordx4 v[v_q:v_q+3], v[v_qoff], s[s_rsrc_q:s_rsrc_q+3], 0 offen
-    buffer_store_dwordx4 v[v_q+4:v_q+7], v[v_qoff], s[s_rsrc_q:s_rsrc_q+3], 0 offen offset:16
+    buffer_store_dwordx2 v[v_q:v_q+1], v[v_qoff], s[s_rsrc_q:s_rsrc_q+3], 0 offen
+    v_cmp_eq_u32 vcc, 0, v[v_part]                          ; the block's scale from part 0
+    s_and_b64 exec, exec, vcc
     buffer_store_byte v[v_am], v[v_soff], s[s_rsrc_s:s_rsrc_s+3], 0 offen
 L_end:
     s_endpgm
