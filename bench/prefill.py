@@ -100,8 +100,10 @@ def main(argv=None) -> int:
     ap.add_argument("--only", help="only rows whose label contains this text")
     ap.add_argument("--max-tokens", type=int, default=1 << 20, help="skip rows with more tokens (model time)")
     ap.add_argument("--out", default=str(REPO / "bench" / "out" / "prefill.json"))
+    ap.add_argument("--no-build", action="store_true", help="model the objects already built")
     args = ap.parse_args(argv)
-    build_manifest(default_manifest())
+    if not args.no_build:
+        build_manifest(default_manifest())
     head = (f"{'problem':22} {'CK fp8':>7} {'CK fp8 blk':>10} {'ours fp8':>8} {'ours bf16 paged':>15} "
             f"{'dense bf16':>10} {'paged/dense':>11} {'wall s':>6}")
     print(head)
