@@ -12,9 +12,10 @@
 ;   its slot appears nowhere and counts for no expert.
 ;
 ; gfx950, wave64. One workgroup of WORKGROUP_SIZE_X work-items (4 waves); grid 1.
+; 0. sorted_token_ids filled with the sentinel (first: the stores overlap steps 1-2).
 ; 1. counts[e] = 0 in LDS.                                                    barrier
 ; 2. ids to LDS (-1 for an invalid id and for slots past the end, up to a multiple of 64);
-;    ds_add_u32 counts[id] += 1; sorted_token_ids filled with the sentinel.    barrier
+;    ds_add_u32 counts[id] += 1; the sentinel stores complete.                barrier
 ; 3. Wave 0: per chunk of 64 experts, padded counts, an inclusive scan across the lanes
 ;    (ds_bpermute_b32, 6 steps) plus the previous chunks' total gives start[e] (written over
 ;    counts[e]); each lane writes its expert's expert_ids blocks; then the total
@@ -121,6 +122,16 @@
     s_and_b32 s[s_slots64], s[s_slots64], 0xffffffc0
     v_mov_b32 v[v_sent], s[s_slots]
 
+; --- 0. sorted_token_ids = the sentinel everywhere (step 4 overwrites the slots' entries) ---
+    s_mov_b32 s[s_base], 0                                  ; first, so that the stores' latency overlaps steps 1-2
+L_fill:
+    v_add_u32 v[v_t], s[s_base], v[v_tid]
+    v_lshlrev_b32 v[v_addr], 2, v[v_t]
+    buffer_store_dword v[v_sent], v[v_addr], s[s_rsrc_sorted:s_rsrc_sorted+3], 0 offen  ; past max_padded: dropped
+    s_add_u32 s[s_base], s[s_base], WORKGROUP_SIZE_X
+    s_cmp_lt_u32 s[s_base], s[s_max_padded]
+    s_cbranch_scc1 L_fill
+
 ; --- 1. counts[e] = 0 ---
     s_mov_b32 s[s_base], 0
 L_zero:
@@ -143,7 +154,7 @@ L_ids:
     v_add_u32 v[v_t], s[s_base], v[v_tid]
     v_lshlrev_b32 v[v_addr], 2, v[v_t]
     buffer_load_dword v[v_id], v[v_addr], s[s_rsrc_ids:s_rsrc_ids+3], 0 offen   ; past slots: reads 0
-    s_waitcnt vmcnt(0)                                      ; in flight: topk_ids[t] → wait for it
+    s_waitcnt vmcnt(0)                                      ; in flight: topk_ids[t] (and sentinel stores, in order) → wait
     v_cmp_gt_u32 vcc, s[s_slots], v[v_t]                    ; t < slots
     v_cmp_gt_u32 s[s_mask:s_mask+1], s[s_E], v[v_id]        ; 0 <= id < num_experts (unsigned)
     s_and_b64 vcc, vcc, s[s_mask:s_mask+1]
@@ -158,14 +169,6 @@ L_ids:
     s_add_u32 s[s_base], s[s_base], WORKGROUP_SIZE_X
     s_cmp_lt_u32 s[s_base], s[s_slots64]
     s_cbranch_scc1 L_ids
-    s_mov_b32 s[s_base], 0                                  ; the sentinel everywhere; step 4 overwrites the slots
-L_fill:
-    v_add_u32 v[v_t], s[s_base], v[v_tid]
-    v_lshlrev_b32 v[v_addr], 2, v[v_t]
-    buffer_store_dword v[v_sent], v[v_addr], s[s_rsrc_sorted:s_rsrc_sorted+3], 0 offen  ; past max_padded: dropped
-    s_add_u32 s[s_base], s[s_base], WORKGROUP_SIZE_X
-    s_cmp_lt_u32 s[s_base], s[s_max_padded]
-    s_cbranch_scc1 L_fill
     s_waitcnt vmcnt(0) lgkmcnt(0)                           ; in flight: sentinel stores, ids, count adds → all done
     s_barrier                                               ; counts and ids complete; sentinels land before step 4's stores
 
