@@ -230,14 +230,18 @@ class _Call:
             if lse is not None:
                 refuse_overlap(NAME, "lse", lse.data_ptr(), extent(lse),
                                tuple((n, t.data_ptr(), extent(t), False) for n, t in pointers + [("out", out)]))
-        if q.numel() == 0 or self.max_seq_q == 0:
-            return
+        if q.numel() and self.max_seq_q:
+            launch(KERNEL, variant=variant_name(q.dtype, self.causal), **self.kernel_args())
+
+    def kernel_args(self) -> dict:
+        """The manifest arguments of batch_prefill_d128 for this call."""
+        q, out, lse = self.q, self.out, self.lse
         e = q.element_size()
         descales = self.descales if self.descales is not None else torch.ones(3, dtype=torch.float32,
                                                                               device=q.device)
         ratio = q.shape[1] // self.k_cache.shape[2]
         store_lse = lse is not None
-        args = dict(q=q, k_cache=self.k_cache, v_cache=self.v_cache, o=out,
+        return dict(q=q, k_cache=self.k_cache, v_cache=self.v_cache, o=out,
                     lse=lse if store_lse else torch.empty((0, 0), dtype=torch.float32, device=q.device),
                     qo_indptr=self.qo_indptr, kv_start=self.kv_start, seqlen_k=self.seqlen_k,
                     page_list=self.page_list, descales=descales, max_seq_q=self.max_seq_q,
@@ -248,7 +252,6 @@ class _Call:
                     lse_head_stride=lse.stride(0) * 4 if store_lse else 0,
                     page_shift=self.page_shift, kv_head_magic=0 if ratio == 1 else -(-_U32 // ratio),
                     scale_log2=self.scale * LOG2E, store_lse=int(store_lse))
-        launch(KERNEL, variant=variant_name(q.dtype, self.causal), **args)
 
 
 def _page_table(batch, page_size, num_pages, device, kv_indptr, kv_page_indices, kv_last_page_len, block_table,
@@ -492,3 +495,39 @@ def normalise(batch, page_size, num_pages, **table):
     return _page_table(batch, page_size, num_pages, torch.device("cpu"), table.get("kv_indptr"),
                        table.get("kv_page_indices"), table.get("kv_last_page_len"), table.get("block_table"),
                        table.get("seqlens_k"))
+
+
+# ------------------------------------------------------------------ `gfxasm run batch_prefill_d128`
+
+def _register_run_case() -> None:
+    from ..runcases import RunCase, run_case
+
+    @run_case(KERNEL)
+    def prefill_case(variant, gen: torch.Generator, seq_q=(70, 1, 300), seq_k=(100, 40, 300), page_size=16,
+                     heads_q=4, heads_k=2) -> RunCase:
+        dtype = {"bf16": torch.bfloat16, "f16": torch.float16, "fp8": FP8}[variant.name.split("_")[3]]
+        causal = bool(variant.defines["FMHA_CAUSAL"])
+        counts = [-(-s // page_size) for s in seq_k]
+        num_pages = sum(counts) + 2
+        table = dict(kv_indptr=torch.tensor([0] + [sum(counts[:b + 1]) for b in range(len(counts))], dtype=torch.int32),
+                     kv_page_indices=torch.randperm(num_pages, generator=gen)[:sum(counts)].to(torch.int32),
+                     kv_last_page_len=torch.tensor([s - (n - 1) * page_size for s, n in zip(seq_k, counts)],
+                                                   dtype=torch.int32))
+        qo_indptr = torch.tensor([0] + [sum(seq_q[:b + 1]) for b in range(len(seq_q))], dtype=torch.int32)
+        q = torch.randn(int(qo_indptr[-1]), heads_q, HEAD_DIM, generator=gen).to(dtype)
+        k = torch.randn(num_pages, page_size, heads_k, HEAD_DIM, generator=gen).to(dtype)
+        v = torch.randn(num_pages, page_size, heads_k, HEAD_DIM, generator=gen).to(dtype)
+        out = torch.full(q.shape, float("nan"), dtype=out_dtype(dtype))
+        lse = torch.full((heads_q, q.shape[0]), float("nan"))
+        call = _Call(q, k, v, qo_indptr, *table.values(), None, None, causal, None, None, None, None, None, out, lse)
+        o_ref, lse_ref, bound = reference(q, k, v, qo_indptr, call.page_list, call.kv_start, call.seqlen_k,
+                                          causal=causal, p_bound=True)
+        # one atol for both outputs: FP8's P-rounding bound plus O's rounding, or 2^-6 for bf16/fp16
+        # (their tests hold them to flash-attention's rule: tests/test_batch_prefill.py)
+        slack = 2.0**-8 * o_ref.abs().max().item() + 2.0**-6
+        atol = (bound.max().item() if dtype == FP8 else 0.0) + slack
+        return RunCase(args=call.kernel_args(), expected={"o": o_ref.float(), "lse": lse_ref.float()}, atol=atol,
+                       rtol=0.0, note=f"Sq={seq_q} Sk={seq_k} page {page_size} Hq={heads_q} Hk={heads_k}")
+
+
+_register_run_case()
