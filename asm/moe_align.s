@@ -17,7 +17,7 @@
 ; 2. ids to LDS (-1 for an invalid id and for slots past the end, up to a multiple of 64);
 ;    ds_add_u32 counts[id] += 1; the sentinel stores complete.                barrier
 ; 3. Wave 0: per chunk of 64 experts, padded counts, an inclusive scan across the lanes
-;    (ds_bpermute_b32, 6 steps) plus the previous chunks' total gives start[e] (written over
+;    (6 DPP adds) plus the previous chunks' total gives start[e] (written over
 ;    counts[e]); each lane writes its expert's expert_ids blocks; then the total
 ;    (num_tokens_post_padded) and -1 for the blocks past it.                  barrier
 ; 4. Every wave takes chunks of 64 slots (wave w: chunks w, w + 4, ...). Lane t's rank among
@@ -79,8 +79,6 @@
 .set v_pad, 8                        ; padded count of the lane's expert
 .set v_nblk, 9                       ; its blocks still to write
 .set v_incl, 10                      ; inclusive scan of v_pad
-.set v_nb, 11                        ; scan: the neighbour's partial
-.set v_src, 12                       ; scan: ds_bpermute address
 .set v_start, 13
 .set v_val, 14                       ; expert_ids value of the lane's expert
 .set v_rank, 15
@@ -187,24 +185,28 @@ L_scan:
     s_cmp_eq_u32 s[s_has_map], 0
     s_cbranch_scc1 L_no_map                                 ; no map: no load (its latency would be wasted)
     buffer_load_dword v[v_val], v[v_addr], s[s_rsrc_map:s_rsrc_map+3], 0 offen  ; expert_map[e]
+    s_waitcnt vmcnt(0)                                      ; in flight: expert_map[e] (and earlier stores) → wait
 L_no_map:
     s_mov_b64 exec, s[s_saved:s_saved+1]
-    s_waitcnt vmcnt(0) lgkmcnt(0)                           ; in flight: counts[e], expert_map[e] (with a map) → wait for both
+    s_waitcnt lgkmcnt(0)                                    ; in flight: counts[e] → wait (not the stores: nothing reads them)
     v_cmp_ne_u32 vcc, 0, s[s_has_map]
     v_cndmask_b32 v[v_val], v[v_t], v[v_val], vcc           ; the block value: expert_map[e] or e
     v_add_u32 v[v_pad], s[s_bm_m1], v[v_cnt]
     v_lshrrev_b32 v[v_nblk], s[s_bm_log2], v[v_pad]         ; blocks of expert e
     v_lshlrev_b32 v[v_pad], s[s_bm_log2], v[v_nblk]
+    ; inclusive scan of v_pad over the 64 lanes with DPP (no LDS round trips): Hillis-Steele
+    ; within each row of 16 (a lane whose source lies outside its row is not written: it keeps
+    ; its sum), then row 0's total into row 1 and row 2's into row 3 (row_bcast:15, rows 1 and
+    ; 3), then lane 31's (rows 0-1) into rows 2 and 3 (row_bcast:31).
     v_mov_b32 v[v_incl], v[v_pad]
-    .irp d, 1, 2, 4, 8, 16, 32
-        v_subrev_u32 v[v_src], \d, v[v_lane]
-        v_lshlrev_b32 v[v_src], 2, v[v_src]                 ; lane - d (wraps below 0; masked next)
-        ds_bpermute_b32 v[v_nb], v[v_src], v[v_incl]
-        s_waitcnt lgkmcnt(0)                                ; in flight: the permute → wait for it
-        v_cmp_le_u32 vcc, \d, v[v_lane]                     ; lane >= d
-        v_cndmask_b32 v[v_nb], 0, v[v_nb], vcc
-        v_add_u32 v[v_incl], v[v_incl], v[v_nb]
+    .irp ctrl, row_shr:1, row_shr:2, row_shr:4, row_shr:8
+        s_nop 1                                             ; VALU wrote v_incl → 2 wait states before a DPP read
+        v_add_u32_dpp v[v_incl], v[v_incl], v[v_incl] \ctrl row_mask:0xf bank_mask:0xf
     .endr
+    s_nop 1                                                 ; VALU wrote v_incl → 2 wait states before a DPP read
+    v_add_u32_dpp v[v_incl], v[v_incl], v[v_incl] row_bcast:15 row_mask:0xa bank_mask:0xf
+    s_nop 1                                                 ; VALU wrote v_incl → 2 wait states before a DPP read
+    v_add_u32_dpp v[v_incl], v[v_incl], v[v_incl] row_bcast:31 row_mask:0xc bank_mask:0xf
     v_sub_u32 v[v_start], v[v_incl], v[v_pad]
     v_add_u32 v[v_start], s[s_carry], v[v_start]            ; start[e], exclusive over all experts before e
     v_cmp_gt_u32 vcc, s[s_E], v[v_t]
