@@ -1,6 +1,6 @@
 """Fit and validate the MI355X timing model on hardware timings (bench/calib_points.json).
 
-    python -m bench.calibrate [--jobs N] [--fit] [--limit N] [--png F]
+    python -m bench.calibrate [--jobs N] [--fit [--fit-only A,B]] [--lds-charged] [--limit N] [--png F]
 
 Every point of the data set (bench/calib_data.py: aiter's f4gemm and bf16 GEMM objects
 with the MI355X timings of aiter's tuning tables, and the five published FMHA points) is
@@ -32,6 +32,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import calib_data                                  # noqa: E402
+from gfxasm.perf import lds_banks                             # noqa: E402
 from gfxasm.perf import params as P                           # noqa: E402
 
 OUT = REPO / "bench" / "calibration.json"
@@ -161,13 +162,15 @@ def format_summary(rows: dict, title: str) -> str:
 
 # ------------------------------------------------------------------ fit
 
-def fit(pool: Pool, points: list[dict], start: P.Params, maxfev: int) -> dict:
-    """Nelder-Mead on the FITTED parameters over the fit points (the pool holds only those),
+def fit(pool: Pool, points: list[dict], start: P.Params, maxfev: int, names=P.FITTED) -> dict:
+    """Nelder-Mead on the FITTED parameters (or the subset `names`) over the fit points (the pool holds only those),
     minimising the mean over strata (family x regime) of the mean |log(modelled/measured)|:
     each stratum weighs the same, so the two FMHA fit points count as much as the hundreds
     of GEMMs of one regime."""
     from scipy.optimize import minimize
-    names = P.FITTED
+    unknown = set(names) - set(P.FITTED)
+    if unknown:
+        raise ValueError(f"only params.FITTED can be fitted, not {sorted(unknown)}")
     logs = {"global_latency_ns", "l2_bytes_per_clk_per_cu"}          # positive scales: fit their logs
     x0 = [math.log(getattr(start, n)) if n in logs else getattr(start, n) for n in names]
     bounds = {"power_mfma": (0.0, 3.0), "power_valu": (0.0, 3.0), "hbm_efficiency": (0.3, 1.0),
@@ -270,6 +273,10 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, default=max(1, min(16, mp.cpu_count())))
     ap.add_argument("--fit", action="store_true", help="re-fit params.FITTED on the fit points first")
     ap.add_argument("--maxfev", type=int, default=60)
+    ap.add_argument("--fit-only", default=",".join(P.FITTED),
+                    help="comma-separated FITTED parameters to fit (the others keep params.DEFAULT's values)")
+    ap.add_argument("--lds-charged", action="store_true",
+                    help="also report the held-out error with LDS bank conflicts charged (lds_banks.DEFAULT)")
     ap.add_argument("--fit-every", type=int, default=1,
                     help="fit on every n-th f4gemm fit point only (fit cost; the held-out report is unchanged)")
     ap.add_argument("--limit", type=int, default=0, help="every n-th point only (a quick look)")
@@ -292,7 +299,7 @@ def main(argv=None):
         fit_pts = [p for p in points if p["split"] == "fit"]
         fit_pts = [p for n, p in enumerate(fit_pts) if p["family"] != "f4gemm" or n % args.fit_every == 0]
         pool = Pool(fit_pts, args.jobs)
-        fitted = fit(pool, points, P.DEFAULT, args.maxfev)
+        fitted = fit(pool, points, P.DEFAULT, args.maxfev, tuple(n for n in args.fit_only.split(",") if n))
         pool.close()
         print("\nfitted (for params.CALIBRATED):", json.dumps(fitted), flush=True)
     base = dataclasses.replace(P.DEFAULT, **fitted)
@@ -307,8 +314,13 @@ def main(argv=None):
             if changes:
                 brackets[name] = bpool.run(changes)
         bpool.close()
+    charged = pool.run({"lds_conflicts": lds_banks.DEFAULT}) if args.lds_charged else None
     pool.close()
     held = summary(points, results, "held")
+    if charged:
+        print(format_summary(summary(points, charged, "held"),
+                             f"held-out points, LDS bank conflicts charged ({lds_banks.DEFAULT!r} phases)"))
+        print()
     print(format_summary(held, "held-out points (modelled vs measured)"))
     print()
     print(format_summary(summary(points, results, "fit"), "fit points"))
@@ -320,6 +332,7 @@ def main(argv=None):
     write(args.out, {
         "params": dataclasses.asdict(base), "fitted": fitted, "held_out": held,
         "fit": summary(points, results, "fit"),
+        **({"held_out_lds_charged": summary(points, charged, "held")} if charged else {}),
         "fmha_brackets": {name: {p["id"]: res[p["id"]]["modelled_us"] for p in fmha_pts}
                           for name, res in brackets.items()},
         "points": [{**{k: p[k] for k in ("id", "kernel", "regime", "split", "measured_us")},

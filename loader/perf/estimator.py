@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import lds_banks
 from . import params as P
-from .model import WaveStream, prepare, simulate_cu
+from .model import WaveStream, hbm_utilisation, prepare, simulate_cu
 from .stats import analyze_kernel, classify, mfma_dtype, mfma_flops
 from .trace import LINE, record
 
@@ -48,14 +49,16 @@ class Estimate:
     mfma_utilization: float            # matrix-pipe busy fraction on the simulated CU
     valu_utilization: float            # vector-ALU busy fraction (VALU ops, MFMA issue excluded)
     clock_hz: float                    # the sustained engine clock the launch was modelled at
+    hbm_utilization: float             # rho: the HBM's load while it runs (DRAM latency x 1/(1-rho))
     dynamic_mix: dict                  # class -> executed wave-instructions (whole grid)
     loop_iterations: dict              # loop head pc -> executed iterations per wave (max)
     stubbed: list                      # instructions the emulator lacks (timing stubs)
     launch_overhead_s: float
     # DS instructions, pc order: op, executions, mean LDS cycles per phase (1.0 = no
-    # conflict), conflict cycles per execution, whether the phase groups are measured
-    # (lds_banks.py) and whether the instruction is in the hottest loop. Diagnostic only:
-    # the timing model's LDS pipe does not charge them (they are not calibrated).
+    # conflict), conflict cycles per execution (under lds_banks.DEFAULT, the range and each
+    # phase hypothesis), whether the phase groups are measured (lds_banks.py) and whether
+    # the instruction is in the hottest loop. Charged to the LDS pipe only when
+    # params.lds_conflicts names a hypothesis (the calibrated set leaves them out).
     lds_conflicts: list = field(default_factory=list)
     params: P.Params = field(repr=False, default=None)
     modelled: bool = True
@@ -88,14 +91,25 @@ class Estimate:
 
 
 def format_lds_conflicts(est: Estimate, hottest_only: bool = True) -> str:
-    """A table of the DS instructions' bank conflicts (the hottest loop's by default)."""
+    """A table of the DS instructions' bank conflicts (the hottest loop's by default): conflict
+    cycles per execution under each phase hypothesis of lds_banks (equal for measured ops)."""
     rows = [c for c in est.lds_conflicts if c["hottest_loop"] or not hottest_only]
+    hyps = lds_banks.HYPOTHESES
     lines = [f"LDS bank conflicts ({'hottest loop' if hottest_only else 'all DS instructions'}; "
-             f"* = phase groups a hypothesis, not measured)",
-             f"  {'pc':>8} {'instruction':24} {'executions':>10} {'cycles/phase':>12} {'conflict cycles':>15}"]
+             f"* = phase groups a hypothesis, not measured; conflict cycles per execution)",
+             f"  {'pc':>8} {'instruction':24} {'executions':>10} {'cycles/phase':>12} "
+             + " ".join(f"{h:>14}" for h in hyps)]
     for c in rows:
         lines.append(f"  {c['pc']:>8} {c['op'] + ('' if c['measured_phases'] else ' *'):24} {c['executions']:10} "
-                     f"{c['degree']:12.2f} {c['extra_cycles']:15.2f}")
+                     f"{c['degree']:12.2f} " + " ".join(f"{c['by_hypothesis'][h]:14.2f}" for h in hyps))
+    if not rows:
+        lines.append("  (no DS instruction ran there)")
+    ops = sorted({c["op"] for c in rows})
+    for op in ops:
+        sel = [c for c in rows if c["op"] == op]
+        total = {h: sum(c["by_hypothesis"][h] * c["executions"] for c in sel) for h in hyps}
+        lines.append(f"  {'total':>8} {op:24} {sum(c['executions'] for c in sel):10} {'':12} "
+                     + " ".join(f"{total[h]:14.0f}" for h in hyps))
     return "\n".join(lines)
 
 
@@ -211,6 +225,12 @@ def estimate(co, grid, block, kernarg: bytes = b"", buffers=(), kernel: str | No
             static[n].dram_fraction = max(buf_fraction.get(b, 1.0) for b in names)
     for n, f in tr.in_range.items():
         static[n].in_range = f
+    if prm.lds_conflicts is not None:
+        if prm.lds_conflicts not in lds_banks.HYPOTHESES:
+            raise ValueError(f"params.lds_conflicts must be None or one of {lds_banks.HYPOTHESES}, "
+                             f"got {prm.lds_conflicts!r}")
+        for n, c in tr.lds_conflicts.items():
+            static[n].lds_extra = c.extra_per_execution(prm.lds_conflicts)
     requested = 0.0
     for n in np.flatnonzero(counts):
         s = static[n]
@@ -221,18 +241,25 @@ def estimate(co, grid, block, kernarg: bytes = b"", buffers=(), kernel: str | No
     active_cus = min(P.NUM_CUS, total)
 
     # The clock depends on how busy the chip is, and the busy fractions on the clock (memory
-    # rates are per second): simulate at the peak clock, then once more at the clock that
-    # pass's activity gives.
+    # rates are per second); the DRAM latency depends on how much of the HBM the launch
+    # uses, and that on the latency. Simulate at the peak clock and unloaded latency, then
+    # once more at the clock and HBM utilisation that pass's activity gives.
     active_share = min(P.NUM_CUS, total) / P.NUM_CUS
-    clock = prm.clock_hz
+    clock, rho = prm.clock_hz, 0.0
     for n in range(2):
         cu = simulate_cu(streams, insts, waves_per_group=st.occupancy.waves_per_workgroup,
                          groups_resident=per_cu, prm=prm, dram_fraction=dram_fraction,
-                         active_cus=active_cus, static=static, clock_hz=clock)
+                         active_cus=active_cus, static=static, clock_hz=clock, dram_load=rho)
         alu = _valu_alu_utilization(cu, prm)
-        if n or (prm.power_mfma == 0 and prm.power_valu == 0):
+        if n or not cu.cycles:
             break
+        # one fixed-point step: the chip's DRAM demand at unloaded latency (under the CUs'
+        # HBM share, so a <= ~1 and the latency at most about doubles) sets rho
+        demand = active_cus * cu.dram_bytes * clock / cu.cycles
+        rho = hbm_utilisation(demand, P.HBM_BYTES_PER_S * prm.hbm_efficiency)
         clock = prm.sustained_clock(cu.mfma_utilization * active_share, alu * active_share)
+        if clock == prm.clock_hz and rho == 0.0:
+            break
     per_round = cu.cycles / sample
     overhead = prm.launch_overhead_us * 1e-6
     seconds = rounds * per_round / clock + overhead
@@ -255,7 +282,9 @@ def estimate(co, grid, block, kernarg: bytes = b"", buffers=(), kernel: str | No
 
     hot = st.hottest
     conflicts = [{"pc": f"{insts[n].pc:#x}", "op": insts[n].name, "executions": c.executions,
-                  "degree": round(c.degree, 3), "extra_cycles": round(c.extra_per_execution, 3),
+                  "degree": round(c.degree(), 3), "extra_cycles": round(c.extra_per_execution(), 3),
+                  "extra_cycles_range": [round(v, 3) for v in c.bracket()],
+                  "by_hypothesis": {h: round(c.extra_per_execution(h), 3) for h in lds_banks.HYPOTHESES},
                   "measured_phases": c.measured, "hottest_loop": bool(hot and hot.start <= insts[n].pc <= hot.end)}
                  for n, c in sorted(tr.lds_conflicts.items())]
 
@@ -264,6 +293,6 @@ def estimate(co, grid, block, kernarg: bytes = b"", buffers=(), kernel: str | No
         workgroups_per_cu=per_cu, simulated_workgroups=len(chosen), mfma_flops=sim_flops * scale,
         mfma_dtype=dtype, dram_bytes=dram, requested_global_bytes=requested,
         lds_bytes=cu.lds_bytes * scale, mfma_utilization=cu.mfma_utilization,
-        valu_utilization=alu, clock_hz=clock,
+        valu_utilization=alu, clock_hz=clock, hbm_utilization=rho,
         dynamic_mix={k_: int(v * scale) for k_, v in mix.items()}, loop_iterations=iters,
         stubbed=tr.stubbed, launch_overhead_s=overhead, params=prm)

@@ -10,15 +10,18 @@ Phase groups and bank counts measured on MI355X by HazyResearch/HipKittens
 (`analysis/paper_experiments/phases/<op>/phase_results.txt` and `bank_results.txt`,
 commit f09e968): ds_read_b128 — 4 phases of 16 non-consecutive lanes over 64 banks;
 ds_read_b64 — 2 x 32 consecutive lanes, 64 banks; ds_read_b96 — 8 x 8 lanes, 32 banks;
-ds_write_b64 — 4 x 16 consecutive lanes, 32 banks. Other DS ops are not measured: they
-get HYPOTHESES (marked in the result), chiefly that `ds_read_b64_tr_*` is served like
-ds_read_b64, that 32-bit accesses take one 64-lane phase over 64 banks (reads) or two
-32-lane phases over 32 banks (writes), and that ds_write_b128 serves 8 x 8 lanes over 32
-banks (128 bytes a phase, as ds_write_b64).
+ds_write_b64 — 4 x 16 consecutive lanes, 32 banks. Other DS ops are not measured: each
+is counted under every one of HYPOTHESES, and the result is the bracket over them (the
+first, DEFAULT, is the one a single figure uses):
+  * "by bytes": a phase serves 256 bytes of consecutive lanes over 64 banks (reads) or
+    128 bytes over 32 banks (writes); `ds_read_b64_tr_*` as ds_read_b64 (2 x 32);
+  * "b128 groups": reads in ds_read_b128's measured groups (4 x 16 non-consecutive lanes),
+    64 banks; writes as "by bytes";
+  * "quarter waves": reads in 4 phases of 16 consecutive lanes, 64 banks; writes as "by bytes".
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
@@ -44,36 +47,72 @@ MEASURED = {
 }
 
 
+HYPOTHESES = ("by bytes", "b128 groups", "quarter waves")
+DEFAULT = HYPOTHESES[0]
+
+
 @lru_cache(maxsize=None)
-def phases(op: str, nbytes: int, write: bool) -> tuple[tuple[tuple[int, ...], ...], int, bool]:
-    """(lane groups, banks, measured) for one DS access of `nbytes` per lane."""
+def phases(op: str, nbytes: int, write: bool, hypothesis: str = DEFAULT) -> tuple[tuple[tuple[int, ...], ...], int, bool]:
+    """(lane groups, banks, measured) for one DS access of `nbytes` per lane; `hypothesis`
+    (one of HYPOTHESES) decides the groups of an op HipKittens did not measure."""
+    if hypothesis not in HYPOTHESES:
+        raise ValueError(f"hypothesis must be one of {HYPOTHESES}, got {hypothesis!r}")
+    if op in MEASURED:
+        groups, banks = MEASURED[op]
+        return tuple(tuple(g) for g in groups), banks, True
     base = op.split("_tr_")[0] if "_tr_" in op else op
-    if base in MEASURED:
+    if write:
+        groups, banks = _consecutive(max(1, min(64, 128 // nbytes))), 32
+    elif hypothesis == "b128 groups":
+        groups, banks = MEASURED["ds_read_b128"]
+    elif hypothesis == "quarter waves":
+        groups, banks = _consecutive(16), 64
+    elif base in MEASURED:
         groups, banks = MEASURED[base]
-        measured = base == op
-    elif write:
-        groups, banks, measured = _consecutive(max(1, min(64, 128 // nbytes))), 32, False
     else:
-        groups, banks, measured = _consecutive(max(1, min(64, 256 // nbytes))), 64, False
-    return tuple(tuple(g) for g in groups), banks, measured
+        groups, banks = _consecutive(max(1, min(64, 256 // nbytes))), 64
+    return tuple(tuple(g) for g in groups), banks, False
 
 
 @dataclass
 class Conflicts:
-    """Per DS instruction (program index): executions and LDS cycles over the ideal."""
+    """Per DS instruction (program index): executions and LDS cycles over the ideal, under
+    each phase hypothesis (all alike for a measured op)."""
     executions: int = 0
-    phases: int = 0              # phases with active lanes, summed over executions
-    cycles: int = 0              # LDS cycles, summed (>= phases)
+    phases: dict = field(default_factory=dict)   # hypothesis -> phases with active lanes, summed
+    cycles: dict = field(default_factory=dict)   # hypothesis -> LDS cycles, summed (>= phases)
     measured: bool = True        # phase groups measured (HipKittens), not a hypothesis
 
-    @property
-    def extra_per_execution(self) -> float:
-        return (self.cycles - self.phases) / self.executions if self.executions else 0.0
+    def extra_per_execution(self, hypothesis: str = DEFAULT) -> float:
+        if not self.executions:
+            return 0.0
+        return (self.cycles.get(hypothesis, 0) - self.phases.get(hypothesis, 0)) / self.executions
 
-    @property
-    def degree(self) -> float:
+    def degree(self, hypothesis: str = DEFAULT) -> float:
         """Mean cycles per phase (1.0: conflict-free)."""
-        return self.cycles / self.phases if self.phases else 1.0
+        ph = self.phases.get(hypothesis, 0)
+        return self.cycles.get(hypothesis, 0) / ph if ph else 1.0
+
+    def bracket(self) -> tuple[float, float]:
+        """(least, most) conflict cycles per execution over the hypotheses."""
+        extra = [self.extra_per_execution(h) for h in HYPOTHESES]
+        return min(extra), max(extra)
+
+
+def record(conflicts: dict, key, op: str, addr, mask, nbytes: int, write: bool) -> None:
+    """Count one DS access into conflicts[key] under every hypothesis."""
+    c = conflicts.get(key)
+    seen = {}
+    for h in HYPOTHESES:
+        groups, banks, measured = phases(op, nbytes, write, h)
+        if c is None:
+            c = conflicts[key] = Conflicts(measured=measured)
+        if (groups, banks) not in seen:
+            seen[groups, banks] = count(addr, mask, nbytes, groups, banks)
+        ph, cyc = seen[groups, banks]
+        c.phases[h] = c.phases.get(h, 0) + ph
+        c.cycles[h] = c.cycles.get(h, 0) + cyc
+    c.executions += np.asarray(addr).reshape(-1, 64).shape[0]
 
 
 _SEEN: dict = {}          # loops repeat the same lane pattern at shifted bases: count it once

@@ -65,6 +65,25 @@ def _regs(op) -> range | None:
     return None
 
 
+def dram_loaded_latency(prm: P.Params, rho: float) -> float:
+    """Latency (ns) of a DRAM-served load at HBM utilisation rho: the unloaded latency
+    (cache path + DRAM) stretched by 1 / (1 - rho), the open-queue (M/M/1) form of the
+    loaded-latency curve: flat at low load, without bound as the achieved bandwidth nears
+    the HBM's sustainable rate."""
+    if not 0.0 <= rho < 1.0:
+        raise ValueError(f"rho must be in [0, 1), got {rho}")
+    return (prm.global_latency_ns + prm.dram_extra_latency_ns) / (1.0 - rho)
+
+
+def hbm_utilisation(demand: float, sustainable: float) -> float:
+    """HBM utilisation rho of a launch whose CUs, at unloaded latency, would ask for
+    `demand` bytes/s from an HBM that sustains `sustainable` bytes/s. Latency-bound streams
+    (Little's law: rate = bytes in flight / latency) slow down as 1 - rho, so the achieved
+    rate is demand x (1 - rho) = rho x sustainable: rho = a / (1 + a), a = demand / sustainable."""
+    a = demand / sustainable
+    return a / (1.0 + a)
+
+
 @dataclass
 class StaticInst:
     klass: str
@@ -83,6 +102,7 @@ class StaticInst:
     is_setprio: bool = False
     dram_fraction: float | None = None   # share of this op's bytes that come from DRAM (None: launch-wide)
     in_range: float = 1.0         # share of its active lanes' bytes inside the buffer (trace.py)
+    lds_extra: float = 0.0        # bank-conflict cycles per execution charged to the LDS pipe
 
 
 def prepare(insts, prm: P.Params) -> list[StaticInst]:
@@ -158,6 +178,7 @@ class CuResult:
     lds_bytes: float
     barrier_wait: float          # wave-cycles spent waiting at barriers
     group_done: list = field(default_factory=list)   # completion cycle of each workgroup
+    dram_bytes: float = 0.0      # bytes its memory instructions moved, times their DRAM share
 
     @property
     def mfma_utilization(self) -> float:
@@ -190,15 +211,19 @@ class _Wave:
 def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, groups_resident: int,
                 prm: P.Params = P.DEFAULT, dram_fraction: float = 1.0,
                 active_cus: int = P.NUM_CUS, static: list[StaticInst] | None = None,
-                clock_hz: float | None = None) -> CuResult:
+                clock_hz: float | None = None, dram_load: float = 0.0) -> CuResult:
     """Replay the wave streams of one CU's workgroups; at most `groups_resident` at once.
     `clock_hz`: the engine clock the cycles run at (default the peak), which sets the
-    cycles of the memory system's per-second rates and nanosecond latencies."""
+    cycles of the memory system's per-second rates and nanosecond latencies.
+    `dram_load`: the chip's HBM utilisation rho (0 <= rho < 1) while the launch runs; a
+    DRAM access then waits 1 / (1 - rho) times its unloaded latency (queueing at the
+    memory controllers, see dram_loaded_latency)."""
     st = static or prepare(insts, prm)
     Q = prm.issue_quantum
     clock = clock_hz or prm.clock_hz
     global_latency = prm.global_latency_ns * 1e-9 * clock
-    dram_latency = prm.dram_extra_latency_ns * 1e-9 * clock
+    # what a DRAM-served byte adds to a cache hit's latency, queueing included
+    dram_latency = (dram_loaded_latency(prm, dram_load) - prm.global_latency_ns) * 1e-9 * clock
     hbm_per_cu = P.HBM_BYTES_PER_S * prm.hbm_efficiency / clock / max(1, active_cus)
     cost_lds_r = 1.0 / prm.lds_read_bytes_per_clk
     cost_lds_w = 1.0 / prm.lds_write_bytes_per_clk
@@ -239,7 +264,7 @@ def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, group
     gpipe = [0.0]
     lpipe = [0.0]
     issued: dict[str, int] = {}
-    totals = {"global": 0.0, "lds": 0.0, "barrier": 0.0}
+    totals = {"global": 0.0, "lds": 0.0, "barrier": 0.0, "dram": 0.0}
     now = 0.0
 
     def head_ready(wv: _Wave) -> float:
@@ -321,6 +346,7 @@ def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, group
                 done = wv.vm[-1]
             wv.vm.append(done)
             totals["global"] += nbytes
+            totals["dram"] += nbytes * frac
             if s.is_load:
                 for r in s.dsts:
                     wv.ready[r] = wv.ready_m[r] = wv.ready_c[r] = done
@@ -329,7 +355,7 @@ def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, group
             wv.mem_i += 1
             rb, wb = lanes * s.bytes[2], lanes * s.bytes[3]
             start = max(t, lpipe[0])
-            lpipe[0] = start + rb * cost_lds_r + wb * cost_lds_w
+            lpipe[0] = start + rb * cost_lds_r + wb * cost_lds_w + s.lds_extra
             done = lpipe[0] + prm.lds_latency
             if wv.lgkm and wv.lgkm[-1] > done:
                 done = wv.lgkm[-1]
@@ -446,5 +472,5 @@ def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, group
     cycles = max(group_done.values()) if group_done else now
     cycles = max(cycles, gpipe[0], lpipe[0])       # stores still draining after the last wave
     return CuResult(cycles, mfma_busy, valu_busy, issued, totals["global"], totals["lds"],
-                    totals["barrier"], [group_done[g] for g in order if g in group_done])
+                    totals["barrier"], [group_done[g] for g in order if g in group_done], totals["dram"])
 

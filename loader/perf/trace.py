@@ -153,12 +153,7 @@ class Recorder:
         inst = self._cur[0].inst
         if inst is None or classify(inst) != "ds":
             return
-        groups, banks, measured = lds_banks.phases(inst.name, nbytes, write)
-        phases, cycles = lds_banks.count(addr, mask, nbytes, groups, banks)
-        c = self.lds_conflicts.setdefault(self.index[inst.pc], lds_banks.Conflicts(measured=measured))
-        c.executions += np.asarray(addr).reshape(-1, 64).shape[0]
-        c.phases += phases
-        c.cycles += cycles
+        lds_banks.record(self.lds_conflicts, self.index[inst.pc], inst.name, addr, mask, nbytes, write)
 
     def __call__(self, inst, w):
         ex, streams, lanes = self._cur

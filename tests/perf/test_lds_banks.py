@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from gfxasm.perf import lds_banks as L
 
@@ -51,3 +52,42 @@ def test_inactive_lanes_do_not_conflict_and_unmeasured_ops_are_flagged():
     assert cycles("ds_read_b64", addr, 8, mask=mask) == (2, 2)
     assert L.phases("ds_read_b64_tr_b16", 8, False)[2] is False
     assert L.phases("ds_write_b64", 8, True)[1:] == (32, True)
+
+
+def v_read_addresses(swizzle) -> np.ndarray:
+    """fmha_fwd_d128's V read (ds_read_b64_tr_b16), one d block: lane 16bb + 4j + m reads 8
+    bytes of row rr = 4(bb/2) + j, chunk c = 2(bb%2) + m/2, at rr*256 + 16*(c ^ swizzle(rr))
+    + 8(m%2) (the kernel's header comment; rows are 256 bytes of 16 chunks)."""
+    lanes = np.arange(64)
+    bb, j, m = lanes // 16, (lanes // 4) % 4, lanes % 4
+    rr = 4 * (bb // 2) + j
+    c = 2 * (bb % 2) + m // 2
+    return rr * 256 + 16 * (c ^ swizzle(rr)) + 8 * (m % 2)
+
+
+def test_fmha_v_reads_conflict_under_two_hypotheses_and_the_proposed_swizzle_under_none():
+    current = v_read_addresses(lambda r: 2 * (r % 8))
+    proposed = v_read_addresses(lambda r: 4 * (r % 4) ^ 2 * ((r // 4) % 2))
+    extra = {}
+    for name, addr in (("current", current), ("proposed", proposed)):
+        for h in L.HYPOTHESES:
+            groups, banks, measured = L.phases("ds_read_b64_tr_b16", 8, False, h)
+            assert not measured
+            ph, cyc = L.count(addr.reshape(1, 64), ALL, 8, groups, banks)
+            extra[name, h] = cyc - ph
+    # rows r and r+1 (r even) of the current layout put their chunks in the same 4 bank groups
+    assert extra["current", "by bytes"] == 2 and extra["current", "b128 groups"] == 4
+    assert extra["current", "quarter waves"] == 0
+    assert all(extra["proposed", h] == 0 for h in L.HYPOTHESES)
+    # the swizzle is a bijection of a row's 16 chunks: the DMA's 16 lanes of a row still read
+    # the row's 256 contiguous global bytes
+    for r in range(64):
+        assert sorted(c ^ (4 * (r % 4) ^ 2 * ((r // 4) % 2)) for c in range(16)) == list(range(16))
+
+
+def test_hypotheses_bracket_unmeasured_ops_only():
+    for h in L.HYPOTHESES:
+        assert L.phases("ds_read_b128", 16, False, h) == L.phases("ds_read_b128", 16, False)
+    assert L.phases("ds_read_b64_tr_b16", 8, False, "b128 groups")[0] == L.phases("ds_read_b128", 16, False)[0]
+    with pytest.raises(ValueError):
+        L.phases("ds_read_b64_tr_b16", 8, False, "no such hypothesis")
