@@ -122,6 +122,25 @@ def bench(label, dtype, kind, page, batch, heads_q, heads_kv, dim, keys, target,
     return row
 
 
+def small_cases() -> list:
+    """BenchCases of each decode kernel at a small shape (B2 Hq8/Hkv1 D128, 512 keys: bf16 and
+    fp8 scale/shift contiguous, fp16 paged 64): known launches for `gfxasm stats --lds`."""
+    from bench.common import BenchCase
+    out = []
+    for dtype, kind, page in ((torch.bfloat16, "16", None), (torch.bfloat16, "fp8_ss", None), (torch.float16, "16", 64)):
+        q, k, v, seqlens, table = problem(dtype, kind, page, 2, 8, 1, 128, 512)
+        scales = {}
+        if kind == "fp8_ss":
+            pairs = torch.empty(*k.shape[:3], 2, dtype=torch.float16)
+            scales = dict(k_scale_shift=pairs, v_scale_shift=pairs)
+        for kernel, variant, args in da.launches(q, k, v, seqlens, block_table=table, **scales)[2]:
+            co, grid, block, raw, buffers = kernel_launch(kernel, variant, args)
+            symbol = default_manifest().kernel(kernel).variant(variant).kernel.symbol
+            out.append(BenchCase(f"{variant} B2 Hq8/Hkv1 D128 S512", "decode", str(co), symbol, grid, block, raw,
+                                 buffers, 0.0, 0.0, keep=[q, k, v, seqlens, table]))
+    return out
+
+
 def aiter_pa_row(batch=16, heads_kv=8, gqa=8, page=16, keys=8192) -> dict:
     """aiter's pa_bf16_noquant_gqa8_1tg_4w on the same shape, same model (its own grid: one
     4-wave workgroup per (KV head, sequence), no split)."""

@@ -207,6 +207,14 @@ def plan_cases(plan, M, N, K) -> list:
     return launches
 
 
+def small_cases() -> list:
+    """The planned launches of M16 N512 K1024: known launches for `gfxasm stats --lds`."""
+    cases = plan_cases(mx.plan(16, 512, 1024), 16, 512, 1024)
+    for c in cases:
+        c.label = f"{c.kernel} M16 N512 K1024"
+    return cases
+
+
 def modelled_seconds(plan, M, N, K, params=None, cases=None) -> tuple[float, list]:
     """gfxasm.perf.estimate of the plan's launches (plan_cases, or the given cases), with
     gfxasm.perf.params.DEFAULT or the given Params (e.g. a bracket variant)."""

@@ -1,6 +1,6 @@
 """Command-line entry points for `gfxasm stats` and `gfxasm bench` (wired by gfxasm.cli).
 
-    gfxasm stats FILE.co [FILE.co ...] [--kernel NAME] [--block N] [--json]
+    gfxasm stats FILE.co [FILE.co ...] [--kernel NAME] [--block N] [--json] [--lds]
     gfxasm bench [--only SUBSTR] [--small] [--out bench/results.json] [--png bench/roofline.png]
                  [--sample-rounds N]
 
@@ -10,6 +10,12 @@ exits 0), collects its `cases(full)` (a module needing an absent corpus, tests/ 
 ../shared is skipped with a notice) and runs them through bench.common.run, printing
 '[i/N] label' before each: measured with device events on a gfx950, modelled by
 gfxasm.perf.estimate otherwise (and marked "modelled").
+
+`stats --lds` adds, per file, the LDS bank conflicts of the hottest loop's DS instructions
+under every phase hypothesis of lds_banks (conflict cycles per execution, emulated lane
+addresses), from a known small launch of the same code object: the checkout's
+bench/bench_*.py cases(full=False) and LAUNCH_MODULES' small_cases(). A file with no known
+launch says so.
 """
 from __future__ import annotations
 
@@ -24,26 +30,71 @@ from .stats import analyze, format_stats
 REPO = Path(__file__).resolve().parents[2]
 
 
+# Modules of a checkout whose small_cases() give launches of our other kernels, beside the
+# bench/bench_*.py cases(full=False): where `gfxasm stats --lds` looks for a known launch.
+LAUNCH_MODULES = ("bench.decode", "bench.mxfp8_gemm")
+
+
+def known_launches(root: Path) -> list:
+    """Small launches (BenchCases) of every kernel a checkout's benchmarks know how to launch."""
+    cases = bench_cases(root, full=False)
+    for name in LAUNCH_MODULES:
+        try:
+            cases += importlib.import_module(name).small_cases()
+        except (ImportError, FileNotFoundError) as missing:
+            print(f"gfxasm stats: no launches from {name}: {missing}", file=sys.stderr)
+    return cases
+
+
+def launch_of(co: str, kernel: str | None, cases: list):
+    """The first case launching the same code object bytes (and kernel, if named), or None."""
+    data = Path(co).read_bytes()
+    for c in cases:
+        if (kernel is None or c.kernel == kernel) and Path(c.co).is_file() and Path(c.co).read_bytes() == data:
+            return c
+    return None
+
+
+def lds_report(co: str, kernel: str | None, cases: list) -> tuple[str, list | None]:
+    """Bank conflicts of the hottest loop's DS instructions in a known launch of `co`
+    (emulated lane addresses, every phase hypothesis), as text and as rows."""
+    from .estimator import estimate, format_lds_conflicts
+    c = launch_of(co, kernel, cases)
+    if c is None:
+        return (f"LDS bank conflicts: no known launch of {co} (bench/bench_*.py cases(full=False), "
+                f"{', '.join(LAUNCH_MODULES)} small_cases())"), None
+    est = estimate(c.co, c.grid, c.block, c.kernarg, c.buffers, c.kernel)
+    return f"launch: {c.label} (grid {tuple(c.grid)})\n" + format_lds_conflicts(est), est.lds_conflicts
+
+
 def stats_main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="gfxasm stats", description="static analysis of gfx950 code objects")
     ap.add_argument("files", nargs="+", help=".co files")
     ap.add_argument("--kernel", help="kernel symbol (when a file holds several)")
     ap.add_argument("--block", type=int, help="workgroup size in threads (default: from the metadata)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of text")
+    ap.add_argument("--lds", action="store_true",
+                    help="also LDS bank conflicts of the hottest loop, emulating a known small launch of the "
+                         "file (from the checkout's benchmarks; seconds to a minute per file)")
     args = ap.parse_args(argv)
+    root = checkout_root()
+    cases = known_launches(root) if args.lds and root else []
     status = 0
     out = []
     for f in args.files:
         try:
             s = analyze(f, args.kernel, args.block)
+            lds = lds_report(f, args.kernel, cases) if args.lds else None
         except Exception as exc:        # report and go on with the other files
             print(f"{f}: {exc}", file=sys.stderr)
             status = 1
             continue
         if args.json:
-            out.append(s.to_dict())
+            out.append({**s.to_dict(), **({"lds_conflicts": lds[1]} if lds else {})})
         else:
             print(format_stats(s))
+            if lds:
+                print(lds[0])
     if args.json:
         print(json.dumps(out, indent=1, default=str))
     return status

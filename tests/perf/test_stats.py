@@ -79,3 +79,28 @@ def test_bench_cli_runs_from_any_directory(tmp_path, monkeypatch, capsys):
     printed = capsys.readouterr().out
     assert "fmha_fwd_hd128_bf16 (aiter)" in printed and "modelled" in printed
     assert out.is_file()
+
+
+def test_stats_lds_reports_conflicts_of_a_known_launch(capsys):
+    import json
+    from gfxasm.manifest import default_manifest
+    co = str(default_manifest().kernel("fmha_fwd_d128").variant("fmha_fwd_d128_bf16").co_path)
+    assert cli.stats_main([co, "--lds", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)[0]["lds_conflicts"]
+    hot = [r for r in rows if r["hottest_loop"]]
+    ops = {r["op"] for r in hot}
+    assert {"ds_read_b128", "ds_read_b64_tr_b16"} <= ops           # K and V reads of the main loop
+    for r in hot:
+        values = set(r["by_hypothesis"].values())
+        assert r["measured_phases"] == (r["op"] == "ds_read_b128")
+        if r["measured_phases"]:
+            assert len(values) == 1                                  # a measured op has one answer
+        assert r["extra_cycles_range"] == [min(values), max(values)]
+        assert r["executions"] > 0
+
+
+def test_stats_lds_without_a_known_launch_says_so(tmp_path, capsys):
+    co = tmp_path / "copy.co"
+    co.write_bytes(mk.copy(2))
+    assert cli.stats_main([str(co), "--lds"]) == 0
+    assert f"no known launch of {co}" in capsys.readouterr().out
