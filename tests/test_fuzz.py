@@ -463,6 +463,105 @@ def test_fuzz_decode_attention(capsys):
     fuzz("decode_attention", fuzz_decode_attention, DECODE_COUNTS, capsys)
 
 
+# ------------------------------------------------------------------ moe_align_block_size, swiglu_mxfp8_quant
+
+ALIGN_ARGS = ("topk_ids", "num_experts", "block_m", "expert_map")
+ALIGN_COUNTS: Counter = Counter()
+
+
+@st.composite
+def align_calls(draw):
+    choose = chooser(draw, 7)
+    return dict(T=choose([0, 1, 3, 17, 64]), top_k=choose([1, 2, 5, 8]),
+                dtype=choose([torch.int32], [torch.int64, torch.float32]),
+                layout=choose([("contiguous", 0)], [("transposed", 1), ("sliced", 0), ("broadcast", 0)]),
+                E=choose([1, 7, 129, 300], [0, 1025, 2.0]), block_m=choose([1, 16, 32, 64, 128], [0, 24, 2048]),
+                expert_map=choose(["none", "none", "half"], ["short", "int64"]), seed=draw(st.integers(0, 2**16)))
+
+
+@settings(FUZZ, max_examples=80)
+@given(align_calls())
+def fuzz_moe_align(c):
+    from gfxasm.ops import moe_align
+    g = torch.Generator().manual_seed(c["seed"])
+    E = c["E"] if isinstance(c["E"], int) and c["E"] > 0 else 8
+    ids = torch.randint(-1, E + 2, (c["T"], c["top_k"]), generator=g).to(c["dtype"])   # a few out of range
+    ids = laid_out(ids, *c["layout"])
+    expert_map = None
+    if c["expert_map"] != "none":
+        n = E - 1 if c["expert_map"] == "short" else E
+        expert_map = torch.randint(-1, E, (n,), generator=g).to(torch.int64 if c["expert_map"] == "int64"
+                                                                  else torch.int32)
+    result = call(ALIGN_COUNTS, ALIGN_ARGS, lambda: gfxasm.moe_align_block_size(ids, c["E"], c["block_m"],
+                                                                                expert_map))
+    if result is None:
+        return
+    want = moe_align.reference(ids.flatten().tolist(), c["E"], c["block_m"],
+                               None if expert_map is None else expert_map.tolist())
+    assert [r.tolist() for r in result] == [want[0], want[1], [want[2]]]
+    ALIGN_COUNTS["matched"] += 1
+
+
+def test_fuzz_moe_align(capsys):
+    fuzz("moe_align_block_size", fuzz_moe_align, ALIGN_COUNTS, capsys)
+
+
+SWIGLU_ARGS = ("x", "alpha", "beta", "limit", "q", "scale", "out")
+SWIGLU_COUNTS: Counter = Counter()
+
+
+@st.composite
+def swiglu_calls(draw):
+    choose = chooser(draw, 8)
+    return dict(M=choose([0, 1, 3, 9]), I=choose([32, 64, 96], [16, 40]),
+                dtype=choose([torch.bfloat16, torch.float16], [torch.float32, E4M3]),
+                layout=choose([("contiguous", 0)], [("transposed", 1), ("padded", 1), ("misaligned", 0)]),
+                alpha=choose([0.0, 1.702, 1.0], [float("nan"), "1"]), beta=choose([0.0, 1.0]),
+                limit=choose([7.0, float("inf"), 2.5], [0.0, -1.0]),
+                out=choose(["none", "none", "fresh"], ["over_x", "misaligned", "wrong_shape"]),
+                seed=draw(st.integers(0, 2**16)))
+
+
+@settings(FUZZ, max_examples=80)
+@given(swiglu_calls())
+def fuzz_swiglu_mxfp8_quant(c):
+    from gfxasm.ops.swiglu_quant import activation_reference, quantize_reference
+    g = torch.Generator().manual_seed(c["seed"])
+    M, I = c["M"], c["I"]
+    x = laid_out((torch.randn(M, 2 * I, generator=g) * 4).to(c["dtype"]), *c["layout"])
+    out = None
+    if c["out"] == "over_x":
+        out = (x.view(-1).view(torch.uint8)[:M * I].view(E4M3).view(M, I), empty_poisoned((M, I // 32), torch.uint8)
+               .view(torch.float8_e8m0fnu)) if x.is_contiguous() and x.dtype.itemsize == 2 else None
+    elif c["out"] == "misaligned":
+        out = (empty_poisoned((M * I + 1,), E4M3)[1:].view(M, I), empty_poisoned((M, I // 32), torch.uint8)
+               .view(torch.float8_e8m0fnu))
+    elif c["out"] != "none":
+        rows = M + (c["out"] == "wrong_shape")
+        out = (empty_poisoned((rows, I), E4M3), empty_poisoned((rows, I // 32), torch.uint8).view(torch.float8_e8m0fnu))
+    x_in = x.clone()
+    result = call(SWIGLU_COUNTS, SWIGLU_ARGS, lambda: gfxasm.swiglu_mxfp8_quant(x, alpha=c["alpha"], beta=c["beta"],
+                                                                                limit=c["limit"], out=out))
+    if result is None:
+        return
+    q, s = result
+    y = activation_reference(x_in, c["alpha"], c["beta"], c["limit"])
+    q_ref, s_ref = quantize_reference(y)
+    if c["alpha"] == 0.0:            # sigmoid exactly 1/2: bit-exact (test_moe.py's scale-rule tests)
+        assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8))
+        assert torch.equal(s.view(torch.uint8), s_ref.view(torch.uint8))
+    else:                            # f32 sigmoid: a scale may move by one near a power of two, a code by one step
+        s_k = s.view(torch.uint8).long()
+        assert ((s_k - s_ref.view(torch.uint8).long()).abs() <= 1).all()
+        X = torch.ldexp(torch.ones(M, I // 32, dtype=torch.float64), s_k - 127).repeat_interleave(32, 1)
+        close("q", q.double() * X, y, 2.0 ** -3 * y.abs() + 2.0 ** -8 * X)
+    SWIGLU_COUNTS["matched"] += 1
+
+
+def test_fuzz_swiglu_mxfp8_quant(capsys):
+    fuzz("swiglu_mxfp8_quant", fuzz_swiglu_mxfp8_quant, SWIGLU_COUNTS, capsys)
+
+
 # ------------------------------------------------------------------ what the fuzzing found
 
 @pytest.mark.xfail(strict=True, raises=UnsupportedInstruction,
