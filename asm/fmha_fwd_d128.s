@@ -163,11 +163,8 @@
 .if PAGED
 .set RING, 7                           ; (4 VGPRs of the ring hold the DMA page entries, v_g_*)
 .set PF, 5                             ; (PF <= RING - 2: a slot is re-read 2 MFMAs after its last use)
-.if FP8
-.set DMA_OPS, 30                       ; ops of one iteration's DMA (pdma_op: one K line, one V line)
-.else
-.set DMA_OPS, 58                       ; ops of one iteration's DMA (pdma_op)
-.endif
+.set LINES, 2 - FP8                    ; DMA lines per wave and tile of K (and of V): 4 rows of 256 bytes, or FP8 8 of 128
+.set DMA_OPS, 28 * LINES + 2           ; ops of one iteration's DMA (pdma_op): 9 per line, 5 per page entry
 .else
 .set RING, 8                           ; MFMA operand ring: 8 slots of 4 VGPRs
 .set PF, 6                             ; operands read ahead of their MFMA (< RING; <= 7 x 2 DS reads in flight)
@@ -422,49 +419,22 @@
     .endif
 .endm
 
-; Paged DMA op i (0..DMA_OPS-1): K(k+2) lines w, w+8 and V(k) lines w, w+8 from the page
+; Paged DMA op i (0..DMA_OPS-1): K(k+2) and V(k) lines (w, w+8; FP8: w) from the page
 ; entries loaded by the previous DMA (v_g_*, landed at the barrier's vmcnt(0)), then the
 ; rows move on a tile and the entries of the next DMA's lines are loaded.
 .macro pdma_op i, vpar
-    .if FP8
-        pdma_op8 (\i), \vpar
-    .elseif (\i) < 9
-        pdma_line (\i), v_g_k0, s_krow, 0, v_cbase_k, s_k_ss, s_kd_line, LDS_K0
-    .elseif (\i) < 18
-        pdma_line ((\i) - 9), v_g_k1, s_krow, 32, v_cbase_k, s_k_ss, s_kd_line, LDS_K0 + 8192
-    .elseif (\i) < 27
-        pdma_line ((\i) - 18), v_g_v0, s_vrow, 0, v_cbase_v, s_v_ss, s_m0k, LDS_V0 + (\vpar) * TILE_BYTES
-    .elseif (\i) < 36
-        pdma_line ((\i) - 27), v_g_v1, s_vrow, 32, v_cbase_v, s_v_ss, s_m0k, LDS_V0 + (\vpar) * TILE_BYTES + 8192
-    .elseif (\i) == 36
+    .if (\i) < 9 * LINES
+        pdma_line ((\i) % 9), (v_g_k0 + (\i) / 9), s_krow, 32 * ((\i) / 9), v_cbase_k, s_k_ss, s_kd_line, LDS_K0 + 8192 * ((\i) / 9)
+    .elseif (\i) < 18 * LINES
+        .set _l, ((\i) - 9 * LINES) / 9
+        pdma_line ((\i) % 9), (v_g_v0 + _l), s_vrow, 32 * _l, v_cbase_v, s_v_ss, s_m0k, LDS_V0 + (\vpar) * TILE_BYTES + 8192 * _l
+    .elseif (\i) == 18 * LINES
         s_add_u32 s[s_krow], s[s_krow], KV_TILE
-    .elseif (\i) == 37
+    .elseif (\i) == 18 * LINES + 1
         s_add_u32 s[s_vrow], s[s_vrow], KV_TILE
-    .elseif (\i) < 43
-        page_entry ((\i) - 38), v_g_k0, s_krow, 0
-    .elseif (\i) < 48
-        page_entry ((\i) - 43), v_g_k1, s_krow, 32
-    .elseif (\i) < 53
-        page_entry ((\i) - 48), v_g_v0, s_vrow, 0
     .else
-        page_entry ((\i) - 53), v_g_v1, s_vrow, 32
-    .endif
-.endm
-
-; FP8: one line of 8 rows (128 bytes each) per wave and tile, for K and for V
-.macro pdma_op8 i, vpar
-    .if (\i) < 9
-        pdma_line (\i), v_g_k0, s_krow, 0, v_cbase_k, s_k_ss, s_kd_line, LDS_K0
-    .elseif (\i) < 18
-        pdma_line ((\i) - 9), v_g_v0, s_vrow, 0, v_cbase_v, s_v_ss, s_m0k, LDS_V0 + (\vpar) * TILE_BYTES
-    .elseif (\i) == 18
-        s_add_u32 s[s_krow], s[s_krow], KV_TILE
-    .elseif (\i) == 19
-        s_add_u32 s[s_vrow], s[s_vrow], KV_TILE
-    .elseif (\i) < 25
-        page_entry ((\i) - 20), v_g_k0, s_krow, 0
-    .else
-        page_entry ((\i) - 25), v_g_v0, s_vrow, 0
+        .set _l, ((\i) - 18 * LINES - 2) / 5           ; K lines, then V lines
+        page_entry (((\i) - 18 * LINES - 2) % 5), (v_g_k0 + 2 * (_l / LINES) + _l % LINES), (s_krow + (s_vrow - s_krow) * (_l / LINES)), 32 * (_l % LINES)
     .endif
 .endm
 
@@ -1246,64 +1216,24 @@ L_no_clamp:
     ; the page entries of DMA 0: K(2), V(0)
     s_mov_b32 s[s_krow], 0
     s_mov_b32 s[s_vrow], KV_TILE
-.if FP8
     .set _i, 0
-    .rept 10                                            ; (one line after another: they share v_t0)
-        page_entry (_i % 5), (v_g_k0 + 2 * (_i / 5)), (s_krow + (s_vrow - s_krow) * (_i / 5)), 0
+    .rept 10 * LINES                                    ; (one line after another: they share v_t0)
+        .set _l, _i / 5                                 ; tile _l / LINES (into v_g_k*, v_g_v*), line _l % LINES
+        page_entry (_i % 5), (v_g_k0 + 2 * (_l / LINES) + _l % LINES), (s_krow + (s_vrow - s_krow) * (_l / LINES)), 32 * (_l % LINES)
         .set _i, _i + 1
     .endr
-    s_waitcnt vmcnt(0)                                  ; in flight: 8 Q loads, 2 page entries -> wait for all
+    s_waitcnt vmcnt(0)                                  ; in flight: 8 Q loads, the page entries -> wait for all
     s_mov_b32 s[s_kd_line], s[s_m0k]
     .set _i, 0
-    .rept 9
-        pdma_line _i, v_g_k0, s_krow, 0, v_cbase_k, s_k_ss, s_kd_line, LDS_K0
-        .set _i, _i + 1
-    .endr
-    .set _i, 0
-    .rept 9
-        pdma_line _i, v_g_v0, s_vrow, 0, v_cbase_k, s_k_ss, s_kd_line, LDS_K0 + TILE_BYTES
+    .rept 18 * LINES
+        .set _l, _i / 9
+        pdma_line (_i % 9), (v_g_k0 + 2 * (_l / LINES) + _l % LINES), (s_krow + (s_vrow - s_krow) * (_l / LINES)), 32 * (_l % LINES), v_cbase_k, s_k_ss, s_kd_line, LDS_K0 + TILE_BYTES * (_l / LINES) + 8192 * (_l % LINES)
         .set _i, _i + 1
     .endr
     s_mov_b32 s[s_krow], 2 * KV_TILE
     s_mov_b32 s[s_vrow], 0
-    .set _i, 20
-    .rept 10
-        pdma_op _i, 0
-        .set _i, _i + 1
-    .endr
-    s_branch L_q_scale
-.endif
-    .set _i, 0
-    .rept 20                                            ; (one line after another: they share v_t0)
-        page_entry (_i % 5), (v_g_k0 + _i / 5), (s_krow + (s_vrow - s_krow) * (_i / 10)), 32 * ((_i / 5) % 2)
-        .set _i, _i + 1
-    .endr
-    s_waitcnt vmcnt(0)                                  ; in flight: 8 Q loads, 4 page entries -> wait for all
-    s_mov_b32 s[s_kd_line], s[s_m0k]
-    .set _i, 0
-    .rept 9
-        pdma_line _i, v_g_k0, s_krow, 0, v_cbase_k, s_k_ss, s_kd_line, LDS_K0
-        .set _i, _i + 1
-    .endr
-    .set _i, 0
-    .rept 9
-        pdma_line _i, v_g_k1, s_krow, 32, v_cbase_k, s_k_ss, s_kd_line, LDS_K0 + 8192
-        .set _i, _i + 1
-    .endr
-    .set _i, 0
-    .rept 9
-        pdma_line _i, v_g_v0, s_vrow, 0, v_cbase_k, s_k_ss, s_kd_line, LDS_K0 + TILE_BYTES
-        .set _i, _i + 1
-    .endr
-    .set _i, 0
-    .rept 9
-        pdma_line _i, v_g_v1, s_vrow, 32, v_cbase_k, s_k_ss, s_kd_line, LDS_K0 + TILE_BYTES + 8192
-        .set _i, _i + 1
-    .endr
-    s_mov_b32 s[s_krow], 2 * KV_TILE
-    s_mov_b32 s[s_vrow], 0
-    .set _i, 38
-    .rept 20
+    .set _i, 18 * LINES + 2
+    .rept 10 * LINES
         pdma_op _i, 0
         .set _i, _i + 1
     .endr
