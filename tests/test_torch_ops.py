@@ -314,3 +314,65 @@ def test_moe_requires_grad_refused():
     args[6] = args[6].requires_grad_(True)
     with pytest.raises(RuntimeError, match="mxfp8_moe: 'topk_weights' requires grad"):
         gfxasm.mxfp8_moe(*args)
+
+
+# ------------------------------------------------------------------ batch_prefill (issue 10)
+
+def prefill_inputs(seed=0, dtype=torch.bfloat16, page=16, seq_q=(3, 0, 5), seq_k=(20, 4, 33)):
+    """q, caches and both page tables (SGLang's, vLLM's) of a shuffled pool."""
+    g = torch.Generator().manual_seed(seed)
+    counts = [-(-s // page) for s in seq_k]
+    pages = torch.randperm(sum(counts) + 2, generator=g).to(torch.int32)
+    k, v = (torch.randn(len(pages), page, 1, 128, generator=g).to(dtype) for _ in range(2))
+    q = torch.randn(sum(seq_q), 2, 128, generator=g).to(dtype)
+    qo = torch.tensor([0, *torch.tensor(seq_q).cumsum(0).tolist()], dtype=torch.int32)
+    indptr = torch.tensor([0, *torch.tensor(counts).cumsum(0).tolist()], dtype=torch.int32)
+    last = torch.tensor([s - (n - 1) * page for s, n in zip(seq_k, counts)], dtype=torch.int32)
+    table = torch.zeros(len(counts), max(counts), dtype=torch.int32)
+    for b in range(len(counts)):
+        table[b, :counts[b]] = pages[indptr[b]:indptr[b + 1]]
+    return q, k, v, qo, (indptr, pages[:sum(counts)], last, None, None), (None, None, None, table,
+                                                                          torch.tensor(seq_k, dtype=torch.int32))
+
+
+def test_opcheck_batch_prefill():
+    q, k, v, qo, sglang, vllm = prefill_inputs()
+    no_scales = (None, None, None, None)
+    torch.library.opcheck(torch.ops.gfxasm.batch_prefill.default, (q, k, v, qo, *sglang, True, None, *no_scales, True))
+    torch.library.opcheck(torch.ops.gfxasm.batch_prefill_out.default,
+                          (q, k, v, qo, *vllm, nan_like(q.shape, q.dtype), nan_like((2, 8), torch.float32), False,
+                           0.3, *no_scales))
+    q8, k8, v8, qo, sglang, _ = prefill_inputs(seed=1, dtype=torch.float8_e4m3fn)
+    scales = (torch.tensor([0.5]), torch.tensor([1.5]), torch.tensor([0.75]), None)
+    torch.library.opcheck(torch.ops.gfxasm.batch_prefill.default, (q8, k8, v8, qo, *sglang, True, None, *scales, False),
+                          test_utils=NO_SCHEMA)
+
+
+def test_batch_prefill_compile_fullgraph_equals_eager():
+    q, k, v, qo, sglang, vllm = prefill_inputs(seed=2)
+    indptr, pages, last, _, _ = sglang
+
+    def f(q, k, v, qo, indptr, pages, last, table, seqlens, out):
+        o, lse = gfxasm.batch_prefill(q, k, v, qo, kv_indptr=indptr, kv_page_indices=pages, kv_last_page_len=last,
+                                      causal=True, return_lse=True)
+        gfxasm.batch_prefill(q, k, v, qo, block_table=table, seqlens_k=seqlens, causal=True, out=out)
+        return o, lse
+
+    compiled = torch.compile(f, fullgraph=True)
+    out_c, out_e = nan_like(q.shape, q.dtype), nan_like(q.shape, q.dtype)
+    got = compiled(q, k, v, qo, indptr, pages, last, vllm[3], vllm[4], out_c)
+    want = f(q, k, v, qo, indptr, pages, last, vllm[3], vllm[4], out_e)
+    assert all(torch.equal(x, y) for x, y in zip(got, want))
+    assert torch.equal(out_c, out_e) and torch.equal(out_e, want[0]) and not torch.isnan(out_c).any()
+
+
+def test_batch_prefill_meta_and_grad():
+    q, k, v, qo, sglang, _ = (t.to("meta") if isinstance(t, torch.Tensor) else t for t in prefill_inputs())
+    sglang = tuple(t.to("meta") if t is not None else None for t in sglang)
+    o, lse = gfxasm.batch_prefill(q, k, v, qo, kv_indptr=sglang[0], kv_page_indices=sglang[1],
+                                  kv_last_page_len=sglang[2], return_lse=True)
+    assert (o.device.type, o.shape, lse.shape) == ("meta", q.shape, (2, 8))
+    q, k, v, qo, sglang, _ = prefill_inputs()
+    with pytest.raises(RuntimeError, match="batch_prefill: 'q' requires grad"):
+        gfxasm.batch_prefill(q.requires_grad_(True), k, v, qo, kv_indptr=sglang[0], kv_page_indices=sglang[1],
+                             kv_last_page_len=sglang[2])
