@@ -242,6 +242,9 @@ def _fp8_base():
     (dict(k_descale=torch.tensor([1.0], dtype=torch.float64)), ValueError, "'k_descale' must be a float32"),
     (dict(v_descale=torch.ones(2)), ValueError, "'v_descale' must be a float32"),
     (dict(q_descale=0.5), TypeError, "'q_descale'"),
+    (dict(k_descale=torch.tensor([-1.0])), ValueError, "'k_descale' must be >= 0"),
+    (dict(softmax_scale=-0.1), ValueError, "'softmax_scale' must be >= 0"),
+    (dict(kv_block_descale=torch.ones(8, 1, 2)), ValueError, "not implemented"),
     (dict(k_cache=torch.zeros(8, 16, 1, 128, dtype=torch.bfloat16)), TypeError, "'k_cache' dtype"),
 ])
 def test_fp8_bad_input(change, error, words):

@@ -15,7 +15,13 @@
   seqlen_k = (pages - 1) * page_size + last) or vLLM's (block_table [B, max_blocks],
   seqlens_k [B]). Both become one form for the kernel: a flat int32 page list, each
   sequence's first entry in it (kv_start) and seqlen_k.
-- bf16 or fp16 q/k/v give the same dtype out.
+- bf16 or fp16 q/k/v give the same dtype out. float8_e4m3fn q/k/v give bf16 out, with
+  per-tensor float32 descales q_descale, k_descale, v_descale (one element each, default
+  1; >= 0, and softmax_scale >= 0: the kernel keeps scores in raw units, so their order must
+  not flip; a descale on a GPU is not checked). P is rounded to e4m3 for the P.V product
+  (the row sum uses unrounded P); `fp8_p_bound` gives the error that allows.
+- kv_block_descale (per-page K/V scales [num_pages, Hkv, 2]) is accepted by the signature
+  but not implemented: it is refused with a ValueError.
 - causal: query i of a sequence sees key j iff j <= i + seqlen_k - seqlen_q (bottom-right).
   A query that sees no key (seqlen_k = 0, or causal with seqlen_q > seqlen_k) gets O = 0
   and LSE = -inf; seqlen_q = 0 is legal.
@@ -139,6 +145,8 @@ def _descales(q, q_descale, k_descale, v_descale, kv_block_descale) -> torch.Ten
             _fail(ValueError, f"'{name}' must be a float32 tensor of one element, got {t.dtype} shape {tuple(t.shape)}")
         if t.device != q.device:
             _fail(ValueError, f"'{name}' must be on q's device ({q.device}), got {t.device}")
+        if t.device.type == "cpu" and not float(t) >= 0:
+            _fail(ValueError, f"'{name}' must be >= 0 (the FP8 kernel keeps scores in raw units), got {float(t)}")
     one = torch.ones(1, dtype=torch.float32, device=q.device)
     return torch.cat([given.get(n, one).reshape(1) for n in ("q_descale", "k_descale", "v_descale")])
 
@@ -212,6 +220,9 @@ class _Call:
         self.q, self.k_cache, self.v_cache, self.qo_indptr, self.causal = q, k_cache, v_cache, qo_indptr, causal
         self.page_shift = page_size.bit_length() - 1
         self.descales = _descales(q, q_descale, k_descale, v_descale, kv_block_descale)
+        if self.descales is not None and self.scale < 0:
+            _fail(ValueError, f"'softmax_scale' must be >= 0 for float8_e4m3fn inputs (the kernel keeps scores in raw "
+                              f"units and orders them by their sign), got {self.scale}")
         self.out, self.lse = out, lse
         if out is not None:
             _check_out(out, q)
