@@ -5,8 +5,11 @@ Three microkernels (an MFMA loop, a VALU loop, a memory loop) at 64, 256 and 512
 fmha_fwd(1, 8, 1, 256, 512) of tests/conformance/cases.py (aiter's hardware-proven
 fwd_hd128_bf16.co). Each measurement is the best of `--repeat` launches (the machine
 may be shared; the best run is the least disturbed), by wall time and by process CPU
-time (less sensitive to other processes on the core). Prints a table and writes
-bench/out/emu_speed.json. Measure on one core:
+time (less sensitive to other processes on the core). `--only fmha_issue12` adds the FMHA
+shape issue 12 quoted (B1 Hq8/Hk2 S1024, 256 waves). The emulator's compiled bookkeeping
+(gfxasm.emu.fast) runs when numba is installed; GFXASM_EMU_NUMBA=0 measures the numpy
+paths alone (the JSON says which). Prints a table and writes bench/out/emu_speed.json.
+Measure on one core:
 
     taskset -c 0 python3 bench/emu_speed.py
 """
@@ -25,6 +28,7 @@ import numpy as np
 import torch
 
 import gfxasm.emu as emu
+from gfxasm.emu import fast as emu_fast
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))      # run as a script: the tests' kernel writer and recipes
@@ -137,10 +141,16 @@ def run_micro(name: str, waves: int, iters: int, repeat: int) -> dict:
             "cpu_seconds": min(cpu), "cpu_seconds_all": cpu, "wips": count / best, "wips_cpu": count / min(cpu)}
 
 
-def run_fmha(repeat: int) -> dict:
+# name: fmha_fwd arguments (B, Hq, Hk, Sq, Sk). "fmha" is the default case; "fmha_issue12"
+# is the shape issue 12 quoted (B1 Hq8/Hk2 S1024, 256 waves): 128 waves a step instead of
+# 32, so the per-step cost is spread over 4x the wave-instructions.
+FMHA_CASES = {"fmha": (1, 8, 1, 256, 512), "fmha_issue12": (1, 8, 2, 1024, 1024)}
+
+
+def run_fmha(repeat: int, shape=FMHA_CASES["fmha"]) -> dict:
     times, cpu, count = [], [], 0
     for _ in range(repeat):
-        case = cases.fmha_fwd(1, 8, 1, 256, 512)
+        case = cases.fmha_fwd(*shape)
         kernel = emu.load(case.path).kernel(case.symbol)
         t0, c0 = time.perf_counter(), time.process_time()
         res = kernel.launch(grid=case.grid, block=case.block, kernarg=case.kernarg, buffers=case.buffers,
@@ -150,7 +160,7 @@ def run_fmha(repeat: int) -> dict:
         case.check()
         count = res.wave_instructions
     best = min(times)
-    return {"kernel": "fmha_fwd(1,8,1,256,512)", "waves": res.waves, "iters": None,
+    return {"kernel": "fmha_fwd(" + ",".join(map(str, shape)) + ")", "waves": res.waves, "iters": None,
             "wave_instructions": count, "seconds": best, "seconds_all": times,
             "cpu_seconds": min(cpu), "cpu_seconds_all": cpu, "wips": count / best, "wips_cpu": count / min(cpu)}
 
@@ -165,7 +175,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--iters", type=int, default=0, help="loop iterations (default: per kernel)")
     ap.add_argument("--waves", default="64,256,512")
-    ap.add_argument("--only", default="mfma,valu,mem,fmha")
+    ap.add_argument("--only", default="mfma,valu,mem,fmha", help="also: fmha_issue12")
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--label", default="", help="recorded in the JSON (e.g. which tree was measured)")
     args = ap.parse_args(argv)
@@ -182,10 +192,11 @@ def main(argv=None) -> int:
             r = run_micro(name, waves, args.iters or default_iters[name], args.repeat)
             rows.append(r)
             _row(r)
-    if "fmha" in only:
-        r = run_fmha(args.repeat)
-        rows.append(r)
-        _row(r)
+    for name, shape in FMHA_CASES.items():
+        if name in only:
+            r = run_fmha(args.repeat, shape)
+            rows.append(r)
+            _row(r)
     try:
         affinity = sorted(os.sched_getaffinity(0))
     except AttributeError:
@@ -194,7 +205,8 @@ def main(argv=None) -> int:
             "note": "wips: wave-instructions / best wall time; wips_cpu: / best process CPU time",
             "loadavg_after": os.getloadavg(), "cpu_affinity": affinity, "python": platform.python_version(),
             "numpy": np.__version__, "time": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-            "repeat": args.repeat, "best_of_repeat": True}
+            "repeat": args.repeat, "best_of_repeat": True,
+            "numba": emu_fast.read_marks is not None}
     print(f"load average after: {meta['loadavg_after']}, cpus {affinity}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -3,23 +3,30 @@
 Each function here does what a numpy path in lds.py or hazards.py does, for the common
 case where nothing is to be reported; when something might be, it returns False without
 touching any state and the numpy path runs (and reports). Messages and state stay those
-of the numpy paths, bit for bit. Without numba installed every function here is None and
-the numpy paths always run.
+of the numpy paths, bit for bit. Without numba installed, or with GFXASM_EMU_NUMBA=0 in
+the environment, every function here is None and the numpy paths always run.
 
 read_marks (lds.py, DS reads): a lockstep DS read of 32 waves touches ~8,000 dwords; lds.py's numpy version of the
 checks and reader marks costs about a dozen whole-array gathers and scatters per read,
 the largest single cost of a strict FMHA run. `read_marks` does the same in one compiled
-pass, where every lane is ok and dword-aligned (Access.keys2 is [n, m]).
+pass, where every lane is ok and dword-aligned (Access.keys2 is [n, m]). read_dwords
+does the whole of such a read: addresses to keys, read_marks, the data.
 
 reads_settled (hazards.check_read): whether every register read has had the wait states
 its last writer needs, under a table that is never below the exact need.
 """
 from __future__ import annotations
 
+import os
+
+import numpy as np
+
 try:
     from numba import njit
 except ImportError:          # optional: the numpy path is complete on its own
     njit = None
+if os.environ.get("GFXASM_EMU_NUMBA") == "0":
+    njit = None              # the numpy paths only (to compare speed or results)
 
 SEVERAL = -2                  # lds._SEVERAL
 
@@ -39,10 +46,7 @@ def _read_marks(keys2, me, mine, wave, dma_pending, ds_pending, ds_owner, w_epoc
                 return False
             if w_epoch[k] >= mine[r] and writer[k] != me[r]:
                 return False
-    for r in range(n):
-        for j in range(m):
-            k = keys2[r, j]
-            scratch[k] = me[r]
+            scratch[k] = me[r]             # scratch and last are no state: free to write
             last[k] = r * m + j
     if n > 1:
         for r in range(n):
@@ -83,9 +87,40 @@ def _reads_settled(at, by, rows, index, count, clock, need):
     return not (any_writer and short)
 
 
+def _read_dwords(addr, mask, slot, dwords, size, lds32, out, me, mine, wave, dma_pending, ds_pending,
+                 ds_owner, w_epoch, writer, reader, r_epoch, scratch, flag, last):
+    """lds.read of whole dwords for waves whose lanes are all active, in range and
+    dword-aligned: lds.access's keys, read_marks, and the data into out[n, 64, nbytes/4]
+    (uint32). Returns False, with no state touched, where any of that does not hold or a
+    check would fire (lds.py then runs its numpy path)."""
+    n, lanes, per = out.shape
+    nbytes = 4 * per
+    for r in range(n):
+        for lane in range(lanes):
+            a = addr[r, lane]
+            if not mask[r, lane] or a < 0 or a + nbytes > size or a % 4 != 0:
+                return False
+    keys2 = np.empty((n, lanes * per), np.int64)
+    for r in range(n):
+        base = slot[r] * dwords
+        for lane in range(lanes):
+            first = base + addr[r, lane] // 4
+            for d in range(per):
+                keys2[r, lane * per + d] = first + d
+    if not read_marks(keys2, me, mine, wave, dma_pending, ds_pending, ds_owner, w_epoch, writer, reader,
+                      r_epoch, scratch, flag, last):
+        return False
+    for r in range(n):
+        for lane in range(lanes):
+            for d in range(per):
+                out[r, lane, d] = lds32[keys2[r, lane * per + d]]
+    return True
+
+
 def _compile(fn):
     return None if njit is None else njit(cache=True, nogil=True)(fn)
 
 
 read_marks = _compile(_read_marks)
 reads_settled = _compile(_reads_settled)
+read_dwords = _compile(_read_dwords)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import MemoryFault
-from .fast import read_marks
+from .fast import read_dwords
 
 
 _PENDING = np.iinfo(np.int32).max      # w_epoch of a write whose counter has not retired
@@ -62,7 +62,7 @@ class LdsTracker:
             self.r_epoch = np.full(n, -1, np.int32)
             self._scratch = np.zeros(n, np.int8)
             self._flag = np.zeros(n, bool)
-            self._last = np.zeros(n if read_marks is not None else 0, np.int64)    # fast.read_marks
+            self._last = np.zeros(n if read_dwords is not None else 0, np.int64)    # fast.py
             # per dword: the last write was a whole-dword LDS DMA, and the value the last
             # such DMA reserved (what it lands)
             self.by_dma = np.zeros(n, bool)
@@ -290,24 +290,31 @@ def _in_flight(ex, w, acc: Access, counts: np.ndarray, owner: bool):
     return release
 
 
-def _read_marks_fast(ex, w, acc: Access) -> bool:
-    """fast.read_marks where it applies (strict mode, numba, every lane ok): True when
-    it checked and marked the read, False when the numpy path must (it also reports)."""
+def _read_dwords_fast(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray):
+    """fast.read_dwords where it may apply (strict mode, numba, whole dwords): the data
+    uint8[n,64,nbytes], or None where the numpy path must run."""
     lds = ex.lds
-    if read_marks is None or not (ex.strict and lds.ordered) or acc.keys2.ndim != 2:
-        return False
+    if read_dwords is None or not (ex.strict and lds.ordered) or nbytes % 4 or lds.size % 4 or not lds.size:
+        return None
     waves = ex.wave_ids(w)
-    return read_marks(acc.keys2, ex.waves.wave_in_group[waves].astype(np.int8), lds.epoch[waves], waves,
-                      lds.dma_pending, lds.ds_pending, lds.ds_owner, lds.w_epoch, lds.writer, lds.reader,
-                      lds.r_epoch, lds._scratch, lds._flag, lds._last)
+    out = np.empty(mask.shape + (nbytes // 4,), np.uint32)
+    if not read_dwords(addr.astype(np.int64, copy=False), mask, ex.waves.slot[waves].astype(np.int64), lds.dwords,
+                       lds.size, ex.waves.lds.view(np.uint32).reshape(-1), out,
+                       ex.waves.wave_in_group[waves].astype(np.int8), lds.epoch[waves], waves, lds.dma_pending,
+                       lds.ds_pending, lds.ds_owner, lds.w_epoch, lds.writer, lds.reader, lds.r_epoch,
+                       lds._scratch, lds._flag, lds._last):
+        return None
+    return out.view(np.uint8)
 
 
 def read(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, what: str) -> np.ndarray:
     """uint8[n,64,nbytes] read at issue; inactive or (non-strict) out-of-range lanes read 0."""
+    data = _read_dwords_fast(ex, w, addr, nbytes, mask)
+    if data is not None:
+        return data
     acc = access(ex, w, addr, nbytes, mask, what)
-    if not _read_marks_fast(ex, w, acc):
-        _check_pending(ex, w, acc, what, same_wave_ok=True)
-        _check_order(ex, w, acc, what, write=False)
+    _check_pending(ex, w, acc, what, same_wave_ok=True)
+    _check_order(ex, w, acc, what, write=False)
     if acc.dword_index is not None:
         lds32 = ex.waves.lds.view(np.uint32)
         data = lds32[acc.slot, acc.dword_index].view(np.uint8).reshape(acc.ok.shape + (nbytes,))

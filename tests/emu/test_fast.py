@@ -1,12 +1,13 @@
 """The compiled fast paths (gfxasm.emu.fast, numba) against the numpy paths they stand in for.
 
-fast.read_marks replaces lds.py's _check_pending + _check_order for a DS read where
-nothing is to be reported. Here both run on the same randomly drawn tracker state and
+fast.read_marks (inside fast.read_dwords, lds.read's fast path) replaces lds.py's
+_check_pending + _check_order for a DS read where nothing is to be reported. Here both run on the same randomly drawn tracker state and
 access (duplicate dwords within and across waves, waves of one workgroup and of two,
 epochs equal and apart, some dwords in flight): where the numpy path reports, the fast
 path must decline and leave the state untouched; elsewhere both must leave the same
 reader marks, bit for bit. hazards.check_read's use of fast.reads_settled is covered by
-test_strict.py's boundary tests, which run through it.
+test_strict.py's boundary tests, which run through it, and read_dwords' addresses and
+data by every DS test (test_ds.py and the kernels).
 """
 from types import SimpleNamespace
 
@@ -81,7 +82,10 @@ def _compare(ex, rows, acc) -> bool:
     fast_ex = _Ex(lds.LdsTracker(SLOTS, SIZE, 8, strict=True), ex.waves.wave_in_group)
     for name in ("epoch", "writer", "w_epoch", "reader", "r_epoch", "dma_pending", "ds_pending", "ds_owner"):
         getattr(fast_ex.lds, name)[:] = getattr(t, name)
-    marked = lds._read_marks_fast(fast_ex, rows, acc)
+    f = fast_ex.lds
+    marked = fast.read_marks(acc.keys2, np.arange(8, dtype=np.int8)[rows] % 4, f.epoch[rows], rows, f.dma_pending,
+                             f.ds_pending, f.ds_owner, f.w_epoch, f.writer, f.reader, f.r_epoch, f._scratch,
+                             f._flag, f._last)
     try:
         lds._check_pending(ex, rows, acc, "ds_read", same_wave_ok=True)
         lds._check_order(ex, rows, acc, "ds_read", write=False)
