@@ -2,8 +2,9 @@
 ;
 ;   out[t, c] = bf16( sum over j < top_k, in j order, in f32, of y[t * top_k + j, c] )
 ;   where slot t * top_k + j counts only if its expert e = topk_ids[t, j] is in [0, num_experts)
-;   and, with an expert map, expert_map[e] >= 0 (an expert not on this rank contributes
-;   nothing here: its rows of y were never written).
+;   and its local expert (expert_map[e] with a map, else e) is in [0, num_local): the GEMMs skip
+;   every other slot (an expert not on this rank: expert_map -1), so its rows of y were never
+;   written.
 ;
 ; gfx950, wave64, WORKGROUP_SIZE_X work-items; grid (cdiv(H / 8, WORKGROUP_SIZE_X), T): one
 ; token per workgroup row, 8 columns (one dwordx4 of bf16) per work-item. Slots go in batches of
@@ -13,7 +14,7 @@
 ; two memory latencies per batch, not two per slot.
 ;
 ; Kernarg (k_* from kernels.yaml): y, topk_ids, expert_map, out; T, H, top_k, num_experts,
-; has_map (u32). LDS: none.
+; has_map, num_local (u32). LDS: none.
 
 .include "mxfp8.inc"
 
@@ -29,7 +30,8 @@
 .set s_topk, 26
 .set s_E, 27
 .set s_has_map, 28
-.set s_tmp, 29
+.set s_nloc, 29                      ; local experts (w1/w2's E)
+.set s_tmp, 52
 .set s_slot, 30                      ; first slot of the batch
 .set s_slot_end, 31
 .set s_left, 32                      ; slots from s_slot to the token's end
@@ -50,12 +52,12 @@
     s_load_dwordx2 s[s_rsrc_map:s_rsrc_map+1], s[s_kernarg:s_kernarg+1], k_expert_map
     s_load_dwordx2 s[s_rsrc_out:s_rsrc_out+1], s[s_kernarg:s_kernarg+1], k_out
     s_load_dwordx4 s[s_T:s_T+3], s[s_kernarg:s_kernarg+1], k_T          ; T, H, top_k, num_experts
-    s_load_dword s[s_has_map], s[s_kernarg:s_kernarg+1], k_has_map
+    s_load_dwordx2 s[s_has_map:s_has_map+1], s[s_kernarg:s_kernarg+1], k_has_map   ; and num_local
     v_and_b32 v[v_c], 0x3ff, v[v_workitem]
     .irp i, 0, 1, 2, 3, 4, 5, 6, 7
         v_mov_b32 v[v_acc+\i], 0
     .endr
-    s_waitcnt lgkmcnt(0)                                    ; in flight: 4 pointers, 5 scalars → wait for all
+    s_waitcnt lgkmcnt(0)                                    ; in flight: 4 pointers, 6 scalars → wait for all
     s_mul_i32 s[s_slot], s[s_T], s[s_topk]                  ; slots
     s_lshl_b32 s[s_tmp], s[s_slot], 2
     buffer_rsrc s_rsrc_ids, s[s_tmp]
@@ -92,13 +94,13 @@ L_batch:
     .endr
 L_issued:
     s_waitcnt lgkmcnt(0)                                    ; in flight: the batch's ids (rows may still be loading)
-    .irp i, 0, 1, 2, 3, 4, 5, 6, 7                          ; validity: s_local[i] >= 0 iff slot i counts
+    .irp i, 0, 1, 2, 3, 4, 5, 6, 7                          ; s_local[i]: slot i's local expert, -1 if invalid
         s_cmp_le_u32 s[s_left], \i
         s_cbranch_scc1 L_mapped
         s_mov_b32 s[s_local+\i], -1
         s_cmp_lt_u32 s[s_ids+\i], s[s_E]                    ; 0 <= e < num_experts (unsigned)
         s_cbranch_scc0 L_map_\i
-        s_mov_b32 s[s_local+\i], 0
+        s_mov_b32 s[s_local+\i], s[s_ids+\i]
         s_cmp_eq_u32 s[s_has_map], 0
         s_cbranch_scc1 L_map_\i
         s_lshl_b32 s[s_tmp], s[s_ids+\i], 2
@@ -110,8 +112,8 @@ L_mapped:
     .irp i, 0, 1, 2, 3, 4, 5, 6, 7                          ; add in slot order
         s_cmp_le_u32 s[s_left], \i
         s_cbranch_scc1 L_added
-        s_cmp_lt_i32 s[s_local+\i], 0
-        s_cbranch_scc1 L_add_\i
+        s_cmp_lt_u32 s[s_local+\i], s[s_nloc]              ; 0 <= local < num_local (unsigned)
+        s_cbranch_scc0 L_add_\i
         .irp p, 0, 1, 2, 3
             v_lshlrev_b32 v[v_lo+\p], 16, v[v_in+4*\i+\p]  ; low bf16 → f32
             v_and_b32 v[v_in+4*\i+\p], 0xffff0000, v[v_in+4*\i+\p]   ; high bf16 → f32

@@ -366,9 +366,11 @@ def layer_reference(x, xs, w1, w1s, w2, w2s, topk_weights, topk_ids, expert_map=
         for j in range(topk_ids.shape[1]):
             e = int(topk_ids[t, j])
             n_global = E if expert_map is None else expert_map.numel()
-            if not 0 <= e < n_global or (expert_map is not None and int(expert_map[e]) < 0):
+            if not 0 <= e < n_global:
                 continue
             le = e if expert_map is None else int(expert_map[e])
+            if not 0 <= le < E:                  # absent (-1) or no such local expert: skipped
+                continue
             h = W1[le] @ X[t]
             h_err = (H / 16 + 128) * F32_U * (W1[le].abs() @ X[t].abs()) + h.abs() * F32_U
             q_ref, q_lo, q_hi = requant_range(h, h_err, alpha, beta, limit)
@@ -415,10 +417,13 @@ def test_layer_matches_pytorch_moe(T, top_k, E, H, I, block_m, kind):
 
 
 def test_layer_expert_parallel():
-    """16 global experts, this rank holds 8 (shuffled local ids): slots on the other 8 add nothing."""
+    """16 global experts, this rank holds 8 (shuffled local ids): slots on the other 8 add
+    nothing, nor do those of an expert mapped past the local ones (8: the GEMMs skip it too)."""
     E, gen = 16, torch.Generator().manual_seed(99)
     expert_map = torch.full((E,), -1, dtype=torch.int32)
-    expert_map[torch.randperm(E, generator=gen)[:8]] = torch.randperm(8, generator=gen).to(torch.int32)
+    order = torch.randperm(E, generator=gen)
+    expert_map[order[:8]] = torch.randperm(8, generator=gen).to(torch.int32)
+    expert_map[order[8]] = 8
     check_layer(6, 5, E, 64, 64, None, "random", expert_map=expert_map, E_local=8)
 
 
@@ -426,17 +431,19 @@ def test_layer_expert_parallel():
                                                 (2, 19, 64, True)])
 def test_moe_sum_exact(T, top_k, H, has_map):
     """The sum kernel alone against its exact model (f32 in slot order, bf16 RNE): slots with
-    out-of-range ids and, with a map, absent experts add nothing; poison around out survives."""
+    out-of-range ids and, with a map, absent experts or local ids past the local experts add
+    nothing; poison around out survives."""
     gen = torch.Generator().manual_seed(T * H)
     E = 8
     y = (torch.randn(T * top_k, H, generator=gen) * 100).to(torch.bfloat16)
     ids = torch.randint(-1, E + 1, (T, top_k), generator=gen, dtype=torch.int32)
-    expert_map = torch.randint(-1, 2, (E,), generator=gen, dtype=torch.int32) if has_map else None
+    expert_map = torch.randint(-1, 4, (E,), generator=gen, dtype=torch.int32) if has_map else None
+    local = 3 if has_map else E             # a map entry 3 names no local expert: skipped like -1
     out, base = embedded(torch.empty(T, H, dtype=torch.bfloat16), 0xFF)
     gfxasm.launch("moe_sum", y=y, topk_ids=ids.view(-1),
                   expert_map=expert_map if has_map else torch.empty(0, dtype=torch.int32), out=out, T=T, H=H,
-                  top_k=top_k, num_experts=E, has_map=int(has_map))
-    assert torch.equal(out, moe_layer.sum_reference(y, ids, E, expert_map))
+                  top_k=top_k, num_experts=E, has_map=int(has_map), num_local=local)
+    assert torch.equal(out, moe_layer.sum_reference(y, ids, E, expert_map, local))
     assert base[:64].eq(0xFF).all() and base[64 + out.numel() * 2:].eq(0xFF).all()
 
 

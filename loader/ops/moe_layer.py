@@ -16,7 +16,8 @@ Launches, in order (each its own kernel; intermediates allocated here):
   3. gfxasm.swiglu_mxfp8_quant(h, alpha, beta, limit) -> q [T*top_k, I] e4m3, s [T*top_k, I/32]
   4. gfxasm.mxfp8_moe_gemm(q, s, w2, ..., a_div=1, topk_weights) -> y [T*top_k, H] bf16 (weighted)
   5. moe_sum (asm/moe_sum.s): out[t] = bf16(sum over j in order, f32, of y[t*top_k + j]),
-     skipping slots whose expert is outside [0, E_global) or absent (expert_map -1).
+     skipping slots whose expert is outside [0, E_global) or whose local expert is outside
+     [0, E) (expert_map -1: absent), as the GEMMs skip them.
 The requantisation of step 3 is the layer's only approximation beyond roundings: h is
 rounded to bf16 by step 2, the activation is quantised to MX-FP8 (the down GEMM's input
 format), y rows are rounded to bf16 before the sum.
@@ -135,7 +136,7 @@ def sum_launch_args(y, topk_ids, expert_map, out, sizes) -> dict:
     no_map = torch.empty(0, dtype=torch.int32, device=y.device)
     return dict(y=y, topk_ids=topk_ids.reshape(-1), expert_map=no_map if expert_map is None else expert_map, out=out,
                 T=sizes["T"], H=sizes["H"], top_k=sizes["top_k"], num_experts=sizes["E_global"],
-                has_map=int(expert_map is not None))
+                has_map=int(expert_map is not None), num_local=sizes["E"])
 
 
 _SUMS: dict[tuple, PreparedLaunch] = {}
@@ -231,17 +232,18 @@ def kernel_names() -> list[str]:
 # ------------------------------------------------------------------ reference of moe_sum
 
 def sum_reference(y: torch.Tensor, topk_ids: torch.Tensor, num_experts: int,
-                  expert_map: torch.Tensor | None = None) -> torch.Tensor:
-    """moe_sum's result, exactly: per token, the valid slots' rows added in slot order in f32
-    (IEEE, as v_add_f32), rounded to bf16."""
+                  expert_map: torch.Tensor | None = None, num_local: int | None = None) -> torch.Tensor:
+    """moe_sum's result, exactly: per token, the rows of the slots whose expert is in
+    [0, num_experts) and whose local expert is in [0, num_local) (default num_experts) added
+    in slot order in f32 (IEEE, as v_add_f32), rounded to bf16."""
     T, top_k = topk_ids.shape
     acc = torch.zeros(T, y.shape[1], dtype=torch.float32)
     rows = y.float().view(T, top_k, -1)
     for j in range(top_k):
         e = topk_ids[:, j].long()
         ok = (e >= 0) & (e < num_experts)
-        if expert_map is not None:
-            ok &= expert_map[e.clamp(0, num_experts - 1)] >= 0
+        local = e if expert_map is None else expert_map[e.clamp(0, num_experts - 1)].long()
+        ok &= (local >= 0) & (local < (num_experts if num_local is None else num_local))
         acc = torch.where(ok[:, None], acc + rows[:, j], acc)
     return acc.to(torch.bfloat16)
 
@@ -253,11 +255,11 @@ def _register_run_case() -> None:
     def sum_case(variant, gen, T=5, top_k=4, H=264, E=8) -> RunCase:
         y = torch.randn(T * top_k, H, generator=gen).to(torch.bfloat16)
         ids = torch.randint(-1, E + 1, (T, top_k), generator=gen, dtype=torch.int32)   # some out of range
-        expert_map = torch.randint(-1, 2, (E,), generator=gen, dtype=torch.int32)      # some absent
+        expert_map = torch.randint(-1, 3, (E,), generator=gen, dtype=torch.int32)      # some absent, some >= 2
         return RunCase(args=dict(y=y, topk_ids=ids.view(-1), expert_map=expert_map,
                                  out=torch.full((T, H), float("nan"), dtype=torch.bfloat16), T=T, H=H, top_k=top_k,
-                                 num_experts=E, has_map=1),
-                       expected=dict(out=sum_reference(y, ids, E, expert_map)), atol=0, rtol=0,
+                                 num_experts=E, has_map=1, num_local=2),
+                       expected=dict(out=sum_reference(y, ids, E, expert_map, 2)), atol=0, rtol=0,
                        note=f"T={T} top_k={top_k} H={H}, expert map")
 
 
