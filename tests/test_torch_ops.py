@@ -376,3 +376,52 @@ def test_batch_prefill_meta_and_grad():
     with pytest.raises(RuntimeError, match="batch_prefill: 'q' requires grad"):
         gfxasm.batch_prefill(q.requires_grad_(True), k, v, qo, kv_indptr=sglang[0], kv_page_indices=sglang[1],
                              kv_last_page_len=sglang[2])
+
+
+# ------------------------------------------------------------------ mxfp8_moe_gemm
+
+def moe_inputs(seed=0):
+    """T 3, top_k 2, E 4, N 19, K 64, block_m 16, every slot routed (so every output row is
+    written: the functional op leaves unrouted rows uninitialised)."""
+    from gfxasm.ops import moe_align
+    gen = torch.Generator().manual_seed(seed)
+    a, sa, _, _ = mx.random_operands(3, 1, 64, gen, **mx.OPERAND_RANGES[torch.float16])
+    _, _, w, sw = mx.random_operands(1, 4 * 19, 64, gen, **mx.OPERAND_RANGES[torch.float16])
+    ids = torch.stack([torch.randperm(4, generator=gen)[:2] for _ in range(3)]).flatten().tolist()
+    sorted_ids, expert_ids, post = (torch.tensor(x, dtype=torch.int32).reshape(-1)
+                                    for x in moe_align.reference(ids, 4, 16))
+    return a, sa, w.view(4, 19, 64), sw.view(4, 19, 2), sorted_ids, expert_ids, post, torch.rand(3, 2, generator=gen)
+
+
+def test_opcheck_mxfp8_moe_gemm():
+    a, sa, w, sw, s, e, p, tw = moe_inputs()
+    torch.library.opcheck(torch.ops.gfxasm.mxfp8_moe_gemm.default, (a, sa, w, sw, s, e, p, 2, tw, torch.bfloat16),
+                          test_utils=NO_SCHEMA)
+    torch.library.opcheck(torch.ops.gfxasm.mxfp8_moe_gemm_out.default,
+                          (a, sa.view(torch.uint8), w, sw, s, e, p, 2, None, nan_like((6, 19), torch.float16),
+                           torch.float16), test_utils=NO_SCHEMA)
+
+
+def test_mxfp8_moe_gemm_compile_meta_grad():
+    from gfxasm.ops import mxfp8_moe_gemm as moe
+    a, sa, w, sw, s, e, p, tw = moe_inputs(seed=1)
+    before = [t.view(torch.uint8).clone() for t in (a, sa, w, sw)]
+
+    def f(a, sa, w, sw, s, e, p, tw, out):
+        gfxasm.mxfp8_moe_gemm(a, sa, w, sw, s, e, p, a_div=2, topk_weights=tw, out=out)
+        return gfxasm.mxfp8_moe_gemm(a, sa, w, sw, s, e, p, a_div=2, out_dtype=torch.float16)
+
+    out_c, out_e = nan_like((6, 19), torch.bfloat16), nan_like((6, 19), torch.bfloat16)
+    got = torch.compile(f, fullgraph=True)(a, sa, w, sw, s, e, p, tw, out_c)
+    want = f(a, sa, w, sw, s, e, p, tw, out_e)
+    assert torch.equal(got, want) and torch.equal(out_c, out_e) and not torch.isnan(out_c).any()
+    assert all(torch.equal(t.view(torch.uint8), old) for t, old in zip((a, sa, w, sw), before))
+    ref, written = moe.reference(a, sa, w, sw, s, e, p, 2, tw)          # eager itself is right, independently
+    assert written.all() and torch.allclose(out_e.double(), ref, rtol=2.0 ** -7, atol=1e-3 * float(ref.abs().max()))
+    meta = [t.to("meta") for t in (a, sa, w, sw, s, e, p)]
+    out = gfxasm.mxfp8_moe_gemm(*meta, a_div=2, out_dtype=torch.float16)
+    assert (out.device.type, out.shape, out.dtype) == ("meta", (6, 19), torch.float16)
+    with pytest.raises(ValueError, match="'w_scale' must be"):          # fake kernels check too
+        gfxasm.mxfp8_moe_gemm(*meta[:3], meta[3][:, :, :1], *meta[4:], a_div=2)
+    with pytest.raises(RuntimeError, match="mxfp8_moe_gemm: 'topk_weights' requires grad"):
+        gfxasm.mxfp8_moe_gemm(a, sa, w, sw, s, e, p, a_div=2, topk_weights=tw.requires_grad_(True))
