@@ -287,9 +287,9 @@
 .set s_krow, 45             ; first row of the next K tile to DMA
 .set s_vrow, 48             ; ... V tile
 .set s_qstart, 51           ; qo_indptr[b]: this sequence's first row of q, o and lse
-.set s_c, s_scale_log2      ; FP8: c = scale * log2(e) * q_descale * k_descale
-.set s_negc, 12             ; FP8: -c
-.set s_vd, 13               ; FP8: v_descale
+.set s_c, 12                ; FP8: c = scale * log2(e) * q_descale * k_descale ([12:13]: a pair for v_pk_mul_f32)
+.set s_negc, 13             ; FP8: -c
+.set s_vd, s_scale_log2     ; FP8: v_descale (scale_log2 is folded into c first)
 .set s_ptr_ds, 14           ; [14:15] FP8: descales [q, k, v]
 .set s_lazy, 53             ; FP8: lazy-rescale threshold 8 / c
 .endif
@@ -592,8 +592,8 @@ L_prep_back_\tag:
 
 ; P = exp2 of S - m (FP8: of c (S - m), S in raw units: Q is not pre-scaled)
 .macro exp2_op r
-    .if FP8
-        v_mul_f32 v[\r], s[s_c], v[\r]
+    .if FP8 && (((\r) - v_s0) % 2 == 0)                ; (the pair's first exp2: c times both)
+        v_pk_mul_f32 v[\r:\r+1], v[\r:\r+1], s[s_c:s_c+1] op_sel_hi:[1,0]
     .endif
     v_exp_f32 v[\r], v[\r]
 .endm
@@ -842,7 +842,7 @@ L_orescale_\tag:
     s_load_dword s[s_seq_k], s[s_cmp2:s_cmp2+1], s[s_t0]   ; seqlen_k[b]
 .if FP8
     s_load_dwordx2 s[s_t2:s_t3], s[s_ptr_ds:s_ptr_ds+1], 0   ; q_descale, k_descale (not into a base in flight)
-    s_load_dword s[s_vd], s[s_ptr_ds:s_ptr_ds+1], 8
+    s_load_dword s[s_lazy], s[s_ptr_ds:s_ptr_ds+1], 8  ; (v_descale: to s_vd once scale_log2 is read)
     s_waitcnt lgkmcnt(0)                                ; in flight: the five -> wait for them
     v_mov_b32 v[v_t0], s[s_scale_log2]
     v_mul_f32 v[v_t0], s[s_t2], v[v_t0]
@@ -852,6 +852,7 @@ L_orescale_\tag:
     s_nop 0                                             ; transcendental result -> VALU read: 1 wait state
     v_mul_f32 v[v_t1], 0x41000000, v[v_t1]              ; 8 / c: P <= 2^8 fits e4m3 (448)
     v_readfirstlane_b32 s[s_c], v[v_t0]
+    s_mov_b32 s[s_vd], s[s_lazy]
     v_readfirstlane_b32 s[s_negc], v[v_t2]
     s_nop 0                                             ; VALU write -> v_readfirstlane read: 1 wait state
     v_readfirstlane_b32 s[s_lazy], v[v_t1]
