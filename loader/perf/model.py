@@ -187,7 +187,7 @@ class CuResult:
 
 class _Wave:
     __slots__ = ("ws", "pos", "simd", "prio", "age", "earliest", "ready", "ready_m", "ready_c",
-                 "vm", "lgkm", "mem_i", "done", "group", "at_barrier", "last_slot")
+                 "vm", "lgkm", "mem_i", "done", "group", "at_barrier", "last_slot", "deps")
 
     def __init__(self, ws, simd, age, start):
         self.ws = ws
@@ -206,6 +206,7 @@ class _Wave:
         self.group = ws.group
         self.at_barrier = False
         self.last_slot = -1
+        self.deps = None                # head instruction's register/waitcnt readiness (cached)
 
 
 def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, groups_resident: int,
@@ -235,7 +236,7 @@ def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, group
     pending = list(order)
     group_slot: dict[int, int] = {}
     free_slots = list(range(groups_resident))
-    live: list[_Wave] = []
+    fresh: list[_Wave] = []             # launched waves, joining the arbitration next step
     waves_of: dict[int, list[_Wave]] = {}
     group_done: dict[int, float] = {}
     age = [0]
@@ -250,7 +251,7 @@ def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, group
             wv = _Wave(w, simd, age[0], t)
             age[0] += 1
             ws_.append(wv)
-            live.append(wv)
+            fresh.append(wv)
         waves_of[g] = ws_
 
     while pending and free_slots:
@@ -267,30 +268,34 @@ def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, group
     totals = {"global": 0.0, "lds": 0.0, "barrier": 0.0, "dram": 0.0}
     now = 0.0
 
-    def head_ready(wv: _Wave) -> float:
-        """Earliest time the wave's next instruction may issue (dependencies, waits)."""
-        i = wv.ws.stream[wv.pos]
-        s = st[i]
-        t = wv.earliest
-        if s.cat == VEC and s.klass == "mfma":
-            rm = wv.ready_m
-            for r in s.srcs:
-                if rm[r] > t:
-                    t = rm[r]
-            rc = wv.ready_c
-            for r in s.srcs_c:
-                if rc[r] > t:
-                    t = rc[r]
-        else:
-            rd = wv.ready
-            for r in s.srcs:
-                if rd[r] > t:
-                    t = rd[r]
-        if s.klass == "waitcnt":
-            if len(wv.vm) > s.vmcnt:
-                t = max(t, wv.vm[len(wv.vm) - s.vmcnt - 1])
-            if len(wv.lgkm) > s.lgkmcnt:
-                t = max(t, max(wv.lgkm[:len(wv.lgkm) - s.lgkmcnt]))
+    def head_deps(wv: _Wave) -> float:
+        """When the wave's next instruction's registers are ready and its waits satisfied
+        (its issue slot, wv.earliest, aside). Only the wave's own issues change them, so they
+        are computed once per instruction and cached in wv.deps."""
+        t = wv.deps
+        if t is None:
+            s = st[wv.ws.stream[wv.pos]]
+            t = 0.0
+            if s.cat == VEC and s.klass == "mfma":
+                rm = wv.ready_m
+                for r in s.srcs:
+                    if rm[r] > t:
+                        t = rm[r]
+                rc = wv.ready_c
+                for r in s.srcs_c:
+                    if rc[r] > t:
+                        t = rc[r]
+            else:
+                rd = wv.ready
+                for r in s.srcs:
+                    if rd[r] > t:
+                        t = rd[r]
+            if s.klass == "waitcnt":
+                if len(wv.vm) > s.vmcnt:
+                    t = max(t, wv.vm[len(wv.vm) - s.vmcnt - 1])
+                if len(wv.lgkm) > s.lgkmcnt:
+                    t = max(t, max(wv.lgkm[:len(wv.lgkm) - s.lgkmcnt]))
+            wv.deps = t
         return t
 
     def issue(wv: _Wave, t: float):
@@ -375,6 +380,7 @@ def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, group
             if s.is_setprio:
                 wv.prio = s.prio
         wv.pos += 1
+        wv.deps = None
         if k == "branch" and wv.pos < len(stream) and stream[wv.pos] != i + 1:
             nxt += prm.branch_taken_cycles
         wv.earliest = nxt
@@ -414,29 +420,35 @@ def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, group
             if pending:
                 launch(pending.pop(0), end)
 
-    # priorities: s_setprio changes wv.prio when issued (handled below)
+    # Per SIMD, its unfinished waves in arbitration order (s_setprio priority, then age),
+    # re-sorted only when a wave joins, finishes or changes priority.
+    by_simd: list[list[_Wave]] = [[] for _ in range(nsimd)]
+    dirty = [True] * nsimd
+    order_key = lambda w: (-w.prio, w.age)              # noqa: E731
     while True:
-        active = [w for w in live if not w.done]
-        if not active:
-            break
-        issued_any = False
-        next_t = INF
-        # arbitration per SIMD
-        by_simd: list[list[_Wave]] = [[] for _ in range(nsimd)]
-        for w in active:
+        for w in fresh:
             by_simd[w.simd].append(w)
+            dirty[w.simd] = True
+        fresh.clear()
+        for simd in range(nsimd):
+            if dirty[simd]:
+                by_simd[simd] = sorted((w for w in by_simd[simd] if not w.done), key=order_key)
+                dirty[simd] = False
+        if not any(by_simd):
+            break
+        next_t = INF
         for simd in range(nsimd):
             cands = by_simd[simd]
-            if not cands:
-                continue
-            cands.sort(key=lambda w: (-w.prio, w.age))
             used = set()
             for w in cands:
                 if w.at_barrier or w.done:
                     continue
-                t = head_ready(w)
-                i = w.ws.stream[w.pos]
-                s = st[i]
+                t = w.deps
+                if t is None:
+                    t = head_deps(w)
+                if w.earliest > t:
+                    t = w.earliest
+                s = st[w.ws.stream[w.pos]]
                 cat = s.cat
                 if cat == VEC:
                     unit = valu_free[simd]
@@ -455,16 +467,18 @@ def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, group
                 if cat != INTERNAL:
                     used.add(cat)
                 issue(w, now)
-                issued_any = True
+                if w.done or s.is_setprio:
+                    dirty[simd] = True
                 w_next = w.earliest
                 if w_next < next_t and not w.done and not w.at_barrier:
                     next_t = w_next
         # waves released from barriers / new launches may be ready earlier
-        for w in live:
-            if not w.done and not w.at_barrier and w.earliest < next_t:
-                next_t = w.earliest
+        for group in by_simd + [fresh]:
+            for w in group:
+                if not w.done and not w.at_barrier and w.earliest < next_t:
+                    next_t = w.earliest
         if next_t == INF:
-            if any(not w.done for w in live):
+            if any(not w.done for group in by_simd + [fresh] for w in group):
                 raise RuntimeError("timing model deadlock: waves wait at a barrier that cannot release")
             break
         now = math.ceil(max(next_t, now + Q) / Q) * Q
