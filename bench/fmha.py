@@ -1,6 +1,6 @@
 """FMHA forward benchmark: gfxasm's fmha_fwd_d128 on the issue's shapes.
 
-    python3 bench/fmha.py [--static-only] [--only TEXT] [--out bench/out/fmha.json]
+    python3 bench/fmha.py [--static-only] [--only TEXT] [--no-versus] [--out bench/out/fmha.json]
 
 Configurations (bf16, head dim 128, Sq = Sk, causal and not): B4 Hq64/Hk8 with
 S in {1k, 4k, 8k, 16k}, and B16 H64 (MHA) with S 8192.
@@ -19,6 +19,9 @@ Three kinds of numbers, each labelled:
   with nothing overlapped; two waves share each SIMD, so the SIMD's MFMA pipe can be
   kept busy only if the other cycles of one wave hide under the MFMAs of the other.
 * measured: TFLOP/s from device events, only on a gfx950.
+* versus aiter (modelled, non-causal): ours and aiter's fwd_hd128_bf16 (the corpus object,
+  launched as bench_conformance does) under every params.BRACKETS variant, and aiter's time
+  over ours as a range over them (never one number).
 * modelled: gfxasm.perf's MI355X timing model (calibrated on aiter's published FMHA
   numbers). Non-causal: gfxasm.perf.estimate of the launch. Causal: work differs per Q
   tile, so the workgroup of Q tile t is modelled on its own (the same launch, that one
@@ -33,6 +36,7 @@ FLOP counts are the problem's: 4 B Hq Sq Sk D, causal counting only visible (q, 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import heapq
 import json
 import math
@@ -246,6 +250,25 @@ def modelled_seconds(B, Hq, Hk, S, causal) -> tuple[float, dict]:
                          clock_hz={str(t): e.clock_hz for t, e in ests.items()})
 
 
+def versus_aiter(B, Hq, Hk, S) -> dict:
+    """Ours and aiter's fwd_hd128_bf16 (non-causal, launched as bench_conformance does),
+    both modelled under every params.BRACKETS variant: per bracket the two times and aiter's
+    time over ours (our speed-up), and the range of that ratio over the brackets."""
+    from bench.bench_conformance import fmha_case as aiter_case
+    from gfxasm.perf import estimate
+    variant, grid, raw, buffers = _launch_parts(B, Hq, Hk, S, S, False)
+    theirs = aiter_case(B, Hq, Hk, S)
+    per = {}
+    for name, changes in P.BRACKETS.items():
+        prm = dataclasses.replace(P.DEFAULT, **changes)
+        ours = estimate(str(variant.co_path), grid, (512, 1, 1), raw, buffers, variant.kernel.symbol, params=prm)
+        aiter = estimate(theirs.co, theirs.grid, theirs.block, theirs.kernarg, theirs.buffers, theirs.kernel,
+                         params=prm)
+        per[name] = dict(ours_s=ours.seconds, aiter_s=aiter.seconds, speedup=aiter.seconds / ours.seconds)
+    ratios = [v["speedup"] for v in per.values()]
+    return dict(brackets=per, speedup_min=min(ratios), speedup_max=max(ratios))
+
+
 # ------------------------------------------------------------------ main
 
 def _static_table(facts: list[dict]) -> str:
@@ -270,6 +293,7 @@ def main(argv=None) -> int:
     ap.add_argument("--static-only", action="store_true", help="only the static facts (seconds, no timing)")
     ap.add_argument("--only", help="only configurations whose label contains this text")
     ap.add_argument("--out", default=str(REPO / "bench" / "out" / "fmha.json"))
+    ap.add_argument("--no-versus", action="store_true", help="leave out the modelled side by side with aiter")
     args = ap.parse_args(argv)
     build_manifest(default_manifest())
 
@@ -277,7 +301,7 @@ def main(argv=None) -> int:
     print("static facts (per wave, one 64-key tile; cycles at 4/VALU, 16/transcendental, MFMA 4 x passes)")
     print(_static_table(facts))
     print()
-    rows = []
+    rows, versus = [], []
     device = has_gfx950()
     if not args.static_only:
         head = f"{'configuration':42} {'source':9} {'time':>10} {'TFLOP/s':>8} {'%peak':>6}  published"
@@ -305,9 +329,22 @@ def main(argv=None) -> int:
                       flush=True)
         if any(r["source"] == "modelled" for r in rows):
             print("modelled = gfxasm.perf MI355X timing model (no gfx950 here); not a measurement")
+        if not device and not args.no_versus:
+            print("\nours vs aiter fwd_hd128_bf16 (non-causal), modelled under every params.BRACKETS variant:")
+            print(f"{'configuration':24} {'ours us':>16} {'aiter us':>16} {'aiter / ours':>14}")
+            for B, Hq, Hk, S in CONFIGS:
+                label = f"B{B} H{Hq}/{Hk} S{S}"
+                if args.only and args.only not in label:
+                    continue
+                v = versus_aiter(B, Hq, Hk, S)
+                ours = [b["ours_s"] * 1e6 for b in v["brackets"].values()]
+                theirs = [b["aiter_s"] * 1e6 for b in v["brackets"].values()]
+                print(f"{label:24} {min(ours):7.0f}-{max(ours):<8.0f} {min(theirs):7.0f}-{max(theirs):<8.0f} "
+                      f"{v['speedup_min']:6.2f}-{v['speedup_max']:<6.2f}", flush=True)
+                versus.append(dict(label=label, **v))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(static=facts, runs=rows), indent=1, default=str))
+    out.write_text(json.dumps(dict(static=facts, runs=rows, versus_aiter=versus), indent=1, default=str))
     print(f"wrote {out}")
     return 0
 
