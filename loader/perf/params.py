@@ -132,7 +132,9 @@ DEFAULT = CALIBRATED
 # are reported as ranges over these variants of DEFAULT.
 BRACKETS = {"trans 16 clk, free VALU/MFMA overlap": {},
             "trans 8 clk": {"trans_cycles": 8},
-            "VALU +4 clk under a busy MFMA pipe": {"valu_under_mfma_cycles": 4}}
+            "VALU +4 clk under a busy MFMA pipe": {"valu_under_mfma_cycles": 4},
+            "LDS phases: ds_read_b128's groups for unmeasured ops": {"lds_conflicts": "b128 groups"},
+            "LDS phases: quarter waves for unmeasured ops": {"lds_conflicts": "quarter waves"}}
 FITTED = ("power_mfma", "power_valu", "global_latency_ns", "l2_bytes_per_clk_per_cu", "hbm_efficiency",
           "launch_overhead_us")
 
