@@ -579,3 +579,90 @@ def test_gemv_with_a_nan_scale_is_refused_or_nan(gen):
         return
     expected = dequantize(a, scale) @ dequantize(a, scale).T
     close("out", out, expected.to(out.dtype), torch.finfo(out.dtype).eps * expected.abs().nan_to_num(nan=0) + 1e-3)
+
+
+# ------------------------------------------------------------------ mxfp8_moe_gemm
+
+MOE_ARGS = ("a", "a_scale", "w", "w_scale", "sorted_token_ids", "expert_ids", "num_tokens_post_padded", "a_div",
+            "topk_weights", "out", "out_dtype", "K", "block_m")
+MOE_COUNTS: Counter = Counter()
+MOE_ODD_LAYOUTS = [("transposed", 1), ("sliced", 0), ("padded", 1), ("broadcast", 0), ("misaligned", 0)]
+
+
+@st.composite
+def moe_calls(draw):
+    choose = chooser(draw, 12)
+    return dict(t=choose([1, 2, 5]), top_k=choose([1, 2, 3]), e=choose([1, 3, 6]), n=choose([1, 17, 40], [0]),
+                k=choose([32, 96, 160], [0, 48]), block_m=choose([16, 32, 64], [8, 24]),
+                a_div=choose(["top_k", "one"], ["zero", "other"]),
+                dtypes=choose([(E4M3, torch.uint8)], [(torch.float8_e5m2, torch.uint8), (E4M3, torch.int8)]),
+                ids_dtype=choose([torch.int32], [torch.int64]),
+                weights=choose(["none", "2d", "flat"], ["bf16", "short"]),
+                layouts=[choose([("contiguous", 0)], MOE_ODD_LAYOUTS) for _ in range(2)],
+                out=choose(["none", "fresh"], ["over_a", "padded"]),
+                out_dtype=choose([torch.bfloat16, torch.float16], [torch.float32]),
+                absent=draw(st.sampled_from([False, True])), seed=draw(st.integers(0, 2**16)))
+
+
+def moe_reference(a, a_scale, w, w_scale, sorted_ids, expert_ids, post, a_div, weights):
+    """Rows of the slots the used blocks name (expert in range, slot below the sentinel)."""
+    block_m = sorted_ids.numel() // expert_ids.numel()
+    valid = a.shape[0] * a_div
+    rows = {}
+    for b in range(-(-min(int(post[0]), sorted_ids.numel()) // block_m)):
+        e = int(expert_ids[b])
+        for t in sorted_ids[b * block_m:(b + 1) * block_m].tolist():
+            if 0 <= e < w.shape[0] and 0 <= t < valid:
+                x, y = dequantize(a[t // a_div][None], a_scale[t // a_div][None]), dequantize(w[e], w_scale[e])
+                scale = 1.0 if weights is None else float(weights.reshape(-1)[t])
+                rows[t] = ((x @ y.T)[0] * scale, (x.abs() @ y.abs().T)[0] * abs(scale))
+    return rows
+
+
+@settings(FUZZ, max_examples=120)
+@given(moe_calls())
+def fuzz_mxfp8_moe_gemm(c):
+    from gfxasm.ops import moe_align          # its reference builds vLLM's routing layout
+    g = torch.Generator().manual_seed(c["seed"])
+    t, top_k, e, n, k = c["t"], c["top_k"], max(c["e"], c["top_k"]), c["n"], c["k"]
+    a_div = {"top_k": top_k, "one": 1, "zero": 0, "other": top_k + 1}[c["a_div"]]
+    m = t if c["a_div"] != "one" else t * top_k
+    data, scale = c["dtypes"]
+    a = laid_out(torch.randn(m, k, generator=g).to(data), *c["layouts"][0])
+    w = laid_out(torch.randn(e, n, k, generator=g).to(E4M3), *c["layouts"][1])
+    a_scale = torch.randint(120, 134, (m, -(-k // 32)), generator=g, dtype=torch.uint8).to(scale)
+    w_scale = torch.randint(120, 134, (e, n, -(-k // 32)), generator=g, dtype=torch.uint8)
+    ids = torch.stack([torch.randperm(e, generator=g)[:top_k] for _ in range(t)]).flatten().tolist()
+    expert_map = [-1 if c["absent"] and x % 2 else x for x in range(e)]
+    sorted_ids, expert_ids, post = moe_align.reference(ids, e, c["block_m"], expert_map)
+    sorted_ids = torch.tensor(sorted_ids, dtype=c["ids_dtype"])
+    expert_ids, post = torch.tensor(expert_ids, dtype=torch.int32), torch.tensor([post], dtype=torch.int32)
+    weights = {"none": None, "2d": torch.rand(t, top_k, generator=g), "flat": torch.rand(t * top_k, generator=g),
+               "bf16": torch.rand(t, top_k, generator=g).bfloat16(), "short": torch.rand(t, generator=g)}[c["weights"]]
+    out = None
+    if c["out"] == "over_a":
+        buffer = torch.zeros(max(a.numel(), t * top_k * n * 2, 1), dtype=torch.uint8)
+        a = buffer[:a.numel()].view(a.dtype).view(a.shape).copy_(a) if a.is_contiguous() else a
+        out = buffer[:t * top_k * n * 2].view(torch.bfloat16).view(t * top_k, n)
+    elif c["out"] != "none":
+        out = laid_out(torch.full((t * top_k, n), float("nan"), dtype=c["out_dtype"]),
+                       "contiguous" if c["out"] == "fresh" else "padded", 0)
+    inputs = [x.clone() for x in (a, a_scale, w, w_scale)]
+    result = call(MOE_COUNTS, MOE_ARGS, lambda: gfxasm.mxfp8_moe_gemm(
+        a, a_scale, w, w_scale, sorted_ids, expert_ids, post, a_div=a_div, topk_weights=weights, out=out,
+        out_dtype=c["out_dtype"]))
+    if result is None:
+        return
+    assert out is None or result is out
+    rows = moe_reference(*inputs, sorted_ids, expert_ids, post, a_div, weights)
+    for slot, (expected, magnitude) in rows.items():
+        tolerance = torch.finfo(c["out_dtype"]).eps * expected.abs() + 2**-20 * magnitude + 2**-24
+        close(f"out[{slot}]", result[slot], expected.to(c["out_dtype"]), tolerance)
+    if out is not None:              # rows no used block names keep their NaN poison
+        untouched = [s for s in range(t * top_k) if s not in rows]
+        assert torch.isnan(out[untouched].float()).all()
+    MOE_COUNTS["matched"] += 1
+
+
+def test_fuzz_mxfp8_moe_gemm(capsys):
+    fuzz("mxfp8_moe_gemm", fuzz_mxfp8_moe_gemm, MOE_COUNTS, capsys)
