@@ -143,7 +143,7 @@ L_zero:
     s_add_u32 s[s_base], s[s_base], WORKGROUP_SIZE_X
     s_cmp_lt_u32 s[s_base], s[s_E]
     s_cbranch_scc1 L_zero
-    s_waitcnt lgkmcnt(0)                                    ; in flight: this wave's zeroing writes → done before the barrier
+    s_waitcnt lgkmcnt(0)                                    ; in flight: this wave's zeroing → done before the barrier
     s_barrier                                               ; every count is 0 before any wave adds to it
 
 ; --- 2. ids to LDS, histogram, sentinel fill ---
@@ -152,7 +152,7 @@ L_ids:
     v_add_u32 v[v_t], s[s_base], v[v_tid]
     v_lshlrev_b32 v[v_addr], 2, v[v_t]
     buffer_load_dword v[v_id], v[v_addr], s[s_rsrc_ids:s_rsrc_ids+3], 0 offen   ; past slots: reads 0
-    s_waitcnt vmcnt(0)                                      ; in flight: topk_ids[t] (and sentinel stores, in order) → wait
+    s_waitcnt vmcnt(0)                                      ; in flight: topk_ids[t] (after the sentinel stores) → wait
     v_cmp_gt_u32 vcc, s[s_slots], v[v_t]                    ; t < slots
     v_cmp_gt_u32 s[s_mask:s_mask+1], s[s_E], v[v_id]        ; 0 <= id < num_experts (unsigned)
     s_and_b64 vcc, vcc, s[s_mask:s_mask+1]
@@ -168,7 +168,7 @@ L_ids:
     s_cmp_lt_u32 s[s_base], s[s_slots64]
     s_cbranch_scc1 L_ids
     s_waitcnt vmcnt(0) lgkmcnt(0)                           ; in flight: sentinel stores, ids, count adds → all done
-    s_barrier                                               ; counts and ids complete; sentinels land before step 4's stores
+    s_barrier                                               ; counts, ids complete; sentinels before step 4's stores
 
 ; --- 3. wave 0: padded prefix sum, expert_ids, the total ---
     s_cmp_eq_u32 s[s_wave], 0
@@ -188,7 +188,7 @@ L_scan:
     s_waitcnt vmcnt(0)                                      ; in flight: expert_map[e] (and earlier stores) → wait
 L_no_map:
     s_mov_b64 exec, s[s_saved:s_saved+1]
-    s_waitcnt lgkmcnt(0)                                    ; in flight: counts[e] → wait (not the stores: nothing reads them)
+    s_waitcnt lgkmcnt(0)                                    ; in flight: counts[e] → wait (stores: nothing reads them)
     v_cmp_ne_u32 vcc, 0, s[s_has_map]
     v_cndmask_b32 v[v_val], v[v_t], v[v_val], vcc           ; the block value: expert_map[e] or e
     v_add_u32 v[v_pad], s[s_bm_m1], v[v_cnt]
@@ -246,7 +246,7 @@ L_tail:
     s_branch L_tail
 L_tail_done:
 L_scan_done:
-    s_waitcnt lgkmcnt(0)                                    ; in flight: wave 0's start[] writes → done before the barrier
+    s_waitcnt lgkmcnt(0)                                    ; in flight: wave 0's start[] writes → done first
     s_barrier                                               ; start[e] ready for every wave
 
 ; --- 4. stable scatter, 64 slots per wave and round ---
