@@ -234,6 +234,27 @@ def test_expert_offsets_beyond_32_bits():
             assert ((out[slot].double() - want).abs() <= bound).all(), f"slot {slot}"
 
 
+def _full_cases():
+    """Routing kinds x T x top_k x block_m x a_div x (N, K); E even (EP keeps half), and for
+    'spread' at least one expert per slot."""
+    n = 0
+    for kind in ("random", "hot", "spread", "few"):
+        for T in (1, 2, 7, 33, 64):
+            for top_k in (1, 4, 5, 8):
+                for block_m in (16, 32, 64):
+                    n += 1
+                    E = max(T * top_k + T * top_k % 2, 8) if kind == "spread" else (16, 34, 130)[n % 3]
+                    N, K = ((17, 6144), (100, 416), (64, 128), (33, 1056))[n % 4]
+                    ep = n % 5 == 0 and kind == "random" and T * top_k >= 8    # some slots on this rank
+                    yield kind, T, top_k, E, N, K, block_m, n % 2 == 0, n % 3 != 0, ep
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("kind,T,top_k,E,N,K,block_m,adiv,weights,ep", list(_full_cases()), ids=lambda v: str(v))
+def test_full_cross_product(kind, T, top_k, E, N, K, block_m, adiv, weights, ep):
+    check(kind, T, top_k, E, N, K, block_m, a_div_topk=adiv, weights=weights, ep=ep)
+
+
 # ------------------------------------------------------------------ bad input (before launch)
 
 def e8m0(*shape):
@@ -287,6 +308,9 @@ def test_bad_input(over, exc, match, no_launch):
 def test_bad_k_and_sizes(no_launch):
     with pytest.raises(ValueError, match="multiple of 32"):
         call(**good(a=torch.zeros(2, 48, dtype=E4M3), a_scale=e8m0(2, 1)))
+    with pytest.raises(ValueError, match="positive multiple of 32"):
+        call(**good(a=torch.zeros(2, 0, dtype=E4M3), a_scale=e8m0(2, 0), w=torch.zeros(4, 8, 0, dtype=E4M3),
+                    w_scale=e8m0(4, 8, 0)))
     # one expert of 2^16 x 2^15 = 2^31 bytes (meta tensors: metadata only)
     meta = dict(device="meta")
     with pytest.raises(ValueError, match="one expert"):

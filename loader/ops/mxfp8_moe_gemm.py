@@ -26,7 +26,7 @@ topk_weights (float32, [T, top_k] or flattened [num_valid]), when given, scales 
 topk_weights[t] (in f32, before the rounding to out_dtype).
 
 Limits (checked before launch; a violation is a ValueError/TypeError naming the argument):
-K % 32 == 0; a, a_scale, out and one expert's weights (N * K bytes) each below 2^31 bytes
+0 < K < 2^24, K % 32 == 0; a, a_scale, out and one expert's weights (N * K bytes) each below 2^31 bytes
 (32-bit buffer offsets); the weight tensor itself may be any size: each block addresses its
 expert through a 64-bit base (expert * N * K computed in 64 bits), so E = 256 x 1536 x 6144
 (2.4 GB) works. num_valid < 2^24, 1 <= a_div <= 64 (and a_div in {1, top_k} when
@@ -38,7 +38,9 @@ v_mfma_scale_f32_16x16x128_f8f6f4 on block_m gathered activation rows against th
 expert's weight rows, K split over the 4 waves. A block's expert weights are read once per
 block: an expert with more than block_m slots has several blocks and re-reads them (through
 L2 when they run together); in decode, with block_m at least the largest expert's slot
-count, every expert present is read exactly once per launch.
+count, every expert present is read exactly once per launch. Tile width: choose_nt (16 or
+64 columns for block_m 16, 16 or 32 for 32, 16 for 64). Modelled speed at the seed's shapes:
+bench/moe_gemm.py.
 
 `reference` is the exact product of the quantized operands (float64).
 """
@@ -59,6 +61,7 @@ OP = "mxfp8_moe_gemm"
 BLOCK_MS = (16, 32, 64)            # rows per block: MT = block_m / 16 MFMA row tiles
 MAX_A_DIV = 64                     # the kernel's t // a_div by multiply-high is exact up to here
 MAX_VALID = 2**24                  # ... for slot ids below this
+MAX_K = 2**24                      # weight-row offsets (N + 63) * K stay below 2^32
 _MAX_BYTES = 2**31                 # 32-bit buffer offsets (OOB_OFFSET = 2^31)
 _ALIGN = 16                        # 16-byte loads of a and w
 CUS = 256                          # compute units of an MI355X
@@ -110,8 +113,8 @@ def validate(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_po
                           f"{tuple(num_tokens_post_padded.shape)}")
     M, K = a.shape
     E, N, Kw = w.shape
-    if K % BLOCK:
-        _fail(ValueError, f"K (a.shape[1]) must be a multiple of {BLOCK}, got {K}")
+    if K % BLOCK or not 0 < K < MAX_K:
+        _fail(ValueError, f"K (a.shape[1]) must be a positive multiple of {BLOCK} below 2^24, got {K}")
     if Kw != K:
         _fail(ValueError, f"'w' must be [E, N, K] with K = {K} (a's), got shape {tuple(w.shape)}")
     _shape("a_scale", a_scale, (M, K // BLOCK), "[M, K/32]")
