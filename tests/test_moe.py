@@ -449,8 +449,9 @@ def test_moe_sum_exact(T, top_k, H, has_map):
 
 def test_schedule_independent():
     """moe_align's four waves meet at barriers over shared LDS counts, starts and ids; the sum
-    and the quantiser have no cross-wave traffic. Each result is bit-identical under seeded
-    adversarial schedules (waves interleaved, loads landing late)."""
+    and the quantiser have no cross-wave traffic (the sum's scalar loads may land in any
+    order). Each result is bit-identical under seeded adversarial schedules (waves
+    interleaved, loads landing late)."""
     from gfxasm.emu import adversarial
     gen = torch.Generator().manual_seed(17)
     ids = routing("hot", 64, 5, 129, gen)
@@ -458,6 +459,17 @@ def test_schedule_independent():
     assert not found, "\n".join(map(str, found))
     x = (torch.randn(9, 2 * 288, generator=gen) * 4).to(torch.bfloat16)
     found = adversarial.check(lambda: [t.view(torch.uint8) for t in sq.swiglu_mxfp8_quant(x)], range(2))
+    assert not found, "\n".join(map(str, found))
+    y = torch.randn(3 * 11, 64, generator=gen).to(torch.bfloat16)                   # scalar loads land in any order
+    ids = torch.randint(-1, 9, (3, 11), generator=gen, dtype=torch.int32)
+    expert_map = torch.tensor([0, -1, 1, 2, -1, 0, 5, 1], dtype=torch.int32)
+
+    def summed():
+        out = torch.full((3, 64), float("nan"), dtype=torch.bfloat16)
+        gfxasm.launch("moe_sum", y=y, topk_ids=ids.view(-1), expert_map=expert_map, out=out, T=3, H=64, top_k=11,
+                      num_experts=8, has_map=1, num_local=3)
+        return out
+    found = adversarial.check(summed, range(2))
     assert not found, "\n".join(map(str, found))
 
 
