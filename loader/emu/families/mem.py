@@ -307,20 +307,37 @@ ATOMICS = {
 
 
 def _atomic_rmw(ex, w, addr: np.ndarray, ok: np.ndarray, values: np.ndarray, fn, what: str) -> np.ndarray:
-    """Apply fn(old, value) to the dword at addr for the lanes `ok`, one lane at a time in
-    lane order (so lanes hitting one address combine); returns the old values (0 where
-    not applied)."""
+    """Apply fn(old, value) to the dword at addr for the lanes `ok`, as one lane at a time
+    in (wave, lane) order would (so lanes hitting one address combine in that order);
+    returns the old values (0 where not applied). Done in rounds: round i applies, all at
+    once, the i-th op on each address, so the ops on one address keep their order and
+    different addresses do not interact. An out-of-range lane faults before any write
+    (one at a time, the lanes before it would have written; the launch stops either way)."""
     old_values = np.zeros(addr.shape, np.uint32)
-    for row, lane in zip(*np.nonzero(ok)):
-        a = addr[row, lane:lane + 1]
+    rows, lanes = np.nonzero(ok)
+    a = addr[rows, lanes]
+    if a.size == 0:
+        return old_values
+    _, first, inverse = np.unique(a, return_index=True, return_inverse=True)
+    if first.size == a.size:
+        rank = np.zeros(a.size, np.int64)                   # every address once: one round
+    else:
+        order = np.argsort(inverse, kind="stable")          # op positions grouped by address
+        rank = np.empty(a.size, np.int64)
+        rank[order] = np.arange(a.size) - np.repeat(np.cumsum(np.bincount(inverse)) - np.bincount(inverse),
+                                                    np.bincount(inverse))
+    vals = values[rows, lanes]
+    for r in range(int(rank.max()) + 1):
+        sel = np.flatnonzero(rank == r)
         try:
-            old = ex.memory.read(a, 4).view(np.uint32).reshape(1)
+            old = ex.memory.read(a[sel], 4).view(np.uint32).reshape(-1)
         except OutOfBounds as err:
-            err.position = row * LANES + lane
+            p = sel[err.position]
+            err.position = int(rows[p]) * LANES + int(lanes[p])
             ex.fault(w, err, what)
-        old_values[row, lane] = old[0]
-        new = np.asarray(fn(old.copy(), values[row, lane:lane + 1]), np.uint32)
-        ex.memory.write(a, new.view(np.uint8).reshape(1, 4))
+        old_values[rows[sel], lanes[sel]] = old
+        new = np.asarray(fn(old.copy(), vals[sel]), np.uint32)
+        ex.memory.write(a[sel], new.view(np.uint8).reshape(-1, 4))
     return old_values
 
 
