@@ -137,6 +137,12 @@
 .if FP8 && !PAGED
     .error "fmha_fwd_d128: FP8 is a batch_prefill (PAGED) variant"
 .endif
+.ifndef BLK
+    .set BLK, 0                        ; (FP8 only) per-page K/V scales, page_size >= 64 (see below)
+.endif
+.if BLK && !FP8
+    .error "fmha_fwd_d128: BLK is an FP8 variant"
+.endif
 
 .include "float16.inc"
 
@@ -164,7 +170,7 @@
 .set RING, 7                           ; (4 VGPRs of the ring hold the DMA page entries, v_g_*)
 .set PF, 5                             ; (PF <= RING - 2: a slot is re-read 2 MFMAs after its last use)
 .set LINES, 2 - FP8                    ; DMA lines per wave and tile of K (and of V): 4 rows of 256 bytes, or FP8 8 of 128
-.set DMA_OPS, 28 * LINES + 2           ; ops of one iteration's DMA (pdma_op): 9 per line, 5 per page entry
+.set DMA_OPS, 28 * LINES + 2 + 4 * BLK ; ops of one iteration's DMA (pdma_op): 9 per line, 5 per page entry (+4: the tile's scales)
 .else
 .set RING, 8                           ; MFMA operand ring: 8 slots of 4 VGPRs
 .set PF, 6                             ; operands read ahead of their MFMA (< RING; <= 7 x 2 DS reads in flight)
@@ -292,6 +298,14 @@
 .set s_vd, s_scale_log2     ; FP8: v_descale (scale_log2 is folded into c first)
 .set s_ptr_ds, 14           ; [14:15] FP8: descales [q, k, v]
 .set s_lazy, 53             ; FP8: lazy-rescale threshold 8 / c
+.set s_sc0, 86              ; [86:87] BLK: (k, v) scales of tile j-1 ... (after the shift at barrier j)
+.set s_sc1, 88              ; [88:89] ... of tile j (the softmax's)
+.set s_sc2, 90              ; [90:91] ... of tile j+1
+.set v_sc3, v_q + 16         ; [v_q+16 : +17] BLK: ... loaded by the DMA for tile j+2 (FP8's Q uses 16 VGPRs)
+.set s_vratio, 94           ; BLK: v scale of tile j-1 / of tile j (O's rescale before GEMM1(j))
+.set s_vd_cur, 95           ; BLK: v scale of the last softmax's tile (O = s_vd_cur O_acc / l)
+.set s_heads_k, 96          ; BLK: Hkv
+.set s_kbs, 18              ; [18:19] BLK: kv_block_descale [num_pages, Hkv, 2]
 .endif
 
 ; ============================================================================ macros
@@ -423,6 +437,42 @@
 ; entries loaded by the previous DMA (v_g_*, landed at the barrier's vmcnt(0)), then the
 ; rows move on a tile and the entries of the next DMA's lines are loaded.
 .macro pdma_op i, vpar
+    .if BLK && ((\i) < 4)
+        tile_scales (\i), v_g_k0
+    .elseif BLK
+        pdma_op1 ((\i) - 4), \vpar
+    .else
+        pdma_op1 (\i), \vpar
+    .endif
+.endm
+
+; BLK op i (0..3): load the (k, v) scales of the K tile this DMA fills (its page: the page
+; entry of line w, before pdma_line turns it into a row; page_size >= 64: a tile is in one
+; page) into v_sc3 (a vector load: vmcnt, which the next barrier's wait covers; a scalar
+; one would leave lgkmcnt(N) unusable for the DS reads)
+.macro tile_scales i, g
+    .if (\i) == 0
+        v_mul_lo_u32 v[v_sc3], v[\g], s[s_heads_k]
+    .elseif (\i) == 1
+        v_add_u32 v[v_sc3], s[s_hk], v[v_sc3]
+    .elseif (\i) == 2
+        v_lshlrev_b32 v[v_sc3], 3, v[v_sc3]                 ; (page * Hkv + kv head) * 8 < 2^32: the op checks
+    .else
+        global_load_dwordx2 v[v_sc3:v_sc3+1], v[v_sc3], s[s_kbs:s_kbs+1]
+    .endif
+.endm
+
+; BLK, after each barrier: the scales move down a tile (the DMA after it loads s_sc3 anew)
+.macro blk_shift
+    .if BLK
+        s_mov_b64 s[s_sc0:s_sc0+1], s[s_sc1:s_sc1+1]
+        s_mov_b64 s[s_sc1:s_sc1+1], s[s_sc2:s_sc2+1]
+        v_readfirstlane_b32 s[s_sc2], v[v_sc3]      ; (landed: the barrier's vmcnt(0))
+        v_readfirstlane_b32 s[s_sc2+1], v[v_sc3+1]
+    .endif
+.endm
+
+.macro pdma_op1 i, vpar
     .if (\i) < 9 * LINES
         pdma_line ((\i) % 9), (v_g_k0 + (\i) / 9), s_krow, 32 * ((\i) / 9), v_cbase_k, s_k_ss, s_kd_line, LDS_K0 + 8192 * ((\i) / 9)
     .elseif (\i) < 18 * LINES
@@ -542,6 +592,29 @@ L_prep_back_\tag:
     .endif
 .endm
 
+; BLK, start of softmax(j): S (raw, GEMM0 started from 0) -> k_scale(j) S - m (the first
+; tile: k_scale S; lead_first takes its max), in c-units like the per-tensor FP8 scores;
+; s_vd_cur = v_scale(j), and with GEMM1 in this body s_vratio = v_scale(j-1) / v_scale(j)
+.macro blk_scores first, a_on
+    .if \a_on
+        v_rcp_f32 v[v_t0], s[s_sc1+1]
+        s_nop 0                             ; transcendental result -> VALU read: 1 wait state
+        v_mul_f32 v[v_t0], s[s_sc0+1], v[v_t0]
+        s_nop 0                             ; VALU write -> v_readfirstlane read: 1 wait state
+        v_readfirstlane_b32 s[s_vratio], v[v_t0]
+    .endif
+    s_mov_b32 s[s_vd_cur], s[s_sc1+1]
+    .set _r, 0
+    .rept 16
+        .if \first
+            v_pk_mul_f32 v[_sj + _r : _sj + _r + 1], v[_sj + _r : _sj + _r + 1], s[s_sc1:s_sc1+1] op_sel_hi:[1,0]
+        .else
+            v_pk_fma_f32 v[_sj + _r : _sj + _r + 1], v[_sj + _r : _sj + _r + 1], s[s_sc1:s_sc1+1], v[v_m:v_m+1] op_sel_hi:[1,0,0] neg_lo:[0,0,1] neg_hi:[0,0,1]
+        .endif
+        .set _r, _r + 2
+    .endr
+.endm
+
 ; Softmax lead of the first tile: m = max(row max, -1e30); S -= m; -m into v_negm
 .macro lead_first
     row_max_head
@@ -558,7 +631,7 @@ L_prep_back_\tag:
         .set _r, _r + 2
     .endr
     .set _r, 0
-    .rept 8
+    .rept 8 * !BLK                          ; (BLK: GEMM0 starts from 0; blk_scores subtracts m)
         v_pk_mov_b32 v[v_negm + _r : v_negm + _r + 1], v[v_t2:v_t2+1], v[v_t2:v_t2+1] op_sel:[0,0]
         .set _r, _r + 2
     .endr
@@ -662,6 +735,9 @@ L_prep_back_\tag:
         s_cmp_ge_i32 s[s_j], s[s_maskfrom]
         s_cbranch_scc1 L_mask_\tag          ; tail keys or causal diagonal in this tile: out of line
 L_mask_back_\tag:
+        .if BLK
+            blk_scores \first, \a_on
+        .endif
         .if \first
             lead_first
         .else
@@ -694,6 +770,10 @@ L_mask_back_\tag:
             .set _done, _done + 1
         .endr
     .endif
+    .if (\a_on) && (\sm_on) && BLK
+        s_cmp_lg_u32 s[s_vratio], 0x3f800000
+        s_cbranch_scc1 L_orescale_\tag     ; the v scale changes (a new page): O *= v_scale(j-1) / v_scale(j)
+    .endif
     .if (\a_on) && (\sm_on)
         s_cmp_lg_u32 s[s_resc], 0
         s_cbranch_scc1 L_orescale_\tag      ; rare: O *= corr now that GEMM1(j-1) is in
@@ -703,6 +783,7 @@ L_orescale_back_\tag:
         s_setprio 0
         s_waitcnt vmcnt(0)                  ; in flight: my DMA lines of barrier j -> wait for them
         s_barrier                           ; barrier j+1 (see the pipeline in the header)
+        blk_shift
     .endif
     s_setprio PRIO_B                        ; see phase A
     ; phase B: GEMM0(j+1) || exp2 of key block 1, row sums, P to bf16/fp16 (, DMA of group 2)
@@ -777,7 +858,7 @@ L_prep_\tag:
         .set _r, _r + 2
     .endr
     .set _r, 0
-    .rept 8
+    .rept 8 * !BLK
         v_pk_add_f32 v[v_negm + _r : v_negm + _r + 1], v[v_negm + _r : v_negm + _r + 1], v[v_t2:v_t2+1] op_sel_hi:[1,0] neg_lo:[0,1] neg_hi:[0,1]
         .set _r, _r + 2
     .endr
@@ -791,9 +872,19 @@ L_prep_\tag:
 L_orescale_\tag:
     s_nop 7                             ; the last GEMM1 MFMA wrote O: 12 wait states before VALU touches it
     s_nop 2
+.if BLK
+    v_mov_b32 v[v_t2], s[s_vratio]
+    s_cmp_eq_u32 s[s_resc], 0
+    s_cbranch_scc1 L_oratio_\tag
+    v_mul_f32 v[v_t2], v[v_corr], v[v_t2]
+L_oratio_\tag:
+    .set _f, v_t2
+.else
+    .set _f, v_corr
+.endif
     .set _r, 0
     .rept 32
-        v_pk_mul_f32 v[v_o + _r : v_o + _r + 1], v[v_o + _r : v_o + _r + 1], v[v_corr:v_corr+1] op_sel_hi:[1,0]
+        v_pk_mul_f32 v[v_o + _r : v_o + _r + 1], v[v_o + _r : v_o + _r + 1], v[_f:_f+1] op_sel_hi:[1,0]
         .set _r, _r + 2
     .endr
     s_mov_b32 s[s_resc], 0
@@ -834,6 +925,13 @@ L_orescale_\tag:
     s_load_dword s[s_store_lse], s[s_kernarg:s_kernarg+1], k_store_lse
 .if FP8
     s_load_dwordx2 s[s_ptr_ds:s_ptr_ds+1], s[s_kernarg:s_kernarg+1], k_descales
+.endif
+.if BLK
+    s_load_dwordx2 s[s_kbs:s_kbs+1], s[s_kernarg:s_kernarg+1], k_kv_scales
+    s_load_dword s[s_heads_k], s[s_kernarg:s_kernarg+1], k_heads_k
+    s_mov_b32 s[s_sc1], 0x3f800000                      ; (tile -1's scales after the first shift: finite)
+    s_mov_b32 s[s_sc1+1], 0x3f800000
+    s_mov_b32 s[s_vd_cur], 0x3f800000                   ; (a wave without keys: O = 0)
 .endif
     s_lshl_b32 s[s_t0], s[s_wg_z], 2                    ; 4b: this sequence's entries
     s_waitcnt lgkmcnt(0)                                ; in flight: all kernarg loads -> wait for all
@@ -1224,6 +1322,21 @@ L_no_clamp:
         .set _i, _i + 1
     .endr
     s_waitcnt vmcnt(0)                                  ; in flight: 8 Q loads, the page entries -> wait for all
+.if BLK
+    .set _i, 0
+    .rept 4
+        tile_scales _i, v_g_k0                          ; tile 0's scales -> s_sc2 (blk_shift: s_sc1 at barrier 0)
+        .set _i, _i + 1
+    .endr
+    s_waitcnt vmcnt(0)                                  ; in flight: that load -> wait for it
+    v_readfirstlane_b32 s[s_sc2], v[v_sc3]
+    v_readfirstlane_b32 s[s_sc2+1], v[v_sc3+1]
+    .set _i, 0
+    .rept 4
+        tile_scales _i, v_g_v0                          ; tile 1's -> v_sc3
+        .set _i, _i + 1
+    .endr
+.endif
     s_mov_b32 s[s_kd_line], s[s_m0k]
     .set _i, 0
     .rept 18 * LINES
@@ -1233,7 +1346,7 @@ L_no_clamp:
     .endr
     s_mov_b32 s[s_krow], 2 * KV_TILE
     s_mov_b32 s[s_vrow], 0
-    .set _i, 18 * LINES + 2
+    .set _i, 18 * LINES + 2 + 4 * BLK
     .rept 10 * LINES
         pdma_op _i, 0
         .set _i, _i + 1
@@ -1294,6 +1407,7 @@ L\g\()_iter:
         s_waitcnt vmcnt(0)              ; in flight: my DMA lines of barrier j-1 -> wait for them
         s_barrier                       ; barrier j: everyone's landed; group 1 finished iteration j-1,
                                         ; group 2 its phase A
+        blk_shift
     .endif
     s_add_u32 s[s_kd_line], s[s_m0k], s[s_kd_off]
     s_lshl_b32 s[s_tile_start], s[s_j], 6
@@ -1371,6 +1485,7 @@ L_group2:
     ; group 2 passes barrier 0 and issues its DMA here, then runs half an iteration behind
     s_waitcnt vmcnt(0)
     s_barrier                                   ; barrier 0
+    blk_shift
     s_mov_b32 s[s_kd_off], 2 * TILE_BYTES
     s_add_u32 s[s_kd_line], s[s_m0k], s[s_kd_off]
     .set _i, 0
@@ -1400,6 +1515,9 @@ L_epilogue:
     s_nop 0                             ; transcendental result -> VALU read: 1 wait state
 .if FP8
     v_mul_f32 v[v_corr], s[s_vd], v[v_corr]             ; O = v_descale * P V / l
+.endif
+.if BLK
+    v_mul_f32 v[v_corr], s[s_vd_cur], v[v_corr]         ; ... * v_scale of the last tile (O_acc is in its units)
 .endif
     .set _r, 0
     .rept 32

@@ -83,23 +83,30 @@ def dense(q, k_cache, v_cache, qo_indptr, table, b):
     return q[q0:q1][None], k[None], v[None]
 
 
-def check(seq_q, seq_k, page_size, heads_q, heads_k, dtype, causal, seed=0, both_tables=True):
+def check(seq_q, seq_k, page_size, heads_q, heads_k, dtype, causal, seed=0, both_tables=True, block_scales=False):
     q, k_cache, v_cache, qo_indptr, sglang, vllm = make_problem(seq_q, seq_k, page_size, heads_q, heads_k, dtype,
                                                                 seed)
     fp8 = dtype == bp.FP8
     descales = (0.37, 1.9, 0.61) if fp8 else (1.0, 1.0, 1.0)
     scales = dict(zip(("q_descale", "k_descale", "v_descale"), (torch.tensor([d]) for d in descales))) if fp8 else {}
+    kv_block = None
+    if block_scales:        # per page and KV head, spread over 2^-3 .. 2^2: pages differ by up to 32x
+        g = torch.Generator().manual_seed(seed + 1)
+        kv_block = torch.exp2(torch.rand(k_cache.shape[0], heads_k, 2, generator=g) * 5 - 3)
+        descales = (descales[0], 1.0, 1.0)
+        scales = dict(q_descale=scales["q_descale"], kv_block_descale=kv_block)
     out = torch.full(q.shape, float("nan"), dtype=bp.out_dtype(dtype))
     o, lse = gfxasm.batch_prefill(q, k_cache, v_cache, qo_indptr, **sglang, causal=causal, out=out,
                                   return_lse=True, **scales)
     assert o is out and lse.shape == (heads_q, q.shape[0])
     table = bp.normalise(len(seq_q), page_size, k_cache.shape[0], **sglang)
     o_ref, lse_ref, bound = bp.reference(q, k_cache, v_cache, qo_indptr, *table, causal=causal, descales=descales,
-                                         p_bound=True)
+                                         kv_block_descale=kv_block, p_bound=True)
     assert not torch.isnan(o).any(), f"{int(torch.isnan(o).sum())} O elements NaN (unwritten or a poisoned slot read)"
     assert not torch.isnan(lse).any(), "NaN in LSE"
     if fp8:
-        check_fp8(o, lse, o_ref, lse_ref, bound, descales[2] * v_cache.float().nan_to_num(0.0).abs().max().item())
+        v_scale = descales[2] * (kv_block[..., 1].max().item() if block_scales else 1.0)
+        check_fp8(o, lse, o_ref, lse_ref, bound, v_scale * v_cache.float().nan_to_num(0.0).abs().max().item())
     else:
         check_sequences(q, k_cache, v_cache, qo_indptr, table, o, lse, o_ref, lse_ref, seq_q, seq_k, causal)
     if both_tables:
@@ -154,15 +161,25 @@ def test_fp8_ragged_paged(page_size, causal, heads):
     check(RAGGED_Q, RAGGED_K, page_size, *heads, bp.FP8, causal, seed=11 + page_size)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, bp.FP8])
-def test_adversarial_schedules(dtype):
+@pytest.mark.parametrize("dtype, page_size, block_scales", [(torch.bfloat16, 16, False), (bp.FP8, 16, False),
+                                                            (bp.FP8, 64, True)])
+def test_adversarial_schedules(dtype, page_size, block_scales):
     # waves interleaved and loads landing late (legal orders): every output bit as lockstep's
-    q, k, v, qo, sglang, _ = make_problem([17, 70, 3], [40, 130, 0], 16, 2, 1, dtype, 3)
+    q, k, v, qo, sglang, _ = make_problem([17, 70, 3], [40, 130, 0], page_size, 2, 1, dtype, 3)
     scales = dict(k_descale=torch.tensor([0.5])) if dtype == bp.FP8 else {}
+    if block_scales:
+        scales = dict(kv_block_descale=torch.rand(k.shape[0], 1, 2, generator=torch.Generator().manual_seed(4)) + 0.5)
 
     def run():
         return gfxasm.batch_prefill(q, k, v, qo, **sglang, **scales, causal=True, return_lse=True)
     assert adversarial.check(run, seeds=range(2)) == []
+
+
+@pytest.mark.parametrize("page_size, causal, heads", [(64, True, (8, 1)), (1024, False, (2, 2))])
+def test_fp8_block_scales(page_size, causal, heads):
+    # kv_block_descale: a (k, v) scale per page and KV head, non-uniform; O is carried in the
+    # current page's v units and rescaled at page changes (every tile at page size 64)
+    check(RAGGED_Q, RAGGED_K, page_size, *heads, bp.FP8, causal, seed=23 + page_size, block_scales=True)
 
 
 def test_causal_more_queries_than_keys():
@@ -173,11 +190,14 @@ def test_causal_more_queries_than_keys():
 @pytest.mark.full
 @pytest.mark.parametrize("page_size", [1, 2, 16, 64, 128, 1024])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, bp.FP8])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, bp.FP8, "fp8 block scales"])
 @pytest.mark.parametrize("heads", [(1, 1), (8, 1), (8, 8), (16, 4)])
 def test_full_cross_product(page_size, causal, dtype, heads):
-    check([1, 17, 255, 256, 257, 0, 600], [1, 300, 255, 700, 257, 9, 600], page_size, *heads, dtype, causal,
-          seed=page_size + 7 * causal)
+    block_scales = dtype == "fp8 block scales"
+    if block_scales and page_size < bp.BLOCK_SCALE_MIN_PAGE:
+        pytest.skip("kv_block_descale needs page_size >= 64 (refused below: test_bad_input)")
+    check([1, 17, 255, 256, 257, 0, 600], [1, 300, 255, 700, 257, 9, 600], page_size, *heads,
+          bp.FP8 if block_scales else dtype, causal, seed=page_size + 7 * causal, block_scales=block_scales)
 
 
 # ------------------------------------------------------------------ bad input
@@ -244,7 +264,8 @@ def _fp8_base():
     (dict(q_descale=0.5), TypeError, "'q_descale'"),
     (dict(k_descale=torch.tensor([-1.0])), ValueError, "'k_descale' must be >= 0"),
     (dict(softmax_scale=-0.1), ValueError, "'softmax_scale' must be >= 0"),
-    (dict(kv_block_descale=torch.ones(8, 1, 2)), ValueError, "not implemented"),
+    (dict(kv_block_descale=torch.ones(8, 1, 2)), ValueError, "page_size >= 64"),
+    (dict(kv_block_descale=torch.ones(8, 2, 2)), ValueError, "kv_block_descale' must be a contiguous float32"),
     (dict(k_cache=torch.zeros(8, 16, 1, 128, dtype=torch.bfloat16)), TypeError, "'k_cache' dtype"),
 ])
 def test_fp8_bad_input(change, error, words):

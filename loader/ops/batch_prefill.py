@@ -20,8 +20,10 @@
   1; >= 0, and softmax_scale >= 0: the kernel keeps scores in raw units, so their order must
   not flip; a descale on a GPU is not checked). P is rounded to e4m3 for the P.V product
   (the row sum uses unrounded P); `fp8_p_bound` gives the error that allows.
-- kv_block_descale (per-page K/V scales [num_pages, Hkv, 2]) is accepted by the signature
-  but not implemented: it is refused with a ValueError.
+- kv_block_descale (FP8): float32 [num_pages, Hkv, 2], the (k, v) scale of each physical
+  page and KV head, instead of k_descale / v_descale (q_descale stays per-tensor). Needs
+  page_size >= 64 (the kernel applies one pair per 64-key tile; smaller pages are refused:
+  not implemented) and scales > 0 (checked on the CPU only).
 - causal: query i of a sequence sees key j iff j <= i + seqlen_k - seqlen_q (bottom-right).
   A query that sees no key (seqlen_k = 0, or causal with seqlen_q > seqlen_k) gets O = 0
   and LSE = -inf; seqlen_q = 0 is legal.
@@ -60,14 +62,15 @@ DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float8_e4m3fn: "fp
 FP8 = torch.float8_e4m3fn
 LOG2E = 1.4426950408889634
 MAX_PAGE_SIZE = 1024
+BLOCK_SCALE_MIN_PAGE = 64          # kv_block_descale: one (k, v) scale pair per 64-key tile
 _U32 = 2**32
 _MAX_SPAN = 2**31                  # Q/O rows of a sequence: 32-bit buffer offsets
 _MAX_HEADS = 2**16
 NAME = "batch_prefill"
 
 
-def variant_name(dtype: torch.dtype, causal: bool) -> str:
-    return f"{KERNEL}_{DTYPES[dtype]}{'_causal' if causal else ''}"
+def variant_name(dtype: torch.dtype, causal: bool, block_scales: bool = False) -> str:
+    return f"{KERNEL}_{DTYPES[dtype]}{'_blk' if block_scales else ''}{'_causal' if causal else ''}"
 
 
 def _fail(kind, message: str):
@@ -130,10 +133,10 @@ def _descales(q, q_descale, k_descale, v_descale, kv_block_descale) -> torch.Ten
     """The kernel's [q, k, v] descale vector (FP8), or None (bf16/fp16)."""
     given = {n: t for n, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))
              if t is not None}
-    if kv_block_descale is not None:
-        if "k_descale" in given or "v_descale" in given:
-            _fail(ValueError, "pass per-tensor k_descale/v_descale or kv_block_descale, not both")
-        _fail(ValueError, "kv_block_descale (per-page KV scales) is not implemented yet; use k_descale/v_descale")
+    if kv_block_descale is not None and ("k_descale" in given or "v_descale" in given):
+        _fail(ValueError, "pass per-tensor k_descale/v_descale or kv_block_descale, not both")
+    if q.dtype != FP8 and kv_block_descale is not None:
+        _fail(ValueError, f"kv_block_descale applies to float8_e4m3fn inputs only; q is {q.dtype}")
     if q.dtype != FP8:
         if given:
             _fail(ValueError, f"descales apply to float8_e4m3fn inputs only; q is {q.dtype} (got {', '.join(given)})")
@@ -149,6 +152,29 @@ def _descales(q, q_descale, k_descale, v_descale, kv_block_descale) -> torch.Ten
             _fail(ValueError, f"'{name}' must be >= 0 (the FP8 kernel keeps scores in raw units), got {float(t)}")
     one = torch.ones(1, dtype=torch.float32, device=q.device)
     return torch.cat([given.get(n, one).reshape(1) for n in ("q_descale", "k_descale", "v_descale")])
+
+
+def _block_scales(t, k_cache: torch.Tensor) -> torch.Tensor | None:
+    """kv_block_descale checked: float32 contiguous [num_pages, Hkv, 2] (k, v), > 0, and
+    pages of at least one 64-key tile (the kernel applies one scale per tile)."""
+    if t is None:
+        return None
+    num_pages, page_size, heads_k, _ = k_cache.shape
+    if not isinstance(t, torch.Tensor):
+        _fail(TypeError, f"'kv_block_descale' must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.float32 or tuple(t.shape) != (num_pages, heads_k, 2) or not t.is_contiguous():
+        _fail(ValueError, f"'kv_block_descale' must be a contiguous float32 [num_pages, Hkv, 2] = [{num_pages}, "
+                          f"{heads_k}, 2], got {t.dtype} shape {tuple(t.shape)} strides {t.stride()}")
+    if t.device != k_cache.device:
+        _fail(ValueError, f"'kv_block_descale' must be on q's device ({k_cache.device}), got {t.device}")
+    if page_size < BLOCK_SCALE_MIN_PAGE:
+        _fail(ValueError, f"kv_block_descale needs page_size >= {BLOCK_SCALE_MIN_PAGE} (one scale per 64-key tile); "
+                          f"got page_size {page_size} (not implemented for smaller pages)")
+    if num_pages * heads_k * 8 >= _U32:
+        _fail(ValueError, f"kv_block_descale spans {num_pages * heads_k * 8} bytes; the kernel's offset is 32-bit")
+    if t.device.type == "cpu" and t.numel() and not bool((t > 0).all() & torch.isfinite(t).all()):
+        _fail(ValueError, "'kv_block_descale' must be finite and > 0 (O is rescaled by ratios of v scales)")
+    return t
 
 
 def _check_scale(name, value) -> float:
@@ -220,6 +246,7 @@ class _Call:
         self.q, self.k_cache, self.v_cache, self.qo_indptr, self.causal = q, k_cache, v_cache, qo_indptr, causal
         self.page_shift = page_size.bit_length() - 1
         self.descales = _descales(q, q_descale, k_descale, v_descale, kv_block_descale)
+        self.block_scales = _block_scales(kv_block_descale, k_cache) if self.descales is not None else None
         if self.descales is not None and self.scale < 0:
             _fail(ValueError, f"'softmax_scale' must be >= 0 for float8_e4m3fn inputs (the kernel keeps scores in raw "
                               f"units and orders them by their sign), got {self.scale}")
@@ -242,7 +269,8 @@ class _Call:
                 refuse_overlap(NAME, "lse", lse.data_ptr(), extent(lse),
                                tuple((n, t.data_ptr(), extent(t), False) for n, t in pointers + [("out", out)]))
         if q.numel() and self.max_seq_q:
-            launch(KERNEL, variant=variant_name(q.dtype, self.causal), **self.kernel_args())
+            launch(KERNEL, variant=variant_name(q.dtype, self.causal, self.block_scales is not None),
+                   **self.kernel_args())
 
     def kernel_args(self) -> dict:
         """The manifest arguments of batch_prefill_d128 for this call."""
@@ -255,7 +283,10 @@ class _Call:
         return dict(q=q, k_cache=self.k_cache, v_cache=self.v_cache, o=out,
                     lse=lse if store_lse else torch.empty((0, 0), dtype=torch.float32, device=q.device),
                     qo_indptr=self.qo_indptr, kv_start=self.kv_start, seqlen_k=self.seqlen_k,
-                    page_list=self.page_list, descales=descales, max_seq_q=self.max_seq_q,
+                    page_list=self.page_list, descales=descales,
+                    kv_scales=(self.block_scales.reshape(-1) if self.block_scales is not None else
+                               torch.ones(1, dtype=torch.float32, device=q.device)),
+                    heads_k=self.k_cache.shape[2], max_seq_q=self.max_seq_q,
                     q_seq_stride=q.stride(0) * e, q_head_stride=q.stride(1) * e,
                     k_seq_stride=self.k_ss, k_head_stride=self.k_cache.stride(2) * e,
                     v_seq_stride=self.v_ss, v_head_stride=self.v_cache.stride(2) * e,
@@ -448,10 +479,11 @@ def gather_kv(cache: torch.Tensor, page_list: torch.Tensor, start: int, seqlen: 
 
 
 def reference(q, k_cache, v_cache, qo_indptr, page_list, kv_start, seqlen_k, *, causal=False,
-              softmax_scale=None, descales=(1.0, 1.0, 1.0), p_bound=False) -> tuple[torch.Tensor, ...]:
+              softmax_scale=None, descales=(1.0, 1.0, 1.0), kv_block_descale=None,
+              p_bound=False) -> tuple[torch.Tensor, ...]:
     """(O [total_q, Hq, 128], LSE [Hq, total_q]) in float64 from the normalised page table
     (page_list, kv_start, seqlen_k: the form `normalise` returns), inputs dequantised by
-    `descales` (q, k, v). With p_bound, also the bound on |O - O_ref| that P's rounding to
+    `descales` (q, k, v) and, per page and KV head, `kv_block_descale`. With p_bound, also the bound on |O - O_ref| that P's rounding to
     FP8 e4m3 allows (see `fp8_p_bound`)."""
     scale = 1.0 / math.sqrt(HEAD_DIM) if softmax_scale is None else softmax_scale
     total_q, heads_q, _ = q.shape
@@ -468,6 +500,10 @@ def reference(q, k_cache, v_cache, qo_indptr, page_list, kv_start, seqlen_k, *, 
         qb = q[q0:q1].double() * qd
         kb = gather_kv(k_cache, page_list, int(kv_start[b]), sk).double() * kd
         vb = gather_kv(v_cache, page_list, int(kv_start[b]), sk).double() * vd
+        if kv_block_descale is not None:
+            rows = int(kv_start[b]) + torch.arange(sk) // k_cache.shape[1]
+            row_scales = kv_block_descale[page_list[rows].long()].double()           # [sk, Hkv, 2]
+            kb, vb = kb * row_scales[..., :1], vb * row_scales[..., 1:]
         kb, vb = kb.repeat_interleave(ratio, 1), vb.repeat_interleave(ratio, 1)
         s = torch.einsum("qhd,khd->hqk", qb, kb) * scale
         if causal:
@@ -518,6 +554,8 @@ def _register_run_case() -> None:
                      heads_q=4, heads_k=2) -> RunCase:
         dtype = {"bf16": torch.bfloat16, "f16": torch.float16, "fp8": FP8}[variant.name.split("_")[3]]
         causal = bool(variant.defines["FMHA_CAUSAL"])
+        blk = bool(variant.defines.get("BLK", 0))
+        page_size = max(page_size, BLOCK_SCALE_MIN_PAGE) if blk else page_size
         counts = [-(-s // page_size) for s in seq_k]
         num_pages = sum(counts) + 2
         table = dict(kv_indptr=torch.tensor([0] + [sum(counts[:b + 1]) for b in range(len(counts))], dtype=torch.int32),
@@ -530,9 +568,11 @@ def _register_run_case() -> None:
         v = torch.randn(num_pages, page_size, heads_k, HEAD_DIM, generator=gen).to(dtype)
         out = torch.full(q.shape, float("nan"), dtype=out_dtype(dtype))
         lse = torch.full((heads_q, q.shape[0]), float("nan"))
-        call = _Call(q, k, v, qo_indptr, *table.values(), None, None, causal, None, None, None, None, None, out, lse)
+        kv_block = torch.rand(num_pages, heads_k, 2, generator=gen) + 0.5 if blk else None
+        call = _Call(q, k, v, qo_indptr, *table.values(), None, None, causal, None, None, None, None, kv_block, out,
+                     lse)
         o_ref, lse_ref, bound = reference(q, k, v, qo_indptr, call.page_list, call.kv_start, call.seqlen_k,
-                                          causal=causal, p_bound=True)
+                                          causal=causal, kv_block_descale=kv_block, p_bound=True)
         # one atol for both outputs: FP8's P-rounding bound plus O's rounding, or 2^-6 for bf16/fp16
         # (their tests hold them to flash-attention's rule: tests/test_batch_prefill.py)
         slack = 2.0**-8 * o_ref.abs().max().item() + 2.0**-6
