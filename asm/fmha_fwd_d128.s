@@ -124,6 +124,15 @@
 ; (448) and goes to e4m3 for the P.V MFMA, while l sums the f32 P; O = v_descale P.V / l.
 ; This MFMA runs at the bf16 rate (8 passes per 32x32x16): the FP8 gain of the 32x32x64
 ; f8f6f4 form (16 passes per 4x the work) is not taken yet.
+;   BLK = 1 (FP8, page_size >= 64: a 64-key tile lies in one page): kv_block_descale, a
+; (k, v) scale per page and KV head. Each DMA also loads its K tile's pair (the page of its
+; line's entry; a vector load, so the barrier's vmcnt(0) lands it; SMEM would leave
+; lgkmcnt(N) unusable for the operand reads) and after each barrier the pairs move down
+; s_sc0..s_sc2 (tiles j-1, j, j+1). GEMM0 starts from 0 (v_negm stays 0); softmax(j)
+; first forms k_scale(j) S - m (v_pk_fma; the first tile k_scale S), so m and the lazy test
+; are in c-units as before. O is kept in the units of the current tile's v scale: where it
+; changes, the lazy O rescale's out-of-line path multiplies O by v_scale(j-1) / v_scale(j)
+; (with the lazy factor if due) after GEMM1(j-1); the epilogue multiplies by the last one.
 ;
 ; --- Registers -----------------------------------------------------------------------
 ; 256 VGPRs (no AGPRs): 2 waves per SIMD, one workgroup per CU.
