@@ -265,9 +265,14 @@ def _new_out(a, w, a_div, out_dtype) -> torch.Tensor:
 def _impl(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
           sorted_token_ids: torch.Tensor, expert_ids: torch.Tensor, num_tokens_post_padded: torch.Tensor, a_div: int,
           topk_weights: torch.Tensor | None, out_dtype: torch.dtype) -> torch.Tensor:
-    validate(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, topk_weights,
-             None, out_dtype)
-    out = _new_out(a, w, a_div, out_dtype)
+    try:
+        if isinstance(a_div, bool) or not isinstance(a_div, int) or not 1 <= a_div <= MAX_A_DIV:
+            raise ValueError                                        # before sizing an allocation by it
+        out = _new_out(a, w, a_div, out_dtype)
+    except (AttributeError, IndexError, TypeError, RuntimeError, ValueError):
+        validate(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, topk_weights,
+                 None, out_dtype)                                   # names what is wrong
+        raise
     _run(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, topk_weights, out,
          out_dtype)
     return out
