@@ -101,20 +101,35 @@ class Conflicts:
 
 def record(conflicts: dict, key, op: str, addr, mask, nbytes: int, write: bool) -> None:
     """Count one DS access into conflicts[key] under every hypothesis."""
+    addr = np.asarray(addr, np.int64).reshape(-1, 64)
+    mask = np.asarray(mask, bool).reshape(-1, 64)
+    # the same lane pattern at a base shifted by whole 256-byte rows (a row of 64 banks, two
+    # of 32) has the same conflicts: count each pattern once for all hypotheses
+    shifted = np.where(mask, addr - (addr.min(axis=1, keepdims=True) // 256) * 256, -1)
+    memo = (op, nbytes, write, shifted.tobytes())
+    per = _RECORDED.get(memo)
+    if per is None:
+        per, seen = {}, {}
+        for h in HYPOTHESES:
+            groups, banks, measured = phases(op, nbytes, write, h)
+            if (groups, banks) not in seen:
+                seen[groups, banks] = _count(shifted, mask, nbytes, groups, banks)
+            per[h] = seen[groups, banks]
+        per["measured"] = measured
+        _RECORDED[memo] = per
+        if len(_RECORDED) > 4096:
+            _RECORDED.pop(next(iter(_RECORDED)))
     c = conflicts.get(key)
-    seen = {}
+    if c is None:
+        c = conflicts[key] = Conflicts(measured=per["measured"])
     for h in HYPOTHESES:
-        groups, banks, measured = phases(op, nbytes, write, h)
-        if c is None:
-            c = conflicts[key] = Conflicts(measured=measured)
-        if (groups, banks) not in seen:
-            seen[groups, banks] = count(addr, mask, nbytes, groups, banks)
-        ph, cyc = seen[groups, banks]
+        ph, cyc = per[h]
         c.phases[h] = c.phases.get(h, 0) + ph
         c.cycles[h] = c.cycles.get(h, 0) + cyc
-    c.executions += np.asarray(addr).reshape(-1, 64).shape[0]
+    c.executions += addr.shape[0]
 
 
+_RECORDED: dict = {}      # (op, bytes, write, lane pattern) -> per-hypothesis (phases, cycles)
 _SEEN: dict = {}          # loops repeat the same lane pattern at shifted bases: count it once
 
 

@@ -101,13 +101,28 @@ class Recorder:
         self.slots = np.zeros(len(program.insts))         # active lanes x executions, per instruction
 
     def attach(self, ex):
-        n = ex.waves.count
-        streams = [[] for _ in range(n)]
-        lanes = [[] for _ in range(n)]
-        self.batches.append((ex, streams, lanes))
-        self._cur = (ex, streams, lanes)
-        self._all = np.arange(n)
+        # executed (instruction, waves) events and (waves, active lanes) of memory ones, in
+        # order; split into per-wave streams once the run is over (streams())
+        events, lanes = ([], []), ([], [])
+        self.batches.append((ex, events, lanes))
+        self._cur = (ex, events, lanes)
+        self._all = np.arange(ex.waves.count)
         self._wrap_memory(ex.memory)
+
+    @staticmethod
+    def streams(events, count: int, dtype) -> list:
+        """Per wave, the values of the (values, waves) events it took part in, in order."""
+        values, waves = events
+        if not values:
+            return [np.zeros(0, dtype) for _ in range(count)]
+        sizes = [len(w) for w in waves]
+        vals = np.repeat(np.asarray(values, dtype), sizes) if np.ndim(values[0]) == 0 else \
+            np.concatenate(values).astype(dtype)
+        who = np.concatenate(waves)
+        order = np.argsort(who, kind="stable")
+        bounds = np.searchsorted(who[order], np.arange(count + 1))
+        vals = vals[order]
+        return [vals[bounds[n]:bounds[n + 1]] for n in range(count)]
 
     def _wrap_memory(self, memory):
         if getattr(memory, "_perf_wrapped", False):
@@ -156,16 +171,16 @@ class Recorder:
         lds_banks.record(self.lds_conflicts, self.index[inst.pc], inst.name, addr, mask, nbytes, write)
 
     def __call__(self, inst, w):
-        ex, streams, lanes = self._cur
+        ex, events, lanes = self._cur
         idx = self.index[inst.pc]
         waves = self._all[w]
-        for wave in waves:
-            streams[wave].append(idx)
+        events[0].append(idx)
+        events[1].append(waves)
         if self.mem[idx]:
             active = ex.waves.exec_bits(w).sum(axis=1)
             self.slots[idx] += active.sum()
-            for wave, a in zip(waves, active):
-                lanes[wave].append(int(a))
+            lanes[0].append(active)
+            lanes[1].append(waves)
 
 
 def record(kernel, grid, block, kernarg=b"", buffers=(), workgroups=None, *,
@@ -194,14 +209,15 @@ def record(kernel, grid, block, kernarg=b"", buffers=(), workgroups=None, *,
         kernel.program = saved
         emu_lds.read, emu_lds.write = lds_read, lds_write
     waves, mem_lanes = [], []
-    for ex, streams, lanes in rec.batches:
+    for ex, events, lanes in rec.batches:
         names = ex.wave_names
-        for n, stream in enumerate(streams):
+        count = ex.waves.count
+        lane_streams = Recorder.streams(lanes, count, np.int16)
+        for n, stream in enumerate(Recorder.streams(events, count, np.int32)):
             m = re.match(r"workgroup \((\d+),(\d+),(\d+)\) wave (\d+)", names(n))
             group = tuple(int(v) for v in m.groups()[:3]) if m else (0, 0, 0)
-            waves.append({"group": group, "wave": int(m.group(4)) if m else n,
-                          "stream": np.asarray(stream, dtype=np.int32)})
-            mem_lanes.append(np.asarray(lanes[n], dtype=np.int16))
+            waves.append({"group": group, "wave": int(m.group(4)) if m else n, "stream": stream})
+            mem_lanes.append(lane_streams[n])
     touched = {name: int(np.unique(np.concatenate(parts)).size) for name, parts in rec.lines.items()}
     in_range = {}
     for n, inst in enumerate(program.insts):
