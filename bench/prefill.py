@@ -7,7 +7,7 @@ Rows: one sequence of S tokens (seqlen_q = seqlen_k = S), heads Hq/Hkv, causal o
 page size 1 through an SGLang table whose page ids are a random permutation of the pool
 (the worst case for locality: every K/V row its own page). Ours: FP8 e4m3 with per-tensor
 descales (bf16 out) and bf16, both paged; the bf16 paged / dense ratio is the paging
-overhead. Per-page KV block scales (CK's second column) are not implemented.
+overhead. KV block scales (kv_block_descale) run as CK's second column does: page size 1024.
 
 Numbers are gfxasm.perf's MI355X timing model (labelled modelled), never measurements; the
 causal launches are modelled as bench/fmha.py models them (the workgroups of five Q tiles
@@ -54,25 +54,29 @@ CK = {
 CK_SOURCE = "CK PR #6054 (V3 FP8 batch prefill), MI355X, stock ROCm 7.1.1"
 
 
-def _paged_parts(B, Hq, Hk, Sq, Sk, causal, dtype=torch.bfloat16):
-    """bench/fmha.py's _launch_parts for batch_prefill_d128: one sequence, page size 1."""
+def _paged_parts(B, Hq, Hk, Sq, Sk, causal, dtype=torch.bfloat16, block_scales=False):
+    """bench/fmha.py's _launch_parts for batch_prefill_d128: one sequence, page size 1 (block
+    scales: 1024, CK's configuration)."""
     assert B == 1 and Sq == Sk
     g = torch.Generator().manual_seed(0)
+    page = 1024 if block_scales else 1
+    pages = -(-Sk // page)
     q = torch.zeros(Sq, Hq, D, dtype=dtype)           # (zeros: an e4m3 NaN byte would stop the emulator)
-    k = torch.zeros(Sk, 1, Hk, D, dtype=dtype)
-    v = torch.zeros(Sk, 1, Hk, D, dtype=dtype)
+    k = torch.zeros(pages, page, Hk, D, dtype=dtype)
+    v = torch.zeros(pages, page, Hk, D, dtype=dtype)
     o = torch.empty(Sq, Hq, D, dtype=bp.out_dtype(dtype))
     lse = torch.empty(Hq, Sq, dtype=torch.float32)
     e = q.element_size()
     args = dict(q=q, k_cache=k, v_cache=v, o=o, lse=lse, qo_indptr=torch.tensor([0, Sq], dtype=torch.int32),
                 kv_start=torch.zeros(1, dtype=torch.int32), seqlen_k=torch.tensor([Sk], dtype=torch.int32),
-                page_list=torch.randperm(Sk, generator=g).to(torch.int32), descales=torch.ones(3), max_seq_q=Sq,
-                q_seq_stride=q.stride(0) * e, q_head_stride=q.stride(1) * e, k_seq_stride=k.stride(0) * e,
-                k_head_stride=k.stride(2) * e, v_seq_stride=v.stride(0) * e, v_head_stride=v.stride(2) * e,
+                page_list=torch.randperm(pages, generator=g).to(torch.int32), descales=torch.ones(3),
+                kv_scales=torch.ones(pages * Hk * 2), heads_k=Hk, max_seq_q=Sq,
+                q_seq_stride=q.stride(0) * e, q_head_stride=q.stride(1) * e, k_seq_stride=k.stride(1) * e,
+                k_head_stride=k.stride(2) * e, v_seq_stride=v.stride(1) * e, v_head_stride=v.stride(2) * e,
                 o_seq_stride=o.stride(0) * 2, o_head_stride=o.stride(1) * 2, lse_head_stride=lse.stride(0) * 4,
-                page_shift=0, kv_head_magic=0 if Hq == Hk else -(-2**32 // (Hq // Hk)),
+                page_shift=page.bit_length() - 1, kv_head_magic=0 if Hq == Hk else -(-2**32 // (Hq // Hk)),
                 scale_log2=bp.LOG2E / math.sqrt(D), store_lse=1)
-    variant = default_manifest().kernel(bp.KERNEL).variant(bp.variant_name(dtype, causal))
+    variant = default_manifest().kernel(bp.KERNEL).variant(bp.variant_name(dtype, causal, block_scales))
     values = {a.name: args[a.name].data_ptr() if a.type.is_pointer else args[a.name] for a in variant.args}
     raw = kernarg.pack(variant.args, variant.kernarg_size, values)
     grid = (math.ceil(Sq / bp.Q_TILE), Hq, B)
@@ -80,13 +84,13 @@ def _paged_parts(B, Hq, Hk, Sq, Sk, causal, dtype=torch.bfloat16):
 
 
 @contextlib.contextmanager
-def _paged(dtype):
+def _paged(dtype, block_scales=False):
     """bench/fmha.py's modelling with our launch in place of fmha_fwd's. FP8: the timing
     run executes the MFMAs instead of stubbing them (gfxasm.perf.trace.record's default), so
     the scores are real: a stub leaves stale registers, whose NaN the emulator's e4m3
     conversion of P refuses (its NaN byte is unverified). Timing is unaffected."""
     saved, saved_record = dense._launch_parts, estimator.record
-    dense._launch_parts = functools.partial(_paged_parts, dtype=dtype)
+    dense._launch_parts = functools.partial(_paged_parts, dtype=dtype, block_scales=block_scales)
     if dtype == bp.FP8:
         estimator.record = functools.partial(saved_record, skip_mfma=False)
     try:
@@ -104,7 +108,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not args.no_build:
         build_manifest(default_manifest())
-    head = (f"{'problem':22} {'CK fp8':>7} {'CK fp8 blk':>10} {'ours fp8':>8} {'ours bf16 paged':>15} "
+    head = (f"{'problem':22} {'CK fp8':>7} {'ours fp8':>8} {'CK fp8 blk':>10} {'ours fp8 blk':>12} {'ours bf16 paged':>15} "
             f"{'dense bf16':>10} {'paged/dense':>11} {'wall s':>6}")
     print(head)
     print("-" * len(head))
@@ -119,17 +123,21 @@ def main(argv=None) -> int:
         flops = dense.flops(1, Hq, S, causal)
         with _paged(bp.FP8):
             fp8_s, fp8_detail = dense.modelled_seconds(1, Hq, Hk, S, causal)
+        with _paged(bp.FP8, block_scales=True):
+            blk_s, blk_detail = dense.modelled_seconds(1, Hq, Hk, S, causal)
         with _paged(torch.bfloat16):
             paged_s, paged_detail = dense.modelled_seconds(1, Hq, Hk, S, causal)
         dense_s, dense_detail = dense.modelled_seconds(1, Hq, Hk, S, causal)
         row = dict(label=label, Hq=Hq, Hk=Hk, S=S, causal=causal, flops=flops, ck_fp8_tflops=ck,
                    ck_fp8_block_tflops=ck_block, ours_fp8_tflops=flops / fp8_s / 1e12,
+                   ours_fp8_block_tflops=flops / blk_s / 1e12,
                    paged_bf16_tflops=flops / paged_s / 1e12,
                    dense_bf16_tflops=flops / dense_s / 1e12, paged_over_dense_time=paged_s / dense_s,
-                   source="modelled", detail=dict(fp8=fp8_detail, paged=paged_detail, dense=dense_detail),
+                   source="modelled", detail=dict(fp8=fp8_detail, fp8_block=blk_detail, paged=paged_detail, dense=dense_detail),
                    wall_s=round(time.time() - t0, 1))
         rows.append(row)
-        print(f"{label:22} {ck:7.0f} {ck_block:10.0f} {row['ours_fp8_tflops']:8.0f} {row['paged_bf16_tflops']:15.0f} "
+        print(f"{label:22} {ck:7.0f} {row['ours_fp8_tflops']:8.0f} {ck_block:10.0f} {row['ours_fp8_block_tflops']:12.0f} "
+              f"{row['paged_bf16_tflops']:15.0f} "
               f"{row['dense_bf16_tflops']:10.0f} {row['paged_over_dense_time']:11.3f} {row['wall_s']:6.0f}", flush=True)
         out.write_text(json.dumps(dict(runs=rows), indent=1, default=str))     # (row by row: long rows)
     print(f"ours: modelled (gfxasm.perf MI355X model), bf16 peak {P.PEAK_FLOPS['bf16'] / 1e12:.0f} TFLOP/s; "
