@@ -130,23 +130,11 @@ def record(conflicts: dict, key, op: str, addr, mask, nbytes: int, write: bool) 
 
 
 _RECORDED: dict = {}      # (op, bytes, write, lane pattern) -> per-hypothesis (phases, cycles)
-_SEEN: dict = {}          # loops repeat the same lane pattern at shifted bases: count it once
-
-
 def count(addr: np.ndarray, mask: np.ndarray, nbytes: int, groups, banks: int) -> tuple[int, int]:
     """(active phases, LDS cycles) of one DS access: addr, mask [waves, 64] byte addresses."""
     addr = np.asarray(addr, np.int64).reshape(-1, 64)
     mask = np.asarray(mask, bool).reshape(-1, 64)
-    # shifting a wave's addresses by whole rows of banks changes neither banks nor distinctness
-    row = 4 * banks
-    shifted = np.where(mask, addr - (addr.min(axis=1, keepdims=True) // row) * row, -1)
-    key = (groups, banks, nbytes, shifted.tobytes())
-    hit = _SEEN.get(key)
-    if hit is None:
-        hit = _SEEN[key] = _count(shifted, mask, nbytes, groups, banks)
-        if len(_SEEN) > 4096:
-            _SEEN.pop(next(iter(_SEEN)))
-    return hit
+    return _count(np.where(mask, addr, -1), mask, nbytes, groups, banks)
 
 
 def _count(addr, mask, nbytes, groups, banks) -> tuple[int, int]:
