@@ -530,6 +530,8 @@ def fp8_p_bound(p: torch.Tensor, s: torch.Tensor, v: torch.Tensor) -> torch.Tens
     subnormal or underflowing one by at most half the smallest step, 2^-10 absolute; back in
     the final scale (divide by a >= 1) the absolute part stays <= 2^-10. The row sum l comes
     from unrounded P, so O moves by at most sum_j (2^-4 P_j + 2^-10 / l) |V_j| per output."""
+    if not s.shape[-1]:
+        return torch.zeros(p.shape[1], p.shape[0], v.shape[-1], dtype=torch.float64)
     visible = torch.isfinite(s).double()
     l = torch.exp(s - s.amax(-1, keepdim=True)).nan_to_num(0.0).sum(-1, keepdim=True)
     weight = 2.0**-4 * p + 2.0**-10 * visible / l.clamp_min(1e-300)
