@@ -666,3 +666,147 @@ def fuzz_mxfp8_moe_gemm(c):
 
 def test_fuzz_mxfp8_moe_gemm(capsys):
     fuzz("mxfp8_moe_gemm", fuzz_mxfp8_moe_gemm, MOE_COUNTS, capsys)
+
+
+# ------------------------------------------------------------------ batch_prefill
+
+PREFILL_ARGS = ("q", "k_cache", "v_cache", "qo_indptr", "kv_indptr", "kv_page_indices", "kv_last_page_len",
+                "block_table", "seqlens_k", "causal", "softmax_scale", "q_descale", "k_descale", "v_descale",
+                "kv_block_descale", "out", "return_lse", "page_size", "heads", "q's")
+PREFILL_COUNTS: Counter = Counter()
+
+
+@st.composite
+def prefill_calls(draw):
+    choose = chooser(draw, 9)
+    dtype = choose([torch.bfloat16, torch.float16, E4M3], [torch.float32])
+    n = draw(st.integers(0, 3))
+    heads_k = draw(st.sampled_from([1, 2]))
+    return dict(dtype=dtype, seq_q=[draw(st.sampled_from([0, 1, 5, 17, 40])) for _ in range(n)],
+                seq_k=[draw(st.sampled_from([0, 1, 9, 33, 70])) for _ in range(n)],
+                page=choose([1, 2, 16, 64], [3, 2048]), heads=(heads_k * draw(st.sampled_from([1, 2, 3]))
+                                                               + choose([0], [1]), heads_k),
+                table=choose(["sglang", "vllm"], ["both", "none", "partial"]),
+                corrupt=choose(["none"], ["qo_order", "qo_total", "last_len", "page_id", "seqlens_over"]),
+                q_layout=choose(["contiguous", "contiguous", "heads_sliced"], ["misaligned", "head_dim"]),
+                out=choose(["none", "fresh"], ["q", "broadcast"]),
+                scales=choose(["none", "tensor", "block"] if dtype == E4M3 else ["none"],
+                              ["f64", "both"] if dtype == E4M3 else ["tensor"]),
+                causal=draw(st.booleans()), scale=draw(st.sampled_from([None, 0.05, 0.2])),
+                return_lse=draw(st.booleans()), seed=draw(st.integers(0, 2**16)))
+
+
+def prefill_inputs(c: dict, g: torch.Generator) -> dict:
+    """q, a shuffled pool (unused slots poison), both tables, scales, as `c` says."""
+    page, (heads_q, heads_k) = c["page"], c["heads"]
+    counts = [-(-s // page) for s in c["seq_k"]]
+    pool = sum(counts) + 2
+    order = torch.randperm(pool, generator=g).to(torch.int32)
+    cache_dtype = torch.bfloat16 if c["dtype"] == torch.float32 else c["dtype"]
+    k, v = (empty_poisoned((pool, page, heads_k, 128), cache_dtype) for _ in range(2))
+    lists, at = [], 0
+    for n, s in zip(counts, c["seq_k"]):
+        lists.append(order[at:at + n])
+        for j in range(s):
+            for cache in (k, v):
+                cache[lists[-1][j // page], j % page] = torch.randn(heads_k, 128, generator=g).to(cache_dtype)
+        at += n
+    total = sum(c["seq_q"])
+    q = torch.randn(total, heads_q, 128, generator=g).to(c["dtype"])
+    if c["q_layout"] == "heads_sliced":
+        q = laid_out(q, "sliced", 1)
+    elif c["q_layout"] == "misaligned":
+        q = laid_out(q, "misaligned", 0)
+    elif c["q_layout"] == "head_dim":
+        q = q[..., :64]
+    qo = [0]
+    for s in c["seq_q"]:
+        qo.append(qo[-1] + s)
+    sglang = dict(kv_indptr=torch.tensor([0] + [sum(counts[:b + 1]) for b in range(len(counts))], dtype=torch.int32),
+                  kv_page_indices=torch.cat(lists) if lists else torch.zeros(0, dtype=torch.int32),
+                  kv_last_page_len=torch.tensor([s - (n - 1) * page if n else 0 for n, s in zip(counts, c["seq_k"])],
+                                                dtype=torch.int32))
+    table = torch.full((len(counts), max(counts + [0]) + 1), -7, dtype=torch.int32)     # padding never read
+    for b, pages in enumerate(lists):
+        table[b, :len(pages)] = pages
+    vllm = dict(block_table=table, seqlens_k=torch.tensor(c["seq_k"], dtype=torch.int32))
+    corrupt = c["corrupt"]
+    if corrupt == "qo_order" and len(qo) > 2:
+        qo[1], qo[2] = qo[2] + 1, qo[1]
+    if corrupt == "qo_total":
+        qo[-1] += 1
+    if corrupt == "last_len" and counts and counts[0]:
+        sglang["kv_last_page_len"][0] = page + 1
+    if corrupt == "page_id" and lists and counts[0]:
+        sglang["kv_page_indices"][0] = table[0, 0] = pool
+    if corrupt == "seqlens_over" and counts:
+        vllm["seqlens_k"][0] = table.shape[1] * page + 1
+    tables = {"sglang": sglang, "vllm": vllm, "both": {**sglang, **vllm}, "none": {},
+              "partial": dict(kv_indptr=sglang["kv_indptr"])}[c["table"]]
+    scales = {}
+    if c["scales"] in ("tensor", "both"):
+        scales = dict(q_descale=torch.tensor([0.5]), k_descale=torch.tensor([1.5]), v_descale=torch.tensor([0.75]))
+    if c["scales"] == "f64":
+        scales = dict(k_descale=torch.tensor([1.5], dtype=torch.float64))
+    if c["scales"] in ("block", "both"):
+        scales["kv_block_descale"] = torch.rand(pool, heads_k, 2, generator=g) + 0.25
+    return dict(q=q, k=k, v=v, qo=torch.tensor(qo, dtype=torch.int32), tables=tables, lists=lists, scales=scales)
+
+
+@settings(FUZZ, max_examples=60)
+@given(prefill_calls())
+def fuzz_batch_prefill(c):
+    g = torch.Generator().manual_seed(c["seed"])
+    a = prefill_inputs(c, g)
+    q = a["q"]
+    out = None
+    if c["out"] == "fresh":
+        out = torch.full(q.shape, float("nan"), dtype=torch.bfloat16 if q.dtype == E4M3 else q.dtype)
+    elif c["out"] == "q":
+        out = q
+    elif c["out"] == "broadcast":
+        out = torch.zeros(1, 1, 128, dtype=q.dtype).expand(q.shape)
+    result = call(PREFILL_COUNTS, PREFILL_ARGS, lambda: gfxasm.batch_prefill(
+        q, a["k"], a["v"], a["qo"], **a["tables"], causal=c["causal"], softmax_scale=c["scale"], out=out,
+        return_lse=c["return_lse"], **a["scales"]))
+    if result is None:
+        return
+    o, lse = result if c["return_lse"] else (result, None)
+    scale = 1 / math.sqrt(128) if c["scale"] is None else c["scale"]
+    fp8 = q.dtype == E4M3
+    qd, kd, vd = (float(a["scales"].get(n, torch.ones(1))) for n in ("q_descale", "k_descale", "v_descale"))
+    block = a["scales"].get("kv_block_descale")
+    page = c["page"]
+    for b, (sq, sk) in enumerate(zip(c["seq_q"], c["seq_k"])):
+        q0 = int(a["qo"][b])
+        rows = torch.arange(sk)
+        pages = a["lists"][b][rows // page].long()
+        kb = a["k"][pages, rows % page].double() * kd
+        vb = a["v"][pages, rows % page].double() * vd
+        if block is not None:
+            kb, vb = kb * block[pages][..., :1].double(), vb * block[pages][..., 1:].double()
+        qb = q[q0:q0 + sq].double() * qd
+        # bf16/fp16: the shift of Q * scale * log2(e) rounded to q's dtype (fmha's); FP8 scores are exact
+        o_ref, lse_ref, shift = fmha_reference(qb[None] if fp8 else q[q0:q0 + sq][None], kb[None], vb[None],
+                                               c["causal"], scale)
+        vmax = vb.abs().amax().item() if sk else 0.0
+        if fp8:         # P rounded to e4m3 (bp.fp8_p_bound), O to bf16
+            from gfxasm.ops import batch_prefill as bp
+            scores = torch.einsum("qhd,khd->hqk", qb, kb.repeat_interleave(q.shape[1] // kb.shape[1], 1)) * scale
+            visible = torch.arange(sk)[None, :] <= torch.arange(sq)[:, None] + (sk - sq) if c["causal"] else \
+                torch.ones(sq, sk, dtype=torch.bool)
+            p, _ = softmax_rows(scores, visible)
+            bound = bp.fp8_p_bound(p, scores.masked_fill(~visible, float("-inf")),
+                                   vb.repeat_interleave(q.shape[1] // vb.shape[1], 1))
+            o_tol = bound + 2.0**-8 * o_ref[0].abs() + 1e-5 * vmax
+        else:
+            o_tol = vmax * ((2 * shift[0]).exp() - 1 + 2 * torch.finfo(q.dtype).eps).transpose(0, 1)[..., None]
+        close(f"out[seq {b}]", o[q0:q0 + sq], o_ref[0], o_tol)
+        if lse is not None:
+            close(f"lse[seq {b}]", lse[:, q0:q0 + sq], lse_ref[0],
+                  shift[0] + 1e-5 * (1 + lse_ref[0].abs().nan_to_num(posinf=0, neginf=0)))
+    PREFILL_COUNTS["matched"] += 1
+
+
+def test_fuzz_batch_prefill(capsys):
+    fuzz("batch_prefill", fuzz_batch_prefill, PREFILL_COUNTS, capsys)
