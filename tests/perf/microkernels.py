@@ -9,9 +9,9 @@ from kernel_source import assemble as assemble_source
 from kernel_source import kernel_source
 
 
-def assemble(name: str, body: str, vgprs: int = 32, threads: int = 512) -> bytes:
+def assemble(name: str, body: str, vgprs: int = 32, threads: int = 512, lds: int = 0) -> bytes:
     return assemble_source(kernel_source(name, body + "\n  s_endpgm", args=("src", "dst"), vgprs=vgprs,
-                                         accum_offset=vgprs, sgprs=16, max_workgroup=threads))
+                                         accum_offset=vgprs, sgprs=16, max_workgroup=threads, lds=lds))
 
 
 def mfma_chain(n: int) -> bytes:
@@ -76,3 +76,14 @@ def buffer_read(loads: int, records: int) -> bytes:
                     for n in range(loads))
     body += "\n  s_waitcnt vmcnt(0)"
     return assemble("buffer_read", body, threads=64)
+
+
+def lds_reads(n: int, stride: int) -> bytes:
+    """One wave: n ds_read_b64 with lane l at byte stride * l (8: conflict-free; 256: all 32
+    lanes of a phase in the same two banks, 32 distinct dwords each: 32-way)."""
+    body = f"""
+  v_and_b32 v0, 0x3ff, v0
+  v_mul_u32_u24 v1, {stride}, v0"""
+    body += "".join(f"\n  ds_read_b64 v[{2 + 2 * (k % 8)}:{3 + 2 * (k % 8)}], v1" for k in range(n))
+    body += "\n  s_waitcnt lgkmcnt(0)"
+    return assemble("lds_reads", body, threads=64, lds=65536)

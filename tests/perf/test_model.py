@@ -125,3 +125,18 @@ def test_clock_falls_with_matrix_activity_and_memory_time_is_in_seconds():
     assert 0.2 < busy < 0.26
     assert est_hot.clock_hz == pytest.approx(P.CLOCK_HZ / (1 + 0.5 * busy), rel=1e-9)
     assert est_hot.cycles_per_round == est_cold.cycles_per_round
+
+
+def test_bank_conflicts_are_charged_to_the_lds_pipe_only_when_asked():
+    def lds_cycles(n, stride, hypothesis):
+        est = perf.estimate(mk.lds_reads(n, stride), grid=(1, 1, 1), block=(64, 1, 1),
+                            params=dataclasses.replace(prm, lds_conflicts=hypothesis))
+        return est.cycles_per_round
+    # 32-way: each of the 2 phases takes 32 cycles instead of 1 -> 62 cycles over the ideal;
+    # the LDS pipe (2 cycles per conflict-free ds_read_b64) then binds, not the issue slot
+    conflicted = lds_cycles(24, 256, "by bytes") - lds_cycles(8, 256, "by bytes")
+    assert conflicted == 16 * (512 / prm.lds_read_bytes_per_clk + 62)
+    assert lds_cycles(24, 256, None) - lds_cycles(8, 256, None) == 16 * Q      # uncharged: issue-bound
+    assert lds_cycles(24, 8, "by bytes") == lds_cycles(24, 8, None)            # no conflicts, no charge
+    with pytest.raises(ValueError):
+        lds_cycles(8, 8, "no such hypothesis")
