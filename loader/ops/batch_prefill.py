@@ -28,6 +28,8 @@
   A query that sees no key (seqlen_k = 0, or causal with seqlen_q > seqlen_k) gets O = 0
   and LSE = -inf; seqlen_q = 0 is legal.
 - LSE `[Hq, total_q]` float32, natural log of the sum of exp(scaled scores).
+- `out` (optional): q's shape, q's dtype (bf16 for FP8), 16-byte rows; it may not share
+  memory with q or the caches (refused, no in-place form).
 
 The kernel reads, per lane, the page entry of its K/V row with the row index clamped to
 seqlen_k - 1 (branchless: no entry past a sequence's list is read, and keys past seqlen_k
