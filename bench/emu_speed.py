@@ -7,8 +7,9 @@ fwd_hd128_bf16.co). Each measurement is the best of `--repeat` launches (the mac
 may be shared; the best run is the least disturbed), by wall time and by process CPU
 time (less sensitive to other processes on the core). `--only fmha_issue12` adds the FMHA
 shape issue 12 quoted (B1 Hq8/Hk2 S1024, 256 waves). The emulator's compiled bookkeeping
-(gfxasm.emu.fast) runs when numba is installed; GFXASM_EMU_NUMBA=0 measures the numpy
-paths alone (the JSON says which). Prints a table and writes bench/out/emu_speed.json.
+(gfxasm.emu.fast) runs when numba is installed, for launches of at least
+fast.MIN_WAVES waves; GFXASM_EMU_NUMBA=0 measures the numpy paths alone (the JSON says
+which). Prints a table and writes bench/out/emu_speed.json.
 Measure on one core:
 
     taskset -c 0 python3 bench/emu_speed.py
@@ -206,7 +207,7 @@ def main(argv=None) -> int:
             "loadavg_after": os.getloadavg(), "cpu_affinity": affinity, "python": platform.python_version(),
             "numpy": np.__version__, "time": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
             "repeat": args.repeat, "best_of_repeat": True,
-            "numba": emu_fast.read_marks is not None}
+            "numba": emu_fast.kernels() is not None, "numba_min_waves": emu_fast.MIN_WAVES}
     print(f"load average after: {meta['loadavg_after']}, cpus {affinity}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -3,30 +3,59 @@
 Each function here does what a numpy path in lds.py or hazards.py does, for the common
 case where nothing is to be reported; when something might be, it returns False without
 touching any state and the numpy path runs (and reports). Messages and state stay those
-of the numpy paths, bit for bit. Without numba installed, or with GFXASM_EMU_NUMBA=0 in
-the environment, every function here is None and the numpy paths always run.
+of the numpy paths, bit for bit.
 
-read_marks (lds.py, DS reads): a lockstep DS read of 32 waves touches ~8,000 dwords; lds.py's numpy version of the
-checks and reader marks costs about a dozen whole-array gathers and scatters per read,
-the largest single cost of a strict FMHA run. `read_marks` does the same in one compiled
-pass, where every lane is ok and dword-aligned (Access.keys2 is [n, m]). read_dwords
-does the whole of such a read: addresses to keys, read_marks, the data.
+read_marks (inside read_dwords): a lockstep DS read of 32 waves touches ~8,000 dwords;
+lds.py's numpy version of the checks and reader marks costs about a dozen whole-array
+gathers and scatters per read, the largest single cost of a strict FMHA run. read_marks
+does the same in three compiled passes, where every lane is ok and dword-aligned
+(Access.keys2 is [n, m]); read_dwords does the whole of such a read: addresses to keys,
+read_marks, the data.
 
 reads_settled (hazards.check_read): whether every register read has had the wait states
 its last writer needs, under a table that is never below the exact need.
+
+numba is imported, and the functions compiled (or loaded from numba's cache), on the
+first launch that uses them: about 1 s of CPU once per process, so strict launches of
+fewer than MIN_WAVES waves (unit tests, small kernels) keep to the numpy paths. Without
+numba, or with GFXASM_EMU_NUMBA=0 in the environment, every launch does.
 """
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 
 import numpy as np
 
-try:
-    from numba import njit
-except ImportError:          # optional: the numpy path is complete on its own
-    njit = None
-if os.environ.get("GFXASM_EMU_NUMBA") == "0":
-    njit = None              # the numpy paths only (to compare speed or results)
+MIN_WAVES = 64
+_loaded: list = []            # [namespace or None] once kernels() has run
+read_marks = None             # the compiled _read_marks, which _read_dwords calls
+
+
+def kernels() -> SimpleNamespace | None:
+    """The compiled functions (read_marks, reads_settled, read_dwords), or None."""
+    if not _loaded:
+        _loaded.append(_load())
+    return _loaded[0]
+
+
+def for_launch(strict: bool, waves: int) -> SimpleNamespace | None:
+    """kernels() for a strict launch of at least MIN_WAVES waves, else None."""
+    return kernels() if strict and waves >= MIN_WAVES else None
+
+
+def _load() -> SimpleNamespace | None:
+    global read_marks
+    if os.environ.get("GFXASM_EMU_NUMBA") == "0":
+        return None
+    try:
+        from numba import njit
+    except ImportError:          # optional: the numpy paths are complete on their own
+        return None
+    jit = njit(cache=True, nogil=True)
+    read_marks = jit(_read_marks)
+    return SimpleNamespace(read_marks=read_marks, reads_settled=jit(_reads_settled), read_dwords=jit(_read_dwords))
+
 
 SEVERAL = -2                  # lds._SEVERAL
 
@@ -115,12 +144,3 @@ def _read_dwords(addr, mask, slot, dwords, size, lds32, out, me, mine, wave, dma
             for d in range(per):
                 out[r, lane, d] = lds32[keys2[r, lane * per + d]]
     return True
-
-
-def _compile(fn):
-    return None if njit is None else njit(cache=True, nogil=True)(fn)
-
-
-read_marks = _compile(_read_marks)
-reads_settled = _compile(_reads_settled)
-read_dwords = _compile(_read_dwords)

@@ -82,7 +82,6 @@ import re
 
 import numpy as np
 
-from .fast import reads_settled
 
 # Rules a launch may waive (Kernel.launch(waive=...)): each is contradicted by a
 # hardware-proven third-party code object; our own kernels are held to them.
@@ -366,8 +365,9 @@ def check_read(ex, kind: str, w, index: int, count: int) -> None:
     if count and _settled(ex, kind, w, index, count):
         return
     clock = ex.clocks(w)[0]
-    if reads_settled is not None and reads_settled(waves.written_at[kind], waves.written_by[kind], ex.wave_ids(w),
-                                                   index, count, clock, _need_tables(ex, kind, index)[2]):
+    fast = getattr(ex, "fast", None)
+    if fast is not None and fast.reads_settled(waves.written_at[kind], waves.written_by[kind], ex.wave_ids(w),
+                                               index, count, clock, _need_tables(ex, kind, index)[2]):
         return
     at = waves.written_at[kind][w, index:index + count]
     if _all_settled(clock, at):

@@ -35,7 +35,6 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import MemoryFault
-from .fast import read_dwords
 
 
 _PENDING = np.iinfo(np.int32).max      # w_epoch of a write whose counter has not retired
@@ -62,7 +61,7 @@ class LdsTracker:
             self.r_epoch = np.full(n, -1, np.int32)
             self._scratch = np.zeros(n, np.int8)
             self._flag = np.zeros(n, bool)
-            self._last = np.zeros(n if read_dwords is not None else 0, np.int64)    # fast.py
+            self._last = None      # int32[n] scratch of fast.read_dwords, made on first use
             # per dword: the last write was a whole-dword LDS DMA, and the value the last
             # such DMA reserved (what it lands)
             self.by_dma = np.zeros(n, bool)
@@ -291,14 +290,16 @@ def _in_flight(ex, w, acc: Access, counts: np.ndarray, owner: bool):
 
 
 def _read_dwords_fast(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray):
-    """fast.read_dwords where it may apply (strict mode, numba, whole dwords): the data
+    """fast.read_dwords where it may apply (ex.fast set, whole dwords): the data
     uint8[n,64,nbytes], or None where the numpy path must run."""
-    lds = ex.lds
-    if read_dwords is None or not (ex.strict and lds.ordered) or nbytes % 4 or lds.size % 4 or not lds.size:
+    lds, fast = ex.lds, ex.fast
+    if fast is None or not lds.ordered or nbytes % 4 or lds.size % 4 or not lds.size:
         return None
+    if lds._last is None:
+        lds._last = np.zeros(lds.writer.size, np.int32)
     waves = ex.wave_ids(w)
     out = np.empty(mask.shape + (nbytes // 4,), np.uint32)
-    if not read_dwords(addr.astype(np.int64, copy=False), mask, ex.waves.slot[waves].astype(np.int64), lds.dwords,
+    if not fast.read_dwords(addr.astype(np.int64, copy=False), mask, ex.waves.slot[waves].astype(np.int64), lds.dwords,
                        lds.size, ex.waves.lds.view(np.uint32).reshape(-1), out,
                        ex.waves.wave_in_group[waves].astype(np.int8), lds.epoch[waves], waves, lds.dma_pending,
                        lds.ds_pending, lds.ds_owner, lds.w_epoch, lds.writer, lds.reader, lds.r_epoch,

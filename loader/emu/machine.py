@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import hazards
+from . import fast, hazards
 from .decode import Inst, Operand, SGPR_FILE
 from .errors import EmulatorError, HazardError, MemoryFault
 from .lds import LdsTracker
@@ -65,6 +65,7 @@ class Executor:
         self.fp16_ovfl = fp16_ovfl            # MODE.FP16_OVFL: fp8 conversions saturate
         self.wave_names = wave_names          # callable(wave index) -> "workgroup (x,y,z) wave i"
         self.lds = LdsTracker(waves.lds.shape[0], waves.lds_bytes, waves.count, strict)
+        self.fast = fast.for_launch(strict, waves.count)    # compiled bookkeeping, or None
         self.inst: Inst | None = None
         self.klass = ""
         self.wave_instructions = 0

@@ -6,8 +6,8 @@ access (duplicate dwords within and across waves, waves of one workgroup and of 
 epochs equal and apart, some dwords in flight): where the numpy path reports, the fast
 path must decline and leave the state untouched; elsewhere both must leave the same
 reader marks, bit for bit. hazards.check_read's use of fast.reads_settled is covered by
-test_strict.py's boundary tests, which run through it, and read_dwords' addresses and
-data by every DS test (test_ds.py and the kernels).
+test_strict.py's boundary tests and read_dwords' addresses and data by every DS test:
+conftest.py lowers fast.MIN_WAVES to 1 for tests/emu, so they run through both.
 """
 from types import SimpleNamespace
 
@@ -17,7 +17,7 @@ import pytest
 from gfxasm.emu import fast, lds
 from gfxasm.emu.errors import HazardError
 
-pytestmark = pytest.mark.skipif(fast.read_marks is None, reason="numba is not installed: no fast path to compare")
+pytestmark = pytest.mark.skipif(fast.kernels() is None, reason="numba is not installed: no fast path to compare")
 
 SLOTS, SIZE = 2, 256          # two workgroups' LDS of 64 dwords each
 
@@ -83,9 +83,9 @@ def _compare(ex, rows, acc) -> bool:
     for name in ("epoch", "writer", "w_epoch", "reader", "r_epoch", "dma_pending", "ds_pending", "ds_owner"):
         getattr(fast_ex.lds, name)[:] = getattr(t, name)
     f = fast_ex.lds
-    marked = fast.read_marks(acc.keys2, np.arange(8, dtype=np.int8)[rows] % 4, f.epoch[rows], rows, f.dma_pending,
+    marked = fast.kernels().read_marks(acc.keys2, np.arange(8, dtype=np.int8)[rows] % 4, f.epoch[rows], rows, f.dma_pending,
                              f.ds_pending, f.ds_owner, f.w_epoch, f.writer, f.reader, f.r_epoch, f._scratch,
-                             f._flag, f._last)
+                             f._flag, np.zeros(f.writer.size, np.int32))
     try:
         lds._check_pending(ex, rows, acc, "ds_read", same_wave_ok=True)
         lds._check_order(ex, rows, acc, "ds_read", write=False)
