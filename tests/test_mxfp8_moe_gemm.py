@@ -167,7 +167,7 @@ def test_stray_expert_and_slot_ids_are_skipped(block_m):
     assert not written.all()
 
 
-@pytest.mark.parametrize("block_m,nt", [(16, 4), (32, 2), (32, 1)])
+@pytest.mark.parametrize("block_m,nt", [(16, 4), (16, 2), (32, 2), (32, 1)])
 def test_wide_tiles(block_m, nt, monkeypatch):
     # the variants choose_nt takes for many busy blocks, forced on a small problem
     monkeypatch.setattr(moe, "choose_nt", lambda sizes: nt)

@@ -38,7 +38,7 @@ v_mfma_scale_f32_16x16x128_f8f6f4 on block_m gathered activation rows against th
 expert's weight rows, K split over the 4 waves. A block's expert weights are read once per
 block: an expert with more than block_m slots has several blocks and re-reads them (through
 L2 when they run together); in decode, with block_m at least the largest expert's slot
-count, every expert present is read exactly once per launch. Tile width: choose_nt (16 or
+count, every expert present is read exactly once per launch. Tile width: choose_nt (16, 32 or
 64 columns for block_m 16, 16 or 32 for 32, 16 for 64). Modelled speed at the seed's shapes:
 bench/moe_gemm.py.
 
@@ -165,10 +165,10 @@ def choose_nt(sizes: dict) -> int:
     its prologue's dependent loads once) whose spread of the weight columns over the CUS
     compute units is within WIDE_SLACK of the most even one. The blocks that carry tokens
     number at most min(blocks, slots, experts), and a CU streams about ceil(workgroups /
-    CUS) * NT strips. block_m 16 takes NT 4 or 1, 32 takes 2 or 1, 64 takes 1 (VGPRs: MT * NT
+    CUS) * NT strips. block_m 16 takes NT 4, 2 or 1, 32 takes 2 or 1, 64 takes 1 (VGPRs: MT * NT
     D tiles and two register sets). Checked against the timing model in bench/moe_gemm.py."""
     busy = min(sizes["blocks"], sizes["valid"], sizes["E"])
-    choices = {16: (4, 1), 32: (2, 1), 64: (1,)}[sizes["block_m"]]
+    choices = {16: (4, 2, 1), 32: (2, 1), 64: (1,)}[sizes["block_m"]]
     cost = {nt: cdiv(busy * cdiv(sizes["N"], 16 * nt), CUS) * nt for nt in choices}
     return next(nt for nt in choices if cost[nt] <= WIDE_SLACK * min(cost.values()))
 
@@ -321,7 +321,7 @@ def mxfp8_moe_gemm(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_sc
     return out
 
 
-TILES = ((16, 1), (16, 4), (32, 1), (32, 2), (64, 1))     # every (block_m, NT) choose_nt can pick
+TILES = ((16, 1), (16, 2), (16, 4), (32, 1), (32, 2), (64, 1))     # every (block_m, NT) choose_nt can pick
 
 
 def kernel_names() -> list[str]:
