@@ -25,6 +25,7 @@
 ; limit (f32). LDS: none.
 
 .include "mxfp8.inc"
+.include "swiglu_mxfp8.inc"          ; swiglu_quant8 (one copy, shared with mxfp8_moe_gemm.s)
 
 ; --- SGPRs (s[0:1] kernarg, s2 workgroup x come from the hardware) ---
 .set s_rsrc_x, 8                     ; [8:11]  V# x      (M * 2I * 2 bytes)
@@ -57,52 +58,6 @@
 .set v_upv, 20                       ; [20:23] 8 packed 16-bit up values
 .set v_y, 24                         ; [24:31] 8 f32 results
 .set v_q, 32                         ; [32:33] 8 e4m3 bytes
-
-; v[dst] = the 16-bit float in half `hi` (0: low, 1: high) of v[src], as f32
-.macro to_f32 dst, src, hi
-.if F16
-    .if \hi
-        v_lshrrev_b32 v[\dst], 16, v[\src]
-        v_cvt_f32_f16 v[\dst], v[\dst]
-    .else
-        v_cvt_f32_f16 v[\dst], v[\src]
-    .endif
-.else
-    .if \hi
-        v_and_b32 v[\dst], 0xffff0000, v[\src]
-    .else
-        v_lshlrev_b32 v[\dst], 16, v[\src]
-    .endif
-.endif
-.endm
-
-; y for the two elements of packed dword k (v_y[2k], v_y[2k+1]); the pair is interleaved so
-; that each transcendental result has one instruction before its first VALU reader.
-.macro swiglu_pair k
-    to_f32 v_y+2*\k, v_gate+\k, 0
-    to_f32 v_y+2*\k+1, v_gate+\k, 1
-    v_min_f32 v[v_y+2*\k], s[s_limit], v[v_y+2*\k]                      ; g = min(gate, limit)
-    v_min_f32 v[v_y+2*\k+1], s[s_limit], v[v_y+2*\k+1]
-    v_mul_f32 v[v_t], s[s_nal], v[v_y+2*\k]
-    v_mul_f32 v[v_t+1], s[s_nal], v[v_y+2*\k+1]
-    v_exp_f32 v[v_t], v[v_t]                                            ; e^(-alpha g)
-    v_exp_f32 v[v_t+1], v[v_t+1]
-    v_add_f32 v[v_t], 1.0, v[v_t]                                       ; (trans result: 1 wait state kept)
-    v_add_f32 v[v_t+1], 1.0, v[v_t+1]
-    v_rcp_f32 v[v_t], v[v_t]                                            ; sigmoid(alpha g)
-    v_rcp_f32 v[v_t+1], v[v_t+1]
-    v_mul_f32 v[v_y+2*\k], v[v_y+2*\k], v[v_t]
-    v_mul_f32 v[v_y+2*\k+1], v[v_y+2*\k+1], v[v_t+1]
-    to_f32 v_t, v_upv+\k, 0
-    to_f32 v_t+1, v_upv+\k, 1
-    v_med3_f32 v[v_t], v[v_t], -v[v_lim], v[v_lim]                      ; u = clamp(up, -limit, limit)
-    v_med3_f32 v[v_t+1], v[v_t+1], -v[v_lim], v[v_lim]
-    v_add_f32 v[v_t], s[s_beta], v[v_t]
-    v_add_f32 v[v_t+1], s[s_beta], v[v_t+1]
-    v_mul_f32 v[v_y+2*\k], v[v_y+2*\k], v[v_t]
-    v_mul_f32 v[v_y+2*\k+1], v[v_y+2*\k+1], v[v_t+1]
-    v_max3_f32 v[v_am], |v[v_y+2*\k]|, |v[v_y+2*\k+1]|, v[v_am]
-.endm
 
     s_load_dwordx2 s[s_rsrc_x:s_rsrc_x+1], s[s_kernarg:s_kernarg+1], k_x
     s_load_dwordx2 s[s_rsrc_q:s_rsrc_q+1], s[s_kernarg:s_kernarg+1], k_q
@@ -144,30 +99,7 @@
     v_mov_b32 v[v_lim], s[s_limit]
     v_mov_b32 v[v_am], 0
     s_waitcnt vmcnt(0)                                      ; in flight: gate, up → wait for both
-    .irp k, 0, 1, 2, 3
-        swiglu_pair \k
-    .endr
-    s_nop 1                                                 ; VALU wrote v_am → 2 wait states before a DPP read
-    v_max_f32_dpp v[v_t], v[v_am], v[v_am] quad_perm:[1,0,3,2] row_mask:0xf bank_mask:0xf
-    s_nop 1                                                 ; VALU wrote v_t → 2 wait states before a DPP read
-    v_max_f32_dpp v[v_am], v[v_t], v[v_t] quad_perm:[2,3,0,1] row_mask:0xf bank_mask:0xf   ; the block's amax
-    ; scale: E = max(exponent field of amax, 8) - 8; X has exponent field E; 448 X = 1.75 * 2^(E+8-127)
-    v_lshrrev_b32 v[v_am], 23, v[v_am]
-    v_max_u32 v[v_am], 8, v[v_am]
-    v_subrev_u32 v[v_am], 8, v[v_am]
-    v_lshlrev_b32 v[v_sc], 23, v[v_am]
-    v_add_u32 v[v_cl], 8, v[v_am]
-    v_lshlrev_b32 v[v_cl], 23, v[v_cl]
-    v_or_b32 v[v_cl], 0x600000, v[v_cl]
-    .irp j, 0, 1, 2, 3, 4, 5, 6, 7
-        v_med3_f32 v[v_y+\j], v[v_y+\j], -v[v_cl], v[v_cl]  ; saturate at +-448 X
-    .endr
-    .irp d, 0, 1                                            ; low words: elements 4d, 4d+1
-        v_cvt_scalef32_pk_fp8_f32 v[v_q+\d], v[v_y+4*\d], v[v_y+4*\d+1], v[v_sc]
-    .endr
-    .irp d, 0, 1                                            ; high words: elements 4d+2, 4d+3
-        v_cvt_scalef32_pk_fp8_f32 v[v_q+\d], v[v_y+4*\d+2], v[v_y+4*\d+3], v[v_sc] op_sel:[0,0,0,1]
-    .endr
+    swiglu_quant8                                           ; y, block amax, scale E in v_am, q bytes
     buffer_store_dwordx2 v[v_q:v_q+1], v[v_qoff], s[s_rsrc_q:s_rsrc_q+3], 0 offen
     v_cmp_eq_u32 vcc, 0, v[v_part]                          ; the block's scale from part 0
     s_and_b64 exec, exec, vcc
