@@ -39,13 +39,36 @@
 ; by the weight in f32, rounds once to bf16/f16 and stores at out[slot, n]; a sentinel slot
 ; or n >= N gets voffset OOB_OFFSET and is dropped.
 ;
+; SWIGLU = 1 (the MoE layer's gate_up GEMM fused with swiglu_mxfp8_quant; NT = 4, no topk
+; weights): w holds [gate rows 0..I-1 | up rows I..2I-1] per expert (N = 2I, I % 32 == 0) and
+; workgroup x takes gate columns n0 = 32x .. n0+31 (strips 0, 1) and the matching up columns
+; I + n0 .. (strips 2, 3: their weight offsets moved by (I - 32) rows), grid x = I/32. The
+; epilogue rounds each summed value to bf16 (as the unfused layer's h) and leaves it in LDS,
+; tile q's [16 rows][16 columns] bf16 in its wave-0 copy's slot (read only by the wave that
+; finished q, before it writes); after a barrier, work-item 4R + p (R < BM) takes row R's
+; gate columns 8p..8p+7 and up columns likewise and runs swiglu_quant8 (swiglu_mxfp8.inc,
+; the standalone op's sequence), storing 8 e4m3 bytes at q[slot, n0 + 8p] and, from p = 0,
+; the E8M0 byte at scale[slot, x]; sentinel slots store nothing, skipped blocks nothing.
+;
 ; Kernarg (k_* from kernels.yaml): a, a_scale, w, w_scale, sorted_token_ids, expert_ids,
-; num_tokens_post_padded, topk_weights, out; M, N, K, E, valid, blocks, block_m, a_div_magic,
-; has_weights.
+; num_tokens_post_padded, topk_weights, out (SWIGLU: q [valid, I] e4m3 and scale [valid, I/32]);
+; M, N, K, E, valid, blocks, block_m, a_div_magic, has_weights (SWIGLU: and neg_alpha_log2e,
+; beta, limit f32).
 ; LDS map: [0, 4*TILES KiB) the waves' D tiles (wave w's tile q at (w*TILES + q) KiB, lane l
 ; at 16*l); LDS_SLOTS: BM i32 slot ids; LDS_WEIGHTS: BM f32 row weights.
 
 .include "mxfp8.inc"
+.include "swiglu_mxfp8.inc"
+
+.ifndef SWIGLU
+    .set SWIGLU, 0
+.endif
+.if SWIGLU
+    .if (NT != 4) || OUT_F16
+        .error "mxfp8_moe_gemm: SWIGLU takes NT = 4 (32 gate + 32 up columns) and OUT_F16 = 0"
+    .endif
+    .set F16, 0                      ; swiglu_mxfp8.inc reads the bf16-rounded h
+.endif
 
 .if (MT != 1) && (MT != 2) && (MT != 4)
     .error "mxfp8_moe_gemm: MT must be 1, 2 or 4 (block_m 16, 32, 64)"
@@ -103,6 +126,12 @@ set_log2 NT_SHIFT, NT
 .set s_block_m, 63                   ; = BM (the op picks the variant by it)
 .set s_tmp, 64                       ; [64:67] scratch
 .set s_colmask, 68                   ; [68:69] lanes whose column is < N
+.set s_rsrc_sc, 72                   ; [72:75] SWIGLU: V# scale  (valid*I/32)
+.set s_nal, 76                       ; SWIGLU: -alpha * log2(e)
+.set s_beta, 77
+.set s_limit, 78
+.set s_I, 79                         ; SWIGLU: N / 2
+.set s_NB, 80                        ; SWIGLU: I / 32
 
 ; --- VGPRs (v0 holds the packed work-item ids) ---
 .set v_tid, 1
@@ -140,13 +169,33 @@ set_log2 NT_SHIFT, NT
 .if 2 * SET_SIZE < 26
     .error "mxfp8_moe_gemm: the reduction's registers must fit in the two register sets"
 .endif
+; SWIGLU epilogue names (swiglu_mxfp8.inc's), in the register sets too
+.set v_gate, v_set_x                 ; [4] packed bf16 gate values
+.set v_upv, v_set_x + 4              ; [4] up values
+.set v_y, v_set_x + 8                ; [8]
+.set v_q, v_set_x + 16               ; [2]
+.set v_t, v_set_x + 18               ; [2]
+.set v_am, v_set_x + 20
+.set v_sc, v_set_x + 21
+.set v_cl, v_set_x + 22
+.set v_lim, v_set_x + 23
+.set v_qslot, v_set_x + 24           ; slot id of the work-item's row
+.set v_qoff, v_set_x + 25
+.set v_soff, v_set_x + 26
+.if SWIGLU && (2 * SET_SIZE < 27)
+    .error "mxfp8_moe_gemm: the SWIGLU epilogue's registers must fit in the two register sets"
+.endif
 
-; D register \r of the tile being finished: sum the four waves' copies, times the row's
-; weight, store at out[slot, n] (dropped for a sentinel slot or n >= N)
-.macro store_row r
+; D register \r of the tile being finished: the sum of the four waves' copies
+.macro sum_copies r
     v_add_f32 v[v_red+\r], v[v_red+\r], v[v_red+4+\r]
     v_add_f32 v[v_red+\r], v[v_red+\r], v[v_red+8+\r]
     v_add_f32 v[v_red+\r], v[v_red+\r], v[v_red+12+\r]
+.endm
+
+; ... times the row's weight, stored at out[slot, n] (dropped for a sentinel slot or n >= N)
+.macro store_row r
+    sum_copies \r
     v_mul_f32 v[v_red+\r], v[v_red+\r], v[v_rw+\r]
     v_cmp_gt_u32 vcc, s[s_valid], v[v_rslot+\r]             ; slot < valid
     s_and_b64 vcc, vcc, s[s_colmask:s_colmask+1]            ; and n < N
@@ -162,12 +211,26 @@ set_log2 NT_SHIFT, NT
     buffer_store_short v[v_out], v[v_out+1], s[s_rsrc_out:s_rsrc_out+3], 0 offen
 .endm
 
+; SWIGLU: ... rounded to bf16 into LDS at row 4g + \r, column i of the tile's [16][16] (v_rows)
+.macro stage_row r
+    sum_copies \r
+    v_cvt_pk_bf16_f32 v[v_out], v[v_red+\r], 0                     ; round to nearest even, as h
+    ds_write_b16 v[v_rows], v[v_out] offset:32*\r
+.endm
+
 ; --- prologue ---
     s_load_dwordx2 s[s_rsrc_a:s_rsrc_a+1], s[s_kernarg:s_kernarg+1], k_a
     s_load_dwordx2 s[s_rsrc_as:s_rsrc_as+1], s[s_kernarg:s_kernarg+1], k_a_scale
     s_load_dwordx2 s[s_rsrc_b:s_rsrc_b+1], s[s_kernarg:s_kernarg+1], k_w
     s_load_dwordx2 s[s_rsrc_bs:s_rsrc_bs+1], s[s_kernarg:s_kernarg+1], k_w_scale
+.if SWIGLU
+    s_load_dwordx2 s[s_rsrc_out:s_rsrc_out+1], s[s_kernarg:s_kernarg+1], k_q
+    s_load_dwordx2 s[s_rsrc_sc:s_rsrc_sc+1], s[s_kernarg:s_kernarg+1], k_scale
+    s_load_dwordx2 s[s_nal:s_nal+1], s[s_kernarg:s_kernarg+1], k_neg_alpha_log2e   ; and beta
+    s_load_dword s[s_limit], s[s_kernarg:s_kernarg+1], k_limit
+.else
     s_load_dwordx2 s[s_rsrc_out:s_rsrc_out+1], s[s_kernarg:s_kernarg+1], k_out
+.endif
     s_load_dwordx2 s[s_rsrc_ids:s_rsrc_ids+1], s[s_kernarg:s_kernarg+1], k_sorted_token_ids
     s_load_dwordx2 s[s_rsrc_tw:s_rsrc_tw+1], s[s_kernarg:s_kernarg+1], k_topk_weights
     s_load_dwordx2 s[s_eptr:s_eptr+1], s[s_kernarg:s_kernarg+1], k_expert_ids
@@ -187,7 +250,7 @@ set_log2 NT_SHIFT, NT
         v_mov_b32 v[v_tw+t_], 1.0                           ; the row weight without topk_weights
         .set t_, t_ + 1
     .endr
-    s_waitcnt lgkmcnt(0)                                    ; in flight: 9 pointers, 9 scalars → wait for all
+    s_waitcnt lgkmcnt(0)                                    ; in flight: 9 (10) pointers, 9 (12) scalars → wait for all
 
     ; the block's expert id and num_tokens_post_padded (scalar), its slot ids (vector), at once
     s_lshl_b32 s[s_tmp], s[s_wg_y], 2
@@ -212,14 +275,34 @@ set_log2 NT_SHIFT, NT
     buffer_rsrc s_rsrc_a, s[s_tmp]
     s_mul_i32 s[s_tmp], s[s_M], s[s_KB]
     buffer_rsrc s_rsrc_as, s[s_tmp]
+.if SWIGLU
+    s_lshr_b32 s[s_I], s[s_N], 1
+    s_lshr_b32 s[s_NB], s[s_N], 6
+    s_mul_i32 s[s_tmp], s[s_valid], s[s_I]
+    buffer_rsrc s_rsrc_out, s[s_tmp]                        ; q: valid*I bytes
+    s_mul_i32 s[s_tmp], s[s_valid], s[s_NB]
+    buffer_rsrc s_rsrc_sc, s[s_tmp]
+    s_mul_i32 s[s_n0], s[s_wg_x], 32                        ; gate column n0 (up: I + n0)
+.else
     s_mul_i32 s[s_tmp], s[s_valid], s[s_N]
     s_lshl_b32 s[s_tmp], s[s_tmp], 1
     buffer_rsrc s_rsrc_out, s[s_tmp]
+    s_mul_i32 s[s_n0], s[s_wg_x], 16 * NT
+.endif
     s_mul_i32 s[s_tmp], s[s_valid], s[s_has_w]
     s_lshl_b32 s[s_tmp], s[s_tmp], 2
     buffer_rsrc s_rsrc_tw, s[s_tmp]
-    s_mul_i32 s[s_n0], s[s_wg_x], 16 * NT
     weight_offsets                                          ; leaves 16g in v_tmp+1
+.if SWIGLU
+    ; strips 2, 3 read up rows I + n0 + 16(j - 2) + i: (I - 32) rows past n0 + 16j + i
+    s_sub_u32 s[s_tmp+2], s[s_I], 32
+    s_mul_i32 s[s_tmp], s[s_tmp+2], s[s_K]
+    s_mul_i32 s[s_tmp+1], s[s_tmp+2], s[s_KB]
+    .irp j, 2, 3
+        v_add_u32 v[v_off_b+\j], s[s_tmp], v[v_off_b+\j]
+        v_add_u32 v[v_off_bs+\j], s[s_tmp+1], v[v_off_bs+\j]
+    .endr
+.endif
     ; steps: T = cdiv(K, 128), full K/128; wave w takes steps w, w + 4, ...
     mfma_step_bounds
     s_mov_b32 s[s_stride], 4
@@ -287,11 +370,12 @@ L_reduce:
     s_cbranch_scc0 L_rows_written
     v_cmp_gt_u32 vcc, 16, v[v_lane]                         ; lanes 0..15 of wave 0: row 16t + i
     s_and_saveexec_b64 s[s_tmp:s_tmp+1], vcc
-    v_lshlrev_b32 v[v_lds], 2, v[v_i]
+    s_mov_b32 s[s_tmp+2], LDS_SLOTS                         ; (in a register: past 16-bit DS offsets for SWIGLU m64)
+    v_lshl_add_u32 v[v_lds], v[v_i], 2, s[s_tmp+2]
     .set t_, 0
     .rept MT
-        ds_write_b32 v[v_lds], v[v_slot+t_] offset:LDS_SLOTS+64*t_
-        ds_write_b32 v[v_lds], v[v_tw+t_] offset:LDS_WEIGHTS+64*t_
+        ds_write_b32 v[v_lds], v[v_slot+t_] offset:64*t_
+        ds_write_b32 v[v_lds], v[v_tw+t_] offset:4*BM+64*t_
         .set t_, t_ + 1
     .endr
     s_mov_b64 exec, s[s_tmp:s_tmp+1]
@@ -299,6 +383,60 @@ L_rows_written:
     s_waitcnt lgkmcnt(0)                                    ; in flight: this wave's ds_writes → done before the barrier
     s_barrier                                               ; every wave's tiles and the row table are in LDS
     s_mov_b32 s[s_q], s[s_wave]
+.if SWIGLU
+L_stage:
+    ; tile q = 4t + j (TILES = 4 MT: every wave has one) to bf16 in its wave-0 copy's KiB
+    tile_from_lds
+    s_lshl_b32 s[s_tmp+1], s[s_q], 10
+    v_lshlrev_b32 v[v_rows], 7, v[v_g]
+    v_lshl_add_u32 v[v_rows], v[v_i], 1, v[v_rows]
+    v_add_u32 v[v_rows], s[s_tmp+1], v[v_rows]              ; q KiB + 32*(4g) + 2i
+    s_waitcnt lgkmcnt(0)                                    ; in flight: 4 copies of the tile → wait for all (then overwrite)
+    .irp r, 0, 1, 2, 3
+        stage_row \r
+    .endr
+    s_add_u32 s[s_q], s[s_q], 4
+    s_cmp_lt_u32 s[s_q], TILES
+    s_cbranch_scc1 L_stage
+    s_waitcnt lgkmcnt(0)                                    ; in flight: this wave's bf16 writes → done before the barrier
+    s_barrier                                               ; every tile's h in LDS
+    ; work-item 4R + p: row R (tile row R/16), gate tile 4(R/16) + p/2, up tile + 2, columns 8(p%2)..
+    v_cmp_gt_u32 vcc, 4 * BM, v[v_tid]
+    s_and_b64 exec, exec, vcc
+    s_cbranch_execz L_end
+    v_lshrrev_b32 v[v_tmp], 6, v[v_tid]
+    v_lshlrev_b32 v[v_tmp], 12, v[v_tmp]                    ; (R/16) * 4 KiB
+    v_and_b32 v[v_tmp+1], 0x3c, v[v_tid]
+    v_lshl_add_u32 v[v_tmp], v[v_tmp+1], 3, v[v_tmp]        ; + 32 (R%16)
+    v_and_b32 v[v_tmp+1], 2, v[v_tid]
+    v_lshl_add_u32 v[v_tmp], v[v_tmp+1], 9, v[v_tmp]        ; + (p/2) KiB
+    v_and_b32 v[v_tmp+1], 1, v[v_tid]
+    v_lshl_add_u32 v[v_tmp], v[v_tmp+1], 4, v[v_tmp]        ; + 16 (p%2)
+    ds_read_b128 v[v_gate:v_gate+3], v[v_tmp]
+    ds_read_b128 v[v_upv:v_upv+3], v[v_tmp] offset:2048
+    s_mov_b32 s[s_tmp], LDS_SLOTS
+    v_and_b32 v[v_tmp+2], -4, v[v_tid]                      ; 4R
+    v_add_u32 v[v_tmp+2], s[s_tmp], v[v_tmp+2]
+    ds_read_b32 v[v_qslot], v[v_tmp+2]
+    v_mov_b32 v[v_lim], s[s_limit]
+    v_mov_b32 v[v_am], 0
+    v_and_b32 v[v_tmp+3], 3, v[v_tid]                       ; p
+    s_waitcnt lgkmcnt(0)                                    ; in flight: gate, up, slot id → wait for all
+    swiglu_quant8                                           ; y, block amax, scale E in v_am, q bytes
+    v_cmp_gt_u32 vcc, s[s_valid], v[v_qslot]                ; a real row
+    v_mul_lo_u32 v[v_qoff], v[v_qslot], s[s_I]
+    v_add_u32 v[v_qoff], s[s_n0], v[v_qoff]
+    v_lshl_add_u32 v[v_qoff], v[v_tmp+3], 3, v[v_qoff]      ; slot*I + n0 + 8p
+    v_cndmask_b32 v[v_qoff], v[v_oob], v[v_qoff], vcc
+    buffer_store_dwordx2 v[v_q:v_q+1], v[v_qoff], s[s_rsrc_out:s_rsrc_out+3], 0 offen
+    v_cmp_eq_u32 s[s_tmp:s_tmp+1], 0, v[v_tmp+3]
+    s_and_b64 vcc, vcc, s[s_tmp:s_tmp+1]                    ; the block's scale from part 0
+    v_mul_lo_u32 v[v_soff], v[v_qslot], s[s_NB]
+    v_add_u32 v[v_soff], s[s_wg_x], v[v_soff]               ; slot*I/32 + x
+    v_cndmask_b32 v[v_soff], v[v_oob], v[v_soff], vcc
+    buffer_store_byte v[v_am], v[v_soff], s[s_rsrc_sc:s_rsrc_sc+3], 0 offen
+    s_endpgm
+.else
     s_cmp_ge_u32 s[s_q], TILES
     s_cbranch_scc1 L_end                                    ; fewer tiles than waves
 L_tile:
@@ -324,6 +462,7 @@ L_tile:
     s_add_u32 s[s_q], s[s_q], 4
     s_cmp_lt_u32 s[s_q], TILES
     s_cbranch_scc1 L_tile
+.endif
 L_end:
     s_endpgm
 L_skip:
