@@ -391,14 +391,14 @@ L_stage:
     v_lshlrev_b32 v[v_rows], 7, v[v_g]
     v_lshl_add_u32 v[v_rows], v[v_i], 1, v[v_rows]
     v_add_u32 v[v_rows], s[s_tmp+1], v[v_rows]              ; q KiB + 32*(4g) + 2i
-    s_waitcnt lgkmcnt(0)                                    ; in flight: 4 copies of the tile → wait for all (then overwrite)
+    s_waitcnt lgkmcnt(0)                                    ; in flight: 4 copies of the tile → all (then overwritten)
     .irp r, 0, 1, 2, 3
         stage_row \r
     .endr
     s_add_u32 s[s_q], s[s_q], 4
     s_cmp_lt_u32 s[s_q], TILES
     s_cbranch_scc1 L_stage
-    s_waitcnt lgkmcnt(0)                                    ; in flight: this wave's bf16 writes → done before the barrier
+    s_waitcnt lgkmcnt(0)                                    ; in flight: this wave's bf16 writes → done before barrier
     s_barrier                                               ; every tile's h in LDS
     ; work-item 4R + p: row R (tile row R/16), gate tile 4(R/16) + p/2, up tile + 2, columns 8(p%2)..
     v_cmp_gt_u32 vcc, 4 * BM, v[v_tid]
@@ -421,7 +421,7 @@ L_stage:
     v_mov_b32 v[v_lim], s[s_limit]
     v_mov_b32 v[v_am], 0
     v_and_b32 v[v_tmp+3], 3, v[v_tid]                       ; p
-    s_waitcnt lgkmcnt(0)                                    ; in flight: gate, up, slot id → wait for all
+    s_waitcnt lgkmcnt(0)                                    ; in flight: gate, up, slot id → all
     swiglu_quant8                                           ; y, block amax, scale E in v_am, q bytes
     v_cmp_gt_u32 vcc, s[s_valid], v[v_qslot]                ; a real row
     v_mul_lo_u32 v[v_qoff], v[v_qslot], s[s_I]

@@ -22,7 +22,7 @@ POISON = -0x5A5A5A5B             # an int32 no output can hold
 
 @pytest.fixture(scope="module", autouse=True)
 def built():
-    build.build_kernels(moe_layer.kernel_names())
+    build.build_kernels(moe_layer.kernel_names() + [sq.OP])
     mxfp8_moe_gemm.build_kernels()
 
 
@@ -351,6 +351,12 @@ def requant_range(h_exact, h_err, alpha, beta, limit):
     return deq(q_ref, s_ref)[0], torch.stack(lo).min(0).values, torch.stack(hi).max(0).values
 
 
+def gate_up_exact(W1e: torch.Tensor, Xt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(h, bound on |f32 GEMM sum - h|) of one slot, float64, from the dequantised operands."""
+    h = W1e @ Xt
+    return h, (Xt.numel() / 16 + 128) * F32_U * (W1e.abs() @ Xt.abs()) + h.abs() * F32_U
+
+
 def layer_reference(x, xs, w1, w1s, w2, w2s, topk_weights, topk_ids, expert_map=None,
                     alpha=1.702, beta=1.0, limit=7.0):
     """A plain float64 MoE on the dequantised operands, the kernels' intermediate roundings
@@ -371,9 +377,7 @@ def layer_reference(x, xs, w1, w1s, w2, w2s, topk_weights, topk_ids, expert_map=
             le = e if expert_map is None else int(expert_map[e])
             if not 0 <= le < E:                  # absent (-1) or no such local expert: skipped
                 continue
-            h = W1[le] @ X[t]
-            h_err = (H / 16 + 128) * F32_U * (W1[le].abs() @ X[t].abs()) + h.abs() * F32_U
-            q_ref, q_lo, q_hi = requant_range(h, h_err, alpha, beta, limit)
+            q_ref, q_lo, q_hi = requant_range(*gate_up_exact(W1[le], X[t]), alpha, beta, limit)
             w = float(topk_weights[t, j])
             z = W2[le] @ q_ref
             dev = abs(w) * (W2[le].abs() @ torch.maximum(q_hi - q_ref, q_ref - q_lo)
@@ -427,6 +431,44 @@ def test_layer_expert_parallel():
     check_layer(6, 5, E, 64, 64, None, "random", expert_map=expert_map, E_local=8)
 
 
+@pytest.mark.parametrize("block_m,T,top_k,I", [(16, 5, 4, 96), (32, 9, 3, 32), (64, 4, 5, 64)])
+def test_gate_up_swiglu_fused(block_m, T, top_k, I):
+    """The layer's fused step (mxfp8_moe_gemm.gate_up_swiglu) on its own: 16 experts, half
+    absent (expert_map -1), non-uniform scales; q and scale poisoned with guard bytes around
+    them. Each processed slot's dequantised row lies in the float64 model's range
+    (requant_range of the exact gate_up product, as the layer test) and equals, bit for bit,
+    the unfused path (gfxasm.mxfp8_moe_gemm to bf16, then gfxasm.swiglu_mxfp8_quant); rows of
+    absent experts' slots and every guard byte keep their poison."""
+    E, H, gen = 16, 96, torch.Generator().manual_seed(7 * block_m + T)
+    x, xs, w1, w1s, _, _ = layer_operands(T, H, I, 8, gen)
+    ids = routing("random", T, top_k, E, gen)
+    expert_map = torch.full((E,), -1, dtype=torch.int32)
+    expert_map[torch.randperm(E, generator=gen)[:8]] = torch.randperm(8, generator=gen).to(torch.int32)
+    sorted_ids, expert_ids, post = moe_align.moe_align_block_size(ids, E, block_m, expert_map)
+    S = T * top_k
+    q, q_base = embedded(torch.empty(S, I, dtype=torch.float8_e4m3fn), 0x7F)       # e4m3 NaN code
+    s, s_base = embedded(torch.empty(S, I // 32, dtype=torch.float8_e8m0fnu), 0xFF)
+    mxfp8_moe_gemm.gate_up_swiglu(x, xs, w1, w1s, sorted_ids, expert_ids, post, top_k, q, s, 1.702, 1.0, 7.0)
+    local = expert_map[ids.long()].view(-1)
+    done = local >= 0
+    assert 0 < int(done.sum()) < S
+    X, W1 = deq(x, xs), deq(w1, w1s)
+    for t in range(S):
+        if not done[t]:
+            assert q[t].view(torch.uint8).eq(0x7F).all() and s[t].view(torch.uint8).eq(0xFF).all(), t
+            continue
+        _, lo, hi = requant_range(*gate_up_exact(W1[int(local[t])], X[t // top_k]), 1.702, 1.0, 7.0)
+        got = deq(q[t][None], s[t][None])[0]
+        assert ((lo <= got) & (got <= hi)).all(), (t, float((got - got.clamp(lo, hi)).abs().max()))
+    for base, n in ((q_base, q.numel()), (s_base, s.numel())):
+        assert base[:64].eq(base[0]).all() and base[64 + n:].eq(base[0]).all()
+    h = torch.full((S, 2 * I), float("nan"), dtype=torch.bfloat16)
+    gfxasm.mxfp8_moe_gemm(x, xs, w1, w1s, sorted_ids, expert_ids, post, a_div=top_k, out=h)
+    q2, s2 = sq.swiglu_mxfp8_quant(h[done].contiguous())
+    assert torch.equal(q[done].view(torch.uint8), q2.view(torch.uint8))
+    assert torch.equal(s[done].view(torch.uint8), s2.view(torch.uint8))
+
+
 @pytest.mark.parametrize("T,top_k,H,has_map", [(1, 5, 6144, False), (7, 8, 136, True), (3, 1, 8, False),
                                                 (2, 19, 64, True)])
 def test_moe_sum_exact(T, top_k, H, has_map):
@@ -474,9 +516,8 @@ def test_schedule_independent():
 
 
 def test_layer_out_of_range_ids_and_empty():
-    """A slot whose id is outside [0, E_global) adds nothing to out. An identity expert_map
-    makes the layer zero-fill h, whose rows for such slots no GEMM writes (module docstring:
-    without a map they stay uninitialised). T = 0 launches nothing."""
+    """A slot whose id is outside [0, E_global) adds nothing to out (no step writes or reads
+    its q, scale and y rows), with and without an expert_map. T = 0 launches nothing."""
     gen = torch.Generator().manual_seed(23)
     T, top_k, E, H, I = 4, 3, 8, 64, 32
     x, xs, w1, w1s, w2, w2s = layer_operands(T, H, I, E, gen)
@@ -485,8 +526,9 @@ def test_layer_out_of_range_ids_and_empty():
     tw = torch.rand(T, top_k, generator=gen)
     identity = torch.arange(E, dtype=torch.int32)
     ref, bound = layer_reference(x, xs, w1, w1s, w2, w2s, tw, ids)
-    out = gfxasm.mxfp8_moe(x, xs, w1, w1s, w2, w2s, tw, ids, expert_map=identity)
-    assert ((out.double() - ref).abs() <= bound).all()
+    for expert_map in (identity, None):
+        out = gfxasm.mxfp8_moe(x, xs, w1, w1s, w2, w2s, tw, ids, expert_map=expert_map)
+        assert ((out.double() - ref).abs() <= bound).all()
     empty = gfxasm.mxfp8_moe(x[:0], xs[:0], w1, w1s, w2, w2s, tw[:0], ids[:0])
     assert empty.shape == (0, H)
 

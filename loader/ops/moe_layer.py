@@ -1,4 +1,4 @@
-"""The MX-FP8 mixture-of-experts layer: `gfxasm.mxfp8_moe`, five launches and no host sync.
+"""The MX-FP8 mixture-of-experts layer: `gfxasm.mxfp8_moe`, four launches and no host sync.
 
     out = gfxasm.mxfp8_moe(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids)
 
@@ -12,15 +12,18 @@ x [T, H] float8_e4m3fn with x_scale [T, H/32] E8M0 (the quantised hidden states)
 
 Launches, in order (each its own kernel; intermediates allocated here):
   1. gfxasm.moe_align_block_size(topk_ids, E_global, block_m, expert_map)   (asm/moe_align.s)
-  2. gfxasm.mxfp8_moe_gemm(x, ..., w1, ..., a_div=top_k) -> h [T*top_k, 2I] bf16
-  3. gfxasm.swiglu_mxfp8_quant(h, alpha, beta, limit) -> q [T*top_k, I] e4m3, s [T*top_k, I/32]
-  4. gfxasm.mxfp8_moe_gemm(q, s, w2, ..., a_div=1, topk_weights) -> y [T*top_k, H] bf16 (weighted)
-  5. moe_sum (asm/moe_sum.s): out[t] = bf16(sum over j in order, f32, of y[t*top_k + j]),
+  2. the gate_up GEMM fused with the activation (mxfp8_moe_gemm.gate_up_swiglu, the SWIGLU
+     variant of asm/mxfp8_moe_gemm.s): h = gfxasm.mxfp8_moe_gemm(x, ..., w1, ..., a_div=top_k)
+     rounded to bf16, then gfxasm.swiglu_mxfp8_quant(h, alpha, beta, limit), bit for bit,
+     without h leaving the workgroup -> q [T*top_k, I] e4m3, s [T*top_k, I/32]
+  3. gfxasm.mxfp8_moe_gemm(q, s, w2, ..., a_div=1, topk_weights) -> y [T*top_k, H] bf16 (weighted)
+  4. moe_sum (asm/moe_sum.s): out[t] = bf16(sum over j in order, f32, of y[t*top_k + j]),
      skipping slots whose expert is outside [0, E_global) or whose local expert is outside
      [0, E) (expert_map -1: absent), as the GEMMs skip them.
-The requantisation of step 3 is the layer's only approximation beyond roundings: h is
-rounded to bf16 by step 2, the activation is quantised to MX-FP8 (the down GEMM's input
-format), y rows are rounded to bf16 before the sum.
+The requantisation of step 2 is the layer's only approximation beyond roundings: h is
+rounded to bf16, the activation is quantised to MX-FP8 (the down GEMM's input format), y
+rows are rounded to bf16 before the sum. Slots no GEMM processes (absent or out-of-range
+experts) leave their q, s and y rows unwritten, and nothing reads them.
 
 block_m (None: chosen): the GEMMs' row block, 16, 32 or 64. An expert with more slots than
 block_m takes several blocks and its weights are re-read for each, while a bigger block
@@ -30,11 +33,8 @@ decode (T*top_k around E or below) uses 16.
 
 Expert parallelism: expert_map [E_global] int32 maps a global id to this rank's expert (an
 index into w1/w2) or -1; topk_ids hold global ids. Slots of absent experts contribute
-nothing to out (another rank adds them). With a map, h is zero-filled first (one memset),
-so the rows of absent slots, which no GEMM writes, hold defined values when step 3 reads
-them. Without a map, an id outside [0, E) is skipped in every step, but its h row is left
-uninitialised (harmless on the hardware; in the emulator a NaN there may stop step 3's
-fp8 conversion, whose NaN result it does not model).
+nothing to out (another rank adds them). An id outside [0, E_global) is skipped in every
+step.
 
 Limits: those of the four ops (each checks its own arguments and names them), plus: H and I
 multiples of 32, x [T, H], w1 [E, 2I, H], w2 [E, H, I] with matching E, H and I, topk_weights
@@ -53,7 +53,7 @@ from ..launcher import BACKEND_ENV, PreparedLaunch, prepare
 from ..manifest import default_manifest
 from . import library, moe_align, mxfp8_moe_gemm, swiglu_quant
 from .aliasing import extent, refuse_overlap
-from .mxfp8_gemm import BLOCK, E4M3
+from .mxfp8_gemm import BLOCK, E4M3, E8M0
 from .mxfp8_moe_gemm import BLOCK_MS, MAX_A_DIV
 
 OP = "mxfp8_moe"
@@ -152,7 +152,7 @@ def _moe_sum(y, topk_ids, expert_map, out, sizes) -> None:
 
 def _run(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit, out,
          sizes) -> None:
-    """The five launches on checked arguments (validate's sizes)."""
+    """The four launches on checked arguments (validate's sizes)."""
     inputs = (("x", x), ("x_scale", x_scale), ("w1", w1), ("w1_scale", w1_scale), ("w2", w2),
               ("w2_scale", w2_scale), ("topk_weights", topk_weights), ("topk_ids", topk_ids)) + (
         (("expert_map", expert_map),) if expert_map is not None else ())
@@ -163,9 +163,10 @@ def _run(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_
     S, I, top_k, dev = sizes["T"] * sizes["top_k"], sizes["I"], sizes["top_k"], x.device
     sorted_ids, expert_ids, post = moe_align.moe_align_block_size(topk_ids, sizes["E_global"], sizes["block_m"],
                                                                   expert_map)
-    h = (torch.zeros if expert_map is not None else torch.empty)((S, 2 * I), dtype=torch.bfloat16, device=dev)
-    mxfp8_moe_gemm.mxfp8_moe_gemm(x, x_scale, w1, w1_scale, sorted_ids, expert_ids, post, a_div=top_k, out=h)
-    q, s = swiglu_quant.swiglu_mxfp8_quant(h, alpha=alpha, beta=beta, limit=limit)
+    q = torch.empty((S, I), dtype=E4M3, device=dev)
+    s = torch.empty((S, I // BLOCK), dtype=E8M0, device=dev)
+    mxfp8_moe_gemm.gate_up_swiglu(x, x_scale, w1, w1_scale, sorted_ids, expert_ids, post, top_k, q, s, alpha, beta,
+                                  limit)
     y = mxfp8_moe_gemm.mxfp8_moe_gemm(q, s, w2, w2_scale, sorted_ids, expert_ids, post, a_div=1,
                                       topk_weights=topk_weights)
     _moe_sum(y, topk_ids, expert_map, out, sizes)
@@ -224,8 +225,8 @@ def mxfp8_moe(x: torch.Tensor, x_scale: torch.Tensor, w1: torch.Tensor, w1_scale
 
 
 def kernel_names() -> list[str]:
-    """This layer's own kernels (the GEMM's are mxfp8_moe_gemm.kernel_names())."""
-    return ["moe_align", "swiglu_mxfp8_quant", "moe_sum"]
+    """This layer's own kernels (the GEMMs' are mxfp8_moe_gemm.build_kernels()'s."""
+    return ["moe_align", "moe_sum"]
 
 
 

@@ -329,13 +329,63 @@ def kernel_names() -> list[str]:
     return [variant_name(bm, nt, torch.bfloat16)[0] for bm, nt in TILES]
 
 
+# ------------------------------------------------------------------ the layer's fused gate_up step
+
+SWIGLU_KERNEL = "mxfp8_moe_gemm_swiglu_m{}"
+_SWIGLU_PLANS: dict[tuple, PreparedLaunch] = {}
+
+
+def swiglu_launch_args(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, q,
+                       scale, alpha, beta, limit) -> tuple[str, str, dict]:
+    """(kernel, variant, kernel arguments) of gate_up_swiglu, checked (shared with bench/moe.py)."""
+    from .swiglu_quant import activation_args
+    sizes = validate(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, None,
+                     None, torch.bfloat16)
+    I = sizes["N"] // 2
+    if sizes["N"] % (2 * BLOCK):
+        _fail(ValueError, f"'w' must be [E, 2I, K] with I % {BLOCK} == 0 for the fused SwiGLU, got shape "
+                          f"{tuple(w.shape)}")
+    _shape("q", q, (sizes["valid"], I), "[M * a_div, I]")
+    _shape("scale", scale, (sizes["valid"], I // BLOCK), "[M * a_div, I/32]")
+    if q.dtype != E4M3 or scale.dtype != E8M0:
+        _fail(TypeError, f"'q', 'scale' must be float8_e4m3fn, float8_e8m0fnu, got {q.dtype}, {scale.dtype}")
+    _, _, args = launch_args(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div,
+                             None, None, torch.bfloat16, sizes)
+    del args["out"]
+    kernel = SWIGLU_KERNEL.format(sizes["block_m"])
+    return kernel, f"{kernel}_bf16", dict(args, q=q, scale=scale, **activation_args(alpha, beta, limit))
+
+
+def swiglu_kernel_names() -> list[str]:
+    """The manifest kernels of gate_up_swiglu, one per block_m."""
+    return [SWIGLU_KERNEL.format(bm) for bm in BLOCK_MS]
+
+
+def gate_up_swiglu(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, q, scale,
+                   alpha, beta, limit) -> None:
+    """The MoE layer's private fused step (asm/mxfp8_moe_gemm.s SWIGLU): h = the gate_up
+    product as mxfp8_moe_gemm(..., a_div=a_div) with w = [gate | up] rows [E, 2I, K], rounded to
+    bf16, then q, scale = swiglu_mxfp8_quant(h, alpha, beta, limit) for the slots the routing
+    processes, written into q [M * a_div, I] e4m3 and scale [M * a_div, I/32] E8M0; other rows
+    untouched. No h in memory. Arguments as mxfp8_moe_gemm's (checked by its validate) and
+    swiglu_mxfp8_quant's; I % 32 == 0; q and scale fresh, contiguous (the caller's)."""
+    key = tuple(x for t in (a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, q, scale)
+                for x in _layout(t)) + (a_div, float(alpha), float(beta), float(limit), os.environ.get(BACKEND_ENV))
+    if key not in _SWIGLU_PLANS:
+        kernel, variant, args = swiglu_launch_args(a, a_scale, w, w_scale, sorted_token_ids, expert_ids,
+                                                   num_tokens_post_padded, a_div, q, scale, alpha, beta, limit)
+        _SWIGLU_PLANS[key] = prepare(default_manifest().kernel(kernel).variant(variant), args)
+    _SWIGLU_PLANS[key](a, _scales(a_scale), w, _scales(w_scale), sorted_token_ids.view(expert_ids.numel(), -1),
+                       expert_ids, num_tokens_post_padded.reshape(1), None, q, scale)
+
+
 def build_kernels(force: bool = False) -> None:
     """Assemble (incrementally) and check this op's kernels only."""
     from ..build import BuildError, build_variant, ensure_toolchain
     from ..check import verify
     toolchain = ensure_toolchain()
     manifest = default_manifest()
-    for name in kernel_names():
+    for name in kernel_names() + swiglu_kernel_names():
         for variant in manifest.kernel(name).variants.values():
             problems = verify(build_variant(variant, toolchain, force).co_path, variant)
             if problems:

@@ -117,7 +117,13 @@ def launch_args(x, q, scale, alpha, beta, limit) -> tuple[str, dict]:
     NB = I // BLOCK
     return f"{OP}_{IN_DTYPES[x.dtype]}", dict(
         x=x, q=q, scale=scale, M=M, I=I, NB=NB, magic=cdiv(2**32, NB) if NB > 1 else 0,   # 0: NB = 1 (see the kernel)
-        neg_alpha_log2e=-float(alpha) * math.log2(math.e), beta=float(beta), limit=float(limit))
+        **activation_args(alpha, beta, limit))
+
+
+def activation_args(alpha, beta, limit) -> dict:
+    """The activation's kernel scalars (asm/include/swiglu_mxfp8.inc), shared with the fused
+    gate_up GEMM (mxfp8_moe_gemm.gate_up_swiglu)."""
+    return dict(neg_alpha_log2e=-float(alpha) * math.log2(math.e), beta=float(beta), limit=float(limit))
 
 
 _PLANS: dict[tuple, PreparedLaunch] = {}
