@@ -1,16 +1,18 @@
 """MX-FP8 MoE layer benchmark: gfxasm.mxfp8_moe at the issue's shape, every launch modelled.
 
-    python3 bench/moe.py [--tokens 1,4,8,16,64] [--block-m 16|32|64] [--out bench/out/moe.json]
+    python3 bench/moe.py [--tokens 1,4,8,16,64] [--block-m 16|32|64] [--unfused] [--out bench/out/moe.json]
 
 Shape (issue 11): hidden 6144, intermediate 768 (w1 [129, 1536, 6144], w2 [129, 6144, 768]),
 129 experts, top-5, T = 1, 4, 8, 16, 64 tokens routed uniformly at random (5 distinct
 experts per token, seeded). block_m as the layer chooses it (moe_layer.choose_block_m).
 
-The layer is five dependent launches, each modelled on its own with gfxasm.perf.estimate
+The layer is four dependent launches, each modelled on its own with gfxasm.perf.estimate
 (the MI355X timing model, launch overhead included) on the arguments the layer would pass:
-moe_align, the gate_up grouped GEMM (a_div = 5), swiglu_mxfp8_quant, the down grouped GEMM
-(a_div = 1, topk weights), moe_sum. The layer's time is their sum (each waits for the one
-before). Operands are zeros with unit scales (the model's time does not depend on values;
+moe_align, the gate_up grouped GEMM (a_div = 5) with the SwiGLU + MX-FP8 quantisation fused
+into its epilogue (mxfp8_moe_gemm.gate_up_swiglu), the down grouped GEMM (a_div = 1, topk
+weights), moe_sum. The layer's time is their sum (each waits for the one before).
+--unfused models the earlier five-launch form instead (the gate_up GEMM writing bf16 h, then
+swiglu_mxfp8_quant), for comparison. Operands are zeros with unit scales (the model's time does not depend on values;
 the emulator needs finite ones); the routing is real, so the GEMMs' grids and the experts
 whose weights they read are those of the routed tokens.
 
@@ -72,9 +74,10 @@ def weights():
     return _WEIGHTS
 
 
-def launches(T: int, block_m: int | None = None) -> tuple[list, int, int]:
-    """(step, BenchCase) for each of the layer's five launches at T tokens, the distinct
-    experts routed to and the block_m used (None: the layer's choice)."""
+def launches(T: int, block_m: int | None = None, fused: bool = True) -> tuple[list, int, int]:
+    """(step, BenchCase) for each of the layer's launches at T tokens (fused=False: the
+    five-launch form), the distinct experts routed to and the block_m used (None: the
+    layer's choice)."""
     w = weights()
     ids = routed(T)
     tw = torch.rand(T, TOP_K, generator=torch.Generator().manual_seed(T))
@@ -93,9 +96,12 @@ def launches(T: int, block_m: int | None = None) -> tuple[list, int, int]:
             ("gate_up", (x, xs, w["w1"], w["w1s"], TOP_K, None, h)),
             ("down", (q, qs, w["w2"], w["w2s"], 1, tw, y))):
         args = (a, a_scale, wt, wt_scale, sorted_ids, expert_ids, post, a_div, topk_w, out, torch.bfloat16)
-        kernel, variant, kargs = gemm.launch_args(*args, gemm.validate(*args))
+        if step == "gate_up" and fused:
+            kernel, variant, kargs = gemm.swiglu_launch_args(*args[:8], q, qs, 1.702, 1.0, 7.0)
+        else:
+            kernel, variant, kargs = gemm.launch_args(*args, gemm.validate(*args))
         cases.append((step, manifest_case(kernel, variant, "", "", 0, 0, **kargs)))
-        if step == "gate_up":
+        if step == "gate_up" and not fused:
             variant, sargs = swiglu_quant.launch_args(h, q, qs, 1.702, 1.0, 7.0)
             cases.append(("swiglu_quant", manifest_case("swiglu_mxfp8_quant", variant, "", "", 0, 0, **sargs)))
     out = zeros((T, H), torch.bfloat16)
@@ -108,9 +114,9 @@ def weight_bytes(experts: int) -> float:
     return experts * (2 * I * H + H * I) * 33 / 32
 
 
-def row(T: int, block_m: int | None = None) -> dict:
+def row(T: int, block_m: int | None = None, fused: bool = True) -> dict:
     from gfxasm.perf import estimate
-    cases, experts, block_m = launches(T, block_m)
+    cases, experts, block_m = launches(T, block_m, fused)
     steps = {}
     for step, c in cases:
         est = estimate(c.co, c.grid, c.block, c.kernarg, c.buffers, c.kernel)
@@ -131,8 +137,9 @@ def table(rows: list[dict]) -> str:
         s = r["steps"]
         fly = f"{r['flydsl_us']:7.1f}" if r["flydsl_us"] else f"{'~' + str(FLYDSL_TBPS) + 'TB/s':>7}"
         ratio = f"{r['vs_flydsl']:8.2f}" if r["vs_flydsl"] else f"{'-':>8}"
+        act = f"{s['swiglu_quant']['us']:7.2f}" if "swiglu_quant" in s else f"{'fused':>7}"
         lines.append(f"{r['T']:3} {r['experts']:7} {r['block_m']:3} {s['moe_align']['us']:6.2f} "
-                     f"{s['gate_up']['us']:8.2f} {s['swiglu_quant']['us']:7.2f} {s['down']['us']:7.2f} "
+                     f"{s['gate_up']['us']:8.2f} {act} {s['down']['us']:7.2f} "
                      f"{s['moe_sum']['us']:6.2f} {r['us']:9.2f} {fly} {ratio} {r['weight_mb']:9.1f} "
                      f"{r['weight_tbps']:5.2f}")
     lines.append("modelled: gfxasm.perf MI355X timing model, each launch with its overhead; FlyDSL: the issue's "
@@ -146,21 +153,22 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", default="1,4,8,16,64")
     ap.add_argument("--block-m", type=int, choices=(16, 32, 64), help="instead of the layer's choice")
+    ap.add_argument("--unfused", action="store_true", help="the five-launch form (gate_up GEMM, swiglu_mxfp8_quant)")
     ap.add_argument("--out", default=str(REPO / "bench" / "out" / "moe.json"))
     args = ap.parse_args(argv)
-    build.build_kernels(moe_layer.kernel_names())
+    build.build_kernels(moe_layer.kernel_names() + [swiglu_quant.OP])
     gemm.build_kernels()
     rows = []
     for T in (int(t) for t in args.tokens.split(",")):
         t0 = time.time()
-        rows.append(row(T, args.block_m))
+        rows.append(row(T, args.block_m, not args.unfused))
         rows[-1]["wall_s"] = round(time.time() - t0, 1)
         print(table(rows[-1:]).splitlines()[2], flush=True)
     print()
     print(table(rows))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(source="modelled", rows=rows), indent=1))
+    out.write_text(json.dumps(dict(source="modelled", fused=not args.unfused, rows=rows), indent=1))
     print(f"wrote {out}")
     return 0
 
