@@ -459,5 +459,33 @@ def _register_run_cases() -> None:
     for name in kernel_names():
         run_case(name)(case)
 
+    def swiglu_case(variant, gen: torch.Generator, T: int = 5, top_k: int = 3, E: int = 6, I: int = 64,
+                    K: int = 160):
+        """gate_up_swiglu with alpha = beta = 0 and no clamp on codes in {-1, 0, 1} with unit scales:
+        every h is an integer of magnitude <= K < 256 (exact in f32 and bf16) and y = gate * up / 2
+        is exact, so q and scale are compared bit for bit; experts 1 and 4 absent (rows stay NaN)."""
+        from .swiglu_quant import activation_reference, quantize_reference
+        block_m = 16 * variant.defines["MT"]
+        ones = lambda *shape: torch.randint(-1, 2, shape, generator=gen).float().to(E4M3)      # noqa: E731
+        unit = lambda *shape: torch.full(shape, 127, dtype=torch.uint8).view(E8M0)             # noqa: E731
+        a, a_scale, w, w_scale = ones(T, K), unit(T, K // BLOCK), ones(E, 2 * I, K), unit(E, 2 * I, K // BLOCK)
+        ids = torch.stack([torch.randperm(E, generator=gen)[:top_k] for _ in range(T)]).flatten().tolist()
+        expert_map = [-1 if e in (1, 4) else e for e in range(E)]
+        sorted_ids, expert_ids, post = (torch.tensor(x, dtype=torch.int32).reshape(-1)
+                                        for x in align(ids, E, block_m, expert_map))
+        S = T * top_k
+        q = torch.full((S, I), 0x7F, dtype=torch.uint8).view(E4M3)                            # NaN
+        scale = torch.full((S, I // BLOCK), 0xFF, dtype=torch.uint8).view(E8M0)                 # NaN
+        _, _, args = swiglu_launch_args(a, a_scale, w, w_scale, sorted_ids, expert_ids, post, top_k, q, scale,
+                                        0.0, 0.0, float("inf"))
+        h, written = reference(a, a_scale, w, w_scale, sorted_ids, expert_ids, post, top_k)
+        q_want, s_want = quantize_reference(activation_reference(h, 0.0, 0.0, float("inf")))
+        q_want.view(torch.uint8)[~written], s_want.view(torch.uint8)[~written] = 0x7F, 0xFF
+        return RunCase(args=args, expected=dict(q=q_want, scale=s_want), atol=0, rtol=0,
+                       note=f"T={T} top_k={top_k} E={E} I={I} K={K} block_m={block_m}, alpha = 0 (exact)")
+
+    for name in swiglu_kernel_names():
+        run_case(name)(swiglu_case)
+
 
 _register_run_cases()
