@@ -10,8 +10,8 @@
 ; E8M0 bytes [.., K/32]; K % 32 == 0. Output bf16 (OUT_F16 = 0) or f16 into out [valid, N].
 ;
 ; gfx950, wave64, 256 work-items = 4 waves. Defines: MT (16-row tiles per block: BM = 16*MT
-; = block_m), NT (16-column weight strips per workgroup), OUT_F16. Grid: x = cdiv(N, 16*NT)
-; column tiles, y = blocks (one block of BM sorted slots each).
+; = block_m), NT (16-column weight strips per workgroup), OUT_F16, SWIGLU (0 unless defined;
+; below). Grid: x = cdiv(N, 16*NT) column tiles, y = blocks (one block of BM sorted slots each).
 ;
 ; 64-bit expert addressing: the block's expert base w + e*N*K (and w_scale + e*N*K/32) is
 ; formed in 64-bit scalar arithmetic (s_mul_i32 / s_mul_hi_u32, s_add_u32 / s_addc_u32) and

@@ -42,6 +42,13 @@ count, every expert present is read exactly once per launch. Tile width: choose_
 64 columns for block_m 16, 16 or 32 for 32, 16 for 64). Modelled speed at the seed's shapes:
 bench/moe_gemm.py.
 
+The MoE layer (gfxasm.mxfp8_moe) runs its gate_up product through `gate_up_swiglu`, a private
+fused form (the SWIGLU variant of the same kernel): each workgroup takes 32 gate columns and
+the matching up columns, rounds the sums to bf16 as this op would, and applies
+swiglu_mxfp8_quant's activation and MX-FP8 quantisation (the same assembly) in its epilogue,
+writing e4m3 q and E8M0 scales instead of bf16 h: bit-equal to this op followed by
+gfxasm.swiglu_mxfp8_quant, one launch and the h round trip fewer.
+
 `reference` is the exact product of the quantized operands (float64).
 """
 from __future__ import annotations
