@@ -22,7 +22,7 @@ the split-K launches; --all-tiles tries every object. Chosen per bracket (a tune
 real chip, i.e. on one bracket). aiter's split-K launches also need `out.zero_()` (a further
 launch, asm_gemm_a4w4.cu) that is not modelled: aiter's time is then a lower bound.
 
-Every ratio ours / aiter is a range over gfxasm.perf.params.BRACKETS (transcendental rate,
+Every ratio ours / aiter is a range over gfxasm.perf.params.BRACKETS (transcendental rate, LDS phases,
 VALU contention under MFMA), never one number; times are given for every bracket. Bytes:
 the model's DRAM bytes (distinct bytes touched) over the minimum (weights + scales +
 activations + scales once, bf16 output); %HBM = minimum bytes / time / 8 TB/s. Measured:
