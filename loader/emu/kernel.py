@@ -326,12 +326,18 @@ def run(ex: Executor, budget: int) -> int:
 
 
 def _release_barriers(waves: Waves, at_barrier: np.ndarray, groups: dict) -> None:
-    for slot in np.unique(waves.slot[at_barrier]):
-        members = np.flatnonzero(waves.slot == slot)
-        live = members[~waves.done[members]]
-        if live.size and at_barrier[live].all():
-            at_barrier[live] = False
-            for target in np.unique(waves.pc[live]):
-                sel = live[waves.pc[live] == target]
-                t = int(target)
-                groups[t] = np.union1d(groups[t], sel) if t in groups else sel
+    """Release every workgroup whose live waves all wait at s_barrier (all workgroups at
+    once: per-slot counts of live waves and of live waves waiting)."""
+    live = ~waves.done
+    n = int(waves.slot.max()) + 1
+    waiting = np.bincount(waves.slot[live & at_barrier], minlength=n)
+    full = (waiting > 0) & (waiting == np.bincount(waves.slot[live], minlength=n))
+    released = np.flatnonzero(live & at_barrier & full[waves.slot])
+    if not released.size:
+        return
+    at_barrier[released] = False
+    pcs = waves.pc[released]
+    for target in np.unique(pcs):
+        sel = released[pcs == target]
+        t = int(target)
+        groups[t] = np.union1d(groups[t], sel) if t in groups else sel

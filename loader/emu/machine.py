@@ -17,6 +17,10 @@ Strict mode (the default) reports as `HazardError`:
 """
 from __future__ import annotations
 
+from collections import deque
+from itertools import repeat
+from operator import is_, itemgetter
+
 import numpy as np
 
 from . import fast, hazards
@@ -27,6 +31,7 @@ from .memory import Memory, OutOfBounds
 from .registry import lookup
 from .state import EXEC_LO, LANES, Pending, Waves, copies as _copies, mask_to_bits
 
+_first = itemgetter(0)
 _F32_INLINE = {"0.5": 0x3F000000, "-0.5": 0xBF000000, "1.0": 0x3F800000, "-1.0": 0xBF800000,
                "2.0": 0x40000000, "-2.0": 0xC0000000, "4.0": 0x40800000, "-4.0": 0xC0800000,
                "0.15915494": 0x3E22F983}
@@ -76,6 +81,8 @@ class Executor:
         self.schedule = None                  # adversarial.Adversarial, timed.Timed; None: lockstep
         self._clock_w = None                  # clocks()'s cache: the `w` it was computed for
         self._clocks = (None, 0, 0)
+        self._ids = np.arange(waves.count)   # wave_ids' source, made once per launch
+        self._ids.flags.writeable = False
 
     # ----------------------------------------------------------------- errors
     def where(self, wave: int | None = None) -> str:
@@ -95,7 +102,8 @@ class Executor:
         raise HazardError(f"{message} ({self.where(first)})")
 
     def wave_ids(self, w) -> np.ndarray:
-        return np.arange(self.waves.count)[w]
+        """The wave indices `w` selects (read-only: a view when w is a slice)."""
+        return self._ids[w]
 
     def fault(self, w, err: OutOfBounds, what: str, lanes: int = LANES):
         waves = self.wave_ids(w)
@@ -106,6 +114,11 @@ class Executor:
     # ------------------------------------------------------------ exec / masks
     def exec_bits(self, w) -> np.ndarray:
         return self.waves.exec_bits(w)
+
+    def exec_mask(self, w) -> np.ndarray | None:
+        """set_v's mask for an EXEC-masked write: None (every lane, no per-lane test) when
+        EXEC is all ones in every wave of `w`, else exec_bits(w)."""
+        return None if self.waves.exec_all(w) else self.waves.exec_bits(w)
 
     def lane_mask(self, op: Operand, w) -> np.ndarray:
         """bool[n,64] from a 64-bit SGPR-pair operand (vcc, s[2:3], or an inline constant)."""
@@ -293,8 +306,8 @@ class Executor:
         waves = self.wave_ids(w)
         op = Pending(waves, counter, smem, self.inst.pc, self.inst.text, land)
         queues = self.waves.queues[counter]
-        for wave in waves.tolist():
-            queues[wave].append(op)
+        qs = queues[w] if isinstance(w, slice) else list(map(queues.__getitem__, waves.tolist()))
+        list(map(deque.append, qs, repeat(op, len(qs))))      # C loops: 128+ waves per op
         if dest is not None:
             kind, index, count = dest
             queue = "smem" if smem else counter
@@ -372,18 +385,19 @@ class Executor:
                 while len(queues[wave]) > keep:
                     self.land_now(wave, counter, self.schedule.next_to_land(wave, queues[wave]))
             return
-        qs = [queues[wave] for wave in waves]
+        qs = queues[w] if isinstance(w, slice) else list(map(queues.__getitem__, waves.tolist()))
         while qs:
             # The common case: every wave's queue is above `keep` and starts with the same
             # op, which exactly these waves issued: it lands for all of them at once.
+            # (map/all over C functions: this runs per op for 128+ waves.)
             q0 = qs[0]
             if len(q0) <= keep:
                 break
             op = q0[0]
-            if len(op.waves) != len(qs) or not all(len(q) > keep and q[0] is op for q in qs):
+            if (len(op.waves) != len(qs) or min(map(len, qs)) <= keep
+                    or not all(map(is_, map(_first, qs), repeat(op)))):
                 break
-            for q in qs:
-                q.popleft()
+            list(map(deque.popleft, qs))
             op.land(np.arange(len(op.waves)))
         while True:
             # Retire one op per wave per round; ops shared by several waves land together.

@@ -153,7 +153,7 @@ def _pk16(ex, inst, w, encode, fast=None):
         bits = ex.v32(op, w)
         half = fast(ex, op, bits) if fast is not None else None
         halves.append(encode(_f32_source(ex, op, bits)).astype(np.uint32) if half is None else half)
-    ex.set_v(dst, w, halves[0] | (halves[1] << np.uint32(16)), ex.exec_bits(w), hazards.VALU)
+    ex.set_v(dst, w, halves[0] | (halves[1] << np.uint32(16)), ex.exec_mask(w), hazards.VALU)
 
 
 _SIGN, _EXP, _ABS = np.uint32(0x80000000), np.uint32(0x7F800000), np.uint32(0x7FFFFFFF)

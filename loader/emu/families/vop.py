@@ -310,9 +310,10 @@ def valu(ex, inst, w):
     ex.role = None
     with np.errstate(all="ignore"):
         r = fn(*srcs)
-    mask = ex.exec_bits(w)
     if inst.enc == "dpp":
-        mask = mask & dpp.write_mask(ex, inst, w)   # exec_bits may be a cached view: never in place
+        mask = ex.exec_bits(w) & dpp.write_mask(ex, inst, w)   # exec_bits may be a cached view: never in place
+    else:
+        mask = ex.exec_mask(w)
     writer = hazards.TRANS if inst.name in TRANS_OPS else hazards.VALU
     if dst_ty in (U64, F64):
         ex.set_v64(dst, w, _result_bits(ex, inst, dst_ty, r, None), mask, writer)

@@ -229,7 +229,7 @@ def _write_pk_f32(ex, inst, w, lo, hi):
     for r in (lo, hi):
         r = _flush32(ex, _clamp(ex, inst, np.asarray(r, np.float32)))
         out.append(r.view(np.uint32))
-    ex.set_v(dst, w, np.stack(out, axis=1), ex.exec_bits(w), hazards.VALU)
+    ex.set_v(dst, w, np.stack(out, axis=1), ex.exec_mask(w), hazards.VALU)
 
 
 @handles("v_pk_fma_f32", klass="valu")
@@ -264,7 +264,7 @@ def pk_mov_b32(ex, inst, w):
     hi = _read32(ex, inst, w, s1, "src1", f["op_sel"][1], pair=s1.kind != "imm")
     if dst.kind != "v" or dst.count != 2:
         raise UnsupportedInstruction(f"{inst.name}: vdst {dst.text} must be a VGPR pair ({ex.where()})")
-    ex.set_v(dst, w, np.stack([lo, hi], axis=1), ex.exec_bits(w), hazards.VALU)
+    ex.set_v(dst, w, np.stack([lo, hi], axis=1), ex.exec_mask(w), hazards.VALU)
 
 
 # ------------------------------------------------------------------ packed f16
@@ -325,7 +325,7 @@ def _write_word(ex, inst, w, word):
     dst = inst.ops[0]
     if dst.kind != "v" or dst.count != 1:
         raise UnsupportedInstruction(f"{inst.name}: vdst {dst.text} must be one VGPR ({ex.where()})")
-    ex.set_v(dst, w, word.astype(np.uint32), ex.exec_bits(w), hazards.VALU)
+    ex.set_v(dst, w, word.astype(np.uint32), ex.exec_mask(w), hazards.VALU)
 
 
 # ------------------------------------------------------------------ packed 16-bit integer
@@ -409,7 +409,7 @@ def fma_mix(ex, inst, w):
         word = (old & np.uint32(0xFFFF0000)) | half
     else:
         word = (old & np.uint32(0xFFFF)) | (half << np.uint32(16))
-    ex.set_v(dst, w, word, ex.exec_bits(w), hazards.VALU)
+    ex.set_v(dst, w, word, ex.exec_mask(w), hazards.VALU)
 
 
 # ------------------------------------------------------------------ dot products
