@@ -23,10 +23,15 @@
 ; 16t + i]; its activation row is slot / a_div (v_mul_hi_u32 by a_div_magic = ceil(2^32 /
 ; a_div), exact for slot < 2^24 and a_div <= 64; a_div = 1 passes magic 0 and takes the slot
 ; itself). A sentinel slot gets voffset OOB_OFFSET: its A bytes and scales read 0 and its
-; result is never stored. The MFMA, operand layout, K split over the waves, tail step and
-; double-buffered pipeline are mxfp8_gemm.s's (macros weight_offsets / mfma_k_loop in
-; mxfp8.inc): B operand = 16 weight rows of the expert, per 128-K step two 16-byte pieces
-; per lane and one scale byte per lane.
+; result is never stored. The MFMA, operand layout, K split over the waves and tail step are
+; mxfp8_gemm.s's (macros weight_offsets / mfma_k_loop in mxfp8.inc): B operand = 16 weight
+; rows of the expert, per 128-K step two 16-byte pieces per lane and one scale byte per lane.
+; The K loop is K_DEPTH register sets deep: 3 (two steps' loads in flight per wave) at
+; block_m 16 except the plain 64-column tile, else 2. At small T a workgroup is alone on its
+; CU and the steps wait on loaded DRAM latency; the third set costs VGPRs (occupancy), which
+; the timing model finds a loss for the plain m16_n64 tile and block_m 32/64 are not measured
+; (bench/moe_gemm.py, bench/moe.py). The first step's weight loads go out before the slot ids
+; are waited for (a_rows, between them and the step's activation loads).
 ;
 ; Skips, decided once per workgroup from two scalar loads: block*BM >= num_tokens_post_padded
 ; (signed) or expert id outside [0, E) (unsigned compare: -1 is 0xffffffff) ends the
@@ -151,9 +156,14 @@ set_log2 NT_SHIFT, NT
 .set SET_SB, 8 * (NT + MT)
 .set SET_SA, SET_SB + NT
 .set SET_SIZE, ((SET_SA + MT + 7) / 8) * 8
-.set v_set_x, ((v_tw + MT + 7) / 8) * 8
-.set v_set_y, v_set_x + SET_SIZE
-.set v_acc, v_set_y + SET_SIZE       ; [MT][NT][4] f32 D tiles, tile q = NT*t + j
+.set v_set_x, ((v_tw + MT + 7) / 8) * 8 ; K_DEPTH register sets, SET_SIZE apart
+.ifndef K_DEPTH                      ; the header says why
+    .set K_DEPTH, 2
+    .if (MT == 1) && (SWIGLU || (NT <= 2))
+        .set K_DEPTH, 3
+    .endif
+.endif
+.set v_acc, v_set_x + K_DEPTH * SET_SIZE ; [MT][NT][4] f32 D tiles, tile q = NT*t + j
 .set v_end, v_acc + 4 * TILES
 .if v_end > 256
     .error "mxfp8_moe_gemm: VGPR budget exceeded"
@@ -216,6 +226,40 @@ set_log2 NT_SHIFT, NT
     sum_copies \r
     v_cvt_pk_bf16_f32 v[v_out], v[v_red+\r], 0                     ; round to nearest even, as h
     ds_write_b16 v[v_rows], v[v_out] offset:32*\r
+.endm
+
+; The block's rows, once its slot ids land: activation rows slot / a_div (sentinels:
+; OOB_OFFSET) as the A offsets, and the row weights (loads). mfma_k_loop runs it with the
+; first step's 3*NT weight loads in flight after the slot-id loads.
+.macro a_rows
+    v_lshlrev_b32 v[v_tmp+1], 4, v[v_g]                     ; 16g
+    s_cmp_eq_u32 s[s_magic], 0
+    s_cselect_b64 s[s_tmp:s_tmp+1], exec, 0                 ; lanes taking the slot itself (a_div = 1)
+    s_waitcnt vmcnt(3 * NT)                                 ; in flight: MT slot ids, then 3*NT weight loads → ids landed
+    .set t_, 0
+    .rept MT
+        v_mul_hi_u32 v[v_tmp], v[v_slot+t_], s[s_magic]     ; slot / a_div
+        v_cndmask_b32_e64 v[v_tmp], v[v_tmp], v[v_slot+t_], s[s_tmp:s_tmp+1]
+        v_cmp_gt_u32 vcc, s[s_valid], v[v_slot+t_]          ; slot < valid: a real row
+        v_mul_lo_u32 v[v_off_a+t_], v[v_tmp], s[s_K]
+        v_add_u32 v[v_off_a+t_], v[v_off_a+t_], v[v_tmp+1]
+        v_cndmask_b32 v[v_off_a+t_], v[v_oob], v[v_off_a+t_], vcc
+        v_mul_lo_u32 v[v_off_as+t_], v[v_tmp], s[s_KB]
+        v_add_u32 v[v_off_as+t_], v[v_off_as+t_], v[v_g]
+        v_cndmask_b32 v[v_off_as+t_], v[v_oob], v[v_off_as+t_], vcc
+        .set t_, t_ + 1
+    .endr
+    s_cmp_eq_u32 s[s_has_w], 0
+    s_cbranch_scc1 L_weights_done_\@
+    .set t_, 0
+    .rept MT
+        v_cmp_gt_u32 vcc, s[s_valid], v[v_slot+t_]
+        v_lshlrev_b32 v[v_tmp], 2, v[v_slot+t_]
+        v_cndmask_b32 v[v_tmp], v[v_oob], v[v_tmp], vcc     ; a sentinel's weight reads 0 (never used)
+        buffer_load_dword v[v_tw+t_], v[v_tmp], s[s_rsrc_tw:s_rsrc_tw+3], 0 offen
+        .set t_, t_ + 1
+    .endr
+L_weights_done_\@:
 .endm
 
 ; --- prologue ---
@@ -292,7 +336,7 @@ set_log2 NT_SHIFT, NT
     s_mul_i32 s[s_tmp], s[s_valid], s[s_has_w]
     s_lshl_b32 s[s_tmp], s[s_tmp], 2
     buffer_rsrc s_rsrc_tw, s[s_tmp]
-    weight_offsets                                          ; leaves 16g in v_tmp+1
+    weight_offsets
 .if SWIGLU
     ; strips 2, 3 read up rows I + n0 + 16(j - 2) + i: (I - 32) rows past n0 + 16j + i
     s_sub_u32 s[s_tmp+2], s[s_I], 32
@@ -327,44 +371,18 @@ set_log2 NT_SHIFT, NT
     s_addc_u32 s[s_rsrc_bs+1], s[s_rsrc_bs+1], s[s_tmp+2]
     buffer_rsrc s_rsrc_bs, s[s_tmp]
 
-    ; slot ids → activation rows slot / a_div (sentinels: OOB_OFFSET), and the row weights
-    s_cmp_eq_u32 s[s_magic], 0
-    s_cselect_b64 s[s_tmp:s_tmp+1], exec, 0                 ; lanes taking the slot itself (a_div = 1)
-    s_waitcnt vmcnt(0)                                      ; in flight: the MT slot-id loads → landed
-    .set t_, 0
-    .rept MT
-        v_mul_hi_u32 v[v_tmp], v[v_slot+t_], s[s_magic]     ; slot / a_div
-        v_cndmask_b32_e64 v[v_tmp], v[v_tmp], v[v_slot+t_], s[s_tmp:s_tmp+1]
-        v_cmp_gt_u32 vcc, s[s_valid], v[v_slot+t_]          ; slot < valid: a real row
-        v_mul_lo_u32 v[v_off_a+t_], v[v_tmp], s[s_K]
-        v_add_u32 v[v_off_a+t_], v[v_off_a+t_], v[v_tmp+1]
-        v_cndmask_b32 v[v_off_a+t_], v[v_oob], v[v_off_a+t_], vcc
-        v_mul_lo_u32 v[v_off_as+t_], v[v_tmp], s[s_KB]
-        v_add_u32 v[v_off_as+t_], v[v_off_as+t_], v[v_g]
-        v_cndmask_b32 v[v_off_as+t_], v[v_oob], v[v_off_as+t_], vcc
-        .set t_, t_ + 1
-    .endr
-    s_cmp_eq_u32 s[s_has_w], 0
-    s_cbranch_scc1 L_weights_done
-    .set t_, 0
-    .rept MT
-        v_cmp_gt_u32 vcc, s[s_valid], v[v_slot+t_]
-        v_lshlrev_b32 v[v_tmp], 2, v[v_slot+t_]
-        v_cndmask_b32 v[v_tmp], v[v_oob], v[v_tmp], vcc     ; a sentinel's weight reads 0 (never used)
-        buffer_load_dword v[v_tw+t_], v[v_tmp], s[s_rsrc_tw:s_rsrc_tw+3], 0 offen
-        .set t_, t_ + 1
-    .endr
-L_weights_done:
     s_cmp_ge_u32 s[s_step], s[s_nsteps]
-    s_cbranch_scc1 L_reduce                                 ; no step for this wave: its tiles stay 0
+    s_cbranch_scc1 L_reduce                                 ; no step for this wave: its tiles stay 0 (only wave 0,
+                                                            ; which always has one, needs the rows for the row table)
 
-; --- main loop (mxfp8.inc); the weight loads above are older than every step's, so each
-; step's s_waitcnt covers them too ---
-    mfma_k_loop
+; --- main loop (mxfp8.inc): the first step's weight loads go out before the slot ids are
+; waited for (a_rows runs behind them); the row-weight loads are older than every later
+; step's loads, so each step's s_waitcnt covers them too ---
+    mfma_k_loop K_DEPTH, a_rows
 
 ; --- reduction: the 4 waves' tiles, the block's slot ids and weights through LDS ---
 L_reduce:
-    s_waitcnt vmcnt(0)                                      ; in flight: topk weight loads (a wave without steps) → landed
+    s_waitcnt vmcnt(0)                                      ; in flight: slot-id loads (a wave without steps) → landed
     tiles_to_lds
     s_cmp_eq_u32 s[s_wave], 0
     s_cbranch_scc0 L_rows_written

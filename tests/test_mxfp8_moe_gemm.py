@@ -146,6 +146,9 @@ CASES = [  # (kind, T, top_k, E, N, K, block_m, a_div = top_k, topk_weights)
     ("spread", 16, 4, 70, 20, 192, 16, True, True),       # every slot on its own expert
     ("spread", 1, 8, 8, 100, 64, 32, False, True),
     ("few", 23, 5, 129, 16, 320, 32, True, True),         # most experts empty
+    # the 3-deep K loop (block_m 16, 16/32 columns) leaves after its 1st / 3rd step body:
+    ("random", 3, 2, 8, 40, 640, 16, True, True),         # 5 steps: wave 0 runs 2
+    ("random", 2, 3, 8, 24, 1824, 16, False, True),       # 15 steps, one partial: wave 0 runs 4
 ]
 
 

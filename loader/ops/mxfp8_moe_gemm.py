@@ -173,7 +173,8 @@ def choose_nt(sizes: dict) -> int:
     compute units is within WIDE_SLACK of the most even one. The blocks that carry tokens
     number at most min(blocks, slots, experts), and a CU streams about ceil(workgroups /
     CUS) * NT strips. block_m 16 takes NT 4, 2 or 1, 32 takes 2 or 1, 64 takes 1 (VGPRs: MT * NT
-    D tiles and two register sets). Checked against the timing model in bench/moe_gemm.py."""
+    D tiles and the K loop's two or three register sets). Checked against the timing model in
+    bench/moe_gemm.py."""
     busy = min(sizes["blocks"], sizes["valid"], sizes["E"])
     choices = {16: (4, 2, 1), 32: (2, 1), 64: (1,)}[sizes["block_m"]]
     cost = {nt: cdiv(busy * cdiv(sizes["N"], 16 * nt), CUS) * nt for nt in choices}
