@@ -109,8 +109,10 @@ def main_loop(variant) -> dict:
     insts = emu.load(co).kernel(variant.kernel.symbol).program.insts
     by_pc = {i.pc: n for n, i in enumerate(insts)}
     gemv = variant.kernel.name.startswith("mxfp8_gemv")
-    start = labels["L_chunk_loop"] if gemv else labels["L_loop"]
-    never = {labels[k] for k in labels if k.startswith(("L_last", "L_tail"))}
+    # the GEMM's K loop comes from mxfp8.inc's mfma_k_loop macro, one instance per kernel:
+    # its labels carry the macro's instance number (L_kloop_<n>, exits L_kdrain*_<n>)
+    start = labels["L_chunk_loop"] if gemv else next(labels[k] for k in labels if k.startswith("L_kloop_"))
+    never = {labels[k] for k in labels if k.startswith(("L_last", "L_tail", "L_kdrain", "L_kfill"))}
     counts, cycles, loads = Counter(), Counter(), []
     mfma = dict(count=0, cycles=0)
     n, first = by_pc[start], True
