@@ -45,10 +45,14 @@
 ;                           a K read address lives in v_kaddr, moved each iteration)
 ; A tile is 64 rows x 256 bytes, row-major, each row's 16-byte chunks XOR-swizzled:
 ;   K: chunk c of row r at  r*256 + 16*(c ^ (r % 16))
-;   V: chunk c of row r at  r*256 + 16*(c ^ (2 * (r % 8)))
+;   V: chunk c of row r at  r*256 + 16*(c ^ (4 * (r % 4) | 2 * ((r / 4) % 2)))
 ; K's swizzle makes every 16 lanes of a ds_read_b128 (16 keys, same chunk) hit 16
-; different 16-byte bank groups; V's makes the 16 lanes of a ds_read_b64_tr_b16 (4 rows x
-; 32 bytes) hit 16 different 8-byte slots. Tiles arrive by LDS DMA (buffer_load_dwordx4
+; different 16-byte bank groups. V's: a ds_read_b64_tr_b16's lanes 32h..32h+31 read rows
+; 4h..4h+3 (+8x +16ks) at chunks 4db + 0..3; XOR with 4(r % 4) puts the four rows in four
+; disjoint chunk quads, so every 32 lanes cover all 64 banks once (with 2r, rows r and r+1
+; shared one quad: 2-way conflicts if the tr read's phases are ds_read_b64's 2 x 32 lanes
+; or ds_read_b128's 4 groups of 16; `gfxasm stats --lds` counts 0 under every phase
+; hypothesis of gfxasm.perf.lds_banks). Tiles arrive by LDS DMA (buffer_load_dwordx4
 ; ... lds): one instruction fills 1 KiB = 4 rows (lane i -> row i/16, slot i%16, loading
 ; global chunk slot ^ swizzle(row)), so the global side stays coalesced. Wave w fills
 ; lines w and w+8 of K and of V: 4 DMA instructions per wave per tile.
@@ -117,8 +121,9 @@
 ; MFMA's lane layout (k = 8(l/32) + e, 8 bytes per lane), so the pipeline is unchanged:
 ; Q as 8 steps of 8 bytes (d = 16s + 8(l/32)), K by ds_read_b64 (rows of 128 bytes, chunk
 ; c of row r at 16*(c ^ (r/2)%8)), V^T by one ds_read_b64_tr_b8 per operand in the key
-; order of P's registers (chunk c at 16*(c ^ (2((r/2)%2) + 4((r/8)%2)))), both conflict-
-; light; one DMA line of 8 rows per wave per tile. Q is not re-quantised: scores stay in
+; order of P's registers (chunk c at 16*(c ^ (2((r/2)%2) + 4((r/8)%2)))); `gfxasm stats
+; --lds` counts the V reads conflict-free under every phase hypothesis, the K reads 2-way
+; (+2 cycles each, under ds_read_b64's measured phases); one DMA line of 8 rows per wave per tile. Q is not re-quantised: scores stay in
 ; raw units (m, -m, the lazy test against 8/c), and c = scale * log2(e) * q_descale *
 ; k_descale multiplies S - m before each exp2; P <= 2^8 (lazy threshold) fits e4m3
 ; (448) and goes to e4m3 for the P.V MFMA, while l sums the f32 P; O = v_descale P.V / l.
@@ -1213,13 +1218,16 @@ L_no_clamp:
     .endr
     ; V (ds_read_b64_tr_b16): lane 16bb + 4j + m reads 8 bytes of row rr = 4(bb/2) + j
     ; (+16ks +8x by offset) at d = 32db + 16(bb%2) + 4m: chunk c = 4db + 2(bb%2) + m/2,
-    ; address rr*256 + 16*(c ^ 2rr) + 8(m%2)
+    ; address rr*256 + 16*(c ^ swizzle(rr)) + 8(m%2), swizzle(rr) = 4(rr%4) | 2((rr/4)%2) = 4j + 2(l/32)
+    ; (the offsets' 8x + 16ks rows leave it unchanged)
     v_bfe_u32 v[v_t0], v[v_lane], 2, 2                  ; j
     v_lshl_add_u32 v[v_t0], v[v_u_lh], 2, v[v_t0]         ; rr = 4(bb/2) + j   (bb/2 = l/32)
     v_bfe_u32 v[v_t1], v[v_lane], 4, 1                  ; bb % 2
     v_bfe_u32 v[v_t2], v[v_lane], 1, 1                  ; m / 2
     v_lshl_add_u32 v[v_t1], v[v_t1], 1, v[v_t2]         ; 2(bb%2) + m/2
-    v_lshlrev_b32 v[v_t2], 1, v[v_t0]                   ; 2rr
+    v_and_b32 v[v_t2], 3, v[v_t0]                       ; j = rr % 4
+    v_lshlrev_b32 v[v_t2], 2, v[v_t2]
+    v_lshl_add_u32 v[v_t2], v[v_u_lh], 1, v[v_t2]        ; swizzle(rr)
     v_and_b32 v[v_u3], 1, v[v_lane]                     ; m % 2
     v_lshlrev_b32 v[v_u3], 3, v[v_u3]
     v_lshl_add_u32 v[v_u3], v[v_t0], 8, v[v_u3]         ; rr*256 + 8(m%2)
@@ -1266,9 +1274,9 @@ L_no_clamp:
     v_xor_b32 v[v_u3], v[v_u3], v[v_t1]                 ; K chunk
     v_lshlrev_b32 v[v_t2], 4, v[v_u3]
     v_lshl_add_u64 v[v_cbase_k:v_cbase_k+1], v[v_t2:v_t2+1], 0, s[s_ptr_k:s_ptr_k+1]
-    s_and_b32 s[s_t3], s[s_t1], 4                       ; 4(w%2)
-    v_add_u32 v[v_u3], s[s_t3], v[v_t0]                 ; row % 8
-    v_lshlrev_b32 v[v_u3], 1, v[v_u3]
+    s_and_b32 s[s_t3], s[s_wave], 1
+    s_lshl_b32 s[s_t3], s[s_t3], 1                      ; 2(w%2) = 2((row/4) % 2) (same for line w+8)
+    v_lshl_add_u32 v[v_u3], v[v_t0], 2, s[s_t3]         ; V's swizzle(row) = 4(row%4) | 2((row/4)%2) = 4(i/16) | 2(w%2)
     v_xor_b32 v[v_u3], v[v_u3], v[v_t1]                 ; V chunk
     v_lshlrev_b32 v[v_t2], 4, v[v_u3]
     v_lshl_add_u64 v[v_cbase_v:v_cbase_v+1], v[v_t2:v_t2+1], 0, s[s_ptr_v:s_ptr_v+1]
@@ -1285,9 +1293,9 @@ L_no_clamp:
     v_lshl_add_u32 v[v_dma_k0], v[v_u3], 4, v[v_u4]
     s_lshl_b32 s[s_t3], s[s_k_ss], 5                    ; line w+8 is 32 rows further
     v_add_u32 v[v_dma_k1], s[s_t3], v[v_dma_k0]
-    s_and_b32 s[s_t3], s[s_t1], 4                       ; 4(w%2)
-    v_add_u32 v[v_u3], s[s_t3], v[v_t0]                 ; row % 8
-    v_lshlrev_b32 v[v_u3], 1, v[v_u3]
+    s_and_b32 s[s_t3], s[s_wave], 1
+    s_lshl_b32 s[s_t3], s[s_t3], 1                      ; 2(w%2) = 2((row/4) % 2) (same for line w+8)
+    v_lshl_add_u32 v[v_u3], v[v_t0], 2, s[s_t3]         ; V's swizzle(row) = 4(row%4) | 2((row/4)%2) = 4(i/16) | 2(w%2)
     v_xor_b32 v[v_u3], v[v_u3], v[v_t1]                 ; V chunk
     v_mul_lo_u32 v[v_u4], v[v_t2], s[s_v_ss]
     v_lshl_add_u32 v[v_dma_v0], v[v_u3], 4, v[v_u4]
