@@ -54,7 +54,7 @@ import math
 import torch
 
 from ..launcher import launch
-from . import library
+from . import arguments, library
 from .aliasing import extent, refuse_internal_overlap, refuse_overlap
 
 HEAD_DIM = 128
@@ -76,15 +76,11 @@ def variant_name(dtype: torch.dtype, causal: bool, block_scales: bool = False) -
 
 
 def _fail(kind, message: str):
-    raise kind(f"{NAME}: {message}")
+    arguments.fail(NAME, kind, message)
 
 
 def _tensor(name: str, value, rank: int, what: str) -> torch.Tensor:
-    if not isinstance(value, torch.Tensor):
-        _fail(TypeError, f"'{name}' must be a torch.Tensor, got {type(value).__name__}")
-    if value.dim() != rank:
-        _fail(ValueError, f"'{name}' must have rank {rank} ({what}), got shape {tuple(value.shape)}")
-    return value
+    return arguments.tensor(NAME, name, value, rank, what)
 
 
 def _index(name: str, value, length: int | None, device) -> torch.Tensor:

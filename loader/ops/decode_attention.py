@@ -62,7 +62,7 @@ import torch
 from ..gridexpr import cdiv
 from ..launcher import BACKEND_ENV, prepare
 from ..manifest import default_manifest
-from . import library
+from . import arguments, library
 from .aliasing import extent, refuse_internal_overlap, refuse_overlap
 
 KERNEL = "decode_attn"
@@ -122,15 +122,11 @@ def plan(batch: int, heads_kv: int, rows: int, capacity: int, num_splits: int | 
 # ------------------------------------------------------------------ validation
 
 def _fail(exc, msg: str):
-    raise exc(f"decode_attention: {msg}")
+    arguments.fail("decode_attention", exc, msg)
 
 
 def _tensor(name: str, value, rank: int, what: str) -> torch.Tensor:
-    if not isinstance(value, torch.Tensor):
-        _fail(TypeError, f"'{name}' must be a torch.Tensor ({what}), got {type(value).__name__}")
-    if value.dim() != rank:
-        _fail(ValueError, f"'{name}' must have rank {rank} ({what}), got shape {tuple(value.shape)}")
-    return value
+    return arguments.tensor("decode_attention", name, value, rank, what)
 
 
 def _vector(name: str, value, dtype: torch.dtype, length: int, what: str, device) -> torch.Tensor:

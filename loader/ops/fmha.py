@@ -41,7 +41,7 @@ import torch
 
 from ..launcher import BACKEND_ENV, PreparedLaunch, prepare
 from ..manifest import default_manifest
-from . import library
+from . import arguments, library
 from .aliasing import extent, refuse_internal_overlap, refuse_overlap
 
 HEAD_DIM = 128
@@ -62,12 +62,7 @@ def variant_name(dtype: torch.dtype, causal: bool) -> str:
 # ------------------------------------------------------------------ validation
 
 def _tensor(name: str, value, rank: int) -> torch.Tensor:
-    if not isinstance(value, torch.Tensor):
-        raise TypeError(f"fmha_fwd: '{name}' must be a torch.Tensor, got {type(value).__name__}")
-    if value.dim() != rank:
-        raise ValueError(f"fmha_fwd: '{name}' must have rank {rank} ([batch, seq, heads, {HEAD_DIM}]), "
-                         f"got shape {tuple(value.shape)}")
-    return value
+    return arguments.tensor("fmha_fwd", name, value, rank, f"[batch, seq, heads, {HEAD_DIM}]")
 
 
 def _check_layout(name: str, t: torch.Tensor) -> None:
