@@ -15,10 +15,23 @@ import yaml
 from gfxasm.backends.hip_runtime import LIBRARY_ENV
 from gfxasm.build import build_manifest
 from gfxasm.cli import load_cases
+from gfxasm.emu import fast
 from gfxasm.manifest import Manifest
 from gfxasm.toolchain import find_tool
 
 FIXTURES = Path(__file__).parent / "fixtures"
+EMU_TESTS = Path(__file__).parent / "emu"
+
+
+@pytest.fixture(autouse=True)
+def _compiled_bookkeeping_in_emu_tests(request, monkeypatch):
+    """tests/emu: the emulator's compiled bookkeeping (gfxasm.emu.fast) serves every strict
+    launch there, however small (it normally waits for launches of fast.MIN_WAVES waves), so
+    the strict-mode tests check it as they check the numpy paths; where numba is absent they
+    check the numpy paths alone. (Here, not in a tests/emu/conftest.py: a second module named
+    `conftest` would shadow this one for the tests that import from it.)"""
+    if EMU_TESTS in request.path.parents:
+        monkeypatch.setattr(fast, "MIN_WAVES", 1)
 
 
 @pytest.fixture

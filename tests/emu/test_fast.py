@@ -7,7 +7,7 @@ epochs equal and apart, some dwords in flight): where the numpy path reports, th
 path must decline and leave the state untouched; elsewhere both must leave the same
 reader marks, bit for bit. hazards.check_read's use of fast.reads_settled is covered by
 test_strict.py's boundary tests and read_dwords' addresses and data by every DS test:
-conftest.py lowers fast.MIN_WAVES to 1 for tests/emu, so they run through both.
+tests/conftest.py lowers fast.MIN_WAVES to 1 for tests/emu, so they run through both.
 """
 from types import SimpleNamespace
 
