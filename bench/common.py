@@ -53,26 +53,28 @@ def has_gfx950() -> bool:
         return False
 
 
+def device_seconds(step, warmup: int = 5, iters: int = 20) -> float:
+    """Seconds per call of step(i) on the GPU, from device events around `iters` calls after
+    `warmup` (i counts on across both, for steps that cycle through buffers)."""
+    for i in range(warmup):
+        step(i)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for i in range(warmup, warmup + iters):
+        step(i)
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 1e3 / iters
+
+
 def measure(case: BenchCase, warmup: int = 5, iters: int = 20) -> float:
     """Seconds per launch on the gfx950, from device events (buffers must live on it)."""
     from gfxasm.backends.hip import HipBackend
     backend = HipBackend()
     dev = torch.cuda.current_device()
     stream = torch.cuda.current_stream().cuda_stream
-
-    def go():
-        backend.launch(Path(case.co), case.kernel, tuple(case.grid), tuple(case.block), case.kernarg,
-                       dev, stream)
-
-    for _ in range(warmup):
-        go()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        go()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 1e3 / iters
+    return device_seconds(lambda i: backend.launch(Path(case.co), case.kernel, tuple(case.grid), tuple(case.block),
+                                                   case.kernarg, dev, stream), warmup, iters)
 
 
 def evaluate(case: BenchCase, device: bool | None = None, **estimate_kw) -> dict:

@@ -41,7 +41,7 @@ if str(REPO) not in sys.path:
 import gfxasm                                                   # noqa: E402
 from gfxasm.ops import mxfp8_moe_gemm as moe                   # noqa: E402
 
-from bench.common import has_gfx950, manifest_case             # noqa: E402
+from bench.common import device_seconds, has_gfx950, manifest_case   # noqa: E402
 
 HBM = 8.0e12
 E, TOP_K, BLOCK_M = 128, 4, 16
@@ -94,16 +94,8 @@ def modelled(p: dict, used_only: bool = False) -> dict:
 def measured(shape: str, T: int, iters: int = 50) -> float:
     p = problem(shape, T, device="cuda")
     args = [p[k] for k in ("a", "a_scale", "w", "w_scale", "sorted_token_ids", "expert_ids", "num_tokens_post_padded")]
-    run = lambda: gfxasm.mxfp8_moe_gemm(*args, a_div=p["a_div"], topk_weights=p["topk_weights"])   # noqa: E731
-    for _ in range(5):
-        run()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        run()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 1e3 / iters
+    return device_seconds(lambda i: gfxasm.mxfp8_moe_gemm(*args, a_div=p["a_div"], topk_weights=p["topk_weights"]),
+                          iters=iters)
 
 
 def _table(rows: list[dict]) -> str:

@@ -47,7 +47,7 @@ if str(REPO) not in sys.path:
 from gfxasm.manifest import default_manifest                   # noqa: E402
 from gfxasm.perf import params as P                            # noqa: E402
 
-from bench.common import has_gfx950, manifest_case             # noqa: E402
+from bench.common import device_seconds, has_gfx950, manifest_case   # noqa: E402
 
 mx = importlib.import_module("gfxasm.ops.mxfp8_gemm")
 
@@ -243,15 +243,7 @@ def measured_seconds(M, N, K, iters: int = 50) -> float:
     a.view(torch.uint8).random_(0, 0x7E)
     out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
     import gfxasm
-    for i in range(5):
-        gfxasm.mxfp8_gemm(a, sa, weights[i % len(weights)][0], sb, out=out)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for i in range(iters):
-        gfxasm.mxfp8_gemm(a, sa, weights[i % len(weights)][0], sb, out=out)
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 1e3 / iters
+    return device_seconds(lambda i: gfxasm.mxfp8_gemm(a, sa, weights[i % len(weights)][0], sb, out=out), iters=iters)
 
 
 # ------------------------------------------------------------------ report
