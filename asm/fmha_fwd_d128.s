@@ -138,6 +138,33 @@
 ; are in c-units as before. O is kept in the units of the current tile's v scale: where it
 ; changes, the lazy O rescale's out-of-line path multiplies O by v_scale(j-1) / v_scale(j)
 ; (with the lazy factor if due) after GEMM1(j-1); the epilogue multiplies by the last one.
+;   Pages < 64 with block scales (NOT implemented; the op refuses them). A tile then spans
+; 64/p pages, so both scales vary per key. What it would take in this kernel's layouts:
+; - k: blk_scores already forms k_scale S - m per register pair (v_pk_fma, 16 per tile);
+;   per key, a VGPR pair of scales replaces s[s_sc1] (same op count; m and the lazy test
+;   stay in c-units). Lane l's register r of key block kb is key 32kb + 8(r/4) + 4(l/32)
+;   + r%4: for p >= 8 the scale is uniform over each group of 4 registers and all lanes
+;   (64/p pages per tile); for p <= 4 it varies per lane half (p = 4) and per register
+;   (p = 1, 2: 32 distinct keys per lane).
+; - v: V is e4m3 in LDS, so the v scale goes on P's columns: in smB_op, between the l sum
+;   (unscaled P) and the e4m3 conversion, P' = P * v(key) / v_ref(j) (16 v_pk_mul per
+;   tile) with v_ref(j) the tile's largest v scale, so P' <= P <= 2^8 stays in e4m3's
+;   range; the tile max is an in-lane max of 32 scales plus one v_permlane32_swap (both
+;   32 lanes of a half hold the same keys). O stays in v_ref units through
+;   the s_vratio path above. fp8_p_bound must then bound the rounding of P' (below 2^-6
+;   relative to v_ref, e4m3 is subnormal: the bound gets looser as the spread grows).
+; - loading: per lane in the MFMA layout it would be 32 page entries + 32 scale loads per
+;   tile (p = 1): too many VMEM ops. Instead the DMA lanes, which already hold their
+;   line's clamped page entry (v_g_k0; FP8 lane i -> row i/8 of the wave's 8 rows), load
+;   their row's (k, v) pair (as tile_scales, one global_load_dwordx2), and after the next
+;   barrier's vmcnt(0) write it (ds_write_b32 x 2; the 8 lanes of a row write the same
+;   value) to an LDS table k[64], v[64] beside K's buffer ((k+2) % 3: 3 x 512 bytes, past
+;   LDS_NEEDED; the manifest's lds_bytes grows). softmax(j) reads its keys' scales by
+;   broadcast ds_read_b128 (keys 32kb + 8g + 4(l/32) + 0..3 are consecutive: 8 reads for
+;   k, 8 for v), which join the operand reads' lgkmcnt bookkeeping.
+; - registers: 64 scales per tile at once do not fit; streamed 4 at a time (one read
+;   ahead of each 4-register group) they need 8-16 VGPRs: FP8 leaves v_p+8..v_p+15 and
+;   v_sc3+2..v_q+31 free, and BLK's v_negm (16 zeros) could go if GEMM0's srcC is 0.
 ;
 ; --- Registers -----------------------------------------------------------------------
 ; 256 VGPRs (no AGPRs): 2 waves per SIMD, one workgroup per CU.

@@ -22,8 +22,14 @@
   (the row sum uses unrounded P); `fp8_p_bound` gives the error that allows.
 - kv_block_descale (FP8): float32 [num_pages, Hkv, 2], the (k, v) scale of each physical
   page and KV head, instead of k_descale / v_descale (q_descale stays per-tensor). Needs
-  page_size >= 64 (the kernel applies one pair per 64-key tile; smaller pages are refused:
-  not implemented) and scales > 0 (checked on the CPU only).
+  page_size >= 64 and scales > 0 (checked on the CPU only). LIMIT (issue 10 asks for
+  every page size): smaller pages are refused, not implemented. The kernel applies one
+  (k, v) pair per 64-key tile (SGPRs); below 64 the scales vary per key, which takes
+  per-key k scales on S's columns before the softmax, per-key v scales on P's columns
+  before its e4m3 rounding (relative to the tile's largest, so P stays in range) and a
+  per-tile LDS scale table filled by the DMA lanes; asm/fmha_fwd_d128.s's header
+  ("Pages < 64 with block scales") says where. No host fallback (dequantising the cache
+  would be a silent slow path).
 - causal: query i of a sequence sees key j iff j <= i + seqlen_k - seqlen_q (bottom-right).
   A query that sees no key (seqlen_k = 0, or causal with seqlen_q > seqlen_k) gets O = 0
   and LSE = -inf; seqlen_q = 0 is legal.
