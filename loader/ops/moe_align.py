@@ -41,7 +41,7 @@ import torch
 from ..gridexpr import cdiv
 from ..launcher import BACKEND_ENV, PreparedLaunch, prepare
 from ..manifest import default_manifest
-from . import library
+from . import arguments, library
 
 OP = "moe_align_block_size"
 MAX_SLOTS = 16384                  # LDS holds one int32 id per slot (kernels.yaml: lds_bytes)
@@ -50,7 +50,7 @@ MAX_BLOCK_M = 1024
 
 
 def _fail(exc, message: str):
-    raise exc(f"{OP}: {message}")
+    arguments.fail(OP, exc, message)
 
 
 def sizes(numel: int, num_experts: int, block_m: int) -> tuple[int, int]:
@@ -65,8 +65,7 @@ def validate(topk_ids, num_experts, block_m, expert_map) -> tuple[int, int]:
     """Check what metadata tells (the fake kernel runs this); return the output sizes."""
     # dynamic-shape tracing passes the ints as SymInts; they size the outputs: specialise them
     num_experts, block_m = (int(v) if isinstance(v, torch.SymInt) else v for v in (num_experts, block_m))
-    if not isinstance(topk_ids, torch.Tensor):
-        _fail(TypeError, f"'topk_ids' must be a torch.Tensor ([T, top_k] int32), got {type(topk_ids).__name__}")
+    arguments.tensor(OP, "topk_ids", topk_ids, what="[T, top_k] int32")
     if topk_ids.dtype != torch.int32:
         _fail(TypeError, f"'topk_ids' dtype must be torch.int32, got {topk_ids.dtype}")
     if topk_ids.dim() not in (1, 2):

@@ -51,7 +51,7 @@ import torch
 
 from ..launcher import BACKEND_ENV, PreparedLaunch, prepare
 from ..manifest import default_manifest
-from . import library, moe_align, mxfp8_moe_gemm, swiglu_quant
+from . import arguments, library, moe_align, mxfp8_moe_gemm, swiglu_quant
 from .aliasing import extent, refuse_overlap
 from .mxfp8_gemm import BLOCK, E4M3, E8M0
 from .mxfp8_moe_gemm import BLOCK_MS, MAX_A_DIV
@@ -60,7 +60,7 @@ OP = "mxfp8_moe"
 
 
 def _fail(exc, message: str):
-    raise exc(f"{OP}: {message}")
+    arguments.fail(OP, exc, message)
 
 
 def choose_block_m(T: int, top_k: int, E: int) -> int:
@@ -75,8 +75,7 @@ def validate(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, exp
     named = (("x", x, "[T, H] e4m3"), ("w1", w1, "[E, 2I, H] e4m3"), ("w2", w2, "[E, H, I] e4m3"),
              ("topk_weights", topk_weights, "[T, top_k] float32"), ("topk_ids", topk_ids, "[T, top_k] int32"))
     for name, t, what in named:
-        if not isinstance(t, torch.Tensor):
-            _fail(TypeError, f"'{name}' must be a torch.Tensor ({what}), got {type(t).__name__}")
+        arguments.tensor(OP, name, t, what=what)
     for name, t in (("x", x), ("w1", w1), ("w2", w2)):
         if t.dtype != E4M3:
             _fail(TypeError, f"'{name}' dtype must be torch.float8_e4m3fn, got {t.dtype}")

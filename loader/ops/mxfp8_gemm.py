@@ -56,7 +56,7 @@ import torch
 from ..gridexpr import cdiv
 from ..launcher import BACKEND_ENV, PreparedLaunch, prepare
 from ..manifest import default_manifest
-from . import library
+from . import arguments, library
 from .aliasing import extent, refuse_overlap
 
 E4M3 = torch.float8_e4m3fn
@@ -96,9 +96,7 @@ def _name(value) -> str:
 
 
 def _tensor(name: str, value, what: str) -> torch.Tensor:
-    if not isinstance(value, torch.Tensor):
-        raise TypeError(f"mxfp8_gemm: '{name}' must be a torch.Tensor ({what}), got {_name(value)}")
-    return value
+    return arguments.tensor("mxfp8_gemm", name, value, what=what)
 
 
 def _check_scale_shape(name: str, t: torch.Tensor, rows: int, K: int) -> None:

@@ -60,7 +60,7 @@ import torch
 from ..gridexpr import cdiv
 from ..launcher import BACKEND_ENV, PreparedLaunch, prepare
 from ..manifest import default_manifest
-from . import library
+from . import arguments, library
 from .aliasing import extent, refuse_overlap
 from .mxfp8_gemm import BLOCK, E4M3, E8M0, OUT_DTYPES, SCALE_DTYPES, dequantize
 
@@ -76,13 +76,11 @@ WIDE_SLACK = 1.25                  # choose_nt: how much less even a wider tile 
 
 
 def _fail(exc, message: str):
-    raise exc(f"{OP}: {message}")
+    arguments.fail(OP, exc, message)
 
 
 def _tensor(name: str, value, what: str) -> torch.Tensor:
-    if not isinstance(value, torch.Tensor):
-        _fail(TypeError, f"'{name}' must be a torch.Tensor ({what}), got {type(value).__name__}")
-    return value
+    return arguments.tensor(OP, name, value, what=what)
 
 
 def _shape(name: str, t: torch.Tensor, shape: tuple, what: str) -> None:

@@ -48,7 +48,7 @@ import torch
 from ..gridexpr import cdiv
 from ..launcher import BACKEND_ENV, PreparedLaunch, prepare
 from ..manifest import default_manifest
-from . import library
+from . import arguments, library
 from .aliasing import extent, refuse_overlap
 from .mxfp8_gemm import BLOCK, E4M3, E8M0
 
@@ -61,7 +61,7 @@ _ALIGN = 16
 
 
 def _fail(exc, message: str):
-    raise exc(f"{OP}: {message}")
+    arguments.fail(OP, exc, message)
 
 
 def _number(name: str, value) -> float:
@@ -72,8 +72,7 @@ def _number(name: str, value) -> float:
 
 def validate(x, alpha, beta, limit, out=None) -> tuple[int, int]:
     """Check what metadata tells (the fake kernels run this); return (M, I)."""
-    if not isinstance(x, torch.Tensor):
-        _fail(TypeError, f"'x' must be a torch.Tensor ([M, 2I] gate | up), got {type(x).__name__}")
+    arguments.tensor(OP, "x", x, what="[M, 2I] gate | up")
     if x.dtype not in IN_DTYPES:
         _fail(TypeError, f"'x' dtype must be torch.bfloat16 or torch.float16, got {x.dtype}")
     if x.dim() != 2 or x.shape[1] % (2 * BLOCK):
