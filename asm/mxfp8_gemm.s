@@ -164,11 +164,7 @@ L_stored_\@:
     s_load_dword s[s_splits], s[s_kernarg:s_kernarg+1], k_splits
     mfma_lanes
     s_waitcnt lgkmcnt(0)                                    ; in flight: 6 pointers, M, N, K, splits → wait for all
-    s_lshr_b32 s[s_KB], s[s_K], 5
-    s_mul_i32 s[s_tmp], s[s_M], s[s_K]
-    buffer_rsrc s_rsrc_a, s[s_tmp]
-    s_mul_i32 s[s_tmp], s[s_M], s[s_KB]
-    buffer_rsrc s_rsrc_as, s[s_tmp]
+    activation_rsrcs
     s_mul_i32 s[s_tmp], s[s_N], s[s_K]
     buffer_rsrc s_rsrc_b, s[s_tmp]
     s_mul_i32 s[s_tmp], s[s_N], s[s_KB]

@@ -314,11 +314,7 @@ L_weights_done_\@:
         .set t_, t_ + 1
     .endr
 
-    s_lshr_b32 s[s_KB], s[s_K], 5
-    s_mul_i32 s[s_tmp], s[s_M], s[s_K]
-    buffer_rsrc s_rsrc_a, s[s_tmp]
-    s_mul_i32 s[s_tmp], s[s_M], s[s_KB]
-    buffer_rsrc s_rsrc_as, s[s_tmp]
+    activation_rsrcs
 .if SWIGLU
     s_lshr_b32 s[s_I], s[s_N], 1
     s_lshr_b32 s[s_NB], s[s_N], 6
