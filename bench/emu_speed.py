@@ -10,13 +10,18 @@ shape issue 12 quoted (B1 Hq8/Hk2 S1024, 256 waves). The emulator's compiled boo
 (gfxasm.emu.fast) runs when numba is installed, for launches of at least
 fast.MIN_WAVES waves; GFXASM_EMU_NUMBA=0 measures the numpy paths alone (the JSON says
 which). Prints a table and writes bench/out/emu_speed.json.
-Measure on one core:
+Every row carries a checksum (sha256 of every buffer's bytes after each launch; the
+repeats must agree; the microkernels store nothing, so theirs only shows the buffer is left
+untouched — the FMHA rows are the real test): `--check OLD.json` compares them with an earlier run's rows of the
+same kernel and wave count and exits 1 on any difference, so a speed change can be shown
+to leave results bit for bit unchanged. Measure on one core:
 
     taskset -c 0 python3 bench/emu_speed.py
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -38,6 +43,20 @@ from tests.conformance import cases  # noqa: E402
 from tests.kernel_source import assemble as assemble_source  # noqa: E402
 from tests.kernel_source import kernel_source  # noqa: E402
 OUT = ROOT / "bench" / "out" / "emu_speed.json"
+
+
+def checksum(buffers) -> str:
+    """sha256 over the bytes of every buffer, in order."""
+    h = hashlib.sha256()
+    for buf in buffers:
+        h.update(buf.contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _one_sum(sums: list[str], what: str) -> str:
+    if len(set(sums)) != 1:
+        raise SystemExit(f"{what}: the repeats gave different results ({sums})")
+    return sums[0]
 
 # Common prologue: s[4:5] = buffer, s10 = iterations, v1 = lane byte offset (16 B/lane,
 # within one wave's 1 KiB), v2 = this work-item's LDS byte offset (16 B per work-item).
@@ -129,15 +148,17 @@ def run_micro(name: str, waves: int, iters: int, repeat: int) -> dict:
     kernel = emu.load(assemble(name)).kernel(f"speed_{name}")
     buf = torch.zeros(256, dtype=torch.int32)
     kernarg = struct.pack("<QI", buf.data_ptr(), iters)
-    times, cpu, count = [], [], 0
+    times, cpu, sums, count = [], [], [], 0
     for _ in range(repeat):
         t0, c0 = time.perf_counter(), time.process_time()
         res = kernel.launch(grid=(waves // 4, 1, 1), block=(256, 1, 1), kernarg=kernarg, buffers=[buf])
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
+        sums.append(checksum([buf]))
         count = res.wave_instructions
     best = min(times)
     return {"kernel": name, "waves": waves, "iters": iters, "wave_instructions": count,
+            "checksum": _one_sum(sums, name),
             "seconds": best, "seconds_all": times,
             "cpu_seconds": min(cpu), "cpu_seconds_all": cpu, "wips": count / best, "wips_cpu": count / min(cpu)}
 
@@ -149,7 +170,7 @@ FMHA_CASES = {"fmha": (1, 8, 1, 256, 512), "fmha_issue12": (1, 8, 2, 1024, 1024)
 
 
 def run_fmha(repeat: int, shape=FMHA_CASES["fmha"]) -> dict:
-    times, cpu, count = [], [], 0
+    times, cpu, sums, count = [], [], [], 0
     for _ in range(repeat):
         case = cases.fmha_fwd(*shape)
         kernel = emu.load(case.path).kernel(case.symbol)
@@ -159,16 +180,36 @@ def run_fmha(repeat: int, shape=FMHA_CASES["fmha"]) -> dict:
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
         case.check()
+        sums.append(checksum(case.buffers))
         count = res.wave_instructions
     best = min(times)
-    return {"kernel": "fmha_fwd(" + ",".join(map(str, shape)) + ")", "waves": res.waves, "iters": None,
-            "wave_instructions": count, "seconds": best, "seconds_all": times,
+    name = "fmha_fwd(" + ",".join(map(str, shape)) + ")"
+    return {"kernel": name, "waves": res.waves, "iters": None,
+            "wave_instructions": count, "checksum": _one_sum(sums, name), "seconds": best, "seconds_all": times,
             "cpu_seconds": min(cpu), "cpu_seconds_all": cpu, "wips": count / best, "wips_cpu": count / min(cpu)}
 
 
 def _row(r):
     print(f"{r['kernel']:28s} {r['waves']:6d} {r['wave_instructions']:11d} {r['seconds']:8.3f} "
-          f"{r['cpu_seconds']:8.3f} {r['wips'] / 1e6:16.3f} {r['wips_cpu'] / 1e6:15.3f}", flush=True)
+          f"{r['cpu_seconds']:8.3f} {r['wips'] / 1e6:16.3f} {r['wips_cpu'] / 1e6:15.3f}  {r['checksum'][:16]}",
+          flush=True)
+
+
+def compare(rows, old_path: str) -> int:
+    """Rows whose checksum differs from old_path's row of the same kernel and waves (1 if
+    any), and which rows had no counterpart there."""
+    old = {(r["kernel"], r["waves"]): r.get("checksum") for r in json.loads(Path(old_path).read_text())["rows"]}
+    bad = 0
+    for r in rows:
+        want = old.get((r["kernel"], r["waves"]))
+        if want is None:
+            print(f"check: {r['kernel']} x{r['waves']}: no checksum in {old_path}")
+        elif want != r["checksum"]:
+            print(f"check: {r['kernel']} x{r['waves']}: checksum {r['checksum']} differs from {want}")
+            bad = 1
+        else:
+            print(f"check: {r['kernel']} x{r['waves']}: checksum equal")
+    return bad
 
 
 def main(argv=None) -> int:
@@ -179,13 +220,14 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="mfma,valu,mem,fmha", help="also: fmha_issue12")
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--label", default="", help="recorded in the JSON (e.g. which tree was measured)")
+    ap.add_argument("--check", default="", help="an earlier emu_speed JSON whose checksums must match")
     args = ap.parse_args(argv)
     default_iters = {"mfma": 100, "valu": 100, "mem": 50}
     rows = []
     only = args.only.split(",")
     print(f"load average before: {os.getloadavg()}")
     print(f"{'kernel':28s} {'waves':>6s} {'wave-insts':>11s} {'wall s':>8s} {'cpu s':>8s} "
-          f"{'M w-inst/s wall':>16s} {'M w-inst/s cpu':>15s}")
+          f"{'M w-inst/s wall':>16s} {'M w-inst/s cpu':>15s}  checksum")
     for name in ("mfma", "valu", "mem"):
         if name not in only:
             continue
@@ -212,7 +254,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    return 0
+    return compare(rows, args.check) if args.check else 0
 
 
 if __name__ == "__main__":
