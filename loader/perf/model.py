@@ -185,13 +185,16 @@ class CuResult:
         return sum(self.mfma_busy) / (len(self.mfma_busy) * self.cycles) if self.cycles else 0.0
 
 
-class _Wave:
-    __slots__ = ("ws", "pos", "simd", "prio", "age", "earliest", "ready", "ready_m", "ready_c",
+class Wave:
+    """One wave's issue state on a CU. `head`: index (in the static list) of its next
+    instruction; `ws`: its recorded stream when replayed (simulate_cu), else None."""
+    __slots__ = ("ws", "pos", "head", "simd", "prio", "age", "earliest", "ready", "ready_m", "ready_c",
                  "vm", "lgkm", "mem_i", "done", "group", "at_barrier", "last_slot", "deps")
 
-    def __init__(self, ws, simd, age, start):
+    def __init__(self, group, simd, age, start, head, ws=None):
         self.ws = ws
         self.pos = 0
+        self.head = head
         self.simd = simd
         self.prio = 0
         self.age = age
@@ -203,78 +206,79 @@ class _Wave:
         self.lgkm = []
         self.mem_i = 0
         self.done = False
-        self.group = ws.group
+        self.group = group
         self.at_barrier = False
         self.last_slot = -1
         self.deps = None                # head instruction's register/waitcnt readiness (cached)
 
 
-def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, groups_resident: int,
-                prm: P.Params = P.DEFAULT, dram_fraction: float = 1.0,
-                active_cus: int = P.NUM_CUS, static: list[StaticInst] | None = None,
-                clock_hz: float | None = None, dram_load: float = 0.0) -> CuResult:
-    """Replay the wave streams of one CU's workgroups; at most `groups_resident` at once.
-    `clock_hz`: the engine clock the cycles run at (default the peak), which sets the
-    cycles of the memory system's per-second rates and nanosecond latencies.
-    `dram_load`: the chip's HBM utilisation rho (0 <= rho < 1) while the launch runs; a
-    DRAM access then waits 1 / (1 - rho) times its unloaded latency (queueing at the
-    memory controllers, see dram_loaded_latency)."""
-    st = static or prepare(insts, prm)
-    Q = prm.issue_quantum
-    clock = clock_hz or prm.clock_hz
-    global_latency = prm.global_latency_ns * 1e-9 * clock
-    # what a DRAM-served byte adds to a cache hit's latency, queueing included
-    dram_latency = (dram_loaded_latency(prm, dram_load) - prm.global_latency_ns) * 1e-9 * clock
-    hbm_per_cu = P.HBM_BYTES_PER_S * prm.hbm_efficiency / clock / max(1, active_cus)
-    cost_lds_r = 1.0 / prm.lds_read_bytes_per_clk
-    cost_lds_w = 1.0 / prm.lds_write_bytes_per_clk
+class Cu:
+    """One compute unit under the rules of the module docstring: the waves that `join` it,
+    issued one slot time at a time by `sweep`. simulate_cu replays recorded streams on it;
+    the emulator's hardware-like schedule (gfxasm.emu.timed) drives it live, its issue
+    order and load completions deciding which wave runs next and when each load lands.
+    A subclass says how many lanes a memory instruction moves (`lanes`), how a wave moves
+    on after an issue (`advance`) and what follows a workgroup's end (`group_finished`).
+    `load_scoreboard`: a load's destination registers hold back their readers until it
+    completes (the replay's assumption; without it only s_waitcnt waits, as on hardware)."""
 
-    by_group: dict[int, list[WaveStream]] = {}
-    for ws in streams:
-        by_group.setdefault(ws.group, []).append(ws)
-    order = sorted(by_group)
-    pending = list(order)
-    group_slot: dict[int, int] = {}
-    free_slots = list(range(groups_resident))
-    fresh: list[_Wave] = []             # launched waves, joining the arbitration next step
-    waves_of: dict[int, list[_Wave]] = {}
-    group_done: dict[int, float] = {}
-    age = [0]
+    def __init__(self, static: list[StaticInst], prm: P.Params, *, clock_hz: float | None = None,
+                 dram_fraction: float = 1.0, active_cus: int = P.NUM_CUS, dram_load: float = 0.0,
+                 load_scoreboard: bool = True):
+        self.st = static
+        self.prm = prm
+        self.Q = prm.issue_quantum
+        clock = clock_hz or prm.clock_hz
+        self.global_latency = prm.global_latency_ns * 1e-9 * clock
+        # what a DRAM-served byte adds to a cache hit's latency, queueing included
+        self.dram_latency = (dram_loaded_latency(prm, dram_load) - prm.global_latency_ns) * 1e-9 * clock
+        self.hbm_per_cu = P.HBM_BYTES_PER_S * prm.hbm_efficiency / clock / max(1, active_cus)
+        self.cost_lds_r = 1.0 / prm.lds_read_bytes_per_clk
+        self.cost_lds_w = 1.0 / prm.lds_write_bytes_per_clk
+        self.dram_fraction = dram_fraction
+        self.load_scoreboard = load_scoreboard
+        nsimd = P.SIMDS_PER_CU
+        self.valu_free = [0.0] * nsimd
+        self.mfma_free = [0.0] * nsimd
+        self.mfma_busy = [0.0] * nsimd
+        self.valu_busy = [0.0] * nsimd
+        self.gpipe = 0.0
+        self.lpipe = 0.0
+        self.issued: dict[str, int] = {}
+        self.totals = {"global": 0.0, "lds": 0.0, "barrier": 0.0, "dram": 0.0}
+        self.waves_of: dict[int, list[Wave]] = {}
+        self.group_done: dict[int, float] = {}
+        self.arrive: dict[int, float] = {}
+        self.fresh: list[Wave] = []         # joined waves, entering the arbitration next sweep
+        # Per SIMD, its unfinished waves in arbitration order (s_setprio priority, then age),
+        # re-sorted only when a wave joins, finishes or changes priority.
+        self.by_simd: list[list[Wave]] = [[] for _ in range(nsimd)]
+        self.dirty = [True] * nsimd
 
-    def launch(g, t):
-        slot = free_slots.pop(0)
-        group_slot[g] = slot
-        ws_list = sorted(by_group[g], key=lambda w: w.wave)
-        ws_ = []
-        for w in ws_list:
-            simd = (w.wave + slot * waves_per_group) % P.SIMDS_PER_CU
-            wv = _Wave(w, simd, age[0], t)
-            age[0] += 1
-            ws_.append(wv)
-            fresh.append(wv)
-        waves_of[g] = ws_
+    # ------------------------------------------------------------ subclass hooks
+    def lanes(self, wv: Wave) -> int:
+        """Active lanes of the wave's memory instruction being issued."""
+        raise NotImplementedError
 
-    while pending and free_slots:
-        launch(pending.pop(0), 0.0)
+    def advance(self, wv: Wave, i: int, klass: str, nxt: float) -> float:
+        """Move the wave past instruction `i` (set wv.head); returns when it may issue next."""
+        raise NotImplementedError
 
-    nsimd = P.SIMDS_PER_CU
-    valu_free = [0.0] * nsimd
-    mfma_free = [0.0] * nsimd
-    mfma_busy = [0.0] * nsimd
-    valu_busy = [0.0] * nsimd
-    gpipe = [0.0]
-    lpipe = [0.0]
-    issued: dict[str, int] = {}
-    totals = {"global": 0.0, "lds": 0.0, "barrier": 0.0, "dram": 0.0}
-    now = 0.0
+    def group_finished(self, g: int, end: float) -> None:
+        """Every wave of workgroup `g` has ended; its last store drains at `end`."""
 
-    def head_deps(wv: _Wave) -> float:
+    # ------------------------------------------------------------------ the rules
+    def join(self, g: int, waves: list[Wave]) -> None:
+        self.waves_of[g] = waves
+        self.fresh.extend(waves)
+
+    def head_deps(self, wv: Wave) -> float:
         """When the wave's next instruction's registers are ready and its waits satisfied
         (its issue slot, wv.earliest, aside). Only the wave's own issues change them, so they
         are computed once per instruction and cached in wv.deps."""
         t = wv.deps
         if t is None:
-            s = st[wv.ws.stream[wv.pos]]
+            s = self.st[wv.head]
             t = 0.0
             if s.cat == VEC and s.klass == "mfma":
                 rm = wv.ready_m
@@ -298,30 +302,33 @@ def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, group
             wv.deps = t
         return t
 
-    def issue(wv: _Wave, t: float):
-        stream = wv.ws.stream
-        i = stream[wv.pos]
-        s = st[i]
+    def issue(self, wv: Wave, t: float) -> None:
+        """Issue the wave's head instruction at cycle `t`."""
+        prm = self.prm
+        i = wv.head
+        s = self.st[i]
         k = s.klass
+        issued = self.issued
         issued[k] = issued.get(k, 0) + 1
         simd = wv.simd
+        Q = self.Q
         nxt = t + Q
         if k == "mfma":
             start = t
             dur = P.CYCLES_PER_PASS * s.passes
-            mfma_free[simd] = start + dur
-            mfma_busy[simd] += dur
-            valu_free[simd] = max(valu_free[simd], t + Q)
-            valu_busy[simd] += Q
+            self.mfma_free[simd] = start + dur
+            self.mfma_busy[simd] += dur
+            self.valu_free[simd] = max(self.valu_free[simd], t + Q)
+            self.valu_busy[simd] += Q
             rdy = start + dur + prm.mfma_read_extra_slots * Q
             for r in s.dsts:
                 wv.ready[r] = rdy
                 wv.ready_m[r] = rdy
                 wv.ready_c[r] = start + dur - Q      # in-place accumulation: pipe order
         elif k in ("valu", "trans"):
-            busy = s.busy + (prm.valu_under_mfma_cycles if mfma_free[simd] > t else 0)
-            valu_free[simd] = t + busy
-            valu_busy[simd] += busy
+            busy = s.busy + (prm.valu_under_mfma_cycles if self.mfma_free[simd] > t else 0)
+            self.valu_free[simd] = t + busy
+            self.valu_busy[simd] += busy
             r1 = t + busy
             r2 = max(r1, t + prm.valu_to_mfma_slots * Q)
             for r in s.dsts:
@@ -336,37 +343,36 @@ def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, group
         elif k == "smem":
             done = t + prm.smem_latency
             wv.lgkm.append(done)
-            for r in s.dsts:
-                wv.ready[r] = wv.ready_m[r] = wv.ready_c[r] = done
+            if self.load_scoreboard:
+                for r in s.dsts:
+                    wv.ready[r] = wv.ready_m[r] = wv.ready_c[r] = done
         elif k in ("vmem", "lds_dma"):
-            lanes = int(wv.ws.mem_lanes[wv.mem_i]) if wv.mem_i < len(wv.ws.mem_lanes) else 64
-            wv.mem_i += 1
+            lanes = self.lanes(wv)
             nbytes = lanes * (s.bytes[0] + s.bytes[1]) * s.in_range
-            start = max(t, gpipe[0])
-            frac = dram_fraction if s.dram_fraction is None else s.dram_fraction
-            cost = max(1.0 / prm.l2_bytes_per_clk_per_cu, frac / hbm_per_cu)
-            gpipe[0] = start + nbytes * cost
-            done = gpipe[0] + global_latency + frac * dram_latency
+            start = max(t, self.gpipe)
+            frac = self.dram_fraction if s.dram_fraction is None else s.dram_fraction
+            cost = max(1.0 / prm.l2_bytes_per_clk_per_cu, frac / self.hbm_per_cu)
+            self.gpipe = start + nbytes * cost
+            done = self.gpipe + self.global_latency + frac * self.dram_latency
             if wv.vm and wv.vm[-1] > done:
                 done = wv.vm[-1]
             wv.vm.append(done)
-            totals["global"] += nbytes
-            totals["dram"] += nbytes * frac
-            if s.is_load:
+            self.totals["global"] += nbytes
+            self.totals["dram"] += nbytes * frac
+            if s.is_load and self.load_scoreboard:
                 for r in s.dsts:
                     wv.ready[r] = wv.ready_m[r] = wv.ready_c[r] = done
         elif k == "ds":
-            lanes = int(wv.ws.mem_lanes[wv.mem_i]) if wv.mem_i < len(wv.ws.mem_lanes) else 64
-            wv.mem_i += 1
+            lanes = self.lanes(wv)
             rb, wb = lanes * s.bytes[2], lanes * s.bytes[3]
-            start = max(t, lpipe[0])
-            lpipe[0] = start + rb * cost_lds_r + wb * cost_lds_w + s.lds_extra
-            done = lpipe[0] + prm.lds_latency
+            start = max(t, self.lpipe)
+            self.lpipe = start + rb * self.cost_lds_r + wb * self.cost_lds_w + s.lds_extra
+            done = self.lpipe + prm.lds_latency
             if wv.lgkm and wv.lgkm[-1] > done:
                 done = wv.lgkm[-1]
             wv.lgkm.append(done)
-            totals["lds"] += rb + wb
-            if s.is_load:
+            self.totals["lds"] += rb + wb
+            if s.is_load and self.load_scoreboard:
                 for r in s.dsts:
                     wv.ready[r] = wv.ready_m[r] = wv.ready_c[r] = done
         elif k == "waitcnt":
@@ -379,65 +385,57 @@ def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, group
                 nxt = t + (s.nop + 1) * Q
             if s.is_setprio:
                 wv.prio = s.prio
-        wv.pos += 1
+        nxt = self.advance(wv, i, k, nxt)
         wv.deps = None
-        if k == "branch" and wv.pos < len(stream) and stream[wv.pos] != i + 1:
-            nxt += prm.branch_taken_cycles
         wv.earliest = nxt
         wv.last_slot = t
         if k == "barrier":
             wv.at_barrier = True
             wv.earliest = INF
-            _try_release(wv.group, t)
-        elif k == "end" or wv.pos >= len(stream):
+            self._try_release(wv.group, t)
+        elif k == "end" or wv.head < 0:
             finish = max([t + Q] + wv.lgkm)     # stores drain after the wave ends (vm not waited)
             wv.done = True
             wv.earliest = finish
-            _try_release(wv.group, t)
-            _group_finished(wv.group, finish)
+            self._try_release(wv.group, t)
+            waves = self.waves_of[wv.group]
+            if all(w.done for w in waves):
+                end = max(w.earliest for w in waves)
+                self.group_done[wv.group] = end
+                self.group_finished(wv.group, end)
 
-    arrive: dict[int, float] = {}
-
-    def _try_release(g, t):
-        ws_ = waves_of[g]
+    def _try_release(self, g: int, t: float) -> None:
+        """s_barrier releases `barrier_cycles` after the last live wave of `g` arrives."""
+        arrive = self.arrive
         arrive[g] = max(arrive.get(g, 0.0), t)
-        alive = [w for w in ws_ if not w.done]
+        alive = [w for w in self.waves_of[g] if not w.done]
         if alive and all(w.at_barrier for w in alive):
-            rel = arrive[g] + prm.barrier_cycles
+            rel = arrive[g] + self.prm.barrier_cycles
             for w in alive:
-                totals["barrier"] += rel - w.last_slot
+                self.totals["barrier"] += rel - w.last_slot
                 w.at_barrier = False
                 w.earliest = rel
             arrive[g] = 0.0
 
-    def _group_finished(g, finish):
-        ws_ = waves_of[g]
-        if all(w.done for w in ws_):
-            end = max(w.earliest for w in ws_)
-            group_done[g] = end
-            free_slots.append(group_slot[g])
-            free_slots.sort()
-            if pending:
-                launch(pending.pop(0), end)
-
-    # Per SIMD, its unfinished waves in arbitration order (s_setprio priority, then age),
-    # re-sorted only when a wave joins, finishes or changes priority.
-    by_simd: list[list[_Wave]] = [[] for _ in range(nsimd)]
-    dirty = [True] * nsimd
-    order_key = lambda w: (-w.prio, w.age)              # noqa: E731
-    while True:
+    def sweep(self, now: float) -> float | None:
+        """One issue slot at cycle `now` on every SIMD: issue what may issue (`issue`), in
+        arbitration order. Returns the earliest cycle at which anything may issue next, or
+        None when every wave has ended."""
+        by_simd, dirty, fresh, st = self.by_simd, self.dirty, self.fresh, self.st
+        valu_free, mfma_free = self.valu_free, self.mfma_free
+        Q = self.Q
         for w in fresh:
             by_simd[w.simd].append(w)
             dirty[w.simd] = True
         fresh.clear()
-        for simd in range(nsimd):
+        for simd in range(len(by_simd)):
             if dirty[simd]:
-                by_simd[simd] = sorted((w for w in by_simd[simd] if not w.done), key=order_key)
+                by_simd[simd] = sorted((w for w in by_simd[simd] if not w.done), key=_order_key)
                 dirty[simd] = False
         if not any(by_simd):
-            break
+            return None
         next_t = INF
-        for simd in range(nsimd):
+        for simd in range(len(by_simd)):
             cands = by_simd[simd]
             used = set()
             for w in cands:
@@ -445,10 +443,10 @@ def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, group
                     continue
                 t = w.deps
                 if t is None:
-                    t = head_deps(w)
+                    t = self.head_deps(w)
                 if w.earliest > t:
                     t = w.earliest
-                s = st[w.ws.stream[w.pos]]
+                s = st[w.head]
                 cat = s.cat
                 if cat == VEC:
                     unit = valu_free[simd]
@@ -466,7 +464,7 @@ def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, group
                     continue
                 if cat != INTERNAL:
                     used.add(cat)
-                issue(w, now)
+                self.issue(w, now)
                 if w.done or s.is_setprio:
                     dirty[simd] = True
                 w_next = w.earliest
@@ -477,14 +475,89 @@ def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, group
             for w in group:
                 if not w.done and not w.at_barrier and w.earliest < next_t:
                     next_t = w.earliest
-        if next_t == INF:
-            if any(not w.done for group in by_simd + [fresh] for w in group):
-                raise RuntimeError("timing model deadlock: waves wait at a barrier that cannot release")
+        if next_t == INF and any(not w.done for group in by_simd + [fresh] for w in group):
+            raise RuntimeError("timing model deadlock: waves wait at a barrier that cannot release")
+        return next_t
+
+
+def _order_key(w: Wave):
+    return (-w.prio, w.age)
+
+
+class _Replay(Cu):
+    """simulate_cu's CU: recorded streams, at most `groups_resident` workgroups at once."""
+
+    def __init__(self, static, prm, streams: list[WaveStream], waves_per_group: int, groups_resident: int, **kw):
+        super().__init__(static, prm, **kw)
+        self.waves_per_group = waves_per_group
+        self.by_group: dict[int, list[WaveStream]] = {}
+        for ws in streams:
+            self.by_group.setdefault(ws.group, []).append(ws)
+        self.order = sorted(self.by_group)
+        self.pending = list(self.order)
+        self.group_slot: dict[int, int] = {}
+        self.free_slots = list(range(groups_resident))
+        self.age = 0
+        while self.pending and self.free_slots:
+            self.launch(self.pending.pop(0), 0.0)
+
+    def launch(self, g: int, t: float) -> None:
+        slot = self.free_slots.pop(0)
+        self.group_slot[g] = slot
+        waves = []
+        for ws in sorted(self.by_group[g], key=lambda w: w.wave):
+            simd = (ws.wave + slot * self.waves_per_group) % P.SIMDS_PER_CU
+            waves.append(Wave(g, simd, self.age, t, ws.stream[0], ws))
+            self.age += 1
+        self.join(g, waves)
+
+    def lanes(self, wv: Wave) -> int:
+        mem_lanes = wv.ws.mem_lanes
+        lanes = int(mem_lanes[wv.mem_i]) if wv.mem_i < len(mem_lanes) else 64
+        wv.mem_i += 1
+        return lanes
+
+    def advance(self, wv: Wave, i: int, klass: str, nxt: float) -> float:
+        stream = wv.ws.stream
+        wv.pos += 1
+        if wv.pos >= len(stream):
+            wv.head = -1
+            return nxt
+        wv.head = stream[wv.pos]
+        if klass == "branch" and wv.head != i + 1:
+            nxt += self.prm.branch_taken_cycles
+        return nxt
+
+    def group_finished(self, g: int, end: float) -> None:
+        self.free_slots.append(self.group_slot[g])
+        self.free_slots.sort()
+        if self.pending:
+            self.launch(self.pending.pop(0), end)
+
+
+def simulate_cu(streams: list[WaveStream], insts, *, waves_per_group: int, groups_resident: int,
+                prm: P.Params = P.DEFAULT, dram_fraction: float = 1.0,
+                active_cus: int = P.NUM_CUS, static: list[StaticInst] | None = None,
+                clock_hz: float | None = None, dram_load: float = 0.0) -> CuResult:
+    """Replay the wave streams of one CU's workgroups; at most `groups_resident` at once.
+    `clock_hz`: the engine clock the cycles run at (default the peak), which sets the
+    cycles of the memory system's per-second rates and nanosecond latencies.
+    `dram_load`: the chip's HBM utilisation rho (0 <= rho < 1) while the launch runs; a
+    DRAM access then waits 1 / (1 - rho) times its unloaded latency (queueing at the
+    memory controllers, see dram_loaded_latency)."""
+    st = static or prepare(insts, prm)
+    cu = _Replay(st, prm, streams, waves_per_group, groups_resident, clock_hz=clock_hz,
+                 dram_fraction=dram_fraction, active_cus=active_cus, dram_load=dram_load)
+    Q = prm.issue_quantum
+    now = 0.0
+    while True:
+        next_t = cu.sweep(now)
+        if next_t is None or next_t == INF:
             break
         now = math.ceil(max(next_t, now + Q) / Q) * Q
-
-    cycles = max(group_done.values()) if group_done else now
-    cycles = max(cycles, gpipe[0], lpipe[0])       # stores still draining after the last wave
-    return CuResult(cycles, mfma_busy, valu_busy, issued, totals["global"], totals["lds"],
-                    totals["barrier"], [group_done[g] for g in order if g in group_done], totals["dram"])
-
+    done = cu.group_done
+    cycles = max(done.values()) if done else now
+    cycles = max(cycles, cu.gpipe, cu.lpipe)       # stores still draining after the last wave
+    t = cu.totals
+    return CuResult(cycles, cu.mfma_busy, cu.valu_busy, cu.issued, t["global"], t["lds"], t["barrier"],
+                    [done[g] for g in cu.order if g in done], t["dram"])
