@@ -55,18 +55,41 @@
 ; the standalone op's sequence), storing 8 e4m3 bytes at q[slot, n0 + 8p] and, from p = 0,
 ; the E8M0 byte at scale[slot, x]; sentinel slots store nothing, skipped blocks nothing.
 ;
+; DIRECT = 1 (the MoE layer's decode form; MT = 1): no moe_align; the routing is read straight
+; from topk_ids [valid] (global expert ids) through expert_map (has_map) as moe_align would
+; (an id outside [0, num_experts), a map entry -1 or any local id outside [0, E): skipped).
+;   with SWIGLU: workgroup y = slot t (grid y = valid), one row (tile row 0 = slot t, the
+;     others sentinels), skipped as a whole when t's expert is; epilogue as SWIGLU.
+;   without: workgroup y = token (grid y = tokens) and tile row j < top_k (<= 16) = slot
+;     y*top_k + j with its own expert; out [tokens, N] bf16 (the down GEMM and moe_sum in one):
+;     out[y, n] = bf16(sum over j in order, f32, of bf16(topk_weights[slot] * row j)), rows of
+;     skipped slots adding nothing (+0: weight 0, no loads), a row of only skipped slots 0.
+; The rows' experts are looked up once per workgroup by lanes 0..rows-1 (v_e, -1 when
+; skipped). FLAT_STEPS: the K steps of every row form one flat sequence, row-major (rows x
+; cdiv(K, 128)), dealt to the waves as one K is otherwise, so the 3-deep load pipeline runs
+; across rows without a restart; flat_step_select points the weight V#s at the step's row's
+; expert (num_records 0 when skipped: no bytes read) and the activation offsets at that row
+; only (every other row OOB_OFFSET, reading 0), so each row's D gets its own expert's product.
+;
 ; Kernarg (k_* from kernels.yaml): a, a_scale, w, w_scale, sorted_token_ids, expert_ids,
 ; num_tokens_post_padded, topk_weights, out (SWIGLU: q [valid, I] e4m3 and scale [valid, I/32]);
 ; M, N, K, E, valid, blocks, block_m, a_div_magic, has_weights (SWIGLU: and neg_alpha_log2e,
-; beta, limit f32).
+; beta, limit f32). DIRECT: topk_ids and expert_map in place of the three routing arrays,
+; top_k, num_experts, has_map and tokens in place of blocks and block_m.
 ; LDS map: [0, 4*TILES KiB) the waves' D tiles (wave w's tile q at (w*TILES + q) KiB, lane l
 ; at 16*l); LDS_SLOTS: BM i32 slot ids; LDS_WEIGHTS: BM f32 row weights.
 
-.include "mxfp8.inc"
-.include "swiglu_mxfp8.inc"
-
 .ifndef SWIGLU
     .set SWIGLU, 0
+.endif
+.ifndef DIRECT
+    .set DIRECT, 0
+.endif
+.set FLAT_STEPS, DIRECT
+.include "mxfp8.inc"
+.include "swiglu_mxfp8.inc"
+.if DIRECT && (MT != 1)
+    .error "mxfp8_moe_gemm: DIRECT takes MT = 1 (at most 16 rows per workgroup)"
 .endif
 .if SWIGLU
     .if (NT != 4) || OUT_F16
@@ -137,6 +160,21 @@ set_log2 NT_SHIFT, NT
 .set s_limit, 78
 .set s_I, 79                         ; SWIGLU: N / 2
 .set s_NB, 80                        ; SWIGLU: I / 32
+; DIRECT: the routing arrays' SGPRs take the lookup's, s_rsrc_ids topk_ids' V#
+.set s_rsrc_map, 36                  ; [36:39] V# expert_map (has_map*num_experts*4)
+.set s_topk, 45
+.set s_Eg, 60                        ; num_experts (global ids)
+.set s_has_map, 61
+.set s_tokens, 63
+.set s_kstep, 81                     ; K step of s_step_ld (FLAT_STEPS)
+.set s_ksteps, 82                    ; cdiv(K, 128)
+.set s_jrow, 83                      ; row of s_step_ld
+.set s_jcur, 84                      ; row the operands point at (-1: none yet)
+.set s_rows, 85                      ; rows of the workgroup
+.set s_wbase, 86                     ; [86:87] w
+.set s_wsbase, 88                    ; [88:89] w_scale
+.set s_rowok, 90                     ; [90:91] all lanes when the current row's expert is here, else 0
+.set s_slot0, 92                     ; slot of row 0
 
 ; --- VGPRs (v0 holds the packed work-item ids) ---
 .set v_tid, 1
@@ -151,12 +189,13 @@ set_log2 NT_SHIFT, NT
 .set v_off_as, v_off_a + MT          ; [MT] (slot/a_div)*K/32 + g, or OOB_OFFSET
 .set v_slot, v_off_as + MT           ; [MT] slot id of row 16t + i
 .set v_tw, v_slot + MT               ; [MT] its weight (1.0 without topk_weights)
+.set v_e, v_tw + MT                  ; DIRECT: local expert of row i (-1: skipped)
 .set SET_B, 0                        ; register set layout: [NT][8] b, [MT][8] a, [NT] b scale, [MT] a scale
 .set SET_A, 8 * NT
 .set SET_SB, 8 * (NT + MT)
 .set SET_SA, SET_SB + NT
 .set SET_SIZE, ((SET_SA + MT + 7) / 8) * 8
-.set v_set_x, ((v_tw + MT + 7) / 8) * 8 ; K_DEPTH register sets, SET_SIZE apart
+.set v_set_x, ((v_tw + MT + DIRECT + 7) / 8) * 8 ; K_DEPTH register sets, SET_SIZE apart (after v_e)
 .ifndef K_DEPTH                      ; the header says why
     .set K_DEPTH, 2
     .if (MT == 1) && (SWIGLU || (NT <= 2))
@@ -262,6 +301,104 @@ set_log2 NT_SHIFT, NT
 L_weights_done_\@:
 .endm
 
+; DIRECT: the workgroup's rows (s_rows, s_slot0) and, by lanes i < rows, slot s_slot0 + i's
+; local expert v_e (-1: id outside [0, num_experts), map entry -1 or local id outside [0, E)),
+; v_slot (the sentinel valid for a skipped row) and, without SWIGLU, v_tw (0 for a skipped row:
+; it adds +0). Needs the V# of topk_weights.
+.macro direct_rows
+  .if SWIGLU
+    s_mov_b32 s[s_rows], 1
+  .else
+    s_mov_b32 s[s_rows], s[s_topk]
+  .endif
+    s_mul_i32 s[s_slot0], s[s_wg_y], s[s_rows]
+    s_lshl_b32 s[s_tmp], s[s_valid], 2
+    buffer_rsrc s_rsrc_ids, s[s_tmp]                        ; topk_ids: valid int32
+    s_mul_i32 s[s_tmp], s[s_Eg], s[s_has_map]
+    s_lshl_b32 s[s_tmp], s[s_tmp], 2
+    buffer_rsrc s_rsrc_map, s[s_tmp]
+    v_cmp_gt_u32 s[s_rowok:s_rowok+1], s[s_rows], v[v_i]   ; lanes of a row: i < rows
+    v_add_u32 v[v_slot], s[s_slot0], v[v_i]
+    v_lshlrev_b32 v[v_tmp], 2, v[v_slot]
+    v_cndmask_b32_e64 v[v_tmp], v[v_oob], v[v_tmp], s[s_rowok:s_rowok+1]
+    buffer_load_dword v[v_e], v[v_tmp], s[s_rsrc_ids:s_rsrc_ids+3], 0 offen
+  .if !SWIGLU
+    s_cmp_eq_u32 s[s_has_w], 0
+    s_cbranch_scc1 L_dr_weights_\@                         ; v_tw stays 1.0
+    buffer_load_dword v[v_tw], v[v_tmp], s[s_rsrc_tw:s_rsrc_tw+3], 0 offen
+L_dr_weights_\@:
+  .endif
+    s_waitcnt vmcnt(0)                                      ; in flight: the ids (and weights) → landed
+    v_cmp_gt_u32 vcc, s[s_Eg], v[v_e]                       ; a global id in range
+    s_and_b64 vcc, vcc, s[s_rowok:s_rowok+1]
+    s_cmp_eq_u32 s[s_has_map], 0
+    s_cbranch_scc1 L_dr_mapped_\@
+    v_lshlrev_b32 v[v_tmp], 2, v[v_e]
+    v_cndmask_b32 v[v_tmp], v[v_oob], v[v_tmp], vcc
+    buffer_load_dword v[v_e], v[v_tmp], s[s_rsrc_map:s_rsrc_map+3], 0 offen
+    s_waitcnt vmcnt(0)                                      ; in flight: the local ids → landed
+L_dr_mapped_\@:
+    v_cndmask_b32 v[v_e], -1, v[v_e], vcc
+    v_cmp_gt_u32 vcc, s[s_E], v[v_e]                        ; a local expert here (-1 is not)
+    v_cndmask_b32 v[v_e], -1, v[v_e], vcc
+    v_mov_b32 v[v_tmp], s[s_valid]
+    v_cndmask_b32 v[v_slot], v[v_tmp], v[v_slot], vcc       ; skipped: the sentinel
+  .if !SWIGLU
+    v_cndmask_b32 v[v_tw], 0, v[v_tw], vcc                  ; skipped: weight 0
+  .endif
+.endm
+
+; FLAT_STEPS (mxfp8.inc's load_step): s_kstep, s_jrow = K step and row of the flat step
+; s_step_ld (s_kstep has been advanced by the stride: carry whole rows into s_jrow); at a new
+; row, the weight V#s at its expert (num_records 0 when skipped: its loads read 0, touch
+; nothing) and the activation offsets at its row for lanes i = row only (the other rows
+; read 0 and their D rows keep what their own steps add).
+.macro flat_step_select
+L_fs_carry_\@:
+    s_cmp_lt_u32 s[s_kstep], s[s_ksteps]
+    s_cbranch_scc1 L_fs_row_\@
+    s_sub_u32 s[s_kstep], s[s_kstep], s[s_ksteps]
+    s_add_u32 s[s_jrow], s[s_jrow], 1
+    s_branch L_fs_carry_\@
+L_fs_row_\@:
+    s_cmp_eq_u32 s[s_jrow], s[s_jcur]
+    s_cbranch_scc1 L_fs_done_\@
+    s_mov_b32 s[s_jcur], s[s_jrow]
+    v_readlane_b32 s[s_expert], v[v_e], s[s_jrow]
+    s_nop 0
+    s_cmp_lt_u32 s[s_expert], s[s_E]
+    s_cselect_b64 s[s_rowok:s_rowok+1], -1, 0
+    s_cselect_b32 s[s_expert], s[s_expert], 0              ; skipped: expert 0's base, no records
+    s_mul_i32 s[s_tmp], s[s_N], s[s_K]                      ; N*K < 2^31
+    s_and_b32 s[s_tmp+3], s[s_tmp], s[s_rowok]
+    s_mul_i32 s[s_tmp+1], s[s_expert], s[s_tmp]
+    s_mul_hi_u32 s[s_tmp+2], s[s_expert], s[s_tmp]
+    s_add_u32 s[s_rsrc_b], s[s_wbase], s[s_tmp+1]
+    s_addc_u32 s[s_rsrc_b+1], s[s_wbase+1], s[s_tmp+2]
+    buffer_rsrc s_rsrc_b, s[s_tmp+3]
+    s_mul_i32 s[s_tmp], s[s_N], s[s_KB]
+    s_and_b32 s[s_tmp+3], s[s_tmp], s[s_rowok]
+    s_mul_i32 s[s_tmp+1], s[s_expert], s[s_tmp]
+    s_mul_hi_u32 s[s_tmp+2], s[s_expert], s[s_tmp]
+    s_add_u32 s[s_rsrc_bs], s[s_wsbase], s[s_tmp+1]
+    s_addc_u32 s[s_rsrc_bs+1], s[s_wsbase+1], s[s_tmp+2]
+    buffer_rsrc s_rsrc_bs, s[s_tmp+3]
+    s_add_u32 s[s_tmp], s[s_slot0], s[s_jrow]               ; the row's slot
+    s_mul_hi_u32 s[s_tmp+1], s[s_tmp], s[s_magic]
+    s_cmp_eq_u32 s[s_magic], 0
+    s_cselect_b32 s[s_tmp], s[s_tmp], s[s_tmp+1]            ; its activation row, slot / a_div
+    s_mul_i32 s[s_tmp+1], s[s_tmp], s[s_K]
+    s_mul_i32 s[s_tmp+2], s[s_tmp], s[s_KB]
+    v_cmp_eq_u32 vcc, s[s_jrow], v[v_i]
+    s_and_b64 vcc, vcc, s[s_rowok:s_rowok+1]
+    v_lshlrev_b32 v[v_tmp], 4, v[v_g]
+    v_add_u32 v[v_tmp], s[s_tmp+1], v[v_tmp]
+    v_cndmask_b32 v[v_off_a], v[v_oob], v[v_tmp], vcc
+    v_add_u32 v[v_tmp], s[s_tmp+2], v[v_g]
+    v_cndmask_b32 v[v_off_as], v[v_oob], v[v_tmp], vcc
+L_fs_done_\@:
+.endm
+
 ; --- prologue ---
     s_load_dwordx2 s[s_rsrc_a:s_rsrc_a+1], s[s_kernarg:s_kernarg+1], k_a
     s_load_dwordx2 s[s_rsrc_as:s_rsrc_as+1], s[s_kernarg:s_kernarg+1], k_a_scale
@@ -275,17 +412,31 @@ L_weights_done_\@:
 .else
     s_load_dwordx2 s[s_rsrc_out:s_rsrc_out+1], s[s_kernarg:s_kernarg+1], k_out
 .endif
+.if DIRECT
+    s_load_dwordx2 s[s_rsrc_ids:s_rsrc_ids+1], s[s_kernarg:s_kernarg+1], k_topk_ids
+    s_load_dwordx2 s[s_rsrc_map:s_rsrc_map+1], s[s_kernarg:s_kernarg+1], k_expert_map
+.else
     s_load_dwordx2 s[s_rsrc_ids:s_rsrc_ids+1], s[s_kernarg:s_kernarg+1], k_sorted_token_ids
+.endif
     s_load_dwordx2 s[s_rsrc_tw:s_rsrc_tw+1], s[s_kernarg:s_kernarg+1], k_topk_weights
+.if !DIRECT
     s_load_dwordx2 s[s_eptr:s_eptr+1], s[s_kernarg:s_kernarg+1], k_expert_ids
     s_load_dwordx2 s[s_nptr:s_nptr+1], s[s_kernarg:s_kernarg+1], k_num_tokens_post_padded
+.endif
     s_load_dword s[s_M], s[s_kernarg:s_kernarg+1], k_M
     s_load_dword s[s_N], s[s_kernarg:s_kernarg+1], k_N
     s_load_dword s[s_K], s[s_kernarg:s_kernarg+1], k_K
     s_load_dword s[s_E], s[s_kernarg:s_kernarg+1], k_E
     s_load_dword s[s_valid], s[s_kernarg:s_kernarg+1], k_valid
+.if DIRECT
+    s_load_dword s[s_topk], s[s_kernarg:s_kernarg+1], k_top_k
+    s_load_dword s[s_Eg], s[s_kernarg:s_kernarg+1], k_num_experts
+    s_load_dword s[s_has_map], s[s_kernarg:s_kernarg+1], k_has_map
+    s_load_dword s[s_tokens], s[s_kernarg:s_kernarg+1], k_tokens
+.else
     s_load_dword s[s_blocks], s[s_kernarg:s_kernarg+1], k_blocks
     s_load_dword s[s_block_m], s[s_kernarg:s_kernarg+1], k_block_m
+.endif
     s_load_dword s[s_magic], s[s_kernarg:s_kernarg+1], k_a_div_magic
     s_load_dword s[s_has_w], s[s_kernarg:s_kernarg+1], k_has_weights
     mfma_lanes
@@ -295,7 +446,7 @@ L_weights_done_\@:
         .set t_, t_ + 1
     .endr
     s_waitcnt lgkmcnt(0)                                    ; in flight: 9 (10) pointers, 9 (12) scalars → wait for all
-
+.if !DIRECT
     ; the block's expert id and num_tokens_post_padded (scalar), its slot ids (vector), at once
     s_lshl_b32 s[s_tmp], s[s_wg_y], 2
     s_add_u32 s[s_eptr], s[s_eptr], s[s_tmp]
@@ -313,6 +464,7 @@ L_weights_done_\@:
         buffer_load_dword v[v_slot+t_], v[v_tmp+3], s[s_rsrc_ids:s_rsrc_ids+3], s[s_tmp] offen offset:64*t_
         .set t_, t_ + 1
     .endr
+.endif
 
     activation_rsrcs
 .if SWIGLU
@@ -325,6 +477,9 @@ L_weights_done_\@:
     s_mul_i32 s[s_n0], s[s_wg_x], 32                        ; gate column n0 (up: I + n0)
 .else
     s_mul_i32 s[s_tmp], s[s_valid], s[s_N]
+  .if DIRECT
+    s_mul_i32 s[s_tmp], s[s_tokens], s[s_N]                 ; out [tokens, N]
+  .endif
     s_lshl_b32 s[s_tmp], s[s_tmp], 1
     buffer_rsrc s_rsrc_out, s[s_tmp]
     s_mul_i32 s[s_n0], s[s_wg_x], 16 * NT
@@ -348,6 +503,22 @@ L_weights_done_\@:
     s_mov_b32 s[s_stride], 4
     s_mov_b32 s[s_step], s[s_wave]
 
+.if DIRECT
+    direct_rows
+    s_mov_b64 s[s_wbase:s_wbase+1], s[s_rsrc_b:s_rsrc_b+1]  ; the weights' pointers, for flat_step_select
+    s_mov_b64 s[s_wsbase:s_wsbase+1], s[s_rsrc_bs:s_rsrc_bs+1]
+    s_mov_b32 s[s_ksteps], s[s_nsteps]
+    s_mul_i32 s[s_nsteps], s[s_nsteps], s[s_rows]           ; the flat steps: rows x K steps
+    s_mov_b32 s[s_kstep], s[s_step]
+    s_mov_b32 s[s_jrow], 0
+    s_mov_b32 s[s_jcur], -1
+  .if SWIGLU
+    v_readfirstlane_b32 s[s_expert], v[v_e]                 ; the one row's expert
+    s_nop 0
+    s_cmp_ge_u32 s[s_expert], s[s_E]
+    s_cbranch_scc1 L_skip                                   ; skipped (-1): nothing to write
+  .endif
+.else
     s_waitcnt lgkmcnt(0)                                    ; in flight: expert id, num_tokens_post_padded → both landed
     s_cmp_ge_i32 s[s_row0], s[s_ntpp]
     s_cbranch_scc1 L_skip                                   ; a block past the used ones
@@ -366,6 +537,7 @@ L_weights_done_\@:
     s_add_u32 s[s_rsrc_bs], s[s_rsrc_bs], s[s_tmp+1]
     s_addc_u32 s[s_rsrc_bs+1], s[s_rsrc_bs+1], s[s_tmp+2]
     buffer_rsrc s_rsrc_bs, s[s_tmp]
+.endif
 
     s_cmp_ge_u32 s[s_step], s[s_nsteps]
     s_cbranch_scc1 L_reduce                                 ; no step for this wave: its tiles stay 0 (only wave 0,
@@ -374,7 +546,11 @@ L_weights_done_\@:
 ; --- main loop (mxfp8.inc): the first step's weight loads go out before the slot ids are
 ; waited for (a_rows runs behind them); the row-weight loads are older than every later
 ; step's loads, so each step's s_waitcnt covers them too ---
+.if DIRECT
+    mfma_k_loop K_DEPTH
+.else
     mfma_k_loop K_DEPTH, a_rows
+.endif
 
 ; --- reduction: the 4 waves' tiles, the block's slot ids and weights through LDS ---
 L_reduce:
@@ -450,6 +626,53 @@ L_stage:
     v_cndmask_b32 v[v_soff], v[v_oob], v[v_soff], vcc
     buffer_store_byte v[v_am], v[v_soff], s[s_rsrc_sc:s_rsrc_sc+3], 0 offen
     s_endpgm
+.elseif DIRECT
+    ; out[token, n] = sum over rows j < top_k of bf16(weight_j * D[j, n]), f32 in row order
+    s_cmp_ge_u32 s[s_q], TILES
+    s_cbranch_scc1 L_end                                    ; fewer tiles than waves
+L_tsum:
+    tile_from_lds
+    v_lshlrev_b32 v[v_rows], 4, v[v_g]                      ; 4*(4g): the lane's 4 rows in the row table
+    ds_read_b128 v[v_rw:v_rw+3], v[v_rows] offset:LDS_WEIGHTS
+    s_lshl_b32 s[s_tmp+1], s[s_q], 4
+    s_add_u32 s[s_tmp+1], s[s_tmp+1], s[s_n0]               ; n0 + 16q
+    v_add_u32 v[v_col], s[s_tmp+1], v[v_i]                  ; n
+    s_lshl_b32 s[s_tmp], s[s_q], 10                         ; the tile's wave-0 copy, free once read
+    v_lshlrev_b32 v[v_lds], 8, v[v_g]
+    v_lshl_add_u32 v[v_lds], v[v_i], 2, v[v_lds]
+    v_add_u32 v[v_lds], s[s_tmp], v[v_lds]                  ; row 4g, column i: 64*4g + 4i
+    s_waitcnt lgkmcnt(0)                                    ; in flight: 4 copies of the tile, weights → all
+    .irp r, 0, 1, 2, 3
+        sum_copies \r
+        v_mul_f32 v[v_red+\r], v[v_red+\r], v[v_rw+\r]
+        v_cvt_pk_bf16_f32 v[v_out], v[v_red+\r], 0         ; round to nearest even, as moe_sum's input
+        v_lshlrev_b32 v[v_out], 16, v[v_out]                ; ... back to f32
+        ds_write_b32 v[v_lds], v[v_out] offset:64*\r
+    .endr
+    v_lshl_add_u32 v[v_lds], v[v_i], 2, s[s_tmp]            ; row 0, column i
+    v_mov_b32 v[v_red], 0
+    s_mov_b32 s[s_tmp+2], 0
+    s_waitcnt lgkmcnt(0)                                    ; in flight: the weighted rows → written
+L_rowsum:
+    ds_read_b32 v[v_red+1], v[v_lds]
+    v_add_u32 v[v_lds], 64, v[v_lds]
+    s_add_u32 s[s_tmp+2], s[s_tmp+2], 1
+    s_waitcnt lgkmcnt(0)                                    ; in flight: row j's value → landed
+    v_add_f32 v[v_red], v[v_red], v[v_red+1]
+    s_cmp_lt_u32 s[s_tmp+2], s[s_topk]
+    s_cbranch_scc1 L_rowsum
+    v_cvt_pk_bf16_f32 v[v_red], v[v_red], 0
+    v_cmp_eq_u32 vcc, 0, v[v_g]                             ; lanes 0..15 store
+    v_cmp_gt_u32 s[s_colmask:s_colmask+1], s[s_N], v[v_col]
+    s_and_b64 vcc, vcc, s[s_colmask:s_colmask+1]
+    s_mul_i32 s[s_tmp+3], s[s_wg_y], s[s_N]
+    v_add_u32 v[v_out+1], s[s_tmp+3], v[v_col]
+    v_lshlrev_b32 v[v_out+1], 1, v[v_out+1]                 ; (token*N + n) * 2
+    v_cndmask_b32 v[v_out+1], v[v_oob], v[v_out+1], vcc
+    buffer_store_short v[v_red], v[v_out+1], s[s_rsrc_out:s_rsrc_out+3], 0 offen
+    s_add_u32 s[s_q], s[s_q], 4
+    s_cmp_lt_u32 s[s_q], TILES
+    s_cbranch_scc1 L_tsum
 .else
     s_cmp_ge_u32 s[s_q], TILES
     s_cbranch_scc1 L_end                                    ; fewer tiles than waves

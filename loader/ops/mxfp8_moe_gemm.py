@@ -385,10 +385,71 @@ def gate_up_swiglu(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tok
                        expert_ids, num_tokens_post_padded.reshape(1), None, q, scale)
 
 
+# ------------------------------------------------------------------ the layer's decode form (DIRECT)
+
+DIRECT_SWIGLU_KERNEL = "mxfp8_moe_gemm_swiglu_direct"
+DIRECT_SUM_KERNEL = "mxfp8_moe_gemm_direct_sum_n{}"
+MAX_DIRECT_TOP_K = 16              # the sum form's slots are the rows of one 16-row MFMA tile
+
+
+def direct_kernel_names() -> list[str]:
+    """The manifest kernels of the layer's decode form (asm/mxfp8_moe_gemm.s DIRECT)."""
+    return [DIRECT_SWIGLU_KERNEL] + [DIRECT_SUM_KERNEL.format(16 * nt) for nt in (1, 2, 4)]
+
+
+def _direct_routing(topk_ids, expert_map, num_experts: int) -> dict:
+    T, top_k = topk_ids.shape
+    no_map = torch.empty(0, dtype=torch.int32, device=topk_ids.device)
+    return dict(topk_ids=topk_ids.reshape(-1), expert_map=no_map if expert_map is None else expert_map,
+                top_k=top_k, num_experts=num_experts, has_map=int(expert_map is not None), tokens=T)
+
+
+def direct_swiglu_launch_args(a, a_scale, w, w_scale, topk_ids, expert_map, num_experts, q, scale, alpha, beta,
+                              limit) -> tuple[str, str, dict]:
+    """(kernel, variant, arguments) of the decode form's first launch: for every slot t of
+    topk_ids [T, top_k] (global ids; expert_map as moe_align_block_size's), what gate_up_swiglu
+    writes for it, with no routing arrays. Arguments checked by the layer (moe_layer.validate)."""
+    from .swiglu_quant import activation_args
+    M, K = a.shape
+    E, N, _ = w.shape
+    top_k = topk_ids.shape[1]
+    magic = 0 if top_k == 1 else -(-2**32 // top_k)
+    args = dict(a=a, a_scale=_scales(a_scale), w=w, w_scale=_scales(w_scale), topk_weights=torch.empty(
+        0, dtype=torch.float32, device=a.device), q=q, scale=scale, M=M, N=N, K=K, E=E, valid=M * top_k,
+        a_div_magic=magic, has_weights=0, **_direct_routing(topk_ids, expert_map, num_experts),
+        **activation_args(alpha, beta, limit))
+    return DIRECT_SWIGLU_KERNEL, DIRECT_SWIGLU_KERNEL + "_bf16", args
+
+
+def choose_direct_nt(tokens: int, N: int) -> int:
+    """16-column strips per workgroup of the sum form: choose_nt's rule with one busy block per
+    token (checked against the timing model in bench/moe.py)."""
+    cost = {nt: cdiv(tokens * cdiv(N, 16 * nt), CUS) * nt for nt in (4, 2, 1)}
+    return next(nt for nt in (4, 2, 1) if cost[nt] <= WIDE_SLACK * min(cost.values()))
+
+
+def direct_sum_launch_args(q, q_scale, w, w_scale, topk_ids, expert_map, num_experts, topk_weights, out,
+                           nt: int | None = None) -> tuple[str, str, dict]:
+    """(kernel, variant, arguments) of the decode form's second launch: out [T, N] bf16 =
+    moe_sum of the down GEMM's weighted rows (mxfp8_moe_gemm(q, ..., a_div=1, topk_weights)
+    over the slots of topk_ids), one workgroup per (token, 16*nt columns); top_k <= 16.
+    Arguments checked by the layer."""
+    S, K = q.shape
+    E, N, _ = w.shape
+    T, top_k = topk_ids.shape
+    if top_k > MAX_DIRECT_TOP_K:
+        _fail(ValueError, f"the sum form takes top_k <= {MAX_DIRECT_TOP_K}, got {top_k}")
+    kernel = DIRECT_SUM_KERNEL.format(16 * (nt or choose_direct_nt(T, N)))
+    args = dict(a=q, a_scale=_scales(q_scale), w=w, w_scale=_scales(w_scale), topk_weights=topk_weights.reshape(-1),
+                out=out, M=S, N=N, K=K, E=E, valid=S, a_div_magic=0, has_weights=1,
+                **_direct_routing(topk_ids, expert_map, num_experts))
+    return kernel, kernel + "_bf16", args
+
+
 def build_kernels(force: bool = False) -> None:
     """Assemble (incrementally) and check this op's kernels only."""
     from .. import build    # the toolchain is needed only here, not to import the op
-    build.build_kernels(kernel_names() + swiglu_kernel_names(), force)
+    build.build_kernels(kernel_names() + swiglu_kernel_names() + direct_kernel_names(), force)
 
 
 # ------------------------------------------------------------------ reference
