@@ -105,44 +105,55 @@ class StaticInst:
     lds_extra: float = 0.0        # bank-conflict cycles per execution charged to the LDS pipe
 
 
+def register_roles(inst, k: str) -> tuple[tuple, tuple, tuple, bool]:
+    """(registers read, registers written, MFMA srcC registers, is a load) of one
+    instruction of class `k`, as register numbers (_regs: VGPR, AGPR, SGPR incl. vcc/exec/m0);
+    only the registers the instruction names (implicit ones are the caller's business)."""
+    ops = inst.ops
+    regs = [_regs(o) for o in ops]
+    name = inst.name
+    dst_idx: set[int] = set()
+    is_load = False
+    if k in ("valu", "trans", "mfma", "salu", "smem"):
+        if ops and not name.startswith(("s_cmp", "s_bitcmp", "s_setprio", "s_nop")):
+            dst_idx.add(0)
+        if _TWO_DST.match(name):
+            dst_idx.add(1)
+        if "permlane" in name and "swap" in name:
+            dst_idx.update({0, 1})
+    elif k in ("vmem", "lds_dma", "ds"):
+        gr, gw, lr, lw = lane_bytes(inst)
+        loads = (k == "vmem" and gr and not gw) or (k == "ds" and lr and not lw)
+        atomic_ret = ("atomic" in name and inst.mods.get("glc")) or ("_rtn" in name)
+        if (loads or atomic_ret) and ops:
+            dst_idx.add(0)
+            is_load = True
+    dsts, srcs = [], []
+    for n, r in enumerate(regs):
+        if r is None:
+            continue
+        if n in dst_idx:
+            dsts.extend(r)
+            if "permlane" in name:
+                srcs.extend(r)
+        elif not (k == "mfma" and n == 3):
+            srcs.extend(r)
+    srcs_c = tuple(regs[3]) if k == "mfma" and len(ops) > 3 and regs[3] is not None else ()
+    return tuple(srcs), tuple(dsts), srcs_c, is_load
+
+
 def prepare(insts, prm: P.Params) -> list[StaticInst]:
     out = []
     for inst in insts:
         k = classify(inst)
         s = StaticInst(k, _CATEGORY.get(k, VEC))
         ops = inst.ops
-        regs = [_regs(o) for o in ops]
         name = inst.name
-        dst_idx: set[int] = set()
-        if k in ("valu", "trans", "mfma", "salu", "smem"):
-            if ops and not name.startswith(("s_cmp", "s_bitcmp", "s_setprio", "s_nop")):
-                dst_idx.add(0)
-            if _TWO_DST.match(name):
-                dst_idx.add(1)
-            if "permlane" in name and "swap" in name:
-                dst_idx.update({0, 1})
-        elif k in ("vmem", "lds_dma", "ds"):
-            gr, gw, lr, lw = lane_bytes(inst)
-            s.bytes = (gr, gw, lr, lw)
-            loads = (k == "vmem" and gr and not gw) or (k == "ds" and lr and not lw)
-            atomic_ret = ("atomic" in name and inst.mods.get("glc")) or ("_rtn" in name)
-            if (loads or atomic_ret) and ops:
-                dst_idx.add(0)
-                s.is_load = True
-        dsts, srcs = [], []
-        for n, r in enumerate(regs):
-            if r is None:
-                continue
-            if n in dst_idx:
-                dsts.extend(r)
-                if "permlane" in name:
-                    srcs.extend(r)
-            elif not (k == "mfma" and n == 3):
-                srcs.extend(r)
+        srcs, dsts, s.srcs_c, s.is_load = register_roles(inst, k)
+        if k in ("vmem", "lds_dma", "ds"):
+            s.bytes = lane_bytes(inst)
         if k == "mfma":
             s.passes = mfma_passes(inst)
-            if len(ops) > 3 and regs[3] is not None:
-                s.srcs_c = tuple(regs[3])
             s.busy = prm.issue_quantum
         elif k == "trans":
             s.busy = prm.trans_cycles

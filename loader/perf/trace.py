@@ -16,7 +16,12 @@ program in which:
   * every DS access's lane addresses are counted into LDS bank conflicts (lds_banks.py);
   * instructions the emulator does not implement yet are stubs of the same class (a
     VALU stub writes nothing; a DS/VMEM stub moves no data). The run is then a timing
-    run only — its numerical output is meaningless — and `Trace.stubbed` lists them.
+    run only — its numerical output is meaningless — and `Trace.stubbed` lists them;
+  * vector ALU instructions whose results cannot reach what the trace records (an
+    address, EXEC, a branch condition, any scalar or memory instruction's operand) skip
+    their arithmetic too (`dead_vector_ops`): the softmax of an attention kernel or a
+    GEMM's dequantisation never steers control flow, so the recorded streams, lanes,
+    bytes and LDS addresses are those of the full run, at a fraction of its cost.
 
 Strict hazard checking is off in timing mode (the functional tests own it).
 """
@@ -33,7 +38,8 @@ from ..emu import lds as emu_lds
 from ..emu.decode import Program
 from ..emu.registry import HANDLERS, Handler
 from . import lds_banks
-from .stats import classify, lane_bytes
+from .model import SGPR_BASE, _regs, register_roles
+from .stats import branch_target, classify, lane_bytes
 
 LINE = 128          # bytes: the L2 line size used to count distinct DRAM bytes (CDNA3 L2 line)
 
@@ -49,11 +55,164 @@ def _stub_end(ex, inst, w):
     ex.control = "end"
 
 
-def timing_program(program: Program, skip_mfma: bool = True) -> tuple[Program, list[str]]:
-    """A private copy of `program` whose MFMAs (and unimplemented instructions) are stubs."""
+_VECTOR = ("valu", "trans")
+_EXEC, _VCC, _M0 = SGPR_BASE + 126, SGPR_BASE + 106, SGPR_BASE + 124
+
+
+def _memory_operands(inst, k: str, is_load: bool) -> tuple[set, set]:
+    """(address registers, data registers) of a vector memory or DS instruction; None
+    where the operand roles are not plain (atomics, LDS DMA, cross-lane DS ops): then every
+    register counts as an address."""
+    regs = [set(_regs(op) or ()) for op in inst.ops]
+    name = inst.name
+    if k == "vmem" and "atomic" not in name:
+        if name.startswith("buffer_"):                 # vdata, vaddr, srsrc, soffset
+            data_at = 0
+        else:                                          # global/flat/scratch: load vdst, vaddr, saddr;
+            data_at = 0 if is_load else 1              # store vaddr, vdata, saddr
+    elif k == "ds" and re.match(r"^ds_(read|write)", name):
+        data_at = 0 if is_load else None               # read vdst, vaddr; write vaddr, vdata...
+        if not is_load:
+            return regs[0], set().union(*regs[1:])
+    else:
+        return None
+    addr = set().union(*(r for n, r in enumerate(regs) if n != data_at))
+    return addr, regs[data_at]
+
+
+def _bits(regs) -> int:
+    out = 0
+    for r in regs:
+        out |= 1 << r
+    return out
+
+
+_PARTIAL = re.compile(r"d16|writelane|permlane|_[fiub]16|_sdwa|_dpp")
+
+
+def _successors(insts, n: int) -> list[int] | None:
+    """Indices control can reach after insts[n]; None for an indirect jump."""
+    inst = insts[n]
+    k = classify(inst)
+    if k == "end":
+        return []
+    nxt = [n + 1] if n + 1 < len(insts) else []
+    if k != "branch":
+        return nxt
+    t = branch_target(inst)
+    if t is None:
+        return None
+    n_t = next((m for m, i in enumerate(insts) if i.pc == t), None)
+    if n_t is None:
+        return None
+    return [n_t] if inst.name.startswith("s_branch") else [n_t] + nxt
+
+
+def dead_vector_ops(insts, writes_nothing=frozenset()) -> set[int]:
+    """Indices of the vector ALU instructions whose results never reach anything the
+    timing trace depends on: memory addresses, EXEC, branch conditions, scalar operands.
+
+    A backward liveness of "needed" register values over the control-flow graph. Roots:
+    the address operands of vector memory and DS instructions; every register read by
+    any other instruction that is neither a vector ALU op nor an MFMA (whence branches);
+    EXEC, M0 (LDS DMA reads it implicitly) and VCC where a branch or v_div_fmas reads it
+    implicitly. A vector op is needed where it writes a register needed after it (or
+    EXEC, as v_cmpx does); its sources are then needed before it. A full write ends a
+    value's need (it is not needed above the write); a write that may leave part of a
+    register (16-bit, DPP/SDWA, lane writes) or some lanes (a program that changes EXEC)
+    does not. Instructions in `writes_nothing` (timing-mode stubs: skipped MFMAs,
+    unimplemented instructions) neither need nor end anything. Data stored to memory is
+    a root when a load from the same memory (global or LDS) returns a needed register
+    (the value could come back as an address). Programs with indirect jumps or register
+    indexing (s_set_gpr_idx, movrel) get no dead ops."""
+    if any("gpr_idx" in i.name or "movrel" in i.name for i in insts):
+        return set()
+    count = len(insts)
+    succ = [_successors(insts, n) for n in range(count)]
+    if any(s is None for s in succ):
+        return set()
+    vcc, exec_ = _bits((_VCC, _VCC + 1)), _bits((_EXEC, _EXEC + 1))
+    roles = []              # per instruction: (kind, roots or reads, writes, kills, store data, memory)
+    exec_written = False
+    for n, inst in enumerate(insts):
+        k = classify(inst)
+        srcs, dsts, _, is_load = register_roles(inst, k)
+        name = inst.name
+        writes = _bits(dsts)
+        if name.startswith("v_cmpx"):
+            writes |= exec_
+        if name.startswith("v_swap"):
+            writes |= _bits(srcs)
+        exec_written |= bool(writes & exec_)
+        full = not _PARTIAL.search(name) and inst.enc not in ("sdwa", "dpp")
+        kills = writes if full else 0
+        if n in writes_nothing or k == "mfma":
+            roles.append(("none", 0, 0, 0, 0, None))
+        elif k in _VECTOR:
+            reads = _bits(srcs) | (vcc if name.startswith("v_div_fmas") else 0)
+            roles.append(("vector", reads, writes, kills, 0, None))
+        else:
+            mem = _memory_operands(inst, k, is_load) if k in ("vmem", "ds") else None
+            if mem is None:
+                roots, data = _bits(srcs), 0
+            else:
+                roots, data = _bits(mem[0]), _bits(mem[1])
+            if name.startswith(("s_cbranch_vcc", "s_cbranch_cdbg")):
+                roots |= vcc
+            space = k if mem is not None else None
+            roles.append(("load" if is_load else "other", roots, writes, kills,
+                          0 if is_load else data, space))
+    if exec_written:
+        roles = [(kind, r, w, 0, d, m) for kind, r, w, _, d, m in roles]
+    always = exec_ | _bits((_M0,))
+    stores_are_roots = {"vmem": False, "ds": False}
+    while True:
+        needed_in = [0] * count
+        live = set()
+        changed = True
+        while changed:
+            changed = False
+            for n in range(count - 1, -1, -1):
+                out = always
+                for m in succ[n]:
+                    out |= needed_in[m]
+                kind, reads, writes, kills, data, mem = roles[n]
+                if kind == "none":
+                    val = out
+                elif kind == "vector":
+                    if not writes or writes & out:
+                        live.add(n)
+                        val = (out & ~kills) | reads
+                    else:
+                        val = out
+                else:
+                    val = (out & ~kills) | reads
+                    if mem and stores_are_roots[mem]:
+                        val |= data
+                if val != needed_in[n]:
+                    needed_in[n] = val
+                    changed = True
+        grown = False
+        for n, (kind, _, writes, _, _, mem) in enumerate(roles):
+            if kind == "load" and mem and not stores_are_roots[mem]:
+                out = always
+                for m in succ[n]:
+                    out |= needed_in[m]
+                if writes & out:
+                    stores_are_roots[mem] = grown = True
+        if not grown:
+            return {n for n, r in enumerate(roles) if r[0] == "vector"} - live
+
+
+def timing_program(program: Program, skip_mfma: bool = True, skip_dead: bool = True) -> tuple[Program, list[str]]:
+    """A private copy of `program` whose MFMAs, dead vector ops (dead_vector_ops) and
+    unimplemented instructions are stubs."""
     stubbed: set[str] = set()
     insts = []
-    for inst in program.insts:
+    unimplemented = {n for n, i in enumerate(program.insts) if HANDLERS.get(i.name) is None}
+    skipped = {n for n, i in enumerate(program.insts) if classify(i) == "mfma"} | unimplemented
+    dead = dead_vector_ops(program.insts, skipped) if skip_mfma and skip_dead else set()
+    for n, inst in enumerate(program.insts):
         copy = dataclasses.replace(inst, handler=None)
         handler = HANDLERS.get(inst.name)
         klass = classify(inst)
@@ -63,8 +222,8 @@ def timing_program(program: Program, skip_mfma: bool = True) -> tuple[Program, l
                                           f"timing mode needs real control flow")
             stubbed.add(inst.name)
             copy.handler = Handler(_stub_end if klass == "end" else _stub, klass, inst.name)
-        elif klass == "mfma" and skip_mfma:
-            copy.handler = Handler(_stub, "mfma", inst.name)
+        elif (klass == "mfma" and skip_mfma) or n in dead:
+            copy.handler = Handler(_stub, klass, inst.name)
         insts.append(copy)
     return Program(insts, dict(program.by_pc), program.entry), sorted(stubbed)
 
@@ -184,9 +343,10 @@ class Recorder:
 
 
 def record(kernel, grid, block, kernarg=b"", buffers=(), workgroups=None, *,
-           skip_mfma: bool = True, max_wave_instructions: int = 200_000_000) -> Trace:
-    """Run `workgroups` of a launch in timing mode and return their Trace."""
-    program, stubbed = timing_program(kernel.program, skip_mfma)
+           skip_mfma: bool = True, skip_dead: bool = True, max_wave_instructions: int = 200_000_000) -> Trace:
+    """Run `workgroups` of a launch in timing mode and return their Trace (skip_dead=False
+    runs the dead vector ops too: the same trace, slower)."""
+    program, stubbed = timing_program(kernel.program, skip_mfma, skip_dead)
     saved = kernel.program
     kernel.program = program
     rec = Recorder(program)
