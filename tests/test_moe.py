@@ -396,10 +396,11 @@ LAYER_CASES = [  # (T, top_k, E, H, I, block_m, routing kind)
 ]
 
 
-def check_layer(T, top_k, E, H, I, block_m, kind, expert_map=None, E_local=None, seed=0):
+def check_layer(T, top_k, E, H, I, block_m, kind, expert_map=None, E_local=None, seed=0, ids=None):
+    """The layer against layer_reference's bound; returns (out, its operands)."""
     gen = torch.Generator().manual_seed(seed + 100 * T + E + H + I)
     x, xs, w1, w1s, w2, w2s = layer_operands(T, H, I, E_local or E, gen)
-    ids = routing(kind, T, top_k, E, gen)
+    ids = routing(kind, T, top_k, E, gen) if ids is None else ids
     tw = torch.rand(T, top_k, generator=gen) + 0.1
     out, base = embedded(torch.empty(T, H, dtype=torch.bfloat16), 0xFF)           # NaN poison around and in out
     moe_layer.mxfp8_moe(x, xs, w1, w1s, w2, w2s, tw, ids, expert_map=expert_map, block_m=block_m, out=out)
@@ -413,6 +414,8 @@ def check_layer(T, top_k, E, H, I, block_m, kind, expert_map=None, E_local=None,
     assert float((err / ref.abs()).median()) <= 2.0 ** -8
     n = out.numel() * 2
     assert base[:64].eq(0xFF).all() and base[64 + n:].eq(0xFF).all()
+    return out, dict(x=x, x_scale=xs, w1=w1, w1_scale=w1s, w2=w2, w2_scale=w2s, topk_weights=tw, topk_ids=ids,
+                     expert_map=expert_map)
 
 
 @pytest.mark.parametrize("T,top_k,E,H,I,block_m,kind", LAYER_CASES)
@@ -422,13 +425,57 @@ def test_layer_matches_pytorch_moe(T, top_k, E, H, I, block_m, kind):
 
 def test_layer_expert_parallel():
     """16 global experts, this rank holds 8 (shuffled local ids): slots on the other 8 add
-    nothing, nor do those of an expert mapped past the local ones (8: the GEMMs skip it too)."""
+    nothing, nor do those of an expert mapped past the local ones (8: the GEMMs skip it too).
+    The decode form (block_m None) equals the sorted form bit for bit."""
     E, gen = 16, torch.Generator().manual_seed(99)
     expert_map = torch.full((E,), -1, dtype=torch.int32)
     order = torch.randperm(E, generator=gen)
     expert_map[order[:8]] = torch.randperm(8, generator=gen).to(torch.int32)
     expert_map[order[8]] = 8
-    check_layer(6, 5, E, 64, 64, None, "random", expert_map=expert_map, E_local=8)
+    out, args = check_layer(6, 5, E, 64, 64, None, "random", expert_map=expert_map, E_local=8)
+    assert torch.equal(out, gfxasm.mxfp8_moe(**args, block_m=16))
+
+
+DECODE_CASES = [  # (T, top_k, E, H, I, routing kind): the decode form, cdiv(I, 128) = 1 but for the last
+    (5, 4, 16, 64, 96, "few"),        # 13 of 16 experts empty, the other 3 with up to 20 slots each
+    (6, 8, 16, 96, 64, "hot"),        # every token's first choice on expert 3
+    (2, 8, 16, 64, 32, "spread"),     # every slot on an expert of its own
+    (9, 1, 12, 64, 64, "random"),     # top_k 1: one row per token
+    (2, 16, 32, 64, 32, "random"),    # top_k 16: all 16 rows of the tile
+    (3, 5, 16, 160, 320, "random"),   # 3 K steps per slot: the waves' shares differ from the sorted form's
+]
+
+
+@pytest.mark.parametrize("T,top_k,E,H,I,kind", DECODE_CASES)
+def test_decode_form(T, top_k, E, H, I, kind):
+    """The two-launch decode form (routing read from topk_ids; the down GEMM and the top-k sum
+    in one launch) against the float64 MoE, and, where each slot's K steps fall on the waves as
+    in the sorted form (cdiv(I, 128) = 1 or a multiple of 4), bit for bit against the sorted
+    four-launch form (same q, same row roundings, same f32 sum order)."""
+    assert moe_layer.choose_form(T, top_k, None) == "direct"
+    out, args = check_layer(T, top_k, E, H, I, None, kind)
+    steps = -(-I // 128)
+    if steps == 1 or steps % 4 == 0:
+        assert torch.equal(out, gfxasm.mxfp8_moe(**args, block_m=16))
+
+
+def test_decode_form_out_of_range_ids_and_schedules():
+    """Ids outside [0, E) (the last and the first slot of a token, a huge one) add nothing; the
+    decode form's cross-wave LDS traffic (tile copies, the row-weight table, the rows summed
+    per column) gives the same bits under seeded adversarial schedules."""
+    from gfxasm.emu import adversarial
+    gen = torch.Generator().manual_seed(41)
+    ids = routing("random", 3, 4, 8, gen)
+    ids[0, 3], ids[2, 0], ids[1, 1] = 8, -1, 2**31 - 1
+    _, args = check_layer(3, 4, 8, 64, 32, None, "random", ids=ids)
+    found = adversarial.check(lambda: gfxasm.mxfp8_moe(**args), range(2))
+    assert not found, "\n".join(map(str, found))
+
+
+def test_form_choice():
+    assert [moe_layer.choose_form(T, 5, None) for T in (1, 16, 17)] == ["direct", "direct", "sorted"]
+    assert moe_layer.choose_form(1, 5, 16) == "sorted"                         # block_m asks for the sorted form
+    assert moe_layer.choose_form(1, 17, None) == "sorted"                      # more slots than tile rows
 
 
 @pytest.mark.parametrize("block_m,T,top_k,I", [(16, 5, 4, 96), (32, 9, 3, 32), (64, 4, 5, 64)])

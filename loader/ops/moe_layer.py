@@ -1,4 +1,4 @@
-"""The MX-FP8 mixture-of-experts layer: `gfxasm.mxfp8_moe`, four launches and no host sync.
+"""The MX-FP8 mixture-of-experts layer: `gfxasm.mxfp8_moe`, two or four launches and no host sync.
 
     out = gfxasm.mxfp8_moe(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids)
 
@@ -10,7 +10,11 @@ x [T, H] float8_e4m3fn with x_scale [T, H/32] E8M0 (the quantised hidden states)
     out[t] = sum over j of topk_weights[t, j] * W2'[e] @ requant(SwiGLU-OAI(bf16(W1'[e] @ x'[t])))
              with e = local id of topk_ids[t, j]
 
-Launches, in order (each its own kernel; intermediates allocated here):
+Two forms, chosen by choose_form (the same result up to the order of f32 additions inside
+the down GEMM's per-slot sums: bit-equal when cdiv(I, 128) % 4 == 0).
+
+The sorted form (block_m given, top_k > 16, or more than DIRECT_MAX_TOKENS tokens): launches,
+in order (each its own kernel; intermediates allocated here):
   1. gfxasm.moe_align_block_size(topk_ids, E_global, block_m, expert_map)   (asm/moe_align.s)
   2. the gate_up GEMM fused with the activation (mxfp8_moe_gemm.gate_up_swiglu, the SWIGLU
      variant of asm/mxfp8_moe_gemm.s): h = gfxasm.mxfp8_moe_gemm(x, ..., w1, ..., a_div=top_k)
@@ -20,23 +24,35 @@ Launches, in order (each its own kernel; intermediates allocated here):
   4. moe_sum (asm/moe_sum.s): out[t] = bf16(sum over j in order, f32, of y[t*top_k + j]),
      skipping slots whose expert is outside [0, E_global) or whose local expert is outside
      [0, E) (expert_map -1: absent), as the GEMMs skip them.
+The decode form (block_m None, top_k <= 16, T <= DIRECT_MAX_TOKENS): two launches, no routing
+arrays (asm/mxfp8_moe_gemm.s DIRECT):
+  1. mxfp8_moe_gemm.direct_swiglu_launch_args: step 2 with one workgroup per slot, its expert
+     read from topk_ids (and expert_map) on the device -> q, s as step 2 writes them;
+  2. mxfp8_moe_gemm.direct_sum_launch_args: steps 3 and 4 in one launch, one workgroup per
+     (token, 16..64 columns): its top_k slots are the rows of one MFMA tile, each streaming its
+     own expert's weights, then bf16(topk weight * row) summed over the slots in order in f32
+     (moe_sum's arithmetic) and rounded to bf16 into out. No atomics: each out element has one
+     writer, and the order of every addition is fixed.
+  An expert routed to by several slots has its weights read once per slot (the sorted form
+  reads them once per block), so the form pays off only while few slots share an expert.
 The requantisation of step 2 is the layer's only approximation beyond roundings: h is
 rounded to bf16, the activation is quantised to MX-FP8 (the down GEMM's input format), y
 rows are rounded to bf16 before the sum. Slots no GEMM processes (absent or out-of-range
 experts) leave their q, s and y rows unwritten, and nothing reads them.
 
-block_m (None: chosen): the GEMMs' row block, 16, 32 or 64. An expert with more slots than
-block_m takes several blocks and its weights are re-read for each, while a bigger block
-wastes MFMA rows on padding. The expected slots per expert is T*top_k/E; the choice is the
-smallest block_m >= twice that (16 up to 8 expected slots, 32 up to 16, else 64), so
-decode (T*top_k around E or below) uses 16.
+block_m (None: chosen; given: the sorted form): the sorted form's row block, 16, 32 or 64.
+An expert with more slots than block_m takes several blocks and its weights are re-read for
+each, while a bigger block wastes MFMA rows on padding. The expected slots per expert is
+T*top_k/E; the choice is the smallest block_m >= twice that (16 up to 8 expected slots, 32
+up to 16, else 64), so decode (T*top_k around E or below) uses 16.
 
 Expert parallelism: expert_map [E_global] int32 maps a global id to this rank's expert (an
 index into w1/w2) or -1; topk_ids hold global ids. Slots of absent experts contribute
 nothing to out (another rank adds them). An id outside [0, E_global) is skipped in every
 step.
 
-Limits: those of the four ops (each checks its own arguments and names them), plus: H and I
+Limits: those of the four ops (each checks its own arguments and names them; the decode form
+runs on arguments that pass the sorted form's checks), plus: H and I
 multiples of 32, x [T, H], w1 [E, 2I, H], w2 [E, H, I] with matching E, H and I, topk_weights
 and topk_ids [T, top_k] (top_k <= 64), out bf16 [T, H] not overlapping an input. T = 0
 launches nothing.
@@ -57,10 +73,17 @@ from .mxfp8_gemm import BLOCK, E4M3, E8M0
 from .mxfp8_moe_gemm import BLOCK_MS, MAX_A_DIV
 
 OP = "mxfp8_moe"
+DIRECT_MAX_TOKENS = 16             # the decode form up to here (bench/moe.py: modelled faster at T = 1..16)
 
 
 def _fail(exc, message: str):
     arguments.fail(OP, exc, message)
+
+
+def choose_form(T: int, top_k: int, block_m: int | None) -> str:
+    """'direct' (the two-launch decode form) or 'sorted' (module docstring)."""
+    direct = block_m is None and top_k <= mxfp8_moe_gemm.MAX_DIRECT_TOP_K and T <= DIRECT_MAX_TOKENS
+    return "direct" if direct else "sorted"
 
 
 def choose_block_m(T: int, top_k: int, E: int) -> int:
@@ -108,7 +131,7 @@ def validate(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, exp
     E_global = expert_map.numel() if isinstance(expert_map, torch.Tensor) else E
     top_k = int(topk_ids.shape[1])             # specialised under dynamic shapes: it sizes the GEMMs
     sizes = dict(T=T, H=H, I=I2 // 2, E=E, E_global=E_global, top_k=top_k,
-                 block_m=block_m or choose_block_m(T, top_k, E_global))
+                 block_m=block_m or choose_block_m(T, top_k, E_global), form=choose_form(T, top_k, block_m))
     _validate_steps(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit,
                     sizes)
     return sizes
@@ -139,6 +162,29 @@ def sum_launch_args(y, topk_ids, expert_map, out, sizes) -> dict:
 
 
 _SUMS: dict[tuple, PreparedLaunch] = {}
+_DIRECT: dict[tuple, tuple[PreparedLaunch, PreparedLaunch]] = {}
+
+
+def _run_direct(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit, out,
+                sizes) -> None:
+    """The decode form's two launches (module docstring)."""
+    S, I, dev = sizes["T"] * sizes["top_k"], sizes["I"], x.device
+    q = torch.empty((S, I), dtype=E4M3, device=dev)
+    s = torch.empty((S, I // BLOCK), dtype=E8M0, device=dev)
+    tensors = (x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, out)
+    key = tuple((t.shape, t.stride(), t.dtype, t.device) if t is not None else None for t in tensors) + (
+        sizes["E_global"], float(alpha), float(beta), float(limit), os.environ.get(BACKEND_ENV))
+    if key not in _DIRECT:
+        manifest = default_manifest()
+        launches = (mxfp8_moe_gemm.direct_swiglu_launch_args(x, x_scale, w1, w1_scale, topk_ids, expert_map,
+                                                             sizes["E_global"], q, s, alpha, beta, limit),
+                    mxfp8_moe_gemm.direct_sum_launch_args(q, s, w2, w2_scale, topk_ids, expert_map,
+                                                          sizes["E_global"], topk_weights, out))
+        _DIRECT[key] = tuple(prepare(manifest.kernel(k).variant(v), args) for k, v, args in launches)
+    gate_up, down = _DIRECT[key]
+    ids = topk_ids.reshape(-1)                  # expert_map None: the kernels read no map (has_map 0)
+    gate_up(x, x_scale.view(E8M0), w1, w1_scale.view(E8M0), ids, expert_map, None, q, s)
+    down(q, s, w2, w2_scale.view(E8M0), ids, expert_map, topk_weights.reshape(-1), out)
 
 
 def _moe_sum(y, topk_ids, expert_map, out, sizes) -> None:
@@ -151,13 +197,17 @@ def _moe_sum(y, topk_ids, expert_map, out, sizes) -> None:
 
 def _run(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit, out,
          sizes) -> None:
-    """The four launches on checked arguments (validate's sizes)."""
+    """The launches of sizes['form'] on checked arguments (validate's sizes)."""
     inputs = (("x", x), ("x_scale", x_scale), ("w1", w1), ("w1_scale", w1_scale), ("w2", w2),
               ("w2_scale", w2_scale), ("topk_weights", topk_weights), ("topk_ids", topk_ids)) + (
         (("expert_map", expert_map),) if expert_map is not None else ())
     refuse_overlap(OP, "out", out.data_ptr(), extent(out),
                    tuple((name, t.data_ptr(), extent(t), False) for name, t in inputs))
     if sizes["T"] == 0:
+        return
+    if sizes["form"] == "direct":
+        _run_direct(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit,
+                    out, sizes)
         return
     S, I, top_k, dev = sizes["T"] * sizes["top_k"], sizes["I"], sizes["top_k"], x.device
     sorted_ids, expert_ids, post = moe_align.moe_align_block_size(topk_ids, sizes["E_global"], sizes["block_m"],

@@ -519,33 +519,73 @@ def _register_run_cases() -> None:
     for name in kernel_names():
         run_case(name)(case)
 
+    def ones(gen, *shape):  # e4m3 codes in {-1, 0, 1}
+        return torch.randint(-1, 2, shape, generator=gen).float().to(E4M3)
+
+    def unit(*shape):       # E8M0 scales 2^0
+        return torch.full(shape, 127, dtype=torch.uint8).view(E8M0)
+
     def swiglu_case(variant, gen: torch.Generator, T: int = 5, top_k: int = 3, E: int = 6, I: int = 64,
                     K: int = 160):
-        """gate_up_swiglu with alpha = beta = 0 and no clamp on codes in {-1, 0, 1} with unit scales:
-        every h is an integer of magnitude <= K < 256 (exact in f32 and bf16) and y = gate * up / 2
-        is exact, so q and scale are compared bit for bit; experts 1 and 4 absent (rows stay NaN)."""
+        """gate_up_swiglu (or its DIRECT form) with alpha = beta = 0 and no clamp on codes in {-1, 0,
+        1} with unit scales: every h is an integer of magnitude <= K < 256 (exact in f32 and bf16)
+        and y = gate * up / 2 is exact, so q and scale are compared bit for bit; experts 1 and 4
+        absent (rows stay NaN)."""
         from .swiglu_quant import activation_reference, quantize_reference
+        direct = variant.defines.get("DIRECT", 0)
         block_m = 16 * variant.defines["MT"]
-        ones = lambda *shape: torch.randint(-1, 2, shape, generator=gen).float().to(E4M3)      # noqa: E731
-        unit = lambda *shape: torch.full(shape, 127, dtype=torch.uint8).view(E8M0)             # noqa: E731
-        a, a_scale, w, w_scale = ones(T, K), unit(T, K // BLOCK), ones(E, 2 * I, K), unit(E, 2 * I, K // BLOCK)
-        ids = torch.stack([torch.randperm(E, generator=gen)[:top_k] for _ in range(T)]).flatten().tolist()
+        a, a_scale = ones(gen, T, K), unit(T, K // BLOCK)
+        w, w_scale = ones(gen, E, 2 * I, K), unit(E, 2 * I, K // BLOCK)
+        ids = torch.stack([torch.randperm(E, generator=gen)[:top_k] for _ in range(T)]).to(torch.int32)
         expert_map = [-1 if e in (1, 4) else e for e in range(E)]
         sorted_ids, expert_ids, post = (torch.tensor(x, dtype=torch.int32).reshape(-1)
-                                        for x in align(ids, E, block_m, expert_map))
+                                        for x in align(ids.flatten().tolist(), E, block_m, expert_map))
         S = T * top_k
         q = torch.full((S, I), 0x7F, dtype=torch.uint8).view(E4M3)                            # NaN
         scale = torch.full((S, I // BLOCK), 0xFF, dtype=torch.uint8).view(E8M0)                 # NaN
-        _, _, args = swiglu_launch_args(a, a_scale, w, w_scale, sorted_ids, expert_ids, post, top_k, q, scale,
-                                        0.0, 0.0, float("inf"))
+        if direct:
+            _, _, args = direct_swiglu_launch_args(a, a_scale, w, w_scale, ids, torch.tensor(expert_map).int(), E, q,
+                                                   scale, 0.0, 0.0, float("inf"))
+        else:
+            _, _, args = swiglu_launch_args(a, a_scale, w, w_scale, sorted_ids, expert_ids, post, top_k, q, scale,
+                                            0.0, 0.0, float("inf"))
         h, written = reference(a, a_scale, w, w_scale, sorted_ids, expert_ids, post, top_k)
         q_want, s_want = quantize_reference(activation_reference(h, 0.0, 0.0, float("inf")))
         q_want.view(torch.uint8)[~written], s_want.view(torch.uint8)[~written] = 0x7F, 0xFF
         return RunCase(args=args, expected=dict(q=q_want, scale=s_want), atol=0, rtol=0,
-                       note=f"T={T} top_k={top_k} E={E} I={I} K={K} block_m={block_m}, alpha = 0 (exact)")
+                       note=f"T={T} top_k={top_k} E={E} I={I} K={K} " + ("direct" if direct else f"block_m={block_m}")
+                       + ", alpha = 0 (exact)")
 
-    for name in swiglu_kernel_names():
+    for name in swiglu_kernel_names() + [DIRECT_SWIGLU_KERNEL]:
         run_case(name)(swiglu_case)
+
+    def direct_sum_case(variant, gen: torch.Generator, T: int = 3, top_k: int = 5, E: int = 6, N: int = 40,
+                        K: int = 416):
+        """The DIRECT down GEMM + top-k sum on codes in {-1, 0, 1} with unit scales: each slot's
+        row is an integer below 2^24 (exact in f32 whatever the order), so bf16(weight * row) and
+        the f32 sum in slot order are known bit for bit (moe_layer.sum_reference). Experts 1 and 4
+        absent, one id out of range; K % 128 = 32 (a partial step), N off every tile."""
+        from .moe_layer import sum_reference
+        S = T * top_k
+        a, a_scale, w, w_scale = ones(gen, S, K), unit(S, K // BLOCK), ones(gen, E, N, K), unit(E, N, K // BLOCK)
+        ids = torch.stack([torch.randperm(E, generator=gen)[:top_k] for _ in range(T)]).to(torch.int32)
+        ids[1, 2] = E
+        expert_map = torch.tensor([-1 if e in (1, 4) else e for e in range(E)], dtype=torch.int32)
+        tw = torch.rand(T, top_k, generator=gen)
+        out = torch.full((T, N), float("nan"), dtype=torch.bfloat16)
+        _, _, args = direct_sum_launch_args(a, a_scale, w, w_scale, ids, expert_map, E, tw, out,
+                                            variant.defines["NT"])
+        rows = torch.zeros(S, N, dtype=torch.float32)
+        for t, e in enumerate(ids.flatten().tolist()):
+            if 0 <= e < E and expert_map[e] >= 0:
+                rows[t] = (dequantize(a[t:t + 1], a_scale[t:t + 1]) @ dequantize(w[expert_map[e]],
+                                                                                 w_scale[expert_map[e]]).T).float()
+        y = (tw.reshape(-1, 1) * rows).to(torch.bfloat16)
+        return RunCase(args=args, expected=dict(out=sum_reference(y, ids, E, expert_map)), atol=0, rtol=0,
+                       note=f"T={T} top_k={top_k} E={E} N={N} K={K}, codes in {{-1, 0, 1}} (exact)")
+
+    for name in direct_kernel_names()[1:]:
+        run_case(name)(direct_sum_case)
 
 
 _register_run_cases()
