@@ -15,6 +15,10 @@ read_marks, the data.
 reads_settled (hazards.check_read): whether every register read has had the wait states
 its last writer needs, under a table that is never below the exact need.
 
+writes_settled (hazards.check_write): whether a register write leaves every WAW, srcC WAR
+and wide-store WAR rule met, i.e. whether check_write's numpy path would report nothing
+(that path gathers six per-wave records; it runs only when this says it might).
+
 numba is imported, and the functions compiled (or loaded from numba's cache), on the
 first launch that uses them: about 1 s of CPU once per process, so strict launches of
 fewer than MIN_WAVES waves (unit tests, small kernels) keep to the numpy paths. Without
@@ -54,7 +58,8 @@ def _load() -> SimpleNamespace | None:
         return None
     jit = njit(cache=True, nogil=True)
     read_marks = jit(_read_marks)
-    return SimpleNamespace(read_marks=read_marks, reads_settled=jit(_reads_settled), read_dwords=jit(_read_dwords))
+    return SimpleNamespace(read_marks=read_marks, reads_settled=jit(_reads_settled), read_dwords=jit(_read_dwords),
+                           writes_settled=jit(_writes_settled))
 
 
 SEVERAL = -2                  # lds._SEVERAL
@@ -114,6 +119,37 @@ def _reads_settled(at, by, rows, index, count, clock, need):
             if clock[i] - at[r, j] - 1 < need[code]:
                 short = True
     return not (any_writer and short)
+
+
+def _writes_settled(at, by, need, srcc_at, srcc_passes, store_at, store_window, side, valu, rows, index,
+                    count, clock):
+    """hazards.check_write's three tests over the registers index..index+count-1 of the
+    waves `rows` (clocks `clock`), each as its numpy path decides whether to report: the
+    WAW test (need[writer]) where some writer code is not 0, the srcC WAR test (passes-1)
+    where some srcC passes are not 0, the wide-store test (window) where some window is not
+    0 and `valu`; the last two only with `side` (hazards._Side exists). True: none reports."""
+    any_w = any_p = any_s = False
+    short_w = short_p = short_s = False
+    for i in range(rows.size):
+        r = rows[i]
+        for j in range(index, index + count):
+            code = by[r, j]
+            if code != 0:
+                any_w = True
+            if clock[i] - at[r, j] - 1 < need[code]:
+                short_w = True
+            if side:
+                p = srcc_passes[r, j]
+                if p != 0:
+                    any_p = True
+                if clock[i] - srcc_at[r, j] - 1 < (p - 1 if p > 0 else 0):
+                    short_p = True
+                s = store_window[r, j]
+                if s != 0:
+                    any_s = True
+                if clock[i] - store_at[r, j] - 1 < s:
+                    short_s = True
+    return not ((any_w and short_w) or (any_p and short_p) or (valu and any_s and short_s))
 
 
 def _read_dwords(addr, mask, slot, dwords, size, lds32, out, me, mine, wave, dma_pending, ds_pending,

@@ -412,13 +412,21 @@ def check_write(ex, kind: str, w, index: int, count: int) -> None:
     if count and _settled(ex, kind, w, index, count):
         return
     waves = ex.waves
+    side = getattr(waves, "_hazard_side", None)
+    valu = ex.klass in VALU_CLASSES
+    fast = getattr(ex, "fast", None)
+    if fast is not None:
+        records = (side.srcc_at[kind], side.srcc_passes[kind], side.store_at[kind], side.store_window[kind]) \
+            if side is not None else (waves.written_at[kind], waves.written_by[kind]) * 2
+        if fast.writes_settled(waves.written_at[kind], waves.written_by[kind], _WAW_NEED[valu], *records,
+                               side is not None, valu, ex.wave_ids(w), index, count, ex.clocks(w)[0]):
+            return
     clock = ex.clocks(w)[0][:, None]
     at = waves.written_at[kind][w, index:index + count]
     writer = None if _all_settled(clock[:, 0], at) else waves.written_by[kind][w, index:index + count]
     if writer is not None and writer.any():
-        _require(ex, w, kind, index, clock - at - 1, _WAW_NEED[ex.klass in VALU_CLASSES][writer],
+        _require(ex, w, kind, index, clock - at - 1, _WAW_NEED[valu][writer],
                  "overwritten", lambda row, col: f"{_writer_name(int(writer[row, col]))} wrote it")
-    side = getattr(waves, "_hazard_side", None)
     if side is None:
         return
     passes = side.srcc_passes[kind][w, index:index + count]
@@ -427,7 +435,7 @@ def check_write(ex, kind: str, w, index: int, count: int) -> None:
         _require(ex, w, kind, index, clock - side.srcc_at[kind][w, index:index + count] - 1,
                  np.where(passes > 0, passes - 1, 0), "overwritten",
                  lambda row, col: f"a {int(passes[row, col])}-pass MFMA read it as srcC")
-    if ex.klass in VALU_CLASSES:
+    if valu:
         window = side.store_window[kind][w, index:index + count]
         if window.any():
             window = window.astype(np.int64)
