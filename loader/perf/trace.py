@@ -18,10 +18,11 @@ program in which:
     VALU stub writes nothing; a DS/VMEM stub moves no data). The run is then a timing
     run only — its numerical output is meaningless — and `Trace.stubbed` lists them;
   * vector ALU instructions whose results cannot reach what the trace records (an
-    address, EXEC, a branch condition, any scalar or memory instruction's operand) skip
-    their arithmetic too (`dead_vector_ops`): the softmax of an attention kernel or a
-    GEMM's dequantisation never steers control flow, so the recorded streams, lanes,
-    bytes and LDS addresses are those of the full run, at a fraction of its cost.
+    address, EXEC, a branch condition, a scalar operand) skip their arithmetic too, and
+    DS reads whose results cannot reach it only compute and count their lane addresses
+    (`dead_ops`): the softmax of an attention kernel or a GEMM's dequantisation never
+    steers control flow, so the recorded streams, lanes, bytes and LDS addresses are
+    those of the full run, at a fraction of its cost.
 
 Strict hazard checking is off in timing mode (the functional tests own it).
 """
@@ -36,6 +37,7 @@ import numpy as np
 from ..emu import kernel as emu_kernel
 from ..emu import lds as emu_lds
 from ..emu.decode import Program
+from ..emu.families import ds as emu_ds
 from ..emu.registry import HANDLERS, Handler
 from . import lds_banks
 from .model import SGPR_BASE, _regs, register_roles
@@ -55,11 +57,18 @@ def _stub_end(ex, inst, w):
     ex.control = "end"
 
 
+def _address_only_read(ex, inst, w):
+    """Timing-mode DS read whose data nothing needs: the recorder (ex.trace) counts its lane
+    addresses, as the emulator's handler computes them; no data moves."""
+    addr = emu_ds.base_address(ex, inst, w, inst.ops[1]) + emu_ds.offset16(ex, inst)
+    ex.trace.lds_access(addr, ex.exec_bits(w), _ADDRESS_ONLY[inst.name], write=False)
+
+
 _VECTOR = ("valu", "trans")
 _EXEC, _VCC, _M0 = SGPR_BASE + 126, SGPR_BASE + 106, SGPR_BASE + 124
 
 
-def _memory_operands(inst, k: str, is_load: bool) -> tuple[set, set]:
+def _memory_operands(inst, k: str, is_load: bool) -> tuple[set, set] | None:
     """(address registers, data registers) of a vector memory or DS instruction; None
     where the operand roles are not plain (atomics, LDS DMA, cross-lane DS ops): then every
     register counts as an address."""
@@ -71,9 +80,9 @@ def _memory_operands(inst, k: str, is_load: bool) -> tuple[set, set]:
         else:                                          # global/flat/scratch: load vdst, vaddr, saddr;
             data_at = 0 if is_load else 1              # store vaddr, vdata, saddr
     elif k == "ds" and re.match(r"^ds_(read|write)", name):
-        data_at = 0 if is_load else None               # read vdst, vaddr; write vaddr, vdata...
-        if not is_load:
+        if not is_load:                                # write vaddr, vdata...
             return regs[0], set().union(*regs[1:])
+        data_at = 0                                    # read vdst, vaddr
     else:
         return None
     addr = set().union(*(r for n, r in enumerate(regs) if n != data_at))
@@ -108,9 +117,14 @@ def _successors(insts, n: int) -> list[int] | None:
     return [n_t] if inst.name.startswith("s_branch") else [n_t] + nxt
 
 
-def dead_vector_ops(insts, writes_nothing=frozenset()) -> set[int]:
-    """Indices of the vector ALU instructions whose results never reach anything the
-    timing trace depends on: memory addresses, EXEC, branch conditions, scalar operands.
+# DS reads a timing run can replace by their address computation (emu.families.ds)
+_ADDRESS_ONLY = {**emu_ds.READS, **{name: 8 for name in emu_ds.TRANSPOSE}}   # bytes a lane
+
+
+def dead_ops(insts, writes_nothing=frozenset()) -> set[int]:
+    """Indices of the vector ALU instructions, and of the plain DS reads (_ADDRESS_ONLY),
+    whose results never reach anything the timing trace depends on: memory addresses,
+    EXEC, branch conditions, scalar operands.
 
     A backward liveness of "needed" register values over the control-flow graph. Roots:
     the address operands of vector memory and DS instructions; every register read by
@@ -160,8 +174,8 @@ def dead_vector_ops(insts, writes_nothing=frozenset()) -> set[int]:
             if name.startswith(("s_cbranch_vcc", "s_cbranch_cdbg")):
                 roots |= vcc
             space = k if mem is not None else None
-            roles.append(("load" if is_load else "other", roots, writes, kills,
-                          0 if is_load else data, space))
+            kind = "ds read" if name in _ADDRESS_ONLY else "load" if is_load else "other"
+            roles.append((kind, roots, writes, kills, 0 if is_load else data, space))
     if exec_written:
         roles = [(kind, r, w, 0, d, m) for kind, r, w, _, d, m in roles]
     always = exec_ | _bits((_M0,))
@@ -179,12 +193,13 @@ def dead_vector_ops(insts, writes_nothing=frozenset()) -> set[int]:
                 kind, reads, writes, kills, data, mem = roles[n]
                 if kind == "none":
                     val = out
-                elif kind == "vector":
-                    if not writes or writes & out:
-                        live.add(n)
-                        val = (out & ~kills) | reads
-                    else:
-                        val = out
+                elif kind in ("vector", "ds read") and (not writes or writes & out):
+                    live.add(n)
+                    val = (out & ~kills) | reads
+                elif kind == "vector":              # skipped: reads and writes nothing
+                    val = out
+                elif kind == "ds read":             # address only: reads its address, writes nothing
+                    val = out | reads
                 else:
                     val = (out & ~kills) | reads
                     if mem and stores_are_roots[mem]:
@@ -194,24 +209,24 @@ def dead_vector_ops(insts, writes_nothing=frozenset()) -> set[int]:
                     changed = True
         grown = False
         for n, (kind, _, writes, _, _, mem) in enumerate(roles):
-            if kind == "load" and mem and not stores_are_roots[mem]:
+            if kind in ("load", "ds read") and mem and not stores_are_roots[mem]:
                 out = always
                 for m in succ[n]:
                     out |= needed_in[m]
                 if writes & out:
                     stores_are_roots[mem] = grown = True
         if not grown:
-            return {n for n, r in enumerate(roles) if r[0] == "vector"} - live
+            return {n for n, r in enumerate(roles) if r[0] in ("vector", "ds read")} - live
 
 
 def timing_program(program: Program, skip_mfma: bool = True, skip_dead: bool = True) -> tuple[Program, list[str]]:
-    """A private copy of `program` whose MFMAs, dead vector ops (dead_vector_ops) and
-    unimplemented instructions are stubs."""
+    """A private copy of `program` whose MFMAs, dead ops (dead_ops) and unimplemented
+    instructions are stubs (a dead DS read only counts its lane addresses)."""
     stubbed: set[str] = set()
     insts = []
     unimplemented = {n for n, i in enumerate(program.insts) if HANDLERS.get(i.name) is None}
     skipped = {n for n, i in enumerate(program.insts) if classify(i) == "mfma"} | unimplemented
-    dead = dead_vector_ops(program.insts, skipped) if skip_mfma and skip_dead else set()
+    dead = dead_ops(program.insts, skipped) if skip_mfma and skip_dead else set()
     for n, inst in enumerate(program.insts):
         copy = dataclasses.replace(inst, handler=None)
         handler = HANDLERS.get(inst.name)
@@ -222,6 +237,8 @@ def timing_program(program: Program, skip_mfma: bool = True, skip_dead: bool = T
                                           f"timing mode needs real control flow")
             stubbed.add(inst.name)
             copy.handler = Handler(_stub_end if klass == "end" else _stub, klass, inst.name)
+        elif n in dead and klass == "ds":
+            copy.handler = Handler(_address_only_read, klass, inst.name)
         elif (klass == "mfma" and skip_mfma) or n in dead:
             copy.handler = Handler(_stub, klass, inst.name)
         insts.append(copy)
