@@ -129,7 +129,7 @@
 ; (448) and goes to e4m3 for the P.V MFMA, while l sums the f32 P; O = v_descale P.V / l.
 ; This MFMA runs at the bf16 rate (8 passes per 32x32x16): the FP8 gain of the 32x32x64
 ; f8f6f4 form (16 passes per 4x the work) is not taken yet.
-;   BLK = 1 (FP8, page_size >= 64: a 64-key tile lies in one page): kv_block_descale, a
+;   BLK = 1 (FP8; alone for page_size >= 64: a 64-key tile lies in one page): kv_block_descale, a
 ; (k, v) scale per page and KV head. Each DMA also loads its K tile's pair (the page of its
 ; line's entry; a vector load, so the barrier's vmcnt(0) lands it; SMEM would leave
 ; lgkmcnt(N) unusable for the operand reads) and after each barrier the pairs move down
@@ -138,34 +138,36 @@
 ; are in c-units as before. O is kept in the units of the current tile's v scale: where it
 ; changes, the lazy O rescale's out-of-line path multiplies O by v_scale(j-1) / v_scale(j)
 ; (with the lazy factor if due) after GEMM1(j-1); the epilogue multiplies by the last one.
-;   Pages < 64 with block scales (NOT implemented; the op refuses them). A tile then spans
-; 64/p pages, so both scales vary per key. What it would take in this kernel's layouts:
-; - k: blk_scores already forms k_scale S - m per register pair (v_pk_fma, 16 per tile);
-;   per key, a VGPR pair of scales replaces s[s_sc1] (same op count; m and the lazy test
-;   stay in c-units). Lane l's register r of key block kb is key 32kb + 8(r/4) + 4(l/32)
-;   + r%4: for p >= 8 the scale is uniform over each group of 4 registers and all lanes
-;   (64/p pages per tile); for p <= 4 it varies per lane half (p = 4) and per register
-;   (p = 1, 2: 32 distinct keys per lane).
-; - v: V is e4m3 in LDS, so the v scale goes on P's columns: in smB_op, between the l sum
-;   (unscaled P) and the e4m3 conversion, P' = P * v(key) / v_ref(j) (16 v_pk_mul per
-;   tile) with v_ref(j) the tile's largest v scale, so P' <= P <= 2^8 stays in e4m3's
-;   range; the tile max is an in-lane max of 32 scales plus one v_permlane32_swap (both
-;   32 lanes of a half hold the same keys). O stays in v_ref units through
-;   the s_vratio path above. fp8_p_bound must then bound the rounding of P' (below 2^-6
-;   relative to v_ref, e4m3 is subnormal: the bound gets looser as the spread grows).
-; - loading: per lane in the MFMA layout it would be 32 page entries + 32 scale loads per
-;   tile (p = 1): too many VMEM ops. Instead the DMA lanes, which already hold their
-;   line's clamped page entry (v_g_k0; FP8 lane i -> row i/8 of the wave's 8 rows), load
-;   their row's (k, v) pair (as tile_scales, one global_load_dwordx2), and after the next
-;   barrier's vmcnt(0) write it (ds_write_b32 x 2; the 8 lanes of a row write the same
-;   value) to an LDS table k[64], v[64] beside K's buffer ((k+2) % 3: 3 x 512 bytes, past
-;   LDS_NEEDED; the manifest's lds_bytes grows). softmax(j) reads its keys' scales by
-;   broadcast ds_read_b128 (keys 32kb + 8g + 4(l/32) + 0..3 are consecutive: 8 reads for
-;   k, 8 for v), which join the operand reads' lgkmcnt bookkeeping.
-; - registers: 64 scales per tile at once do not fit; streamed 4 at a time (one read
-;   ahead of each 4-register group) they need 8-16 VGPRs: FP8 leaves v_p+8..v_p+15 and
-;   v_sc3+2..v_q+31 free, and BLK's v_negm (16 zeros) could go if GEMM0's srcC is 0.
-;
+;   BLKS = 1 (BLK, any page size; the op uses it below 64, where a 64-key tile spans 64/p
+; pages and both scales vary per key). Lane l's register r of key block kb is key
+; 32kb + 8(r/4) + 4(l/32) + r%4, so a lane's 32 keys come in 8 groups of 4 consecutive
+; keys, and their scales in 8 x 4 VGPRs whose offsets match S's (vs_reg: key block 0 in
+; v_negm, which GEMM0 no longer needs: its first MFMA takes srcC = 0; key block 1 in
+; v_q+16.., unused by FP8's Q).
+; - Table: the DMA lanes hold their row's clamped page entry (v_g_k0; lane i -> row
+;   8w + i/8), so each loads its row's (k, v) pair with the K DMA (tile_scales into v_ks)
+;   and, after the next barrier's vmcnt(0), writes it to an LDS table (blk_shift:
+;   ds_write2_b32, k[64] then v[64] f32, 3 tables of 512 bytes past the K/V buffers,
+;   tile t in t % 3; the 8 lanes of a row write the same values). The write after
+;   barrier b (tile b+1) is covered by barrier b+1's lgkmcnt wait, before softmax(b+1)
+;   reads it; table (b+1) % 3 last held tile b-2, whose reads softmax(b-2) finished
+;   before barrier b. Tiles 0 and 1 come from the prologue.
+; - k: softmax(j) starts with 8 broadcast ds_read_b128 of its keys' k scales (ahead of the
+;   operand prefetch, waited for with the prefetch still in flight) and blks_scores forms
+;   k(key) S - m (v_pk_fma with a VGPR pair in place of BLK's s_sc1; m and the lazy test
+;   stay in c-units).
+; - v: the same registers then take the v scales (8 more reads, landed after the row
+;   max's head); v_ref(j) = the tile's largest (in-lane max3 chain + v_permlane32_swap,
+;   the same in every lane and wave) and the registers become v / v_ref. In smB_op, after
+;   l took the unscaled P, P' = P v / v_ref (one v_pk_mul per pair) goes to e4m3: P' <= P
+;   <= 2^8 stays in range, but a P' below 2^-6 is subnormal, so a key whose v scale sits
+;   far below its tile's largest loses relative precision (fp8_p_bound's v_ratio). O is
+;   carried in v_ref units: s_vratio = v_ref(j-1) / v_ref(j) through BLK's out-of-line O
+;   rescale (taken at almost every tile: tiles' maxima differ), s_vd_cur at the end.
+; - Cost per tile and wave: 16 DS reads, 1 DS write, ~70 VALU (16 fma as BLK, 16 max,
+;   16 + 16 v_pk_mul, the O rescale's 32 v_pk_mul) and one LDS round trip not hidden
+;   (the v scales before v_ref).
+
 ; --- Registers -----------------------------------------------------------------------
 ; 256 VGPRs (no AGPRs): 2 waves per SIMD, one workgroup per CU.
 
@@ -179,10 +181,16 @@
     .error "fmha_fwd_d128: FP8 is a batch_prefill (PAGED) variant"
 .endif
 .ifndef BLK
-    .set BLK, 0                        ; (FP8 only) per-page K/V scales, page_size >= 64 (see below)
+    .set BLK, 0                        ; (FP8 only) per-page K/V scales: one pair per tile, page_size >= 64 (see below)
 .endif
 .if BLK && !FP8
     .error "fmha_fwd_d128: BLK is an FP8 variant"
+.endif
+.ifndef BLKS
+    .set BLKS, 0                       ; (BLK only) per-key block scales: any page size (see below)
+.endif
+.if BLKS && !BLK
+    .error "fmha_fwd_d128: BLKS is a BLK variant"
 .endif
 
 .include "float16.inc"
@@ -222,6 +230,13 @@
 
 .if LDS_BYTES < LDS_NEEDED
     .error "fmha_fwd_d128: the manifest must give lds_bytes >= 65536"
+.endif
+.if BLKS
+.set LDS_TBL, LDS_NEEDED               ; 3 scale tables (tile t in t % 3): k[64] f32, v[64] f32
+.set TBL_BYTES, 512
+.if LDS_BYTES < LDS_TBL + 3 * TBL_BYTES
+    .error "fmha_fwd_d128: BLKS needs lds_bytes >= LDS_NEEDED + 1536"
+.endif
 .endif
 .if WORKGROUP_SIZE_X != 512
     .error "fmha_fwd_d128: workgroup must be 512 work-items (8 waves of 32 Q rows)"
@@ -347,6 +362,17 @@
 .set s_vd_cur, 95           ; BLK: v scale of the last softmax's tile (O = s_vd_cur O_acc / l)
 .set s_heads_k, 96          ; BLK: Hkv
 .set s_kbs, 18              ; [18:19] BLK: kv_block_descale [num_pages, Hkv, 2]
+.set s_tbl_w, 86            ; BLKS: byte offset of the scale table the next barrier's write fills
+.set s_tbl_r, 87            ; BLKS: ... of tile j's table (j % 3), read by softmax(j)
+; BLKS VGPRs: FP8 leaves v_p+8..15 and v_q+16..31 free, and v_negm is free when GEMM0's
+; srcC is the constant 0. The 32 scales of a lane's keys: S register x (0..31) has its
+; scale in vs_reg(x): key block 0 in v_negm, 1 in v_q+16.. (k, then v / v_ref, per tile)
+.set v_ks, v_p + 8          ; [+8:+9] BLKS: (k, v) scales of this DMA lane's row of the next tile to write
+.set v_tw, v_p + 10         ; BLKS: LDS_TBL + 4 * (DMA row v_rl): the lane's table write address
+.set v_tr, v_p + 11         ; BLKS: 16 * (l/32): the lane's table read address (LDS_TBL in the offsets)
+.set v_ta, v_p + 12         ; BLKS: address temporary (table slot added; scale loads)
+.set v_vm, v_p + 13         ; BLKS: the tile's largest v scale (v_ref)
+.set v_vm2, v_p + 14        ; [+14:+15] BLKS: 1 / v_ref (a pair: broadcast operand of packed ops)
 .endif
 
 ; ============================================================================ macros
@@ -386,7 +412,9 @@
 ; buffer \sbuf; a block's first MFMA starts from -m, so S - m comes out
 .macro qk_mfma slot, i, sbuf
     .set _sd, v_s0 + 32*(\sbuf) + 16*((\i)%2)
-    .if FP8 && ((\i) / 2 == 0)
+    .if BLKS && ((\i) / 2 == 0)                    ; (BLKS: v_negm holds scales; BLK's is 0 anyway)
+        v_mfma_f32_32x32x16_fp8_fp8 v[_sd : _sd + 15], v[v_op + 4*(\slot) : v_op + 4*(\slot) + 1], v[v_q + 2*((\i)/2) : v_q + 2*((\i)/2) + 1], 0
+    .elseif FP8 && ((\i) / 2 == 0)
         v_mfma_f32_32x32x16_fp8_fp8 v[_sd : _sd + 15], v[v_op + 4*(\slot) : v_op + 4*(\slot) + 1], v[v_q + 2*((\i)/2) : v_q + 2*((\i)/2) + 1], v[v_negm : v_negm + 15]
     .elseif FP8
         v_mfma_f32_32x32x16_fp8_fp8 v[_sd : _sd + 15], v[v_op + 4*(\slot) : v_op + 4*(\slot) + 1], v[v_q + 2*((\i)/2) : v_q + 2*((\i)/2) + 1], v[_sd : _sd + 15]
@@ -478,8 +506,10 @@
 ; entries loaded by the previous DMA (v_g_*, landed at the barrier's vmcnt(0)), then the
 ; rows move on a tile and the entries of the next DMA's lines are loaded.
 .macro pdma_op i, vpar
-    .if BLK && ((\i) < 4)
-        tile_scales (\i), v_g_k0
+    .if BLKS && ((\i) < 4)
+        tile_scales (\i), v_g_k0, v_ks, v_ta       ; (the row's pair: the lane's own page)
+    .elseif BLK && ((\i) < 4)
+        tile_scales (\i), v_g_k0, v_sc3, v_sc3
     .elseif BLK
         pdma_op1 ((\i) - 4), \vpar
     .else
@@ -487,25 +517,37 @@
     .endif
 .endm
 
-; BLK op i (0..3): load the (k, v) scales of the K tile this DMA fills (its page: the page
-; entry of line w, before pdma_line turns it into a row; page_size >= 64: a tile is in one
-; page) into v_sc3 (a vector load: vmcnt, which the next barrier's wait covers; a scalar
-; one would leave lgkmcnt(N) unusable for the DS reads)
-.macro tile_scales i, g
+; BLK op i (0..3): load the (k, v) scales of the page of entry \g (the K tile this DMA
+; fills: the page entry of line w, before pdma_line turns it into a row) into \dst, by
+; address register \a. BLK (page_size >= 64: a tile is in one page): into v_sc3; BLKS:
+; each lane its own row's pair into v_ks (the next barrier writes it to the scale table). A
+; vector load: vmcnt, which the next barrier's wait covers; a scalar one would leave
+; lgkmcnt(N) unusable for the DS reads.
+.macro tile_scales i, g, dst, a
     .if (\i) == 0
-        v_mul_lo_u32 v[v_sc3], v[\g], s[s_heads_k]
+        v_mul_lo_u32 v[\a], v[\g], s[s_heads_k]
     .elseif (\i) == 1
-        v_add_u32 v[v_sc3], s[s_hk], v[v_sc3]
+        v_add_u32 v[\a], s[s_hk], v[\a]
     .elseif (\i) == 2
-        v_lshlrev_b32 v[v_sc3], 3, v[v_sc3]                 ; (page * Hkv + kv head) * 8 < 2^32: the op checks
+        v_lshlrev_b32 v[\a], 3, v[\a]                     ; (page * Hkv + kv head) * 8 < 2^32: the op checks
     .else
-        global_load_dwordx2 v[v_sc3:v_sc3+1], v[v_sc3], s[s_kbs:s_kbs+1]
+        global_load_dwordx2 v[\dst:\dst+1], v[\a], s[s_kbs:s_kbs+1]
     .endif
 .endm
 
-; BLK, after each barrier: the scales move down a tile (the DMA after it loads s_sc3 anew)
+; BLK, after each barrier: the scales move down a tile (the DMA after it loads s_sc3 anew).
+; BLKS: barrier b lands the pairs DMA b-1 loaded (tile b+1; the prologue's, tile 1, at
+; barrier 0): each lane writes its row's (k, v) to table (b+1) % 3 (the 8 lanes of a row
+; the same values). Softmax(b+1) reads it after barrier b+1, which waits for the write
+; (lgkmcnt); its previous tile, b-2, was read by softmax(b-2), done before barrier b.
 .macro blk_shift
-    .if BLK
+    .if BLKS
+        v_add_u32 v[v_ta], s[s_tbl_w], v[v_tw]
+        s_add_u32 s[s_tbl_w], s[s_tbl_w], TBL_BYTES
+        s_cmp_ge_u32 s[s_tbl_w], 3 * TBL_BYTES
+        s_cselect_b32 s[s_tbl_w], 0, s[s_tbl_w]
+        ds_write2_b32 v[v_ta], v[v_ks], v[v_ks+1] offset1: 64     ; k at +4 row, v at +256 + 4 row
+    .elseif BLK
         s_mov_b64 s[s_sc0:s_sc0+1], s[s_sc1:s_sc1+1]
         s_mov_b64 s[s_sc1:s_sc1+1], s[s_sc2:s_sc2+1]
         v_readfirstlane_b32 s[s_sc2], v[v_sc3]      ; (landed: the barrier's vmcnt(0))
@@ -582,8 +624,13 @@
 .endm
 
 ; Phase B softmax op i of S(j) (in _sj): even i = 2p: l += (P[2p], P[2p+1]); odd: P pair p
-; to bf16/fp16 (register pairs of S^T are already GEMM1's B operand layout)
+; to bf16/fp16 (register pairs of S^T are already GEMM1's B operand layout); BLKS: first
+; P' = P v(key) / v_ref (after l took the unscaled P; P' <= P stays in e4m3's range)
 .macro smB_op i
+    .if BLKS && ((\i) % 2 == 1)
+        vs_reg ((\i) - 1)
+        v_pk_mul_f32 v[_sj + (\i) - 1 : _sj + (\i)], v[_sj + (\i) - 1 : _sj + (\i)], v[_vs : _vs + 1]
+    .endif
     .if (\i) % 2 == 0
         v_pk_add_f32 v[v_l:v_l+1], v[v_l:v_l+1], v[_sj + (\i) : _sj + (\i) + 1]
     .elseif FP8 && ((\i) % 4 == 1)
@@ -593,6 +640,27 @@
     .else
         cvt_pk_f32 v[v_p + (\i)/2], v[_sj + (\i) - 1], v[_sj + (\i)]
     .endif
+.endm
+
+; BLKS: _vs = the register of the scale of S register x (0..31): key block 0 in v_negm,
+; key block 1 in v_q+16.. (so x and its scale share the offset in their block)
+.macro vs_reg x
+    .set _vs, v_negm + (\x) + ((\x) / 16) * (v_q - v_negm)
+.endm
+
+; BLKS, start of softmax(j): read the tile's 32 k scales of this lane's keys (keys
+; 32kb + 8g + 4(l/32) + 0..3 are 4 consecutive table entries: 8 broadcast ds_read_b128)
+; into the vs registers from table j % 3 (\v = 256: the v scales)
+.macro blks_read v
+    .if (\v) == 0
+        v_add_u32 v[v_ta], s[s_tbl_r], v[v_tr]
+    .endif
+    .set _x, 0
+    .rept 8
+        vs_reg (4 * _x)
+        ds_read_b128 v[_vs : _vs + 3], v[v_ta] offset: LDS_TBL + (\v) + 32 * _x    ; group _x = 4kb + g: keys 8_x + 4(l/32) + 0..3
+        .set _x, _x + 1
+    .endr
 .endm
 
 ; Row max of S(j) - m over the 32 in-lane keys: the chain to key 30, then row_max_op 0..6
@@ -652,6 +720,62 @@ L_prep_back_\tag:
         .else
             v_pk_fma_f32 v[_sj + _r : _sj + _r + 1], v[_sj + _r : _sj + _r + 1], s[s_sc1:s_sc1+1], v[v_m:v_m+1] op_sel_hi:[1,0,0] neg_lo:[0,0,1] neg_hi:[0,0,1]
         .endif
+        .set _r, _r + 2
+    .endr
+.endm
+
+; BLKS, start of softmax(j) (the k scales landed): S (raw, GEMM0 started from 0) ->
+; k(key) S - m per element (the first tile: k(key) S), in c-units like per-tensor FP8
+.macro blks_scores first
+    .set _r, 0
+    .rept 16
+        vs_reg _r
+        .if \first
+            v_pk_mul_f32 v[_sj + _r : _sj + _r + 1], v[_sj + _r : _sj + _r + 1], v[_vs : _vs + 1]
+        .else
+            v_pk_fma_f32 v[_sj + _r : _sj + _r + 1], v[_sj + _r : _sj + _r + 1], v[_vs : _vs + 1], v[v_m:v_m+1] op_sel_hi:[1,1,0] neg_lo:[0,0,1] neg_hi:[0,0,1]
+        .endif
+        .set _r, _r + 2
+    .endr
+.endm
+
+; BLKS (the v scales landed): v_ref = the tile's largest v scale (the 32 in-lane keys, then
+; the other lane half's: every lane and wave gets the same); the scales become v / v_ref
+; (<= 1: P' = P v / v_ref <= P); s_vd_cur = v_ref(j) (O is carried in its units), and with
+; GEMM1 in this body s_vratio = v_ref(j-1) / v_ref(j) (O's rescale after GEMM1(j-1))
+.macro blks_vref a_on
+    vs_reg 0
+    v_max3_f32 v[v_vm], v[_vs], v[_vs + 1], v[_vs + 2]
+    .set _r, 3
+    .rept 14
+        vs_reg _r
+        .if _r == 15
+            vs_reg 16
+            v_max3_f32 v[v_vm], v[v_vm], v[v_negm + 15], v[_vs]
+        .else
+            v_max3_f32 v[v_vm], v[v_vm], v[_vs], v[_vs + 1]
+        .endif
+        .set _r, _r + 2
+    .endr
+    vs_reg 31
+    v_max_f32 v[v_vm], v[v_vm], v[_vs]
+    v_mov_b32 v[v_vm2], v[v_vm]
+    s_nop 1                                 ; VALU write -> v_permlane32_swap read: 2 wait states
+    v_permlane32_swap_b32 v[v_vm], v[v_vm2]
+    v_max_f32 v[v_vm], v[v_vm], v[v_vm2]
+    v_rcp_f32 v[v_vm2], v[v_vm]
+    s_nop 0                                 ; transcendental result -> VALU read: 1 wait state
+    .if \a_on
+        v_mul_f32 v[v_ta], s[s_vd_cur], v[v_vm2]
+    .endif
+    v_readfirstlane_b32 s[s_vd_cur], v[v_vm]
+    .if \a_on
+        v_readfirstlane_b32 s[s_vratio], v[v_ta]    ; (1 wait state after its VALU write: the op above)
+    .endif
+    .set _r, 0
+    .rept 16
+        vs_reg _r
+        v_pk_mul_f32 v[_vs : _vs + 1], v[_vs : _vs + 1], v[v_vm2 : v_vm2 + 1] op_sel_hi:[1,0]
         .set _r, _r + 2
     .endr
 .endm
@@ -765,6 +889,9 @@ L_prep_back_\tag:
         .endr
     .endif
     .set _na, _lt + _ka + 16*_ex + DMA_OPS*_dm
+    .if BLKS && (\sm_on)
+        blks_read 0                         ; the k scales, ahead of the operand prefetch
+    .endif
     .set _g, 0
     .rept PF
         .if _g < _n
@@ -776,13 +903,25 @@ L_prep_back_\tag:
         s_cmp_ge_i32 s[s_j], s[s_maskfrom]
         s_cbranch_scc1 L_mask_\tag          ; tail keys or causal diagonal in this tile: out of line
 L_mask_back_\tag:
-        .if BLK
+        .if BLKS
+            .set _pf, PF
+            .if _n < PF
+                .set _pf, _n
+            .endif
+            s_waitcnt lgkmcnt(_pf)          ; in flight: the k scales, the prefetch -> wait for the scales
+            blks_scores \first
+            blks_read 256                   ; the v scales into the same registers
+        .elseif BLK
             blk_scores \first, \a_on
         .endif
         .if \first
             lead_first
         .else
             row_max_head                    ; while the first operands load
+        .endif
+        .if BLKS
+            s_waitcnt lgkmcnt(0)            ; in flight: the prefetch, the v scales -> wait for all
+            blks_vref \a_on
         .endif
     .endif
     ; Between two barriers the two waves of a SIMD run opposite phases. Phase B (GEMM0 with
@@ -822,7 +961,24 @@ L_orescale_back_\tag:
     .endif
     .if (\grp) == 2
         s_setprio 0
+        .if BLKS
+            ; and the scale-table write of the last barrier: every DS op this body issued
+            ; (scale reads, the prefetch, phase A's operand reads) may stay in flight
+            .set _x, 16 * (\sm_on)
+            .set _g, 0
+            .rept PF + 16 * (\a_on)
+                .if _g < _n
+                    .set _x, _x + 1
+                .endif
+                .set _g, _g + 1
+            .endr
+            .if _x > 15
+                .set _x, 15
+            .endif
+            s_waitcnt vmcnt(0) lgkmcnt(_x)  ; in flight: my DMA lines of barrier j, the table write, this body's DS -> wait for the first two
+        .else
         s_waitcnt vmcnt(0)                  ; in flight: my DMA lines of barrier j -> wait for them
+        .endif
         s_barrier                           ; barrier j+1 (see the pipeline in the header)
         blk_shift
     .endif
@@ -973,6 +1129,10 @@ L_oratio_\tag:
     s_mov_b32 s[s_sc1], 0x3f800000                      ; (tile -1's scales after the first shift: finite)
     s_mov_b32 s[s_sc1+1], 0x3f800000
     s_mov_b32 s[s_vd_cur], 0x3f800000                   ; (a wave without keys: O = 0)
+.endif
+.if BLKS
+    s_mov_b32 s[s_tbl_w], TBL_BYTES                     ; barrier 0 writes tile 1's table
+    s_mov_b32 s[s_tbl_r], 0                             ; iteration 0 reads tile 0's
 .endif
     s_lshl_b32 s[s_t0], s[s_wg_z], 2                    ; 4b: this sequence's entries
     s_waitcnt lgkmcnt(0)                                ; in flight: all kernarg loads -> wait for all
@@ -1288,6 +1448,11 @@ L_no_clamp:
     v_xor_b32 v[v_u3], v[v_u3], v[v_t1]                 ; V chunk
     v_lshlrev_b32 v[v_t2], 4, v[v_u3]
     v_lshl_add_u64 v[v_cbase_v:v_cbase_v+1], v[v_t2:v_t2+1], 0, s[s_ptr_v:s_ptr_v+1]
+.if BLKS
+    v_lshlrev_b32 v[v_tw], 2, v[v_rl]
+    v_add_u32 v[v_tw], LDS_TBL, v[v_tw]                 ; table write address of the lane's DMA row
+    v_lshlrev_b32 v[v_tr], 4, v[v_u_lh]                 ; table read address: 16 (l/32)
+.endif
 .elseif PAGED
     ; --- DMA: lane i fills row 4L + i/16 (L = w, w+8), slot i%16 with chunk slot ^ swizzle(row)
     ; from cbase (its kv head's row 0 + 16 * chunk) + global row * seq stride ---
@@ -1366,10 +1531,23 @@ L_no_clamp:
         .set _i, _i + 1
     .endr
     s_waitcnt vmcnt(0)                                  ; in flight: 8 Q loads, the page entries -> wait for all
-.if BLK
+.if BLKS
     .set _i, 0
     .rept 4
-        tile_scales _i, v_g_k0                          ; tile 0's scales -> s_sc2 (blk_shift: s_sc1 at barrier 0)
+        tile_scales _i, v_g_k0, v_ks, v_ta              ; tile 0's row scales -> table 0 now
+        .set _i, _i + 1
+    .endr
+    s_waitcnt vmcnt(0)                                  ; in flight: that load -> wait for it
+    ds_write2_b32 v[v_tw], v[v_ks], v[v_ks+1] offset1: 64
+    .set _i, 0
+    .rept 4
+        tile_scales _i, v_g_v0, v_ks, v_ta              ; tile 1's -> v_ks (barrier 0 writes table 1)
+        .set _i, _i + 1
+    .endr
+.elseif BLK
+    .set _i, 0
+    .rept 4
+        tile_scales _i, v_g_k0, v_sc3, v_sc3            ; tile 0's scales -> s_sc2 (blk_shift: s_sc1 at barrier 0)
         .set _i, _i + 1
     .endr
     s_waitcnt vmcnt(0)                                  ; in flight: that load -> wait for it
@@ -1377,7 +1555,7 @@ L_no_clamp:
     v_readfirstlane_b32 s[s_sc2+1], v[v_sc3+1]
     .set _i, 0
     .rept 4
-        tile_scales _i, v_g_v0                          ; tile 1's -> v_sc3
+        tile_scales _i, v_g_v0, v_sc3, v_sc3            ; tile 1's -> v_sc3
         .set _i, _i + 1
     .endr
 .endif
@@ -1395,6 +1573,9 @@ L_no_clamp:
         pdma_op _i, 0
         .set _i, _i + 1
     .endr
+.if BLKS
+    s_waitcnt lgkmcnt(0)                                ; in flight: table 0's write -> wait for it (before the barriers)
+.endif
     s_branch L_q_scale
 .endif
     dma_tile s_rsrc_k, v_dma_k0, v_dma_k1, s_m0k, LDS_K0
@@ -1448,7 +1629,11 @@ L_loops:
 .macro main_loop g
 L\g\()_iter:
     .if \g == 1
+        .if BLKS
+        s_waitcnt vmcnt(0) lgkmcnt(0)   ; in flight: my DMA lines of barrier j-1, the scale-table write -> wait for them
+        .else
         s_waitcnt vmcnt(0)              ; in flight: my DMA lines of barrier j-1 -> wait for them
+        .endif
         s_barrier                       ; barrier j: everyone's landed; group 1 finished iteration j-1,
                                         ; group 2 its phase A
         blk_shift
@@ -1463,6 +1648,11 @@ L\g\()_iter:
     iteration g\g\()_full_0, 0, 1, 1, 1, 0, \g
 L\g\()_next:
     s_add_u32 s[s_j], s[s_j], 1
+    .if BLKS
+        s_add_u32 s[s_tbl_r], s[s_tbl_r], TBL_BYTES         ; scale tables rotate mod 3
+        s_cmp_ge_u32 s[s_tbl_r], 3 * TBL_BYTES
+        s_cselect_b32 s[s_tbl_r], 0, s[s_tbl_r]
+    .endif
     s_add_u32 s[s_kb_next], s[s_kb_next], TILE_BYTES    ; K buffers rotate mod 3
     s_cmp_ge_u32 s[s_kb_next], 3 * TILE_BYTES
     s_cselect_b32 s[s_kb_next], 0, s[s_kb_next]
