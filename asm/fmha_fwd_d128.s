@@ -703,37 +703,30 @@ L_prep_back_\tag:
 
 ; BLK, start of softmax(j): S (raw, GEMM0 started from 0) -> k_scale(j) S - m (the first
 ; tile: k_scale S; lead_first takes its max), in c-units like the per-tensor FP8 scores;
-; s_vd_cur = v_scale(j), and with GEMM1 in this body s_vratio = v_scale(j-1) / v_scale(j)
+; s_vd_cur = v_scale(j), and with GEMM1 in this body s_vratio = v_scale(j-1) / v_scale(j).
+; BLKS (the k scales landed): k(key) per element from the vs registers; v comes later (blks_vref)
 .macro blk_scores first, a_on
-    .if \a_on
+    .if (\a_on) && !BLKS
         v_rcp_f32 v[v_t0], s[s_sc1+1]
         s_nop 0                             ; transcendental result -> VALU read: 1 wait state
         v_mul_f32 v[v_t0], s[s_sc0+1], v[v_t0]
         s_nop 0                             ; VALU write -> v_readfirstlane read: 1 wait state
         v_readfirstlane_b32 s[s_vratio], v[v_t0]
     .endif
-    s_mov_b32 s[s_vd_cur], s[s_sc1+1]
-    .set _r, 0
-    .rept 16
-        .if \first
-            v_pk_mul_f32 v[_sj + _r : _sj + _r + 1], v[_sj + _r : _sj + _r + 1], s[s_sc1:s_sc1+1] op_sel_hi:[1,0]
-        .else
-            v_pk_fma_f32 v[_sj + _r : _sj + _r + 1], v[_sj + _r : _sj + _r + 1], s[s_sc1:s_sc1+1], v[v_m:v_m+1] op_sel_hi:[1,0,0] neg_lo:[0,0,1] neg_hi:[0,0,1]
-        .endif
-        .set _r, _r + 2
-    .endr
-.endm
-
-; BLKS, start of softmax(j) (the k scales landed): S (raw, GEMM0 started from 0) ->
-; k(key) S - m per element (the first tile: k(key) S), in c-units like per-tensor FP8
-.macro blks_scores first
+    .if !BLKS
+        s_mov_b32 s[s_vd_cur], s[s_sc1+1]
+    .endif
     .set _r, 0
     .rept 16
         vs_reg _r
-        .if \first
+        .if (\first) && BLKS
             v_pk_mul_f32 v[_sj + _r : _sj + _r + 1], v[_sj + _r : _sj + _r + 1], v[_vs : _vs + 1]
-        .else
+        .elseif BLKS
             v_pk_fma_f32 v[_sj + _r : _sj + _r + 1], v[_sj + _r : _sj + _r + 1], v[_vs : _vs + 1], v[v_m:v_m+1] op_sel_hi:[1,1,0] neg_lo:[0,0,1] neg_hi:[0,0,1]
+        .elseif \first
+            v_pk_mul_f32 v[_sj + _r : _sj + _r + 1], v[_sj + _r : _sj + _r + 1], s[s_sc1:s_sc1+1] op_sel_hi:[1,0]
+        .else
+            v_pk_fma_f32 v[_sj + _r : _sj + _r + 1], v[_sj + _r : _sj + _r + 1], s[s_sc1:s_sc1+1], v[v_m:v_m+1] op_sel_hi:[1,0,0] neg_lo:[0,0,1] neg_hi:[0,0,1]
         .endif
         .set _r, _r + 2
     .endr
@@ -909,10 +902,12 @@ L_mask_back_\tag:
                 .set _pf, _n
             .endif
             s_waitcnt lgkmcnt(_pf)          ; in flight: the k scales, the prefetch -> wait for the scales
-            blks_scores \first
-            blks_read 256                   ; the v scales into the same registers
-        .elseif BLK
+        .endif
+        .if BLK
             blk_scores \first, \a_on
+        .endif
+        .if BLKS
+            blks_read 256                   ; the v scales into the same registers
         .endif
         .if \first
             lead_first
