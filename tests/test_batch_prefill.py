@@ -13,14 +13,18 @@ plus 4 ulp at 1.0; LSE likewise (fmha's docstring says why).
 Tolerance for FP8 e4m3 Q/K/V (bf16 out), against the float64 attention of the dequantised
 inputs, per output element: bp.fp8_p_bound (P rounded to e4m3 before the P.V GEMM: 2^-4
 relative for normal P, 2^-10 absolute below, the row sum from unrounded P; its docstring
-derives it) + 2^-8 |O| (O's own rounding to bf16) + 2^-16 v_descale max|V| (f32
-accumulation and the v_exp/v_rcp approximations, far below the rest). Scores are products
+derives it; with kv_block_descale below page 64 the absolute part grows by v_ref / v per key,
+P' = P v / v_ref being what is rounded) + 2^-8 |O| (O's own rounding to bf16) + 2^-16
+v_descale max|V| (f32 accumulation and the v_exp/v_rcp approximations, far below the rest). Scores are products
 of e4m3 values, exact in f32, summed over 128 terms in f32, so LSE is held to
 2^-14 (1 + |LSE|).
 
 Default run: every page size (1, 16, 64, 1024) with both table kinds, causal and not,
-MHA and GQA 8/1, bf16 and fp16 spread over the cases. `pytest -m full` runs the larger
-cross-product (page sizes x causal x dtype x heads x batches).
+MHA and GQA 8/1, bf16 and fp16 spread over the cases; FP8 with per-tensor descales and with
+kv_block_descale at page sizes 1, 2, 4, 16, 32 (per key), 64 and 1024 (per tile), v scales of
+a sequence's neighbouring pages 2^6 or more apart (block_descales). `pytest -m full` runs
+the larger cross-product (page sizes x causal x dtype x heads x batches, block scales at
+every page size).
 """
 from __future__ import annotations
 
@@ -73,6 +77,25 @@ def make_problem(seq_q, seq_k, page_size, heads_q, heads_k, dtype, seed, spare_p
     return q, k_cache, v_cache, qo_indptr, sglang, vllm
 
 
+def page_list(sglang, b):
+    return sglang["kv_page_indices"][int(sglang["kv_indptr"][b]):int(sglang["kv_indptr"][b + 1])]
+
+
+def block_descales(num_pages, heads_k, sglang, seed):
+    """kv_block_descale [num_pages, Hkv, 2], random per page and KV head: k in 2^-3 .. 2^3, v in
+    2^3 .. 2^4 for a sequence's even pages and 2^-4 .. 2^-3 for its odd ones, so the pages of a
+    tile (below page size 64) differ by 2^6 or more: P' taken relative to anything but the tile's
+    largest v scale overflows e4m3 or loses the small pages' precision, and O changes units at
+    every tile (at page size >= 64: at every page)."""
+    g = torch.Generator().manual_seed(seed)
+    u = torch.rand(num_pages, heads_k, 2, generator=g)
+    high = torch.zeros(num_pages, 1, dtype=torch.bool)
+    for b in range(sglang["kv_indptr"].shape[0] - 1):
+        high[page_list(sglang, b)[::2].long()] = True
+    v = torch.where(high, torch.exp2(3 + u[..., 1]), torch.exp2(-4 + u[..., 1]))
+    return torch.stack([torch.exp2(6 * u[..., 0] - 3), v], dim=-1)
+
+
 def dense(q, k_cache, v_cache, qo_indptr, table, b):
     """Sequence b as fmha's [1, S, H, 128] tensors (for its tolerances)."""
     page_list, kv_start, seqlen_k = table
@@ -89,9 +112,11 @@ def check(seq_q, seq_k, page_size, heads_q, heads_k, dtype, causal, seed=0, both
     descales = (0.37, 1.9, 0.61) if fp8 else (1.0, 1.0, 1.0)
     scales = dict(zip(("q_descale", "k_descale", "v_descale"), (torch.tensor([d]) for d in descales))) if fp8 else {}
     kv_block = None
-    if block_scales:        # per page and KV head, spread over 2^-3 .. 2^2: pages differ by up to 32x
-        g = torch.Generator().manual_seed(seed + 1)
-        kv_block = torch.exp2(torch.rand(k_cache.shape[0], heads_k, 2, generator=g) * 5 - 3)
+    if block_scales:
+        kv_block = block_descales(k_cache.shape[0], heads_k, sglang, seed + 1)
+        if page_size < bp.BLOCK_SCALE_MIN_PAGE and max(seq_k) > page_size:     # (the inputs do what they claim)
+            keys = [page_list(sglang, b)[torch.arange(seq_k[b]) // page_size].long() for b in range(len(seq_k))]
+            assert max(bp.tile_v_ratio(kv_block[pages, :, 1]).max().item() for pages in keys if len(pages)) >= 2**6
         descales = (descales[0], 1.0, 1.0)
         scales = dict(q_descale=scales["q_descale"], kv_block_descale=kv_block)
     out = torch.full(q.shape, float("nan"), dtype=bp.out_dtype(dtype))
@@ -161,7 +186,7 @@ def test_fp8_ragged_paged(page_size, causal, heads):
 
 
 @pytest.mark.parametrize("dtype, page_size, block_scales", [(torch.bfloat16, 16, False), (bp.FP8, 16, False),
-                                                            (bp.FP8, 64, True)])
+                                                            (bp.FP8, 64, True), (bp.FP8, 4, True)])
 def test_adversarial_schedules(dtype, page_size, block_scales):
     # waves interleaved and loads landing late (legal orders): every output bit as lockstep's
     q, k, v, qo, sglang, _ = make_problem([17, 70, 3], [40, 130, 0], page_size, 2, 1, dtype, 3)
@@ -181,16 +206,21 @@ def test_fp8_block_scales(page_size, causal, heads):
     check(RAGGED_Q, RAGGED_K, page_size, *heads, bp.FP8, causal, seed=23 + page_size, block_scales=True)
 
 
+@pytest.mark.parametrize("page_size, causal, heads", [(1, True, (8, 1)), (2, False, (2, 2)), (4, True, (2, 1)),
+                                                      (16, False, (8, 1)), (32, True, (2, 2))])
+def test_fp8_block_scales_small_pages(page_size, causal, heads):
+    # below page 64 (the _blks variants): a k scale per key on S, a v scale per key on P relative
+    # to the tile's largest (2^6 and more above the smallest: block_descales), both tables
+    check(RAGGED_Q, RAGGED_K, page_size, *heads, bp.FP8, causal, seed=31 + page_size, block_scales=True)
+
+
 def test_causal_more_queries_than_keys():
     # seqlen_q > seqlen_k: the first queries see no key (O = 0, LSE = -inf); 256 exactly one Q tile
     check([256, 20], [100, 7], 16, 2, 1, torch.bfloat16, True, seed=5, both_tables=False)
 
 
-# kv_block_descale is refused below BLOCK_SCALE_MIN_PAGE (test_bad_input): those pairs are
-# not generated rather than skipped
 FULL_KINDS = [(dtype, page_size) for dtype in (torch.bfloat16, torch.float16, bp.FP8, "fp8 block scales")
-              for page_size in (1, 2, 16, 64, 128, 1024)
-              if dtype != "fp8 block scales" or page_size >= bp.BLOCK_SCALE_MIN_PAGE]
+              for page_size in (1, 2, 16, 64, 128, 1024)]
 
 
 @pytest.mark.full
@@ -267,7 +297,7 @@ def _fp8_base():
     (dict(q_descale=0.5), TypeError, "'q_descale'"),
     (dict(k_descale=torch.tensor([-1.0])), ValueError, "'k_descale' must be >= 0"),
     (dict(softmax_scale=-0.1), ValueError, "'softmax_scale' must be >= 0"),
-    (dict(kv_block_descale=torch.ones(8, 1, 2)), ValueError, "page_size >= 64"),
+    (dict(kv_block_descale=torch.zeros(8, 1, 2)), ValueError, "'kv_block_descale' must be finite and > 0"),
     (dict(kv_block_descale=torch.ones(8, 2, 2)), ValueError, "kv_block_descale' must be a contiguous float32"),
     (dict(k_cache=torch.zeros(8, 16, 1, 128, dtype=torch.bfloat16)), TypeError, "'k_cache' dtype"),
 ])

@@ -21,15 +21,15 @@
   not flip; a descale on a GPU is not checked). P is rounded to e4m3 for the P.V product
   (the row sum uses unrounded P); `fp8_p_bound` gives the error that allows.
 - kv_block_descale (FP8): float32 [num_pages, Hkv, 2], the (k, v) scale of each physical
-  page and KV head, instead of k_descale / v_descale (q_descale stays per-tensor). Needs
-  page_size >= 64 and scales > 0 (checked on the CPU only). LIMIT (issue 10 asks for
-  every page size): smaller pages are refused, not implemented. The kernel applies one
-  (k, v) pair per 64-key tile (SGPRs); below 64 the scales vary per key, which takes
-  per-key k scales on S's columns before the softmax, per-key v scales on P's columns
-  before its e4m3 rounding (relative to the tile's largest, so P stays in range) and a
-  per-tile LDS scale table filled by the DMA lanes; asm/fmha_fwd_d128.s's header
-  ("Pages < 64 with block scales") says where. No host fallback (dequantising the cache
-  would be a silent slow path).
+  page and KV head, instead of k_descale / v_descale (q_descale stays per-tensor); scales
+  finite and > 0 (checked on the CPU only); any page size. page_size >= 64 (a 64-key tile
+  in one page) runs the `_blk` variants: one (k, v) pair per tile. Smaller pages run the
+  `_blks` variants: the scales vary per key, so k multiplies each score, and v each P
+  element before its e4m3 rounding, relative to the tile's largest v scale v_ref
+  (P' = P v / v_ref <= P stays in range; O is carried in v_ref units). A P' below 2^-6
+  is an e4m3 subnormal: the rounding error of a key whose v scale is far below its tile's
+  largest grows by v_ref / v (`fp8_p_bound`'s v_ratio). Per-key scaling costs VALU work
+  and LDS scale reads per tile (bench/prefill.py models it).
 - causal: query i of a sequence sees key j iff j <= i + seqlen_k - seqlen_q (bottom-right).
   A query that sees no key (seqlen_k = 0, or causal with seqlen_q > seqlen_k) gets O = 0
   and LSE = -inf; seqlen_q = 0 is legal.
@@ -65,20 +65,23 @@ from .aliasing import extent, refuse_internal_overlap, refuse_overlap
 
 HEAD_DIM = 128
 Q_TILE = 256
+KV_TILE = 64
 KERNEL = "batch_prefill_d128"
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float8_e4m3fn: "fp8"}
 FP8 = torch.float8_e4m3fn
 LOG2E = 1.4426950408889634
 MAX_PAGE_SIZE = 1024
-BLOCK_SCALE_MIN_PAGE = 64          # kv_block_descale: one (k, v) scale pair per 64-key tile
+BLOCK_SCALE_MIN_PAGE = 64          # kv_block_descale: one (k, v) pair per 64-key tile from here, per key below
 _U32 = 2**32
 _MAX_SPAN = 2**31                  # Q/O rows of a sequence: 32-bit buffer offsets
 _MAX_HEADS = 2**16
 NAME = "batch_prefill"
 
 
-def variant_name(dtype: torch.dtype, causal: bool, block_scales: bool = False) -> str:
-    return f"{KERNEL}_{DTYPES[dtype]}{'_blk' if block_scales else ''}{'_causal' if causal else ''}"
+def variant_name(dtype: torch.dtype, causal: bool, block_scales: bool = False, page_size: int = MAX_PAGE_SIZE) -> str:
+    """The kernel variant; block scales below BLOCK_SCALE_MIN_PAGE take the per-key `_blks` one."""
+    blk = ("_blks" if page_size < BLOCK_SCALE_MIN_PAGE else "_blk") if block_scales else ""
+    return f"{KERNEL}_{DTYPES[dtype]}{blk}{'_causal' if causal else ''}"
 
 
 def _fail(kind, message: str):
@@ -159,11 +162,10 @@ def _descales(q, q_descale, k_descale, v_descale, kv_block_descale) -> torch.Ten
 
 
 def _block_scales(t, k_cache: torch.Tensor) -> torch.Tensor | None:
-    """kv_block_descale checked: float32 contiguous [num_pages, Hkv, 2] (k, v), > 0, and
-    pages of at least one 64-key tile (the kernel applies one scale per tile)."""
+    """kv_block_descale checked: float32 contiguous [num_pages, Hkv, 2] (k, v), > 0."""
     if t is None:
         return None
-    num_pages, page_size, heads_k, _ = k_cache.shape
+    num_pages, _, heads_k, _ = k_cache.shape
     if not isinstance(t, torch.Tensor):
         _fail(TypeError, f"'kv_block_descale' must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype != torch.float32 or tuple(t.shape) != (num_pages, heads_k, 2) or not t.is_contiguous():
@@ -171,9 +173,6 @@ def _block_scales(t, k_cache: torch.Tensor) -> torch.Tensor | None:
                           f"{heads_k}, 2], got {t.dtype} shape {tuple(t.shape)} strides {t.stride()}")
     if t.device != k_cache.device:
         _fail(ValueError, f"'kv_block_descale' must be on q's device ({k_cache.device}), got {t.device}")
-    if page_size < BLOCK_SCALE_MIN_PAGE:
-        _fail(ValueError, f"kv_block_descale needs page_size >= {BLOCK_SCALE_MIN_PAGE} (one scale per 64-key tile); "
-                          f"got page_size {page_size} (not implemented for smaller pages)")
     if num_pages * heads_k * 8 >= _U32:
         _fail(ValueError, f"kv_block_descale spans {num_pages * heads_k * 8} bytes; the kernel's offset is 32-bit")
     if t.device.type == "cpu" and t.numel() and not bool((t > 0).all() & torch.isfinite(t).all()):
@@ -273,8 +272,8 @@ class _Call:
                 refuse_overlap(NAME, "lse", lse.data_ptr(), extent(lse),
                                tuple((n, t.data_ptr(), extent(t), False) for n, t in pointers + [("out", out)]))
         if q.numel() and self.max_seq_q:
-            launch(KERNEL, variant=variant_name(q.dtype, self.causal, self.block_scales is not None),
-                   **self.kernel_args())
+            launch(KERNEL, variant=variant_name(q.dtype, self.causal, self.block_scales is not None,
+                                                self.k_cache.shape[1]), **self.kernel_args())
 
     def kernel_args(self) -> dict:
         """The manifest arguments of batch_prefill_d128 for this call."""
@@ -504,10 +503,12 @@ def reference(q, k_cache, v_cache, qo_indptr, page_list, kv_start, seqlen_k, *, 
         qb = q[q0:q1].double() * qd
         kb = gather_kv(k_cache, page_list, int(kv_start[b]), sk).double() * kd
         vb = gather_kv(v_cache, page_list, int(kv_start[b]), sk).double() * vd
+        v_ratio = torch.ones(sk, heads_q, dtype=torch.float64)
         if kv_block_descale is not None:
             rows = int(kv_start[b]) + torch.arange(sk) // k_cache.shape[1]
             row_scales = kv_block_descale[page_list[rows].long()].double()           # [sk, Hkv, 2]
             kb, vb = kb * row_scales[..., :1], vb * row_scales[..., 1:]
+            v_ratio = tile_v_ratio(row_scales[..., 1]).repeat_interleave(ratio, 1)
         kb, vb = kb.repeat_interleave(ratio, 1), vb.repeat_interleave(ratio, 1)
         s = torch.einsum("qhd,khd->hqk", qb, kb) * scale
         if causal:
@@ -519,11 +520,22 @@ def reference(q, k_cache, v_cache, qo_indptr, page_list, kv_start, seqlen_k, *, 
         o[q0:q1] = torch.einsum("hqk,khd->qhd", p, vb)
         lse[:, q0:q1] = lse_b
         if p_bound:
-            bound[q0:q1] = fp8_p_bound(p, s, vb)
+            bound[q0:q1] = fp8_p_bound(p, s, vb, v_ratio)
     return (o, lse, bound) if p_bound else (o, lse)
 
 
-def fp8_p_bound(p: torch.Tensor, s: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def tile_v_ratio(v_scale: torch.Tensor) -> torch.Tensor:
+    """[sk, Hkv]: v_ref / v per key of one sequence, v_ref the largest v scale of the key's
+    64-key tile (the kernel's P' = P v / v_ref). Keys past seqlen_k in the last tile re-read
+    the last key, so they add nothing to its max. 1 when a tile lies in one page."""
+    sk = v_scale.shape[0]
+    pad = (-sk) % KV_TILE
+    padded = torch.cat([v_scale, v_scale[-1:].expand(pad, -1)]) if pad else v_scale
+    v_ref = padded.reshape(-1, KV_TILE, v_scale.shape[1]).amax(1).repeat_interleave(KV_TILE, 0)[:sk]
+    return v_ref / v_scale
+
+
+def fp8_p_bound(p: torch.Tensor, s: torch.Tensor, v: torch.Tensor, v_ratio: torch.Tensor | None = None) -> torch.Tensor:
     """Largest |O - O_exact| [q, h, d] from rounding P to FP8 e4m3 before the P.V GEMM.
 
     p [h, q, k] are the exact probabilities (exp(s - max) / l), s the scores (-inf where
@@ -533,10 +545,17 @@ def fp8_p_bound(p: torch.Tensor, s: torch.Tensor, v: torch.Tensor) -> torch.Tens
     to e4m3 moves a normal value (>= 2^-6) by at most half an ulp, 2^-4 relative, and a
     subnormal or underflowing one by at most half the smallest step, 2^-10 absolute; back in
     the final scale (divide by a >= 1) the absolute part stays <= 2^-10. The row sum l comes
-    from unrounded P, so O moves by at most sum_j (2^-4 P_j + 2^-10 / l) |V_j| per output."""
+    from unrounded P, so O moves by at most sum_j (2^-4 P_j + 2^-10 / l) |V_j| per output.
+
+    Per-key v scales (kv_block_descale below page 64): the kernel rounds P'_j = P_j v_j / v_ref
+    (<= P_j) and O carries v_ref, so V_j's weight is round(P'_j) v_ref: the relative part stays
+    2^-4 P_j, the absolute 2^-10 grows to 2^-10 v_ref / v_j. v_ratio [k, h] is v_ref / v_j
+    (`tile_v_ratio`; None: 1)."""
     if not s.shape[-1]:
         return torch.zeros(p.shape[1], p.shape[0], v.shape[-1], dtype=torch.float64)
     visible = torch.isfinite(s).double()
+    if v_ratio is not None:
+        visible = visible * v_ratio.t()[:, None, :]
     l = torch.exp(s - s.amax(-1, keepdim=True)).nan_to_num(0.0).sum(-1, keepdim=True)
     weight = 2.0**-4 * p + 2.0**-10 * visible / l.clamp_min(1e-300)
     return torch.einsum("hqk,khd->qhd", weight, v.abs())
@@ -561,7 +580,8 @@ def _register_run_case() -> None:
         dtype = {"bf16": torch.bfloat16, "f16": torch.float16, "fp8": FP8}[variant.name.split("_")[3]]
         causal = bool(variant.defines["FMHA_CAUSAL"])
         blk = bool(variant.defines.get("BLK", 0))
-        page_size = max(page_size, BLOCK_SCALE_MIN_PAGE) if blk else page_size
+        if blk and not variant.defines.get("BLKS", 0):
+            page_size = max(page_size, BLOCK_SCALE_MIN_PAGE)        # (BLK: a tile in one page)
         counts = [-(-s // page_size) for s in seq_k]
         num_pages = sum(counts) + 2
         table = dict(kv_indptr=torch.tensor([0] + [sum(counts[:b + 1]) for b in range(len(counts))], dtype=torch.int32),
