@@ -796,8 +796,11 @@ def fuzz_batch_prefill(c):
             visible = torch.arange(sk)[None, :] <= torch.arange(sq)[:, None] + (sk - sq) if c["causal"] else \
                 torch.ones(sq, sk, dtype=torch.bool)
             p, _ = softmax_rows(scores, visible)
+            # block scales: P' = P v / v_ref is what is rounded (v_ref: the 64-key tile's largest v scale)
+            ratio = None if block is None or not sk else \
+                bp.tile_v_ratio(block[pages][..., 1].double()).repeat_interleave(q.shape[1] // vb.shape[1], 1)
             bound = bp.fp8_p_bound(p, scores.masked_fill(~visible, float("-inf")),
-                                   vb.repeat_interleave(q.shape[1] // vb.shape[1], 1))
+                                   vb.repeat_interleave(q.shape[1] // vb.shape[1], 1), ratio)
             o_tol = bound + 2.0**-8 * o_ref[0].abs() + 1e-5 * vmax
         else:
             o_tol = vmax * ((2 * shift[0]).exp() - 1 + 2 * torch.finfo(q.dtype).eps).transpose(0, 1)[..., None]
