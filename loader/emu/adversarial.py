@@ -134,7 +134,7 @@ class Adversarial:
         return choices[int(self.rng.integers(len(choices)))] if len(choices) > 1 else choices[0]
 
     def stepped(self, ex, inst, w) -> None:
-        """Nothing to do after a step (the timed schedule advances its clocks here)."""
+        """Nothing to do after a step (the timed schedule stamps the ops it queued here)."""
 
 
 def group_of(groups: dict, arg, key: np.ndarray) -> tuple[int, np.ndarray]:

@@ -257,7 +257,7 @@ class Kernel:
         if name == "adversarial":
             return adversarial.Adversarial(seed, batch_start, waves.count)
         if name == "timed":
-            return timed.Timed(self.program, waves.slot)
+            return timed.Timed(self.program, waves)
         return None
 
 

@@ -125,18 +125,20 @@ def test_paged_attention_long_context_vmcnt_race_is_reported(make, pc):
     _race_then_loose(make, rf"v16 read while a load into it is still in flight.*pc {pc:#x}")
 
 
-def _race_then_loose(make, pattern: str, lockstep_right: bool = True):
+def _race_then_loose(make, pattern: str, wrong_under: dict[str, str] | None = None):
     """Strict mode reports the race `pattern`; outside strict mode the output matches the
-    reference under the timed (hardware-like: loads land after their latency, waves
-    ordered by cycle clocks) schedule and, unless `lockstep_right` is False, under
-    lockstep (each load lands when its wave waits for it or reads it)."""
+    reference under the timed schedule (the timing model's per-CU simulation orders the
+    waves and lands the loads, gfxasm.emu.timed) and under lockstep (each load lands when
+    its wave waits for it or reads it), except under the schedules in `wrong_under`
+    (schedule -> the check's message), where the race is expected to corrupt the output."""
+    wrong_under = wrong_under or {}
     with pytest.raises(HazardError, match=pattern):
         run(make())
     for schedule in ("timed", "lockstep"):
         case = make()
         run(case, strict=False, schedule=schedule)
-        if schedule == "lockstep" and not lockstep_right:
-            with pytest.raises(AssertionError, match="O max error"):
+        if schedule in wrong_under:
+            with pytest.raises(AssertionError, match=wrong_under[schedule]):
                 case.check()
         else:
             case.check()
@@ -182,6 +184,10 @@ GEMM_EPILOGUE_RACES = {
     "moe_stage1_T5_E4_top2_D256_I128": (lambda: cases_moe.moe_stage1_fp8(5, 4, 2, 256, 128), 0x3d0c),
     "moe_stage1_T37_E8_top3_D384_I256": (lambda: cases_moe.moe_stage1_fp8(37, 8, 3, 384, 256), 0x3d0c),
 }
+# Under the timed schedule the x32 objects' waves 2-3 stage C over the last A/B tile while
+# waves 0-1, whose loads queue behind theirs in the CU's global pipe, still read it: the
+# race shows (docs/conformance.md F5; with half the pipe's cost per byte it does not).
+WRONG_UNDER_TIMED = {"f8_blockscale_x32_M20_N256_K512", "f8_blockscale_x32_M32_N512_K1024"}
 
 
 @pytest.mark.parametrize("name", list(GEMM_EPILOGUE_RACES))
@@ -193,7 +199,8 @@ def test_gemm_epilogue_lds_race_is_reported(name):
     tile (WAR), and the loop's last prefetch LDS DMA, issued one iteration ahead, may still
     be in flight; either lands A/B bytes in the staged output on a legal schedule."""
     make, pc = GEMM_EPILOGUE_RACES[name]
-    _race_then_loose(make, rf"ds_write_b64 (touches|overwrites) LDS address 0x0 .*pc {pc:#x}")
+    _race_then_loose(make, rf"ds_write_b64 (touches|overwrites) LDS address 0x0 .*pc {pc:#x}",
+                     wrong_under={"timed": "Tensor-likes are not close"} if name in WRONG_UNDER_TIMED else None)
 
 
 def test_mla_multi_tile_lds_race_is_reported():
@@ -207,4 +214,5 @@ def test_mla_multi_tile_lds_race_is_reported():
     of most heads come out wrong (issue 12's MLA gap). The timed schedule matches the
     reference; single-tile sequences take a lockstep tail and pass strictly."""
     _race_then_loose(lambda: cases_mla.mla_decode_fp8([64, 130]),
-                     r"ds_write_b32 overwrites LDS address 0x0 .*other waves.*pc 0x3944", lockstep_right=False)
+                     r"ds_write_b32 overwrites LDS address 0x0 .*other waves.*pc 0x3944",
+                     wrong_under={"lockstep": "O max error"})
