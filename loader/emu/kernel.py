@@ -9,7 +9,7 @@
 
 `schedule="adversarial", seed=N` runs a random legal order of waves and load landings
 instead of lockstep (adversarial.py; its `check` compares outputs across seeds);
-`schedule="timed"` an order from per-wave cycle clocks and load latencies (timed.py).
+`schedule="timed"` the order of the timing model's per-CU cycle simulation (timed.py).
 """
 from __future__ import annotations
 
