@@ -94,7 +94,8 @@
 ; (D/16 dwordx4; FP8 D/32), page ids of tile i+2 fetched; wait for K(i); widen (FP8); 2 x D/32
 ; S MFMAs; softmax; wait for V(i); V(i+1) loads (8 x D/32 dword; FP8 ushort); v_perm (FP8:
 ; widen) + D/16 PV MFMAs. So the next tile's bytes stream while this one computes, with at
-; most 40 loads in flight (vmcnt < 64). Registers: D 128: 212 VGPRs (16-bit, FP8), 241
+; most 40 loads in flight (vmcnt < 64). A wave's last tile has a variant that loads nothing
+; for a next one (modelled: waiting on loads of a tile past the end cost ~1,600 cycles). Registers: D 128: 212 VGPRs (16-bit, FP8), 241
 ; (scale/shift): 2 waves/SIMD, one 8-wave workgroup per CU; D 64: 124 (4 waves/SIMD), 153.
 
 .include "buffer_rsrc.inc"
@@ -378,6 +379,22 @@
     .endr
 .endm
 
+; Wave w's normalised O from LDS into buffer w % 2 (v_k, v_v: the tile buffers, free now)
+.set WAVE_O_BUF0, v_k
+.set WAVE_O_BUF1, v_v
+.macro read_wave_o w
+    .if (\w) % 2
+        .set _ob, WAVE_O_BUF1
+    .else
+        .set _ob, WAVE_O_BUF0
+    .endif
+    .irp i, 0, 1, 2, 3, 4, 5, 6, 7
+        .if \i < 2 * NC
+            ds_read_b128 v[_ob + 4*\i : _ob + 4*\i + 3], v[v_t0] offset: LDS_O + 64*D*(\w) + 16*\i
+        .endif
+    .endr
+.endm
+
 ; W > 1: every wave puts its normalised O (v_o) and log2-sum-exp (v_t1) in LDS; after the
 ; barrier the other waves end and wave 0 replaces v_o and v_t1 by the combination:
 ; weights 2^(lse_w - max), O = sum_w weight_w O_w / sum_w weight_w (max floored at -1e30:
@@ -404,30 +421,34 @@
         .endif
     .endr
     v_lshlrev_b32 v[v_t0], D_LOG2, v[v_lane]            ; wave 0's O slot; wave w's is w * 64 * D further
+    read_wave_o 0
     o_zero
     v_mov_b32 v[v_t1], M_INIT
-    s_waitcnt lgkmcnt(0)                                ; in flight: the W log2-sum-exps -> wait
+    s_waitcnt lgkmcnt(2 * NC)                           ; in flight: wave 0's O -> wait for the W log2-sum-exps
     .irp w, 0, 1, 2, 3, 4, 5, 6, 7
         .if \w < W
             v_max_f32 v[v_t1], v[v_t1], v[v_s + \w]
         .endif
     .endr
     v_mov_b32 v[v_l], 0
+    ; wave w's O is read one wave ahead, into the buffer the wave before it used
     .irp w, 0, 1, 2, 3, 4, 5, 6, 7
         .if \w < W
+            .if \w + 1 < W
+                read_wave_o \w + 1
+            .endif
             v_sub_f32 v[v_s + \w], v[v_s + \w], v[v_t1]
             v_exp_f32 v[v_s + \w], v[v_s + \w]           ; weight of wave w
             s_nop 0                                     ; transcendental result -> VALU read: 1 wait state
             v_add_f32 v[v_l], v[v_l], v[v_s + \w]
-            .irp i, 0, 1, 2, 3, 4, 5, 6, 7
-                .if \i < 2 * NC
-                    ds_read_b128 v[v_k + 4*\i : v_k + 4*\i + 3], v[v_t0] offset: LDS_O + 64*D*\w + 16*\i
-                .endif
-            .endr
-            s_waitcnt lgkmcnt(0)                        ; in flight: wave w's O -> wait
+            .if \w + 1 < W
+                s_waitcnt lgkmcnt(2 * NC)               ; in flight: wave w+1's O -> wait for wave w's
+            .else
+                s_waitcnt lgkmcnt(0)                    ; in flight: wave w's O -> wait
+            .endif
             .set _r, 0
             .rept 8 * NC
-                v_fma_f32 v[v_o + _r], v[v_s + \w], v[v_k + _r], v[v_o + _r]
+                v_fma_f32 v[v_o + _r], v[v_s + \w], v[WAVE_O_BUF0 + (WAVE_O_BUF1 - WAVE_O_BUF0) * (\w % 2) + _r], v[v_o + _r]
                 .set _r, _r + 1
             .endr
         .endif
@@ -673,11 +694,16 @@
 ; softmax) stream into the other buffer: at most KLOADS + SLOADS + VLOADS loads in flight
 ; (<= 56 < 64). A tile past the end gets empty descriptors (its loads read zeros and touch
 ; no memory) and page ids of the last valid key.
-.macro tile_body p
+.macro tile_body p, last
+.if \last == 0
     s_add_u32 s[s_tn], s[s_t0], TILE * W
     issue_k 1 - \p                                      ; the next tile's K (and pairs) stream meanwhile
     tile_regs \p
     s_waitcnt vmcnt(VLOADS + SLOADS + KLOADS)           ; in flight: V(i), pairs and K of i+1 -> wait for K(i), pairs(i)
+.else
+    tile_regs \p
+    s_waitcnt vmcnt(VLOADS)                             ; in flight: V(i) (no next tile) -> wait for K(i), pairs(i)
+.endif
 .if FP8_TOKEN
     .irp kb, 0, 1                                       ; each lane's 8 keys' pairs, from the lanes that loaded them
         .irp r, 0, 1, 2, 3
@@ -752,12 +778,16 @@
     cvt_pk_f32 v[v_p + 2], v[v_s + 4], v[v_s + 5]
     cvt_pk_f32 v[v_p + 3], v[v_s + 6], v[v_s + 7]
     v_cmp_gt_f32 vcc, 1.0, v[v_alpha]                   ; some row's max grew: rescale O
-    s_cbranch_vccz L_no_rescale\p
+    s_cbranch_vccz L_no_rescale\p\()_\last
     o_each v_mul_f32, v_alpha
-L_no_rescale\p:
+L_no_rescale\p\()_\last:
+.if \last == 0
     s_waitcnt vmcnt(SLOADS + KLOADS)                    ; in flight: V(i), pairs and K of i+1 -> wait for V(i)
     issue_v 1 - \p                                      ; the next tile's V streams during P.V
     tile_regs \p
+.else
+    s_waitcnt vmcnt(0)                                  ; in flight: V(i) -> wait
+.endif
 
     ; --- O^T += V^T P^T: per 32-dim block, even and odd dims ---
     .irp db, 0, 1, 2, 3
@@ -785,19 +815,29 @@ L_no_rescale\p:
     s_mov_b32 s[s_tn], s[s_t0]
     issue_k 0
     issue_v 0
+; The wave's last tile (no tile of its after it below khi) issues no loads for a next one:
+; its own variant of the body, so no wave waits on loads of a tile past the end.
 L_tile_even:
-    tile_body 0
+    s_add_u32 s[s_w], s[s_t0], TILE * W
+    s_cmp_lt_i32 s[s_w], s[s_khi]
+    s_cbranch_scc0 L_last_even
+    tile_body 0, 0
     s_add_u32 s[s_t0], s[s_t0], TILE * W
-    s_cmp_lt_i32 s[s_t0], s[s_khi]
-    s_cbranch_scc0 L_epilogue
-    tile_body 1
+    s_add_u32 s[s_w], s[s_t0], TILE * W
+    s_cmp_lt_i32 s[s_w], s[s_khi]
+    s_cbranch_scc0 L_last_odd
+    tile_body 1, 0
     s_add_u32 s[s_t0], s[s_t0], TILE * W
-    s_cmp_lt_i32 s[s_t0], s[s_khi]
-    s_cbranch_scc1 L_tile_even
+    s_branch L_tile_even
+L_last_even:
+    tile_body 0, 1
+    s_branch L_epilogue
+L_last_odd:
+    tile_body 1, 1
 
 ; ============================================================================ epilogue
 L_epilogue:
-    s_waitcnt vmcnt(0) lgkmcnt(0)                       ; in flight: the unused next tile's loads and page ids -> settle
+    s_waitcnt vmcnt(0) lgkmcnt(0)                       ; in flight: page ids fetched past the end (a wave with no tile: Q) -> settle
     group_reduce v_add_f32, v_l
 .if FP8_TOKEN
     group_reduce v_add_f32, v_c
