@@ -12,8 +12,15 @@ does the same in three compiled passes, where every lane is ok and dword-aligned
 (Access.keys2 is [n, m]); read_dwords does the whole of such a read: addresses to keys,
 read_marks, the data.
 
+write_marks (lds.write and lds.dma_reserve): the same for a DS write or an LDS DMA of
+whole dwords with every lane active: lds._check_pending, lds._check_order(write=True) and
+_in_flight's in-flight marks in four compiled passes instead of some twenty numpy gathers
+and scatters over the access's dwords.
+
 reads_settled (hazards.check_read): whether every register read has had the wait states
-its last writer needs, under a table that is never below the exact need.
+its last writer needs; for an MFMA's srcC, with the exact-destination ("FullReg") rule
+decided per wave as hazards._full_reg decides it, under the other tables a table that is
+never below the exact need.
 
 writes_settled (hazards.check_write): whether a register write leaves every WAW, srcC WAR
 and wide-store WAR rule met, i.e. whether check_write's numpy path would report nothing
@@ -57,12 +64,15 @@ def _load() -> SimpleNamespace | None:
     except ImportError:          # optional: the numpy paths are complete on their own
         return None
     jit = njit(cache=True, nogil=True)
+    global _full_reg
+    _full_reg = jit(_full_reg)
     read_marks = jit(_read_marks)
     return SimpleNamespace(read_marks=read_marks, reads_settled=jit(_reads_settled), read_dwords=jit(_read_dwords),
-                           writes_settled=jit(_writes_settled))
+                           writes_settled=jit(_writes_settled), write_marks=jit(_write_marks))
 
 
 SEVERAL = -2                  # lds._SEVERAL
+PENDING = np.iinfo(np.int32).max     # lds._PENDING
 
 
 def _read_marks(keys2, me, mine, wave, dma_pending, ds_pending, ds_owner, w_epoch, writer,
@@ -104,21 +114,104 @@ def _read_marks(keys2, me, mine, wave, dma_pending, ds_pending, ds_owner, w_epoc
     return True
 
 
-def _reads_settled(at, by, rows, index, count, clock, need):
+MFMA_BASE = 16                # hazards.MFMA_BASE: codes from here on are MFMA writers
+
+
+def _write_marks(keys2, me, mine, wave, values, has_values, same_wave_ok, owner, counts, lds32, dma_pending,
+                 ds_pending, ds_owner, w_epoch, writer, reader, r_epoch, by_dma, dma_value, flag, last):
+    """Checks of lds._check_pending and lds._check_order(write=True) over keys2[n, m]
+    (row r: wave `wave[r]`, wave_in_group `me[r]`, epoch `mine[r]`; `values` [n, m] the
+    dwords an LDS DMA lands where has_values); if none fires, the write marks of
+    _check_order and the in-flight marks of lds._in_flight into `counts` (ds_owner too
+    where `owner`) exactly as the numpy paths leave them: duplicate keys count once, the
+    last element's marks stay. Returns whether it did; flag and last are scratch."""
+    n, m = keys2.shape
+    for r in range(n):
+        for j in range(m):
+            last[keys2[r, j]] = r * m + j
+    ok = True
+    for r in range(n):
+        for j in range(m):
+            k = keys2[r, j]
+            # _same_dma: a whole-dword DMA landing what the last write there leaves
+            same = has_values and by_dma[k] and values[r, j] == (dma_value[k] if dma_pending[k] > 0 else lds32[k])
+            if dma_pending[k] > 0 and not same:
+                ok = False
+            elif ds_pending[k] > 0 and (not same_wave_ok or ds_owner[k] != wave[r]):
+                ok = False
+            elif w_epoch[k] >= mine[r] and writer[k] != me[r] and not same:
+                ok = False
+            elif reader[k] != -1 and reader[k] != me[r] and r_epoch[k] >= mine[r]:
+                ok = False
+            else:
+                e = last[k]
+                if me[e // m] != me[r]:
+                    flag[k] = True        # several waves write this dword (lds.several)
+            if not ok:
+                break
+        if not ok:
+            break
+    if ok:
+        for r in range(n):
+            for j in range(m):
+                k = keys2[r, j]
+                e = last[k]
+                if flag[k] and (not has_values or values[r, j] != values[e // m, e % m]):
+                    ok = False
+    for r in range(n):
+        for j in range(m):
+            flag[keys2[r, j]] = False
+    if not ok:
+        return False
+    for r in range(n):
+        for j in range(m):
+            k = keys2[r, j]
+            writer[k] = me[r]
+            w_epoch[k] = PENDING
+            by_dma[k] = has_values
+            if has_values:
+                dma_value[k] = values[r, j]
+            if last[k] == r * m + j:
+                counts[k] += 1
+                if owner:
+                    ds_owner[k] = wave[r]
+    return True
+
+
+def _reads_settled(at, by, rows, index, count, clock, need, full_need, srcc):
     """hazards.check_read's test over the registers index..index+count-1 of the waves
     `rows` (clocks `clock`): no register is short of need[writer] wait states, or every
-    writer is NONE (code 0). at/by: the written_at/written_by files of the kind."""
+    writer is NONE (code 0). at/by: the written_at/written_by files of the kind. srcc (an
+    MFMA's srcC): a wave whose registers are exactly one MFMA's destination (hazards._full_reg)
+    is held to full_need[writer] instead."""
     any_writer = False
     short = False
+    nregs = by.shape[1]
     for i in range(rows.size):
         r = rows[i]
+        table = need
+        if srcc and _full_reg(at, by, r, index, count, nregs):
+            table = full_need
         for j in range(index, index + count):
             code = by[r, j]
             if code != 0:
                 any_writer = True
-            if clock[i] - at[r, j] - 1 < need[code]:
+            if clock[i] - at[r, j] - 1 < table[code]:
                 short = True
     return not (any_writer and short)
+
+
+def _full_reg(at, by, r, index, count, nregs):
+    """hazards._full_reg for wave row r: every register written by one MFMA (same writer
+    code, same clock), and neither neighbour written by it too."""
+    at0, by0 = at[r, index], by[r, index]
+    for j in range(index, index + count):
+        if by[r, j] < MFMA_BASE or at[r, j] != at0 or by[r, j] != by0:
+            return False
+    for nb in (index - 1, index + count):
+        if 0 <= nb < nregs and at[r, nb] == at0 and by[r, nb] == by0:
+            return False
+    return True
 
 
 def _writes_settled(at, by, need, srcc_at, srcc_passes, store_at, store_window, side, valu, rows, index,

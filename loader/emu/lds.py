@@ -221,7 +221,7 @@ def _check_order(ex, w, acc: Access, what: str, write: bool, values=None):
     if raw.any():
         wr = lds.writer[keys]
         raw &= wr != me
-    if raw.any() and write:
+    if raw.any() and values is not None:
         raw &= ~_same_dma(ex, acc, values)
     if raw.any():
         _report(ex, w, acc, raw, f"{what} {verb} LDS address {{addr}} (lane {{lane}}), which wave "
@@ -266,16 +266,45 @@ def _complete(ex, waves: np.ndarray, keys: np.ndarray):
     lds.w_epoch[keys[still]] = lds.epoch[waves[still]]
 
 
+_NO_VALUES = np.zeros((1, 1), np.uint32)
+
+
+def _write_checked(ex, w, acc: Access, what: str, counts: np.ndarray, owner: bool, same_wave_ok: bool,
+                   values=None):
+    """A write's checks and marks: _check_pending, _check_order(write=True), then
+    _in_flight(counts, owner); returns release(rows). Where every lane writes whole dwords
+    (acc.keys2 is [n, m]), fast.write_marks does all three unless a check may fire."""
+    lds, fast = ex.lds, ex.fast
+    if fast is not None and ex.strict and lds.ordered and acc.keys2.ndim == 2:
+        if lds._last is None:
+            lds._last = np.zeros(lds.writer.size, np.int32)
+        waves = ex.wave_ids(w)
+        if fast.write_marks(acc.keys2, ex.waves.wave_in_group[waves].astype(np.int8), lds.epoch[waves], waves,
+                            _NO_VALUES if values is None else values, values is not None, same_wave_ok, owner,
+                            counts, ex.waves.lds.view(np.uint32).reshape(-1), lds.dma_pending, lds.ds_pending,
+                            lds.ds_owner, lds.w_epoch, lds.writer, lds.reader, lds.r_epoch, lds.by_dma,
+                            lds.dma_value, lds._flag, lds._last):
+            return _release(ex, w, acc, counts)
+    _check_pending(ex, w, acc, what, same_wave_ok=same_wave_ok, values=values)
+    _check_order(ex, w, acc, what, write=True, values=values)
+    return _in_flight(ex, w, acc, counts, owner)
+
+
 def _in_flight(ex, w, acc: Access, counts: np.ndarray, owner: bool):
     """Mark the access's dwords in flight in `counts`; returns release(rows).
 
     A dword two lanes of one access touch is counted once and released once, so the
     counts stay balanced without np.add.at."""
-    waves = ex.wave_ids(w)[acc.rows]
     counts[acc.keys] += 1
     if owner:
-        ex.lds.ds_owner[acc.keys] = waves
+        ex.lds.ds_owner[acc.keys] = ex.wave_ids(w)[acc.rows]
+    return _release(ex, w, acc, counts)
 
+
+def _release(ex, w, acc: Access, counts: np.ndarray):
+    """release(rows) of a write _in_flight marked: its dwords' counts go down, its writes
+    complete."""
+    waves = ex.wave_ids(w)[acc.rows]
     n = acc.ok.shape[0]
 
     def release(rows):
@@ -333,8 +362,7 @@ def write(ex, w, addr: np.ndarray, data: np.ndarray, mask: np.ndarray, what: str
     order, so the highest active lane wins where addresses collide.
     """
     acc = access(ex, w, addr, data.shape[2], mask, what)
-    _check_pending(ex, w, acc, what, same_wave_ok=True)
-    _check_order(ex, w, acc, what, write=True)
+    release = _write_checked(ex, w, acc, what, ex.lds.ds_pending, owner=True, same_wave_ok=True)
     if acc.dword_index is not None:
         # Whole aligned dwords: lanes still apply in lane order (the last one wins).
         ok = acc.ok
@@ -348,7 +376,7 @@ def write(ex, w, addr: np.ndarray, data: np.ndarray, mask: np.ndarray, what: str
         sel = np.broadcast_to(acc.ok[:, :, None], acc.index.shape)
         slots = np.broadcast_to(acc.slot, acc.index.shape)
         ex.waves.lds[slots[sel], acc.index[sel]] = data[sel]
-    return _in_flight(ex, w, acc, ex.lds.ds_pending, owner=True)
+    return release
 
 
 def atomic_access(ex, w, addr: np.ndarray, mask: np.ndarray, what: str) -> tuple[Access, object]:
@@ -377,9 +405,7 @@ def dma_reserve(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, what: st
     if data is not None and acc.dword_index is not None and ex.strict and ex.lds.ordered:
         data32 = np.ascontiguousarray(data, dtype=np.uint8).view(np.uint32)   # [n,64,nbytes/4]
         values = data32.reshape(acc.keys2.shape) if acc.ok.all() else data32[acc.ok].reshape(-1)
-    _check_pending(ex, w, acc, what, same_wave_ok=False, values=values)
-    _check_order(ex, w, acc, what, write=True, values=values)
-    release = _in_flight(ex, w, acc, ex.lds.dma_pending, owner=False)
+    release = _write_checked(ex, w, acc, what, ex.lds.dma_pending, owner=False, same_wave_ok=False, values=values)
     whole = acc.dword_index is not None and bool(acc.ok.all())
     n = acc.ok.shape[0]
 

@@ -5,7 +5,10 @@ _check_pending + _check_order for a DS read where nothing is to be reported. Her
 access (duplicate dwords within and across waves, waves of one workgroup and of two,
 epochs equal and apart, some dwords in flight): where the numpy path reports, the fast
 path must decline and leave the state untouched; elsewhere both must leave the same
-reader marks, bit for bit. hazards.check_read's use of fast.reads_settled is covered by
+reader marks, bit for bit. fast.write_marks (lds._write_checked: DS writes and LDS DMA)
+likewise against _check_pending + _check_order(write=True) + _in_flight, with DMA values
+that often equal what the dword already holds or will land (the same-DMA exception), and
+every tracker array compared. hazards.check_read's use of fast.reads_settled is covered by
 test_strict.py's boundary tests and read_dwords' addresses and data by every DS test:
 tests/conftest.py lowers fast.MIN_WAVES to 1 for tests/emu, so they run through both.
 """
@@ -26,8 +29,8 @@ class _Ex:
     """What lds.py's checks use of an Executor."""
 
     def __init__(self, tracker, wave_in_group):
-        self.lds, self.strict = tracker, True
-        self.waves = SimpleNamespace(wave_in_group=wave_in_group)
+        self.lds, self.strict, self.fast = tracker, True, None
+        self.waves = SimpleNamespace(wave_in_group=wave_in_group, lds=np.zeros((SLOTS, SIZE), np.uint8))
 
     def wave_ids(self, w):
         return np.arange(len(self.waves.wave_in_group))[w]
@@ -98,3 +101,67 @@ def _compare(ex, rows, acc) -> bool:
         np.testing.assert_array_equal(got, want)
     assert not fast_ex.lds._flag.any()
     return reported
+
+
+_WRITE_STATE = ("writer", "w_epoch", "reader", "r_epoch", "dma_pending", "ds_pending", "ds_owner", "by_dma",
+                "dma_value")
+
+
+def test_write_marks_match_the_numpy_path():
+    outcomes = [0, 0]          # draws marked, draws reported: both kinds must occur
+    for seed in range(400):
+        outcomes[_compare_write(seed)] += 1
+    assert min(outcomes) >= 60, outcomes
+
+
+def _write_case(seed: int):
+    """A drawn tracker state and write: (executor, rows, access, is_dma, DMA values or None).
+    Two seeds in three write dwords no other wave of the access writes, over records that
+    are mostly from earlier epochs, so that both outcomes are common."""
+    rng = np.random.default_rng(seed)
+    ex, rows, acc = _draw(rng, busy=seed % 3 == 0)
+    t = ex.lds
+    n = t.writer.size
+    if seed % 3:
+        old = rng.random(n) < 0.95
+        t.w_epoch[:] = np.where(old & (t.writer >= 0), 0, t.w_epoch)
+        t.r_epoch[:] = np.where(old & (t.reader != -1), 0, t.r_epoch)
+        # each wave its own dwords: 16 per slot split among the access's waves by row
+        per_row = acc.keys2.shape[1]
+        dword = (np.arange(len(rows))[:, None] * per_row + np.arange(per_row)) % 16
+        slot = rows // 4
+        acc = lds.Access(slot[:, None, None], acc.ok, (slot[:, None] * t.dwords + dword).reshape(-1), None, None,
+                         dword.reshape(len(rows), 4, -1), dword[:, ::per_row // 4] * 4, 4 * per_row // 4)
+    dma = seed % 2 == 0
+    # few distinct dword values, so DMAs often land what is already there
+    ex.waves.lds.view(np.uint32).reshape(-1)[:] = rng.integers(0, 3, n)
+    t.by_dma[:] = rng.random(n) < 0.5
+    t.dma_value[:] = rng.integers(0, 3, n)
+    if dma:
+        t.dma_pending[rng.integers(0, n, 4)] = 1
+    values = rng.integers(0, 3, acc.keys2.shape).astype(np.uint32) if dma and seed % 4 == 0 else None
+    return ex, rows, acc, dma, values
+
+
+def _compare_write(seed: int) -> bool:
+    """Run lds._write_checked's numpy path and its fast path on the same drawn state and
+    write; returns whether the numpy path reported."""
+    results, states = [], []
+    for compiled in (None, fast.kernels()):
+        ex, rows, acc, dma, values = _write_case(seed)
+        ex.fast = compiled
+        before = [getattr(ex.lds, name).copy() for name in _WRITE_STATE]
+        try:
+            lds._write_checked(ex, rows, acc, "write", ex.lds.dma_pending if dma else ex.lds.ds_pending,
+                               owner=not dma, same_wave_ok=not dma, values=values)
+            results.append(None)
+        except HazardError as err:
+            results.append(str(err))
+            for name, old in zip(_WRITE_STATE, before):     # a report leaves the state untouched
+                np.testing.assert_array_equal(getattr(ex.lds, name), old, err_msg=name)
+        states.append([getattr(ex.lds, name) for name in _WRITE_STATE])
+        assert not ex.lds._flag.any()
+    assert results[0] == results[1], seed
+    for name, got, want in zip(_WRITE_STATE, states[1], states[0]):
+        np.testing.assert_array_equal(got, want, err_msg=f"{name} (seed {seed})")
+    return results[0] is not None
