@@ -10,12 +10,15 @@ says how many workgroups a CU holds at once; the workgroups compute unit 0 would
 the first `sample_rounds` rounds (dispatch assumed round-robin over the 256 CUs in
 linear workgroup order) run in the emulator's timing mode (trace.py); their wave
 streams are replayed on the CU model (model.py); the CU's time per round is multiplied
-by the number of rounds, ceil(ceil(workgroups / 256) / workgroups_per_cu). Workgroups
-must do similar work for that to hold (true for the non-causal kernels we model; a
-causal kernel needs more sample rounds).
+by the number of rounds, ceil(ceil(workgroups / 256) / workgroups_per_cu), where every
+workgroup does the sample's work in full rounds. Otherwise (grid.py: probe workgroups
+find the grid's workgroup classes, e.g. a padded MoE grid's early-exit blocks; or the last
+round is partial) the time is a dispatch simulation of the classes over the 256 CUs, a
+partial round re-simulated on the CUs it occupies. With sample_rounds > 1 (a causal
+kernel: workgroups differ round to round) the sample's rounds are scaled as before.
 
 DRAM traffic: the distinct 128-byte lines the sampled workgroups touched in each buffer,
-scaled to the whole grid and capped at the buffer's size (caches are assumed to catch
+scaled to the whole grid (by its work, grid.GridClasses.scale, where workgroups differ) and capped at the buffer's size (caches are assumed to catch
 all reuse across workgroups — a lower bound on DRAM bytes).
 """
 from __future__ import annotations
@@ -25,9 +28,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import grid as grid_mod
 from . import lds_banks
 from . import params as P
-from .model import WaveStream, hbm_utilisation, prepare, simulate_cu
+from .model import WaveStream, prepare
 from .stats import analyze_kernel, classify, mfma_dtype, mfma_flops
 from .trace import LINE, record
 
@@ -60,6 +64,9 @@ class Estimate:
     # the instruction is in the hottest loop. Charged to the LDS pipe only when
     # params.lds_conflicts names a hypothesis (the calibrated set leaves them out).
     lds_conflicts: list = field(default_factory=list)
+    # the grid's workgroup classes (grid.py), first the sample's: workgroups, executed
+    # wave-instructions of one; empty where the sample's rounds are scaled (sample_rounds > 1)
+    workgroup_classes: list = field(default_factory=list)
     params: P.Params = field(repr=False, default=None)
     modelled: bool = True
 
@@ -111,14 +118,6 @@ def format_lds_conflicts(est: Estimate, hottest_only: bool = True) -> str:
         lines.append(f"  {'total':>8} {op:24} {sum(c['executions'] for c in sel):10} {'':12} "
                      + " ".join(f"{total[h]:14.0f}" for h in hyps))
     return "\n".join(lines)
-
-
-def _valu_alu_utilization(cu, prm: P.Params) -> float:
-    """Vector-ALU busy fraction from VALU/transcendental ops (an MFMA's issue slot excluded)."""
-    if not cu.cycles:
-        return 0.0
-    busy = sum(cu.valu_busy) - prm.issue_quantum * cu.issued.get("mfma", 0)
-    return max(0.0, busy) / (len(cu.valu_busy) * cu.cycles)
 
 
 def _dims(v) -> tuple[int, int, int]:
@@ -179,10 +178,12 @@ def estimate(co, grid, block, kernarg: bytes = b"", buffers=(), kernel: str | No
     chosen = representative_workgroups(grid, per_cu, sample)
     key = (k.module.code_object.data, k.name, grid, block, bytes(kernarg),
            tuple(_ptr(b) for b in buffers), tuple(chosen))
-    tr = _TRACES.get(key)
+    tr, classes = _TRACES.get(key, (None, None))
     if tr is None:
         tr = record(k, grid, block, kernarg, buffers, chosen)
-        _TRACES[key] = tr
+        ids = [grid_mod.linear_id(g, grid) for g in chosen]
+        classes = grid_mod.find_classes(k, grid, block, kernarg, buffers, tr, ids) if sample == 1 else None
+        _TRACES[key] = tr, classes
         while len(_TRACES) > TRACE_CACHE_SIZE:
             _TRACES.pop(next(iter(_TRACES)))
 
@@ -209,7 +210,7 @@ def estimate(co, grid, block, kernarg: bytes = b"", buffers=(), kernel: str | No
         c = classify(insts[n])
         mix[c] = mix.get(c, 0) + int(counts[n])
 
-    scale = total / len(chosen)
+    scale = classes.scale() if classes else total / len(chosen)       # sample -> whole grid
     sizes = {f"buffers[{n}]": _buffer_bytes(b) for n, b in enumerate(buffers)}
     dram = 0.0
     buf_fraction = {}
@@ -240,29 +241,17 @@ def estimate(co, grid, block, kernarg: bytes = b"", buffers=(), kernel: str | No
     dram_fraction = min(1.0, dram / requested) if requested else 0.0
     active_cus = min(P.NUM_CUS, total)
 
-    # The clock depends on how busy the chip is, and the busy fractions on the clock (memory
-    # rates are per second); the DRAM latency depends on how much of the HBM the launch
-    # uses, and that on the latency. Simulate at the peak clock and unloaded latency, then
-    # once more at the clock and HBM utilisation that pass's activity gives.
-    active_share = min(P.NUM_CUS, total) / P.NUM_CUS
-    clock, rho = prm.clock_hz, 0.0
-    for n in range(2):
-        cu = simulate_cu(streams, insts, waves_per_group=st.occupancy.waves_per_workgroup,
-                         groups_resident=per_cu, prm=prm, dram_fraction=dram_fraction,
-                         active_cus=active_cus, static=static, clock_hz=clock, dram_load=rho)
-        alu = _valu_alu_utilization(cu, prm)
-        if n or not cu.cycles:
-            break
-        # one fixed-point step: the chip's DRAM demand at unloaded latency (under the CUs'
-        # HBM share, so a <= ~1 and the latency at most about doubles) sets rho
-        demand = active_cus * cu.dram_bytes * clock / cu.cycles
-        rho = hbm_utilisation(demand, P.HBM_BYTES_PER_S * prm.hbm_efficiency)
-        clock = prm.sustained_clock(cu.mfma_utilization * active_share, alu * active_share)
-        if clock == prm.clock_hz and rho == 0.0:
-            break
+    cu, clock, rho, alu = grid_mod.simulate(streams, insts, static, waves_per_group=st.occupancy.waves_per_workgroup,
+                                            groups_resident=per_cu, prm=prm, dram_fraction=dram_fraction,
+                                            active_cus=active_cus)
     per_round = cu.cycles / sample
     overhead = prm.launch_overhead_us * 1e-6
     seconds = rounds * per_round / clock + overhead
+    if classes and (len(classes.classes) > 1 or total % (P.NUM_CUS * per_cu)):
+        durations = grid_mod.Durations(classes, insts, static, st.occupancy.waves_per_workgroup, prm, dram_fraction)
+        if classes.sample_uniform:
+            durations.memo[(0, len(chosen), active_cus)] = cu.cycles / clock   # the sample's own run
+        seconds = grid_mod.makespan(classes, durations, total, per_cu, active_cus) + overhead
 
     # loops: iterations = times the back edge was taken + 1, per wave (max over waves)
     from .stats import find_loops
@@ -295,4 +284,6 @@ def estimate(co, grid, block, kernarg: bytes = b"", buffers=(), kernel: str | No
         lds_bytes=cu.lds_bytes * scale, mfma_utilization=cu.mfma_utilization,
         valu_utilization=alu, clock_hz=clock, hbm_utilization=rho,
         dynamic_mix={k_: int(v * scale) for k_, v in mix.items()}, loop_iterations=iters,
-        stubbed=tr.stubbed, launch_overhead_s=overhead, params=prm)
+        stubbed=tr.stubbed, launch_overhead_s=overhead, params=prm,
+        workgroup_classes=[{"workgroups": c.workgroups, "instructions": c.instructions}
+                           for c in (classes.classes if classes else [])])
