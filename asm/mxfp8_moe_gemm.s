@@ -301,6 +301,16 @@ set_log2 NT_SHIFT, NT
 L_weights_done_\@:
 .endm
 
+; V# \s_rsrc of expert s_expert's part of the tensor at the pointer s[\base:\base+1]: base +
+; s_expert * s[s_tmp] bytes (s[s_tmp]: bytes per expert) in 64 bits, num_records \records
+.macro expert_rsrc s_rsrc, base, records
+    s_mul_i32 s[s_tmp+1], s[s_expert], s[s_tmp]
+    s_mul_hi_u32 s[s_tmp+2], s[s_expert], s[s_tmp]
+    s_add_u32 s[\s_rsrc], s[\base], s[s_tmp+1]
+    s_addc_u32 s[\s_rsrc+1], s[\base+1], s[s_tmp+2]
+    buffer_rsrc \s_rsrc, \records
+.endm
+
 ; DIRECT: the workgroup's rows (s_rows, s_slot0) and, by lanes i < rows, slot s_slot0 + i's
 ; local expert v_e (-1: id outside [0, num_experts), map entry -1 or local id outside [0, E)),
 ; v_slot (the sentinel valid for a skipped row) and, without SWIGLU, v_tw (0 for a skipped row:
@@ -371,18 +381,10 @@ L_fs_row_\@:
     s_cselect_b32 s[s_expert], s[s_expert], 0              ; skipped: expert 0's base, no records
     s_mul_i32 s[s_tmp], s[s_N], s[s_K]                      ; N*K < 2^31
     s_and_b32 s[s_tmp+3], s[s_tmp], s[s_rowok]
-    s_mul_i32 s[s_tmp+1], s[s_expert], s[s_tmp]
-    s_mul_hi_u32 s[s_tmp+2], s[s_expert], s[s_tmp]
-    s_add_u32 s[s_rsrc_b], s[s_wbase], s[s_tmp+1]
-    s_addc_u32 s[s_rsrc_b+1], s[s_wbase+1], s[s_tmp+2]
-    buffer_rsrc s_rsrc_b, s[s_tmp+3]
+    expert_rsrc s_rsrc_b, s_wbase, s[s_tmp+3]
     s_mul_i32 s[s_tmp], s[s_N], s[s_KB]
     s_and_b32 s[s_tmp+3], s[s_tmp], s[s_rowok]
-    s_mul_i32 s[s_tmp+1], s[s_expert], s[s_tmp]
-    s_mul_hi_u32 s[s_tmp+2], s[s_expert], s[s_tmp]
-    s_add_u32 s[s_rsrc_bs], s[s_wsbase], s[s_tmp+1]
-    s_addc_u32 s[s_rsrc_bs+1], s[s_wsbase+1], s[s_tmp+2]
-    buffer_rsrc s_rsrc_bs, s[s_tmp+3]
+    expert_rsrc s_rsrc_bs, s_wsbase, s[s_tmp+3]
     s_add_u32 s[s_tmp], s[s_slot0], s[s_jrow]               ; the row's slot
     s_mul_hi_u32 s[s_tmp+1], s[s_tmp], s[s_magic]
     s_cmp_eq_u32 s[s_magic], 0
@@ -526,17 +528,9 @@ L_fs_done_\@:
     s_cbranch_scc1 L_skip                                   ; expert not here (-1) or out of range
     ; V#s of the expert's weights and scales: base + e * bytes per expert, in 64 bits
     s_mul_i32 s[s_tmp], s[s_N], s[s_K]                      ; N*K < 2^31
-    s_mul_i32 s[s_tmp+1], s[s_expert], s[s_tmp]
-    s_mul_hi_u32 s[s_tmp+2], s[s_expert], s[s_tmp]
-    s_add_u32 s[s_rsrc_b], s[s_rsrc_b], s[s_tmp+1]
-    s_addc_u32 s[s_rsrc_b+1], s[s_rsrc_b+1], s[s_tmp+2]
-    buffer_rsrc s_rsrc_b, s[s_tmp]
+    expert_rsrc s_rsrc_b, s_rsrc_b, s[s_tmp]
     s_mul_i32 s[s_tmp], s[s_N], s[s_KB]
-    s_mul_i32 s[s_tmp+1], s[s_expert], s[s_tmp]
-    s_mul_hi_u32 s[s_tmp+2], s[s_expert], s[s_tmp]
-    s_add_u32 s[s_rsrc_bs], s[s_rsrc_bs], s[s_tmp+1]
-    s_addc_u32 s[s_rsrc_bs+1], s[s_rsrc_bs+1], s[s_tmp+2]
-    buffer_rsrc s_rsrc_bs, s[s_tmp]
+    expert_rsrc s_rsrc_bs, s_rsrc_bs, s[s_tmp]
 .endif
 
     s_cmp_ge_u32 s[s_step], s[s_nsteps]
