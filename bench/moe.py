@@ -1,20 +1,26 @@
 """MX-FP8 MoE layer benchmark: gfxasm.mxfp8_moe at the issue's shape, every launch modelled.
 
-    python3 bench/moe.py [--tokens 1,4,8,16,64] [--block-m 16|32|64] [--unfused] [--out bench/out/moe.json]
+    python3 bench/moe.py [--tokens 1,4,8,16,64] [--block-m 16|32|64] [--sorted | --unfused] [--out bench/out/moe.json]
 
 Shape (issue 11): hidden 6144, intermediate 768 (w1 [129, 1536, 6144], w2 [129, 6144, 768]),
 129 experts, top-5, T = 1, 4, 8, 16, 64 tokens routed uniformly at random (5 distinct
 experts per token, seeded). block_m as the layer chooses it (moe_layer.choose_block_m).
 
-The layer is four dependent launches, each modelled on its own with gfxasm.perf.estimate
-(the MI355X timing model, launch overhead included) on the arguments the layer would pass:
-moe_align, the gate_up grouped GEMM (a_div = 5) with the SwiGLU + MX-FP8 quantisation fused
-into its epilogue (mxfp8_moe_gemm.gate_up_swiglu), the down grouped GEMM (a_div = 1, topk
-weights), moe_sum. The layer's time is their sum (each waits for the one before).
---unfused models the earlier five-launch form instead (the gate_up GEMM writing bf16 h, then
-swiglu_mxfp8_quant), for comparison. Operands are zeros with unit scales (the model's time does not depend on values;
-the emulator needs finite ones); the routing is real, so the GEMMs' grids and the experts
-whose weights they read are those of the routed tokens.
+The layer is two or four dependent launches (moe_layer.choose_form), each modelled on its own
+with gfxasm.perf.estimate (the MI355X timing model, launch overhead included) on the
+arguments the layer would pass. The sorted form: moe_align, the gate_up grouped GEMM
+(a_div = 5) with the SwiGLU + MX-FP8 quantisation fused into its epilogue
+(mxfp8_moe_gemm.gate_up_swiglu), the down grouped GEMM (a_div = 1, topk weights), moe_sum.
+The decode form (T <= moe_layer.DIRECT_MAX_TOKENS): the gate_up step with its routing read
+from topk_ids (swiglu_direct), then the down GEMM and the top-k sum in one launch
+(direct_sum; its time is in the 'down' column). The layer's time is their sum (each waits for
+the one before). --block-m or --sorted models the sorted form at every T (--used: its GEMMs
+on the used blocks only; the model charges the padded grid's skipped workgroups in full, so
+the truth lies between the two); --unfused models the earlier five-launch form instead (the
+gate_up GEMM writing bf16 h, then swiglu_mxfp8_quant), for comparison. Operands are zeros
+with unit scales (the model's time does not depend on values; the emulator needs finite
+ones); the routing is real, so the GEMMs' grids and the experts whose weights they read are
+those of the routed tokens.
 
 Weight bytes: the routed experts' w1 and w2 with their scales, (1536*6144 + 6144*768) * 33/32
 bytes per distinct expert; weight TB/s = those bytes over the layer's time.
@@ -74,23 +80,37 @@ def weights():
     return _WEIGHTS
 
 
-def launches(T: int, block_m: int | None = None, fused: bool = True) -> tuple[list, int, int]:
+def launches(T: int, block_m: int | None = None, fused: bool = True, sort: bool = False,
+             used_only: bool = False) -> tuple[list, int, int]:
     """(step, BenchCase) for each of the layer's launches at T tokens (fused=False: the
-    five-launch form), the distinct experts routed to and the block_m used (None: the
-    layer's choice)."""
+    five-launch form; sort: the sorted form even where the layer would take the decode form;
+    used_only: the sorted form's GEMM grids cut to the used blocks), the distinct experts
+    routed to and the block_m used (None: the layer's choice; 0: the decode form)."""
     w = weights()
     ids = routed(T)
     tw = torch.rand(T, TOP_K, generator=torch.Generator().manual_seed(T))
     S = T * TOP_K
     x, xs = zeros((T, H)), unit_scales((T, H // 32))
+    if sort or not fused:
+        block_m = block_m or moe_layer.choose_block_m(T, TOP_K, E)
     sizes = moe_layer.validate(x, xs, w["w1"], w["w1s"], w["w2"], w["w2s"], tw, ids, None, 1.702, 1.0, 7.0,
                                block_m)
+    q, qs = zeros((S, I)), unit_scales((S, I // 32)).view(torch.float8_e8m0fnu)
+    if sizes["form"] == "direct":
+        out = zeros((T, H), torch.bfloat16)
+        steps = (("gate_up", gemm.direct_swiglu_launch_args(x, xs, w["w1"], w["w1s"], ids, None, E, q, qs, 1.702, 1.0,
+                                                            7.0)),
+                 ("down", gemm.direct_sum_launch_args(q, qs, w["w2"], w["w2s"], ids, None, E, tw, out)))
+        return ([(step, manifest_case(kernel, variant, "", "", 0, 0, **kargs)) for step, (kernel, variant, kargs)
+                 in steps], int(ids.unique().numel()), 0)
     sorted_ids, expert_ids, post = moe_align.moe_align_block_size(ids, E, sizes["block_m"])   # the real routing
     outs = tuple(torch.empty_like(t) for t in (sorted_ids, expert_ids, post))
     cases = [("moe_align", manifest_case("moe_align", None, "", "", 0, 0,
                                          **moe_align.launch_args(ids, E, sizes["block_m"], None, outs)))]
+    if used_only:
+        used = int(post) // sizes["block_m"]
+        sorted_ids, expert_ids = sorted_ids[:used * sizes["block_m"]], expert_ids[:used]
     h = zeros((S, 2 * I), torch.bfloat16)
-    q, qs = zeros((S, I)), unit_scales((S, I // 32)).view(torch.float8_e8m0fnu)
     y = zeros((S, H), torch.bfloat16)
     for step, (a, a_scale, wt, wt_scale, a_div, topk_w, out) in (
             ("gate_up", (x, xs, w["w1"], w["w1s"], TOP_K, None, h)),
@@ -114,9 +134,9 @@ def weight_bytes(experts: int) -> float:
     return experts * (2 * I * H + H * I) * 33 / 32
 
 
-def row(T: int, block_m: int | None = None, fused: bool = True) -> dict:
+def row(T: int, block_m: int | None = None, fused: bool = True, sort: bool = False, used_only: bool = False) -> dict:
     from gfxasm.perf import estimate
-    cases, experts, block_m = launches(T, block_m, fused)
+    cases, experts, block_m = launches(T, block_m, fused, sort, used_only)
     steps = {}
     for step, c in cases:
         est = estimate(c.co, c.grid, c.block, c.kernarg, c.buffers, c.kernel)
@@ -138,12 +158,15 @@ def table(rows: list[dict]) -> str:
         fly = f"{r['flydsl_us']:7.1f}" if r["flydsl_us"] else f"{'~' + str(FLYDSL_TBPS) + 'TB/s':>7}"
         ratio = f"{r['vs_flydsl']:8.2f}" if r["vs_flydsl"] else f"{'-':>8}"
         act = f"{s['swiglu_quant']['us']:7.2f}" if "swiglu_quant" in s else f"{'fused':>7}"
-        lines.append(f"{r['T']:3} {r['experts']:7} {r['block_m']:3} {s['moe_align']['us']:6.2f} "
+        align = f"{s['moe_align']['us']:6.2f}" if "moe_align" in s else f"{'-':>6}"
+        summed = f"{s['moe_sum']['us']:6.2f}" if "moe_sum" in s else f"{'fused':>6}"
+        bm = f"{r['block_m']:3}" if r["block_m"] else f"{'dir':>3}"
+        lines.append(f"{r['T']:3} {r['experts']:7} {bm} {align} "
                      f"{s['gate_up']['us']:8.2f} {act} {s['down']['us']:7.2f} "
-                     f"{s['moe_sum']['us']:6.2f} {r['us']:9.2f} {fly} {ratio} {r['weight_mb']:9.1f} "
+                     f"{summed} {r['us']:9.2f} {fly} {ratio} {r['weight_mb']:9.1f} "
                      f"{r['weight_tbps']:5.2f}")
     lines.append("modelled: gfxasm.perf MI355X timing model, each launch with its overhead; FlyDSL: the issue's "
-                 "MI355X figures")
+                 "MI355X figures; bm 'dir': the decode form (down includes the top-k sum)")
     lines.append(f"targets: <= {TARGET['t1_us']} us at T=1, <= {TARGET['ratio']}x FlyDSL at T=4/8/16, "
                  f">= {TARGET['tbps']} TB/s of weights at T >= 64")
     return "\n".join(lines)
@@ -153,7 +176,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", default="1,4,8,16,64")
     ap.add_argument("--block-m", type=int, choices=(16, 32, 64), help="instead of the layer's choice")
-    ap.add_argument("--unfused", action="store_true", help="the five-launch form (gate_up GEMM, swiglu_mxfp8_quant)")
+    form = ap.add_mutually_exclusive_group()
+    form.add_argument("--sorted", action="store_true", help="the sorted four-launch form at every T")
+    form.add_argument("--unfused", action="store_true", help="the five-launch form (gate_up GEMM, swiglu_mxfp8_quant)")
+    ap.add_argument("--used", action="store_true", help="the sorted form's GEMMs on the used blocks only (the model "
+                    "charges the padded grid's skipped workgroups in full: the truth lies between the two)")
     ap.add_argument("--out", default=str(REPO / "bench" / "out" / "moe.json"))
     args = ap.parse_args(argv)
     build.build_kernels(moe_layer.kernel_names() + [swiglu_quant.OP])
@@ -161,14 +188,15 @@ def main(argv=None) -> int:
     rows = []
     for T in (int(t) for t in args.tokens.split(",")):
         t0 = time.time()
-        rows.append(row(T, args.block_m, not args.unfused))
+        rows.append(row(T, args.block_m, not args.unfused, args.sorted, args.used))
         rows[-1]["wall_s"] = round(time.time() - t0, 1)
         print(table(rows[-1:]).splitlines()[2], flush=True)
     print()
     print(table(rows))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(source="modelled", fused=not args.unfused, rows=rows), indent=1))
+    out.write_text(json.dumps(dict(source="modelled", fused=not args.unfused, sorted=args.sorted, used=args.used,
+                                   rows=rows), indent=1))
     print(f"wrote {out}")
     return 0
 

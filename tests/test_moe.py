@@ -436,13 +436,16 @@ def test_layer_expert_parallel():
     assert torch.equal(out, gfxasm.mxfp8_moe(**args, block_m=16))
 
 
-DECODE_CASES = [  # (T, top_k, E, H, I, routing kind): the decode form, cdiv(I, 128) = 1 but for the last
+DECODE_CASES = [  # (T, top_k, E, H, I, routing kind): the decode form; its K loop is 4 sets deep
     (5, 4, 16, 64, 96, "few"),        # 13 of 16 experts empty, the other 3 with up to 20 slots each
     (6, 8, 16, 96, 64, "hot"),        # every token's first choice on expert 3
     (2, 8, 16, 64, 32, "spread"),     # every slot on an expert of its own
-    (9, 1, 12, 64, 64, "random"),     # top_k 1: one row per token
+    (8, 1, 12, 64, 64, "random"),     # top_k 1: one row per token
     (2, 16, 32, 64, 32, "random"),    # top_k 16: all 16 rows of the tile
     (3, 5, 16, 160, 320, "random"),   # 3 K steps per slot: the waves' shares differ from the sorted form's
+    (2, 3, 16, 64, 512, "random"),    # 4 K steps per slot: 3 per wave (the K loop's exit after body 0)
+    (2, 4, 16, 64, 640, "random"),    # 5 per wave (exit after body 2)
+    (1, 4, 8, 1024, 768, "random"),   # 6 per wave (exit after body 3); gate_up 8 K steps, 2 per wave
 ]
 
 
@@ -473,7 +476,7 @@ def test_decode_form_out_of_range_ids_and_schedules():
 
 
 def test_form_choice():
-    assert [moe_layer.choose_form(T, 5, None) for T in (1, 16, 17)] == ["direct", "direct", "sorted"]
+    assert [moe_layer.choose_form(T, 5, None) for T in (1, 8, 9)] == ["direct", "direct", "sorted"]
     assert moe_layer.choose_form(1, 5, 16) == "sorted"                         # block_m asks for the sorted form
     assert moe_layer.choose_form(1, 17, None) == "sorted"                      # more slots than tile rows
 

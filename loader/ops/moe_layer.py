@@ -73,7 +73,11 @@ from .mxfp8_gemm import BLOCK, E4M3, E8M0
 from .mxfp8_moe_gemm import BLOCK_MS, MAX_A_DIV
 
 OP = "mxfp8_moe"
-DIRECT_MAX_TOKENS = 16             # the decode form up to here (bench/moe.py: modelled faster at T = 1..16)
+# The decode form up to here. It reads an expert's weights once per slot routed to it, the
+# sorted form once per block: at the shape (129 experts, top-5) 40 slots touch ~36
+# experts at T = 8 (+11% weight bytes) but ~59 at T = 16 (+36%). bench/moe.py (modelled): the
+# decode form is faster at T = 1, 4, 8; at T = 16 the sorted form's model brackets it.
+DIRECT_MAX_TOKENS = 8
 
 
 def _fail(exc, message: str):
