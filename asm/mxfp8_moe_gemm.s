@@ -63,7 +63,8 @@
 ;   without: workgroup y = token (grid y = tokens) and tile row j < top_k (<= 16) = slot
 ;     y*top_k + j with its own expert; out [tokens, N] bf16 (the down GEMM and moe_sum in one):
 ;     out[y, n] = bf16(sum over j in order, f32, of bf16(topk_weights[slot] * row j)), rows of
-;     skipped slots adding nothing (+0: weight 0, no loads), a row of only skipped slots 0.
+;     skipped slots adding nothing (+0: weight 0, no loads), a row of only skipped slots 0
+;     (the sum runs over all 16 tile rows, unrolled: rows past top_k hold +0).
 ; The rows' experts are looked up once per workgroup by lanes 0..rows-1 (v_e, -1 when
 ; skipped). FLAT_STEPS: the K steps of every row form one flat sequence, row-major (rows x
 ; cdiv(K, 128)), dealt to the waves as one K is otherwise, so the 3-deep load pipeline runs
@@ -632,29 +633,29 @@ L_tsum:
     s_add_u32 s[s_tmp+1], s[s_tmp+1], s[s_n0]               ; n0 + 16q
     v_add_u32 v[v_col], s[s_tmp+1], v[v_i]                  ; n
     s_lshl_b32 s[s_tmp], s[s_q], 10                         ; the tile's wave-0 copy, free once read
-    v_lshlrev_b32 v[v_lds], 8, v[v_g]
-    v_lshl_add_u32 v[v_lds], v[v_i], 2, v[v_lds]
-    v_add_u32 v[v_lds], s[s_tmp], v[v_lds]                  ; row 4g, column i: 64*4g + 4i
+    v_lshlrev_b32 v[v_lds], 6, v[v_i]
+    v_lshl_add_u32 v[v_lds], v[v_g], 4, v[v_lds]
+    v_add_u32 v[v_lds], s[s_tmp], v[v_lds]                  ; column i, rows 4g..4g+3: 64i + 16g (columns of rows)
     s_waitcnt lgkmcnt(0)                                    ; in flight: 4 copies of the tile, weights → all
     .irp r, 0, 1, 2, 3
         sum_copies \r
         v_mul_f32 v[v_red+\r], v[v_red+\r], v[v_rw+\r]
-        v_cvt_pk_bf16_f32 v[v_out], v[v_red+\r], 0         ; round to nearest even, as moe_sum's input
-        v_lshlrev_b32 v[v_out], 16, v[v_out]                ; ... back to f32
-        ds_write_b32 v[v_lds], v[v_out] offset:64*\r
+        v_cvt_pk_bf16_f32 v[v_red+\r], v[v_red+\r], 0     ; round to nearest even, as moe_sum's input
+        v_lshlrev_b32 v[v_red+\r], 16, v[v_red+\r]        ; ... back to f32
     .endr
-    v_lshl_add_u32 v[v_lds], v[v_i], 2, s[s_tmp]            ; row 0, column i
-    v_mov_b32 v[v_red], 0
-    s_mov_b32 s[s_tmp+2], 0
+    ds_write_b128 v[v_lds], v[v_red:v_red+3]
+    v_lshl_add_u32 v[v_lds], v[v_i], 6, s[s_tmp]            ; column i's 16 rows
     s_waitcnt lgkmcnt(0)                                    ; in flight: the weighted rows → written
-L_rowsum:
-    ds_read_b32 v[v_red+1], v[v_lds]
-    v_add_u32 v[v_lds], 64, v[v_lds]
-    s_add_u32 s[s_tmp+2], s[s_tmp+2], 1
-    s_waitcnt lgkmcnt(0)                                    ; in flight: row j's value → landed
-    v_add_f32 v[v_red], v[v_red], v[v_red+1]
-    s_cmp_lt_u32 s[s_tmp+2], s[s_topk]
-    s_cbranch_scc1 L_rowsum
+    .irp p, 0, 1, 2, 3
+        ds_read_b128 v[v_red+4*\p:v_red+4*\p+3], v[v_lds] offset:16*\p
+    .endr
+    s_waitcnt lgkmcnt(0)                                    ; in flight: the 16 rows → landed
+    ; rows in slot order from +0, as moe_sum; rows past top_k hold +0 (no activation, weight
+    ; 0 or 1): adding them changes nothing, and summing all 16 needs no loop
+    v_add_f32 v[v_red], 0, v[v_red]
+    .irp j, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
+        v_add_f32 v[v_red], v[v_red], v[v_red+\j]
+    .endr
     v_cvt_pk_bf16_f32 v[v_red], v[v_red], 0
     v_cmp_eq_u32 vcc, 0, v[v_g]                             ; lanes 0..15 store
     v_cmp_gt_u32 s[s_colmask:s_colmask+1], s[s_N], v[v_col]
