@@ -219,9 +219,11 @@ def dead_ops(insts, writes_nothing=frozenset()) -> set[int]:
             return {n for n, r in enumerate(roles) if r[0] in ("vector", "ds read")} - live
 
 
-def timing_program(program: Program, skip_mfma: bool = True, skip_dead: bool = True) -> tuple[Program, list[str]]:
+def timing_program(program: Program, skip_mfma: bool = True, skip_dead: bool = True,
+                   count_lds: bool = True) -> tuple[Program, list[str]]:
     """A private copy of `program` whose MFMAs, dead ops (dead_ops) and unimplemented
-    instructions are stubs (a dead DS read only counts its lane addresses)."""
+    instructions are stubs (a dead DS read only counts its lane addresses, or with
+    count_lds=False does nothing)."""
     stubbed: set[str] = set()
     insts = []
     unimplemented = {n for n, i in enumerate(program.insts) if HANDLERS.get(i.name) is None}
@@ -237,7 +239,7 @@ def timing_program(program: Program, skip_mfma: bool = True, skip_dead: bool = T
                                           f"timing mode needs real control flow")
             stubbed.add(inst.name)
             copy.handler = Handler(_stub_end if klass == "end" else _stub, klass, inst.name)
-        elif n in dead and klass == "ds":
+        elif n in dead and klass == "ds" and count_lds:
             copy.handler = Handler(_address_only_read, klass, inst.name)
         elif (klass == "mfma" and skip_mfma) or n in dead:
             copy.handler = Handler(_stub, klass, inst.name)
@@ -265,7 +267,8 @@ class Trace:
 class Recorder:
     """The `trace` hook: appends the executed instruction index to each executing wave."""
 
-    def __init__(self, program: Program):
+    def __init__(self, program: Program, memory: bool = True):
+        self.memory = memory              # track global memory lines and bytes (attach)
         self.index = {inst.pc: n for n, inst in enumerate(program.insts)}
         self.mem = np.array([classify(i) in MEMORY_CLASSES for i in program.insts])
         self.batches = []                 # (executor, per-wave lists, per-wave lane lists)
@@ -283,7 +286,8 @@ class Recorder:
         self.batches.append((ex, events, lanes))
         self._cur = (ex, events, lanes)
         self._all = np.arange(ex.waves.count)
-        self._wrap_memory(ex.memory)
+        if self.memory:
+            self._wrap_memory(ex.memory)
 
     @staticmethod
     def streams(events, count: int, dtype) -> list:
@@ -360,24 +364,28 @@ class Recorder:
 
 
 def record(kernel, grid, block, kernarg=b"", buffers=(), workgroups=None, *,
-           skip_mfma: bool = True, skip_dead: bool = True, max_wave_instructions: int = 200_000_000) -> Trace:
+           skip_mfma: bool = True, skip_dead: bool = True, detail: bool = True,
+           max_wave_instructions: int = 200_000_000) -> Trace:
     """Run `workgroups` of a launch in timing mode and return their Trace (skip_dead=False
-    runs the dead vector ops too: the same trace, slower)."""
-    program, stubbed = timing_program(kernel.program, skip_mfma, skip_dead)
+    runs the dead vector ops too: the same trace, slower). detail=False records the wave
+    streams and the memory instructions' active lanes only, as gfxasm.perf.grid's probes
+    need: no global-memory lines, bytes or in-range shares, no LDS conflicts."""
+    program, stubbed = timing_program(kernel.program, skip_mfma, skip_dead, count_lds=detail)
     saved = kernel.program
     kernel.program = program
-    rec = Recorder(program)
+    rec = Recorder(program, memory=detail)
     lds_read, lds_write = emu_lds.read, emu_lds.write
 
-    def traced_read(ex, w, addr, nbytes, mask, what):
+    def traced_read(ex, w, addr, nbytes, mask, what, **options):
         rec.lds_access(addr, mask, nbytes, write=False)
-        return lds_read(ex, w, addr, nbytes, mask, what)
+        return lds_read(ex, w, addr, nbytes, mask, what, **options)
 
-    def traced_write(ex, w, addr, data, mask, what):
+    def traced_write(ex, w, addr, data, mask, what, **options):
         rec.lds_access(addr, mask, data.shape[2], write=True)
-        return lds_write(ex, w, addr, data, mask, what)
+        return lds_write(ex, w, addr, data, mask, what, **options)
 
-    emu_lds.read, emu_lds.write = traced_read, traced_write
+    if detail:
+        emu_lds.read, emu_lds.write = traced_read, traced_write
     try:
         with np.errstate(all="ignore"):
             res = kernel.launch(grid, block, kernarg, buffers, strict=False, trace=rec,

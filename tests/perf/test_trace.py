@@ -125,3 +125,10 @@ def test_skipping_dead_ops_leaves_the_trace_unchanged(name):
     for n, c in fast.lds_conflicts.items():
         assert c == full.lds_conflicts[n]
     assert fast.wave_instructions == full.wave_instructions
+    # what gfxasm.perf.grid's probes record: the same streams and lanes, nothing of memory
+    bare = trace.record(k, grid, block, kw["kernarg"], kw["buffers"], chosen, detail=False)
+    for a, b in zip(bare.waves, full.waves):
+        assert np.array_equal(a["stream"], b["stream"])
+    for a, b in zip(bare.mem_lanes, full.mem_lanes):
+        assert np.array_equal(a, b)
+    assert len(bare.waves) == len(full.waves) and not bare.touched and not bare.lds_conflicts
