@@ -9,15 +9,20 @@ cold weights: its perftest rotates copies of the inputs). Rows that cannot be la
 faithfully are listed with the reason and skipped. Each row is launched as aiter's
 moe_stage1_g1u1 launches it (gfxasm.perf.aiter_fmoe: the whole moe_sorting grid) and
 modelled with gfxasm.perf.estimate at params.DEFAULT; it is modelled a second time with the
-grid cut to the routing's used blocks ("used"), because the model charges every workgroup
-like its sample and the unused blocks only exit: the two bracket the model's answer.
+grid cut to the routing's used blocks ("used"). The blocks past num_valid_ids only exit;
+the model finds them by probing the grid (gfxasm.perf.grid) and charges them their own
+short time, so the two agree up to that time (before grid.py it charged every workgroup
+like its sample, and "used" was the better figure).
 
 Per row: modelled and measured us, error (modelled / measured - 1), the fp8 w1 bytes of
 the experts the routing uses (each must come from HBM at least once: aiter rotates input
 copies), the measured TB/s over those bytes, the regime ("stream" when that rate is at
 least 90% of the model's sustainable HBM rate, else "partial"), the floor the model's HBM
-rate puts under any estimate (those bytes at that rate + the launch cost), and the
-seconds each estimate took. Writes bench/out/fmoe_validate.json.
+rate puts under any estimate (those bytes at that rate + the launch cost), the grid's
+workgroup classes the model found, and the seconds each estimate took. The summary gives
+the stream rows' implied HBM efficiency: the fraction of 8 TB/s that moves the model's DRAM
+bytes in the measured time less the launch cost (what a pure bandwidth bound would need;
+params.hbm_efficiency is not changed here). Writes bench/out/fmoe_validate.json.
 """
 from __future__ import annotations
 
@@ -100,7 +105,7 @@ def model(point: dict) -> dict:
         res[key] = {"grid": kw["grid"], "modelled_us": e.seconds * 1e6, "error": e.seconds * 1e6 / point["measured_us"] - 1,
                     "modelled_tbps": wbytes / e.seconds / 1e12, "rounds": e.rounds, "clock_ghz": e.clock_hz / 1e9,
                     "hbm_rho": e.hbm_utilization, "mfma_busy": e.mfma_utilization, "stubbed": e.stubbed,
-                    "dram_bytes": e.dram_bytes,
+                    "dram_bytes": e.dram_bytes, "classes": e.workgroup_classes,
                     "estimate_s": time.time() - t}
     return res
 
@@ -123,12 +128,16 @@ def summary(results: list[dict]) -> dict:
                               "median_error": statistics.median(r[key]["error"] for r in rs)}
     stream = [r for r in results if r["regime"] == "stream"]
     if stream:
+        implied = [r["grid"]["dram_bytes"] / ((r["measured_us"] - P.DEFAULT.launch_overhead_us) * 1e-6)
+                   / P.HBM_BYTES_PER_S for r in stream]
         out["stream"] = {"rows": len(stream), "cap_tbps": CAP_TBPS,
                          "measured_tbps": [min(r["measured_tbps"] for r in stream), max(r["measured_tbps"] for r in stream)],
                          "above_cap": sum(r["measured_tbps"] > CAP_TBPS for r in stream),
                          "floor_above_measured": sum(r["floor_us"] > r["measured_us"] for r in stream),
                          **{f"{k}_pessimistic": sum(r[k]["error"] > 0 for r in stream) for k in ("grid", "used")},
-                         **{f"{k}_median_error": statistics.median(r[k]["error"] for r in stream) for k in ("grid", "used")}}
+                         **{f"{k}_median_error": statistics.median(r[k]["error"] for r in stream) for k in ("grid", "used")},
+                         "implied_hbm_efficiency": {"median": statistics.median(implied), "min": min(implied),
+                                                    "max": max(implied)}}
     return out
 
 
@@ -177,6 +186,10 @@ def main(argv=None):
         print(f"  stream rows {s['rows']}: measured {s['measured_tbps'][0]:.2f}-{s['measured_tbps'][1]:.2f} TB/s, "
               f"{s['above_cap']} above the cap, {s['floor_above_measured']} faster than the cap's floor; modelled slower in {s['grid_pessimistic']} (grid) / "
               f"{s['used_pessimistic']} (used), median error {s['grid_median_error']:+.1%} / {s['used_median_error']:+.1%}")
+        h = s["implied_hbm_efficiency"]
+        print(f"  stream rows' implied HBM efficiency (modelled DRAM bytes over measured time less the launch "
+              f"cost, of 8 TB/s): median {h['median']:.3f} ({h['min']:.3f}-{h['max']:.3f}); "
+              f"params.hbm_efficiency {P.DEFAULT.hbm_efficiency}")
     est = [r[k]["estimate_s"] for r in results for k in ("grid", "used")]
     print(f"estimate wall time per launch: median {statistics.median(est):.1f} s, max {max(est):.1f} s; "
           f"{len(results)} rows in {wall:.0f} s with {args.jobs} jobs")
