@@ -315,8 +315,9 @@ L_weights_done_\@:
 ; DIRECT: the workgroup's rows (s_rows, s_slot0) and, by lanes i < rows, slot s_slot0 + i's
 ; local expert v_e (-1: id outside [0, num_experts), map entry -1 or local id outside [0, E)),
 ; v_slot (the sentinel valid for a skipped row) and, without SWIGLU, v_tw (0 for a skipped row:
-; it adds +0). Needs the V# of topk_weights.
-.macro direct_rows
+; it adds +0). In two parts: direct_rows_issue (needs the V# of topk_weights) issues the loads,
+; direct_rows_finish, after other setup has run under them, waits and maps.
+.macro direct_rows_issue
   .if SWIGLU
     s_mov_b32 s[s_rows], 1
   .else
@@ -339,6 +340,9 @@ L_weights_done_\@:
     buffer_load_dword v[v_tw], v[v_tmp], s[s_rsrc_tw:s_rsrc_tw+3], 0 offen
 L_dr_weights_\@:
   .endif
+.endm
+
+.macro direct_rows_finish
     s_waitcnt vmcnt(0)                                      ; in flight: the ids (and weights) → landed
     v_cmp_gt_u32 vcc, s[s_Eg], v[v_e]                       ; a global id in range
     s_and_b64 vcc, vcc, s[s_rowok:s_rowok+1]
@@ -490,6 +494,9 @@ L_fs_done_\@:
     s_mul_i32 s[s_tmp], s[s_valid], s[s_has_w]
     s_lshl_b32 s[s_tmp], s[s_tmp], 2
     buffer_rsrc s_rsrc_tw, s[s_tmp]
+.if DIRECT
+    direct_rows_issue                                       ; the routing loads, under the setup below
+.endif
     weight_offsets
 .if SWIGLU
     ; strips 2, 3 read up rows I + n0 + 16(j - 2) + i: (I - 32) rows past n0 + 16j + i
@@ -507,7 +514,7 @@ L_fs_done_\@:
     s_mov_b32 s[s_step], s[s_wave]
 
 .if DIRECT
-    direct_rows
+    direct_rows_finish
     s_mov_b64 s[s_wbase:s_wbase+1], s[s_rsrc_b:s_rsrc_b+1]  ; the weights' pointers, for flat_step_select
     s_mov_b64 s[s_wsbase:s_wsbase+1], s[s_rsrc_bs:s_rsrc_bs+1]
     s_mov_b32 s[s_ksteps], s[s_nsteps]
