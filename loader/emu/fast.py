@@ -17,6 +17,9 @@ whole dwords with every lane active: lds._check_pending, lds._check_order(write=
 _in_flight's in-flight marks in four compiled passes instead of some twenty numpy gathers
 and scatters over the access's dwords.
 
+flush_f32 (families/vop.py flush_denorms): f32 denormals to signed zero in place, one
+pass instead of numpy's abs, compare, any (and where, cast when one is found).
+
 reads_settled (hazards.check_read): whether every register read has had the wait states
 its last writer needs; for an MFMA's srcC, with the exact-destination ("FullReg") rule
 decided per wave as hazards._full_reg decides it, under the other tables a table that is
@@ -68,7 +71,8 @@ def _load() -> SimpleNamespace | None:
     _full_reg = jit(_full_reg)
     read_marks = jit(_read_marks)
     return SimpleNamespace(read_marks=read_marks, reads_settled=jit(_reads_settled), read_dwords=jit(_read_dwords),
-                           writes_settled=jit(_writes_settled), write_marks=jit(_write_marks))
+                           writes_settled=jit(_writes_settled), write_marks=jit(_write_marks),
+                           flush_f32=jit(_flush_f32))
 
 
 SEVERAL = -2                  # lds._SEVERAL
@@ -115,6 +119,15 @@ def _read_marks(keys2, me, mine, wave, dma_pending, ds_pending, ds_owner, w_epoc
 
 
 MFMA_BASE = 16                # hazards.MFMA_BASE: codes from here on are MFMA writers
+
+
+def _flush_f32(bits):
+    """bits: uint32 (flat) f32 patterns; denormals become the zero of their sign, in place:
+    |x| < 2^-126 with x not zero is exactly a zero exponent field and a non-zero fraction."""
+    for i in range(bits.size):
+        b = bits[i]
+        if b & 0x7F800000 == 0 and b & 0x7FFFFF != 0:
+            bits[i] = b & 0x80000000
 
 
 def _write_marks(keys2, me, mine, wave, values, has_values, same_wave_ok, owner, counts, lds32, dma_pending,
@@ -246,17 +259,17 @@ def _writes_settled(at, by, need, srcc_at, srcc_passes, store_at, store_window, 
 
 
 def _read_dwords(addr, mask, slot, dwords, size, lds32, out, me, mine, wave, dma_pending, ds_pending,
-                 ds_owner, w_epoch, writer, reader, r_epoch, scratch, flag, last):
+                 ds_owner, w_epoch, writer, reader, r_epoch, scratch, flag, last, align):
     """lds.read of whole dwords for waves whose lanes are all active, in range and
-    dword-aligned: lds.access's keys, read_marks, and the data into out[n, 64, nbytes/4]
-    (uint32). Returns False, with no state touched, where any of that does not hold or a
-    check would fire (lds.py then runs its numpy path)."""
+    aligned to `align` (a multiple of 4): lds.access's keys, read_marks, and the data into
+    out[n, 64, nbytes/4] (uint32). Returns False, with no state touched, where any of that
+    does not hold or a check would fire (lds.py then runs its numpy path)."""
     n, lanes, per = out.shape
     nbytes = 4 * per
     for r in range(n):
         for lane in range(lanes):
             a = addr[r, lane]
-            if not mask[r, lane] or a < 0 or a + nbytes > size or a % 4 != 0:
+            if not mask[r, lane] or a < 0 or a + nbytes > size or a % align != 0:
                 return False
     keys2 = np.empty((n, lanes * per), np.int64)
     for r in range(n):

@@ -318,9 +318,9 @@ def _release(ex, w, acc: Access, counts: np.ndarray):
     return release
 
 
-def _read_dwords_fast(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray):
-    """fast.read_dwords where it may apply (ex.fast set, whole dwords): the data
-    uint8[n,64,nbytes], or None where the numpy path must run."""
+def _read_dwords_fast(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, align: int):
+    """fast.read_dwords where it may apply (ex.fast set, whole dwords, every address
+    aligned to `align`): the data uint8[n,64,nbytes], or None where the numpy path must run."""
     lds, fast = ex.lds, ex.fast
     if fast is None or not lds.ordered or nbytes % 4 or lds.size % 4 or not lds.size:
         return None
@@ -332,16 +332,20 @@ def _read_dwords_fast(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray):
                        lds.size, ex.waves.lds.view(np.uint32).reshape(-1), out,
                        ex.waves.wave_in_group[waves].astype(np.int8), lds.epoch[waves], waves, lds.dma_pending,
                        lds.ds_pending, lds.ds_owner, lds.w_epoch, lds.writer, lds.reader, lds.r_epoch,
-                       lds._scratch, lds._flag, lds._last):
+                       lds._scratch, lds._flag, lds._last, max(align, 4)):
         return None
     return out.view(np.uint8)
 
 
-def read(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, what: str) -> np.ndarray:
-    """uint8[n,64,nbytes] read at issue; inactive or (non-strict) out-of-range lanes read 0."""
-    data = _read_dwords_fast(ex, w, addr, nbytes, mask)
+def read(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, what: str, check=None, align: int = 4) -> np.ndarray:
+    """uint8[n,64,nbytes] read at issue; inactive or (non-strict) out-of-range lanes read 0.
+    `check()` (ds.py: the alignment fault) runs first where the compiled read does not
+    apply; it does only where every address is a multiple of `align`."""
+    data = _read_dwords_fast(ex, w, addr, nbytes, mask, align)
     if data is not None:
         return data
+    if check is not None:
+        check()
     acc = access(ex, w, addr, nbytes, mask, what)
     _check_pending(ex, w, acc, what, same_wave_ok=True)
     _check_order(ex, w, acc, what, write=False)

@@ -43,6 +43,7 @@ from .. import hazards, numerics
 from ..errors import UnsupportedInstruction
 from ..registry import handles
 from . import dpp
+from .vop import flush_denorms
 
 F32_MIN_NORMAL = np.float32(1.1754944e-38)
 _DST_SEL = getattr(hazards, "DST_SEL", hazards.CVT_SCALE_HI)
@@ -115,7 +116,7 @@ def _f32_source(ex, op, bits):
     """f32 source value after the denormal mode and the neg/abs modifiers (float64)."""
     x = bits.view(np.float32)
     if not ex.denorm_f32:
-        x = np.where(np.abs(x) < F32_MIN_NORMAL, np.copysign(np.float32(0), x), x).astype(np.float32)
+        x = flush_denorms(x, ex.fast)             # bits are a fresh register read
     with np.errstate(invalid="ignore"):          # signaling NaNs quieten, as on the ALU
         x = x.astype(np.float64)
     if op.abs:
@@ -133,9 +134,7 @@ def _dst1(ex, inst):
 
 
 def _flush_f32_result(ex, r):
-    if ex.denorm_f32:
-        return r
-    return np.where(np.abs(r) < F32_MIN_NORMAL, np.copysign(np.float32(0), r), r).astype(np.float32)
+    return r if ex.denorm_f32 else flush_denorms(r, ex.fast)
 
 
 # ------------------------------------------------------------------ bf16 / f16 packing

@@ -82,9 +82,9 @@ def ds_read(ex, inst, w):
     nbytes = READS[inst.name]
     mask = ex.exec_bits(w)
     addr = base_address(ex, inst, w, addr_op) + offset16(ex, inst)
-    if nbytes in ALIGN:
-        check_alignment(ex, w, addr, mask, ALIGN[nbytes], inst.name)
-    data = lds.read(ex, w, addr, nbytes, mask, inst.name)
+    align = ALIGN.get(nbytes, 1)
+    data = lds.read(ex, w, addr, nbytes, mask, inst.name, align=align,
+                    check=(lambda: check_alignment(ex, w, addr, mask, align, inst.name)) if align > 1 else None)
     land_bytes(ex, inst, w, dst, data, mask, extend="i" if "_i" in inst.name[7:] else "")
 
 
@@ -189,8 +189,8 @@ def ds_read_tr(ex, inst, w):
         raise UnsupportedInstruction(f"{inst.name} with a partly active 16-lane block is not modelled "
                                      f"({ex.where(int(ex.wave_ids(w)[row]))})")
     addr = base_address(ex, inst, w, addr_op) + offset16(ex, inst)
-    check_alignment(ex, w, addr, mask, 8, inst.name)
-    data = lds.read(ex, w, addr, 8, mask, inst.name)                  # [n, 64, 8] = in[l]
+    data = lds.read(ex, w, addr, 8, mask, inst.name, align=8,        # [n, 64, 8] = in[l]
+                    check=lambda: check_alignment(ex, w, addr, mask, 8, inst.name))
     out = np.take(data.reshape(data.shape[0], 64 * 8), _transpose_index(esize), axis=1)
     land_bytes(ex, inst, w, dst, out.reshape(-1, 64, 8), mask)
 

@@ -235,7 +235,7 @@ def _read(ex, inst, w, op, ty: str, slot: int):
     if ty == F32:
         x = bits.view(np.float32)
         if not ex.denorm_f32:
-            x = _flush(x)
+            x = flush_denorms(x, ex.fast)
         return _float_mods(x, op)
     if ty == I32:
         return bits.view(np.int32).astype(np.int64)
@@ -250,10 +250,16 @@ def _float_mods(x, op):
     return x
 
 
-def _flush(x: np.ndarray) -> np.ndarray:
+def flush_denorms(x: np.ndarray, fast=None) -> np.ndarray:
+    """float32 x with its denormals made zeros of their sign (MODE flushes f32 denormals).
+    x must be a fresh array (register reads copy, results are new): with the compiled
+    kernels (`fast`, ex.fast) a C-contiguous float32 x is flushed in place."""
+    if fast is not None and x.dtype == np.float32 and x.flags.c_contiguous and x.flags.writeable:
+        fast.flush_f32(x.reshape(-1).view(np.uint32))
+        return x
     small = np.abs(x) < F32_MIN_NORMAL
     if not small.any():
-        # nothing to flush; callers pass fresh arrays (register reads copy), so no copy
+        # nothing to flush; callers pass fresh arrays, so no copy
         return x if x.dtype == np.float32 else x.astype(np.float32)
     return np.where(small, np.copysign(np.float32(0), x), x).astype(np.float32)
 
@@ -272,7 +278,7 @@ def _result_bits(ex, inst, ty: str, r, old_bits):
         if inst.mods.get("clamp"):
             r = np.clip(np.nan_to_num(r, nan=0.0), 0.0, 1.0).astype(np.float32)
         if not ex.denorm_f32:
-            r = _flush(r)
+            r = flush_denorms(r, ex.fast)
         return r.view(np.uint32)
     if ty == F16:
         if inst.mods.get("clamp"):

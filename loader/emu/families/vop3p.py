@@ -41,8 +41,8 @@ from .. import hazards, numerics
 from ..errors import UnsupportedInstruction
 from ..machine import imm_bits
 from ..registry import handles
+from .vop import flush_denorms
 
-F32_MIN_NORMAL = np.float32(1.1754944e-38)
 
 
 # ------------------------------------------------------------------ encoding fields
@@ -112,12 +112,7 @@ def _fma64(a, b, c):
 # ------------------------------------------------------------------ denormals / clamp
 def _flush32(ex, x):
     x = np.asarray(x, np.float32)
-    if ex.denorm_f32:
-        return x
-    small = np.abs(x) < F32_MIN_NORMAL
-    if not small.any():
-        return x                        # nothing to flush (the common case)
-    return np.where(small, np.copysign(np.float32(0), x), x).astype(np.float32)
+    return x if ex.denorm_f32 else flush_denorms(x, ex.fast)
 
 
 def _flush16_bits(ex, bits):
