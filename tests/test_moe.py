@@ -616,6 +616,18 @@ def test_layer_bad_input(change, exc, match, no_launch):
         gfxasm.mxfp8_moe(**args)
 
 
+@pytest.mark.parametrize("name", ["x", "w1", "w2"])
+def test_layer_refuses_misaligned_operands(name, no_launch):
+    """Both forms load x, w1 and w2 16 bytes at a time: a view 1 byte into its storage is refused."""
+    args = bad_layer_args()
+    t = args[name]
+    storage = torch.zeros(t.numel() + 16, dtype=torch.uint8)
+    args[name] = storage[1:1 + t.numel()].view(t.dtype).view(t.shape)
+    for block_m in (None, 16):
+        with pytest.raises(ValueError, match=f"'{name}' data must be 16-byte aligned"):
+            gfxasm.mxfp8_moe(**args, block_m=block_m)
+
+
 def test_layer_refuses_out_overlapping_input(no_launch):
     args = bad_layer_args()
     w = torch.zeros(1024, dtype=torch.float32)

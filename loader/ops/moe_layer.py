@@ -209,6 +209,7 @@ def _run(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_
                    tuple((name, t.data_ptr(), extent(t), False) for name, t in inputs))
     if sizes["T"] == 0:
         return
+    mxfp8_moe_gemm.refuse_misaligned(OP, (("x", x), ("w1", w1), ("w2", w2)))
     if sizes["form"] == "direct":
         _run_direct(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit,
                     out, sizes)

@@ -249,10 +249,7 @@ def _run(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, ntpp, a_div, topk
         _PLANS[key] = plan_
     if plan_.launch is None:
         return
-    for name, t in (("a", a), ("w", w)):
-        if t.data_ptr() % _ALIGN:
-            _fail(ValueError, f"'{name}' data must be {_ALIGN}-byte aligned (16-byte loads), got address "
-                              f"{t.data_ptr():#x}")
+    refuse_misaligned(OP, (("a", a), ("w", w)))
     inputs = (a, a_scale, w, w_scale, sorted_token_ids, expert_ids, ntpp) + (
         (topk_weights,) if topk_weights is not None else ())
     names = ("a", "a_scale", "w", "w_scale", "sorted_token_ids", "expert_ids", "num_tokens_post_padded",
@@ -262,6 +259,14 @@ def _run(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, ntpp, a_div, topk
     tw = topk_weights.reshape(-1) if topk_weights is not None else None
     plan_.launch(a, _scales(a_scale), w, _scales(w_scale), sorted_token_ids.view(-1, plan_.block_m), expert_ids,
                  ntpp.reshape(1), tw, out)
+
+
+def refuse_misaligned(op: str, named) -> None:
+    """The per-call check of the kernels' 16-byte operand loads: (name, tensor) pairs, op's error."""
+    for name, t in named:
+        if t.data_ptr() % _ALIGN:
+            arguments.fail(op, ValueError, f"'{name}' data must be {_ALIGN}-byte aligned (16-byte loads), got "
+                                           f"address {t.data_ptr():#x}")
 
 
 def _new_out(a, w, a_div, out_dtype) -> torch.Tensor:
