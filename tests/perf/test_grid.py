@@ -157,3 +157,22 @@ def test_uniform_full_rounds_keep_the_sample_scaling_bit_for_bit():
     e = perf.estimate(**launch(512, 512, 512), workgroups_per_cu=1)
     assert e.rounds == 2 and e.workgroup_classes == [{"workgroups": 512, "instructions": e.workgroup_classes[0]["instructions"]}]
     assert e.seconds == e.rounds * e.cycles_per_round / e.clock_hz + e.launch_overhead_s
+
+
+@pytest.mark.full
+def test_aiter_fmoe_padded_grid_boundary_is_num_valid_ids():
+    # aiter's fused-MoE stage 1 as launched (moe_sorting's largest block count): the
+    # workgroups of blocks past num_valid_ids / tile_M exit; the probes must find exactly
+    # that boundary, and the grid must cost what its used blocks do (+ the exits' time)
+    from gfxasm.perf import aiter_fmoe
+    cfg = aiter_fmoe.configs()["_ZN5aiter54fmoe_stage1_bf16_pertokenFp8_doweight_g1u1_128x128_pf3E"]
+    shape = (16, 4096, 384, 128, 8)
+    ids, weights = aiter_fmoe.routing(16, 128, 8)
+    used_blocks = int(aiter_fmoe.moe_sorting(ids, weights, 128, cfg.tile_m)[3][0]) // cfg.tile_m
+    kw = aiter_fmoe.launch(cfg, *shape)
+    gx, blocks, _ = kw["grid"]
+    whole = perf.estimate(**kw)
+    used = perf.estimate(**aiter_fmoe.launch(cfg, *shape, used_blocks_only=True))
+    assert [c["workgroups"] for c in whole.workgroup_classes] == [gx * used_blocks, gx * (blocks - used_blocks)]
+    assert whole.seconds == pytest.approx(used.seconds, abs=1e-6)
+    assert whole.dram_bytes == pytest.approx(used.dram_bytes, rel=0.01)
