@@ -653,6 +653,17 @@ def test_layer_cross_product(T, top_k, block_m):
     check_layer(T, top_k, 16, 128, 64, block_m, "random", seed=block_m)
 
 
+@pytest.mark.full
+@pytest.mark.parametrize("T", [1, 2, 5, 8])
+@pytest.mark.parametrize("top_k", [1, 4, 5, 8, 16])
+def test_decode_form_cross_product(T, top_k):
+    """The decode form on random, hot-expert and few-expert routings: the float64 bound, and
+    bit-equal to the sorted form (I = 64: one K step per slot)."""
+    for kind in ("random", "hot", "few"):
+        out, args = check_layer(T, top_k, 32, 128, 64, None, kind, seed=top_k)
+        assert torch.equal(out, gfxasm.mxfp8_moe(**args, block_m=16)), kind
+
+
 def test_layer_repeat_calls_with_other_routing_shapes():
     """Cached launches are per layout: T x top_k = 4 x 2 and 8 x 1 give y the same shape but
     need different sums (a plan keyed on y alone once summed the second with the first's)."""
