@@ -158,15 +158,20 @@
 ;   stay in c-units).
 ; - v: the same registers then take the v scales (8 more reads, landed after the row
 ;   max's head); v_ref(j) = the tile's largest (in-lane max3 chain + v_permlane32_swap,
-;   the same in every lane and wave) and the registers become v / v_ref. In smB_op, after
-;   l took the unscaled P, P' = P v / v_ref (one v_pk_mul per pair) goes to e4m3: P' <= P
-;   <= 2^8 stays in range, but a P' below 2^-6 is subnormal, so a key whose v scale sits
-;   far below its tile's largest loses relative precision (fp8_p_bound's v_ratio). O is
-;   carried in v_ref units: s_vratio = v_ref(j-1) / v_ref(j) through BLK's out-of-line O
-;   rescale (taken at almost every tile: tiles' maxima differ), s_vd_cur at the end.
-; - Cost per tile and wave: 16 DS reads, 1 DS write, ~70 VALU (16 fma as BLK, 16 max,
-;   16 + 16 v_pk_mul, the O rescale's 32 v_pk_mul) and one LDS round trip not hidden
-;   (the v scales before v_ref).
+;   the same in every lane and wave), U(j) = v_ref rounded up to a power of two (SALU, on
+;   the bits). In smB_op, after l took the unscaled P, P v (one v_pk_mul per pair) goes
+;   to e4m3 through v_cvt_scalef32_pk_fp8_f32 with scale U(j), which divides exactly:
+;   P' = P v / U <= P <= 2^8 stays in range, but a P' below 2^-6 is subnormal, so a key
+;   whose v scale sits far below its tile's largest loses relative precision
+;   (fp8_p_bound's v_ratio, U / v < 2 v_ref / v). O is carried in U units: s_vratio =
+;   U(j-1) / U(j) (exponent subtraction) through BLK's out-of-line O rescale, taken only
+;   where U changes; s_vd_cur = U at the end. (A per-tile v_ref without the rounding
+;   rescaled O at almost every tile and needed 16 more v_pk_mul for v / v_ref: modelled
+;   h6/1 S2048 page 1 non-causal, 125.1k -> 110.3k cycles per workgroup round; per-tensor
+;   FP8 91.8k.)
+; - Cost per tile and wave: 16 DS reads, 1 DS write, ~55 VALU (16 v_pk_fma as BLK, 16
+;   max, 16 v_pk_mul, the max's lane swap), 5 SALU, and one LDS round trip not fully
+;   hidden (the v scales before v_ref).
 
 ; --- Registers -----------------------------------------------------------------------
 ; 256 VGPRs (no AGPRs): 2 waves per SIMD, one workgroup per CU.
@@ -372,7 +377,7 @@
 .set v_tr, v_p + 11         ; BLKS: 16 * (l/32): the lane's table read address (LDS_TBL in the offsets)
 .set v_ta, v_p + 12         ; BLKS: address temporary (table slot added; scale loads)
 .set v_vm, v_p + 13         ; BLKS: the tile's largest v scale (v_ref)
-.set v_vm2, v_p + 14        ; [+14:+15] BLKS: 1 / v_ref (a pair: broadcast operand of packed ops)
+.set v_vm2, v_p + 14        ; BLKS: the other lane half's (permlane partner)
 .endif
 
 ; ============================================================================ macros
@@ -625,7 +630,7 @@
 
 ; Phase B softmax op i of S(j) (in _sj): even i = 2p: l += (P[2p], P[2p+1]); odd: P pair p
 ; to bf16/fp16 (register pairs of S^T are already GEMM1's B operand layout); BLKS: first
-; P' = P v(key) / v_ref (after l took the unscaled P; P' <= P stays in e4m3's range)
+; P v(key) (after l took the unscaled P), converted as P' = P v / U(j) <= P (blks_vref)
 .macro smB_op i
     .if BLKS && ((\i) % 2 == 1)
         vs_reg ((\i) - 1)
@@ -633,6 +638,10 @@
     .endif
     .if (\i) % 2 == 0
         v_pk_add_f32 v[v_l:v_l+1], v[v_l:v_l+1], v[_sj + (\i) : _sj + (\i) + 1]
+    .elseif BLKS && ((\i) % 4 == 1)
+        v_cvt_scalef32_pk_fp8_f32 v[v_p + (\i)/4], v[_sj + (\i) - 1], v[_sj + (\i)], s[s_vd_cur]   ; (P v) / U(j)
+    .elseif BLKS
+        v_cvt_scalef32_pk_fp8_f32 v[v_p + (\i)/4], v[_sj + (\i) - 1], v[_sj + (\i)], s[s_vd_cur] op_sel:[0,0,0,1]
     .elseif FP8 && ((\i) % 4 == 1)
         v_cvt_pk_fp8_f32 v[v_p + (\i)/4], v[_sj + (\i) - 1], v[_sj + (\i)]   ; keys of bytes 0, 1 (2, 3 below)
     .elseif FP8
@@ -733,9 +742,11 @@ L_prep_back_\tag:
 .endm
 
 ; BLKS (the v scales landed): v_ref = the tile's largest v scale (the 32 in-lane keys, then
-; the other lane half's: every lane and wave gets the same); the scales become v / v_ref
-; (<= 1: P' = P v / v_ref <= P); s_vd_cur = v_ref(j) (O is carried in its units), and with
-; GEMM1 in this body s_vratio = v_ref(j-1) / v_ref(j) (O's rescale after GEMM1(j-1))
+; the other lane half's: every lane and wave gets the same) and U(j) = v_ref rounded up to a
+; power of two (exact in bits: scales are normal floats, the op checks 2^-62 .. 2^62).
+; smB_op's e4m3 conversion divides P v by U(j) (its scale operand, exact): P' <= P. O is
+; carried in U units (s_vd_cur = U(j)); with GEMM1 in this body s_vratio = U(j-1) / U(j), a
+; power of two formed by exponent subtraction, 1.0 (no O rescale) while U stays.
 .macro blks_vref a_on
     vs_reg 0
     v_max3_f32 v[v_vm], v[_vs], v[_vs + 1], v[_vs + 2]
@@ -756,21 +767,15 @@ L_prep_back_\tag:
     s_nop 1                                 ; VALU write -> v_permlane32_swap read: 2 wait states
     v_permlane32_swap_b32 v[v_vm], v[v_vm2]
     v_max_f32 v[v_vm], v[v_vm], v[v_vm2]
-    v_rcp_f32 v[v_vm2], v[v_vm]
-    s_nop 0                                 ; transcendental result -> VALU read: 1 wait state
+    s_nop 0                                 ; VALU write -> v_readfirstlane read: 1 wait state
+    v_readfirstlane_b32 s[s_t0], v[v_vm]
+    s_add_u32 s[s_t0], s[s_t0], 0x7fffff
+    s_and_b32 s[s_t0], s[s_t0], 0xff800000  ; U(j): a mantissa other than 0 carries into the exponent
     .if \a_on
-        v_mul_f32 v[v_ta], s[s_vd_cur], v[v_vm2]
+        s_sub_u32 s[s_vratio], s[s_vd_cur], s[s_t0]
+        s_add_u32 s[s_vratio], s[s_vratio], 0x3f800000
     .endif
-    v_readfirstlane_b32 s[s_vd_cur], v[v_vm]
-    .if \a_on
-        v_readfirstlane_b32 s[s_vratio], v[v_ta]    ; (1 wait state after its VALU write: the op above)
-    .endif
-    .set _r, 0
-    .rept 16
-        vs_reg _r
-        v_pk_mul_f32 v[_vs : _vs + 1], v[_vs : _vs + 1], v[v_vm2 : v_vm2 + 1] op_sel_hi:[1,0]
-        .set _r, _r + 2
-    .endr
+    s_mov_b32 s[s_vd_cur], s[s_t0]
 .endm
 
 ; Softmax lead of the first tile: m = max(row max, -1e30); S -= m; -m into v_negm

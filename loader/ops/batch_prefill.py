@@ -22,14 +22,14 @@
   (the row sum uses unrounded P); `fp8_p_bound` gives the error that allows.
 - kv_block_descale (FP8): float32 [num_pages, Hkv, 2], the (k, v) scale of each physical
   page and KV head, instead of k_descale / v_descale (q_descale stays per-tensor); scales
-  finite and > 0 (checked on the CPU only); any page size. page_size >= 64 (a 64-key tile
+  in 2^-62 .. 2^62 (checked on the CPU only); any page size. page_size >= 64 (a 64-key tile
   in one page) runs the `_blk` variants: one (k, v) pair per tile. Smaller pages run the
   `_blks` variants: the scales vary per key, so k multiplies each score, and v each P
-  element before its e4m3 rounding, relative to the tile's largest v scale v_ref
-  (P' = P v / v_ref <= P stays in range; O is carried in v_ref units). A P' below 2^-6
-  is an e4m3 subnormal: the rounding error of a key whose v scale is far below its tile's
-  largest grows by v_ref / v (`fp8_p_bound`'s v_ratio). Per-key scaling costs VALU work
-  and LDS scale reads per tile (bench/prefill.py models it).
+  element before its e4m3 rounding, relative to U, the tile's largest v scale rounded up
+  to a power of two (P' = P v / U <= P stays in range; O is carried in U units and rescaled
+  only where U changes). A P' below 2^-6 is an e4m3 subnormal: the rounding error of a key
+  whose v scale is far below its tile's largest grows by U / v (`fp8_p_bound`'s v_ratio).
+  Per-key scaling costs VALU work and LDS scale reads per tile (bench/prefill.py models it).
 - causal: query i of a sequence sees key j iff j <= i + seqlen_k - seqlen_q (bottom-right).
   A query that sees no key (seqlen_k = 0, or causal with seqlen_q > seqlen_k) gets O = 0
   and LSE = -inf; seqlen_q = 0 is legal.
@@ -175,8 +175,9 @@ def _block_scales(t, k_cache: torch.Tensor) -> torch.Tensor | None:
         _fail(ValueError, f"'kv_block_descale' must be on q's device ({k_cache.device}), got {t.device}")
     if num_pages * heads_k * 8 >= _U32:
         _fail(ValueError, f"kv_block_descale spans {num_pages * heads_k * 8} bytes; the kernel's offset is 32-bit")
-    if t.device.type == "cpu" and t.numel() and not bool((t > 0).all() & torch.isfinite(t).all()):
-        _fail(ValueError, "'kv_block_descale' must be finite and > 0 (O is rescaled by ratios of v scales)")
+    if t.device.type == "cpu" and t.numel() and not bool(((t >= 2.0**-62) & (t <= 2.0**62)).all()):
+        _fail(ValueError, "'kv_block_descale' must be finite and > 0, within 2^-62 .. 2^62 (O is rescaled by "
+                          "ratios of v scales, formed by exponent arithmetic)")
     return t
 
 
@@ -508,7 +509,8 @@ def reference(q, k_cache, v_cache, qo_indptr, page_list, kv_start, seqlen_k, *, 
             rows = int(kv_start[b]) + torch.arange(sk) // k_cache.shape[1]
             row_scales = kv_block_descale[page_list[rows].long()].double()           # [sk, Hkv, 2]
             kb, vb = kb * row_scales[..., :1], vb * row_scales[..., 1:]
-            v_ratio = tile_v_ratio(row_scales[..., 1]).repeat_interleave(ratio, 1)
+            if k_cache.shape[1] < BLOCK_SCALE_MIN_PAGE:         # (_blk: P is rounded as it is)
+                v_ratio = tile_v_ratio(row_scales[..., 1]).repeat_interleave(ratio, 1)
         kb, vb = kb.repeat_interleave(ratio, 1), vb.repeat_interleave(ratio, 1)
         s = torch.einsum("qhd,khd->hqk", qb, kb) * scale
         if causal:
@@ -525,14 +527,14 @@ def reference(q, k_cache, v_cache, qo_indptr, page_list, kv_start, seqlen_k, *, 
 
 
 def tile_v_ratio(v_scale: torch.Tensor) -> torch.Tensor:
-    """[sk, Hkv]: v_ref / v per key of one sequence, v_ref the largest v scale of the key's
-    64-key tile (the kernel's P' = P v / v_ref). Keys past seqlen_k in the last tile re-read
-    the last key, so they add nothing to its max. 1 when a tile lies in one page."""
+    """[sk, Hkv]: U / v per key of one sequence (v_scale [sk, Hkv]), U the largest v scale of
+    the key's 64-key tile rounded up to a power of two (the _blks kernel's P' = P v / U).
+    Keys past seqlen_k in the last tile re-read the last key, so they add nothing to its max."""
     sk = v_scale.shape[0]
     pad = (-sk) % KV_TILE
     padded = torch.cat([v_scale, v_scale[-1:].expand(pad, -1)]) if pad else v_scale
     v_ref = padded.reshape(-1, KV_TILE, v_scale.shape[1]).amax(1).repeat_interleave(KV_TILE, 0)[:sk]
-    return v_ref / v_scale
+    return torch.exp2(torch.ceil(torch.log2(v_ref.double()))) / v_scale
 
 
 def fp8_p_bound(p: torch.Tensor, s: torch.Tensor, v: torch.Tensor, v_ratio: torch.Tensor | None = None) -> torch.Tensor:
@@ -547,10 +549,10 @@ def fp8_p_bound(p: torch.Tensor, s: torch.Tensor, v: torch.Tensor, v_ratio: torc
     the final scale (divide by a >= 1) the absolute part stays <= 2^-10. The row sum l comes
     from unrounded P, so O moves by at most sum_j (2^-4 P_j + 2^-10 / l) |V_j| per output.
 
-    Per-key v scales (kv_block_descale below page 64): the kernel rounds P'_j = P_j v_j / v_ref
-    (<= P_j) and O carries v_ref, so V_j's weight is round(P'_j) v_ref: the relative part stays
-    2^-4 P_j, the absolute 2^-10 grows to 2^-10 v_ref / v_j. v_ratio [k, h] is v_ref / v_j
-    (`tile_v_ratio`; None: 1)."""
+    Per-key v scales (kv_block_descale below page 64): the kernel rounds P'_j = P_j v_j / U
+    (<= P_j; U: the tile's largest v scale rounded up to a power of two) and O carries U, so
+    V_j's weight is round(P'_j) U: the relative part stays 2^-4 P_j, the absolute 2^-10 grows
+    to 2^-10 U / v_j (< 2^-9 v_ref / v_j). v_ratio [k, h] is U / v_j (`tile_v_ratio`; None: 1)."""
     if not s.shape[-1]:
         return torch.zeros(p.shape[1], p.shape[0], v.shape[-1], dtype=torch.float64)
     visible = torch.isfinite(s).double()
