@@ -796,7 +796,7 @@ def fuzz_batch_prefill(c):
             visible = torch.arange(sk)[None, :] <= torch.arange(sq)[:, None] + (sk - sq) if c["causal"] else \
                 torch.ones(sq, sk, dtype=torch.bool)
             p, _ = softmax_rows(scores, visible)
-            # block scales below page 64: P' = P v / U is what is rounded (U: the tile's largest v scale, to a power of two)
+            # block scales below page 64: P' = P v / U is rounded (U: the tile's largest v scale, power of 2)
             ratio = None if block is None or not sk or page >= bp.BLOCK_SCALE_MIN_PAGE else \
                 bp.tile_v_ratio(block[pages][..., 1].double()).repeat_interleave(q.shape[1] // vb.shape[1], 1)
             bound = bp.fp8_p_bound(p, scores.masked_fill(~visible, float("-inf")),
