@@ -1,9 +1,9 @@
 """Compiled fast paths of strict mode's bookkeeping (numba, optional).
 
-Each function here does what a numpy path in lds.py or hazards.py does, for the common
-case where nothing is to be reported; when something might be, it returns False without
-touching any state and the numpy path runs (and reports). Messages and state stay those
-of the numpy paths, bit for bit.
+Each function here does what a numpy path in lds.py, hazards.py, machine.py or a family
+module does. The checks do it for the common case where nothing is to be reported; when
+something might be, they return False without touching any state and the numpy path runs
+(and reports). Messages, state and results stay those of the numpy paths, bit for bit.
 
 read_marks (inside read_dwords): a lockstep DS read of 32 waves touches ~8,000 dwords;
 lds.py's numpy version of the checks and reader marks costs about a dozen whole-array
@@ -14,8 +14,14 @@ read_marks, the data.
 
 write_marks (lds.write and lds.dma_reserve): the same for a DS write or an LDS DMA of
 whole dwords with every lane active: lds._check_pending, lds._check_order(write=True) and
-_in_flight's in-flight marks in four compiled passes instead of some twenty numpy gathers
-and scatters over the access's dwords.
+_in_flight's in-flight marks in three compiled passes (five where several waves of the
+access write one dword) instead of some twenty numpy gathers and scatters.
+
+release (lds._release): a write's in-flight counts taken down and its writes completed
+when it retires, without the per-key wave and epoch gathers of the numpy path.
+
+record (Executor.record_write): a register write's clock and writer code into the
+per-wave records, one pass instead of two fancy-indexed scatters.
 
 flush_f32 (families/vop.py flush_denorms): f32 denormals to signed zero in place, one
 pass instead of numpy's abs, compare, any (and where, cast when one is found).
@@ -47,7 +53,7 @@ read_marks = None             # the compiled _read_marks, which _read_dwords cal
 
 
 def kernels() -> SimpleNamespace | None:
-    """The compiled functions (read_marks, reads_settled, read_dwords), or None."""
+    """The compiled functions (the module docstring's), or None."""
     if not _loaded:
         _loaded.append(_load())
     return _loaded[0]
@@ -59,7 +65,7 @@ def for_launch(strict: bool, waves: int) -> SimpleNamespace | None:
 
 
 def _load() -> SimpleNamespace | None:
-    global read_marks
+    global read_marks, _full_reg, _reads_settled        # called by other compiled functions
     if os.environ.get("GFXASM_EMU_NUMBA") == "0":
         return None
     try:
@@ -67,12 +73,12 @@ def _load() -> SimpleNamespace | None:
     except ImportError:          # optional: the numpy paths are complete on their own
         return None
     jit = njit(cache=True, nogil=True)
-    global _full_reg
     _full_reg = jit(_full_reg)
+    _reads_settled = jit(_reads_settled)
     read_marks = jit(_read_marks)
-    return SimpleNamespace(read_marks=read_marks, reads_settled=jit(_reads_settled), read_dwords=jit(_read_dwords),
+    return SimpleNamespace(read_marks=read_marks, reads_settled=_reads_settled, read_dwords=jit(_read_dwords),
                            writes_settled=jit(_writes_settled), write_marks=jit(_write_marks),
-                           flush_f32=jit(_flush_f32))
+                           flush_f32=jit(_flush_f32), record=jit(_record), release=jit(_release))
 
 
 SEVERAL = -2                  # lds._SEVERAL
@@ -121,6 +127,39 @@ def _read_marks(keys2, me, mine, wave, dma_pending, ds_pending, ds_owner, w_epoc
 MFMA_BASE = 16                # hazards.MFMA_BASE: codes from here on are MFMA writers
 
 
+def _release(keys2, row_waves, counts, ordered, writer, w_epoch, wave_in_group, epoch):
+    """lds._release of every row of a write whose keys are keys2[n, m] (row r: wave
+    row_waves[r]): counts[key] = max(counts[key] - 1, 0) once per distinct key (all read
+    before any is written, as numpy's assignment), then, where `ordered`, lds._complete:
+    a dword still marked written by the row's wave completes in that wave's epoch."""
+    n, m = keys2.shape
+    dec = np.empty(n * m, counts.dtype)
+    for r in range(n):
+        for j in range(m):
+            c = counts[keys2[r, j]] - 1
+            dec[r * m + j] = c if c > 0 else 0
+    for r in range(n):
+        for j in range(m):
+            counts[keys2[r, j]] = dec[r * m + j]
+    if ordered:
+        for r in range(n):
+            me, ep = wave_in_group[row_waves[r]], epoch[row_waves[r]]
+            for j in range(m):
+                k = keys2[r, j]
+                if writer[k] == me:
+                    w_epoch[k] = ep
+
+
+def _record(at, by, rows, index, count, clock, writer):
+    """at[rows[i], index:index+count] = clock[i]; by[...] = writer (row order: the last
+    of repeated rows wins, as numpy's assignment leaves it)."""
+    for i in range(rows.size):
+        r = rows[i]
+        for j in range(index, index + count):
+            at[r, j] = clock[i]
+            by[r, j] = writer
+
+
 def _flush_f32(bits):
     """bits: uint32 (flat) f32 patterns; denormals become the zero of their sign, in place:
     |x| < 2^-126 with x not zero is exactly a zero exponent field and a non-zero fraction."""
@@ -143,11 +182,13 @@ def _write_marks(keys2, me, mine, wave, values, has_values, same_wave_ok, owner,
         for j in range(m):
             last[keys2[r, j]] = r * m + j
     ok = True
+    several = False
     for r in range(n):
         for j in range(m):
             k = keys2[r, j]
             # _same_dma: a whole-dword DMA landing what the last write there leaves
-            same = has_values and by_dma[k] and values[r, j] == (dma_value[k] if dma_pending[k] > 0 else lds32[k])
+            left = dma_value[k] if dma_pending[k] > 0 else lds32[k]
+            same = has_values and by_dma[k] and values[r, j] == left
             if dma_pending[k] > 0 and not same:
                 ok = False
             elif ds_pending[k] > 0 and (not same_wave_ok or ds_owner[k] != wave[r]):
@@ -160,20 +201,21 @@ def _write_marks(keys2, me, mine, wave, values, has_values, same_wave_ok, owner,
                 e = last[k]
                 if me[e // m] != me[r]:
                     flag[k] = True        # several waves write this dword (lds.several)
+                    several = True
             if not ok:
                 break
         if not ok:
             break
-    if ok:
+    if several:                           # flags set: test them, then clear them
         for r in range(n):
             for j in range(m):
                 k = keys2[r, j]
                 e = last[k]
                 if flag[k] and (not has_values or values[r, j] != values[e // m, e % m]):
                     ok = False
-    for r in range(n):
-        for j in range(m):
-            flag[keys2[r, j]] = False
+        for r in range(n):
+            for j in range(m):
+                flag[keys2[r, j]] = False
     if not ok:
         return False
     for r in range(n):
@@ -234,28 +276,26 @@ def _writes_settled(at, by, need, srcc_at, srcc_passes, store_at, store_window, 
     WAW test (need[writer]) where some writer code is not 0, the srcC WAR test (passes-1)
     where some srcC passes are not 0, the wide-store test (window) where some window is not
     0 and `valu`; the last two only with `side` (hazards._Side exists). True: none reports."""
-    any_w = any_p = any_s = False
-    short_w = short_p = short_s = False
+    if not _reads_settled(at, by, rows, index, count, clock, need, need, False):
+        return False                      # the WAW test is check_read's
+    if not side:
+        return True
+    any_p = any_s = False
+    short_p = short_s = False
     for i in range(rows.size):
         r = rows[i]
         for j in range(index, index + count):
-            code = by[r, j]
-            if code != 0:
-                any_w = True
-            if clock[i] - at[r, j] - 1 < need[code]:
-                short_w = True
-            if side:
-                p = srcc_passes[r, j]
-                if p != 0:
-                    any_p = True
-                if clock[i] - srcc_at[r, j] - 1 < (p - 1 if p > 0 else 0):
-                    short_p = True
-                s = store_window[r, j]
-                if s != 0:
-                    any_s = True
-                if clock[i] - store_at[r, j] - 1 < s:
-                    short_s = True
-    return not ((any_w and short_w) or (any_p and short_p) or (valu and any_s and short_s))
+            p = srcc_passes[r, j]
+            if p != 0:
+                any_p = True
+            if clock[i] - srcc_at[r, j] - 1 < (p - 1 if p > 0 else 0):
+                short_p = True
+            s = store_window[r, j]
+            if s != 0:
+                any_s = True
+            if clock[i] - store_at[r, j] - 1 < s:
+                short_s = True
+    return not ((any_p and short_p) or (valu and any_s and short_s))
 
 
 def _read_dwords(addr, mask, slot, dwords, size, lds32, out, me, mine, wave, dma_pending, ds_pending,

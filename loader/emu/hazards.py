@@ -370,8 +370,8 @@ def check_read(ex, kind: str, w, index: int, count: int) -> None:
         not_full, full_t, larger = _need_tables(ex, kind, index)
         # srcC: the FullReg choice made per wave (_required_for_read); else one table
         srcc = full_t is not not_full and ex.klass == "mfma" and getattr(ex, "role", None) == "c"
-        if fast.reads_settled(waves.written_at[kind], waves.written_by[kind], ex.wave_ids(w), index, count, clock,
-                              not_full if srcc else larger, full_t, srcc):
+        if fast.reads_settled(waves.written_at[kind], waves.written_by[kind], ex.wave_ids(w), index, count,
+                              clock, not_full if srcc else larger, full_t, srcc):
             return
     at = waves.written_at[kind][w, index:index + count]
     if _all_settled(clock, at):

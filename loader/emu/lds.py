@@ -303,16 +303,24 @@ def _in_flight(ex, w, acc: Access, counts: np.ndarray, owner: bool):
 
 def _release(ex, w, acc: Access, counts: np.ndarray):
     """release(rows) of a write _in_flight marked: its dwords' counts go down, its writes
-    complete."""
-    waves = ex.wave_ids(w)[acc.rows]
+    complete (fast.release where every row retires and every lane wrote)."""
+    row_waves = ex.wave_ids(w)
     n = acc.ok.shape[0]
+    key_waves = []                          # the wave of every key, made on first use
 
     def release(rows):
+        lds, fast = ex.lds, ex.fast
+        if fast is not None and len(rows) == n and acc.keys2.ndim == 2:
+            fast.release(acc.keys2, row_waves, counts, ex.strict and lds.ordered, lds.writer, lds.w_epoch,
+                         ex.waves.wave_in_group, lds.epoch)
+            return
+        if not key_waves:
+            key_waves.append(row_waves[acc.rows])
         if len(rows) == n:                  # distinct positions 0..n-1: every row
-            keys, done = acc.keys, waves
+            keys, done = acc.keys, key_waves[0]
         else:
             pick = np.isin(acc.rows, rows)
-            keys, done = acc.keys[pick], waves[pick]
+            keys, done = acc.keys[pick], key_waves[0][pick]
         counts[keys] = np.maximum(counts[keys] - 1, 0)   # waves may retire separately
         _complete(ex, done, keys)
     return release
@@ -337,7 +345,8 @@ def _read_dwords_fast(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, al
     return out.view(np.uint8)
 
 
-def read(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, what: str, check=None, align: int = 4) -> np.ndarray:
+def read(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, what: str, check=None,
+         align: int = 4) -> np.ndarray:
     """uint8[n,64,nbytes] read at issue; inactive or (non-strict) out-of-range lanes read 0.
     `check()` (ds.py: the alignment fault) runs first where the compiled read does not
     apply; it does only where every address is a multiple of `align`."""
@@ -409,7 +418,8 @@ def dma_reserve(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, what: st
     if data is not None and acc.dword_index is not None and ex.strict and ex.lds.ordered:
         data32 = np.ascontiguousarray(data, dtype=np.uint8).view(np.uint32)   # [n,64,nbytes/4]
         values = data32.reshape(acc.keys2.shape) if acc.ok.all() else data32[acc.ok].reshape(-1)
-    release = _write_checked(ex, w, acc, what, ex.lds.dma_pending, owner=False, same_wave_ok=False, values=values)
+    release = _write_checked(ex, w, acc, what, ex.lds.dma_pending, owner=False, same_wave_ok=False,
+                             values=values)
     whole = acc.dword_index is not None and bool(acc.ok.all())
     n = acc.ok.shape[0]
 

@@ -296,8 +296,13 @@ class Executor:
             self.waves.invalidate_exec(index, count)
         writer = hazards.note_write(self, kind, w, index, count, writer)
         clock, _, hi = self.clocks(w)
-        self.waves.written_at[kind][w, index:index + count] = clock[:, None]
-        self.waves.written_by[kind][w, index:index + count] = writer
+        if self.fast is not None:
+            waves = self.waves
+            self.fast.record(waves.written_at[kind], waves.written_by[kind], self.wave_ids(w), index, count,
+                             clock, writer)
+        else:
+            self.waves.written_at[kind][w, index:index + count] = clock[:, None]
+            self.waves.written_by[kind][w, index:index + count] = writer
         hazards.note_recent(self.waves, kind, index, count, hi)
 
     def issue(self, w, counter: str, land, *, dest: tuple[str, int, int] | None = None,

@@ -130,8 +130,9 @@ def _write_case(seed: int):
         per_row = acc.keys2.shape[1]
         dword = (np.arange(len(rows))[:, None] * per_row + np.arange(per_row)) % 16
         slot = rows // 4
-        acc = lds.Access(slot[:, None, None], acc.ok, (slot[:, None] * t.dwords + dword).reshape(-1), None, None,
-                         dword.reshape(len(rows), 4, -1), dword[:, ::per_row // 4] * 4, 4 * per_row // 4)
+        keys = (slot[:, None] * t.dwords + dword).reshape(-1)
+        acc = lds.Access(slot[:, None, None], acc.ok, keys, None, None, dword.reshape(len(rows), 4, -1),
+                         dword[:, ::per_row // 4] * 4, 4 * per_row // 4)
     dma = seed % 2 == 0
     # few distinct dword values, so DMAs often land what is already there
     ex.waves.lds.view(np.uint32).reshape(-1)[:] = rng.integers(0, 3, n)
@@ -175,8 +176,10 @@ def test_flush_f32_matches_the_numpy_path():
     rng = np.random.default_rng(7)
     special = np.array([0, 0x80000000, 1, 0x80000001, 0x007FFFFF, 0x807FFFFF, 0x00800000, 0x80800000,
                         0x7F800000, 0xFF800000, 0x7FC00000, 0x7F800001, 0xFFBADBAD, 0x3F800000], np.uint32)
-    denormals = rng.integers(1, 1 << 23, 1000, dtype=np.uint32) | (rng.integers(0, 2, 1000, dtype=np.uint32) << 31)
-    bits = np.concatenate([special, rng.integers(0, 1 << 32, 5000, dtype=np.uint64).astype(np.uint32), denormals])
+    signs = rng.integers(0, 2, 1000, dtype=np.uint32) << 31
+    denormals = rng.integers(1, 1 << 23, 1000, dtype=np.uint32) | signs
+    anything = rng.integers(0, 1 << 32, 5000, dtype=np.uint64).astype(np.uint32)
+    bits = np.concatenate([special, anything, denormals])
     bits = bits[:64 * 93].reshape(-1, 64)
     want = flush_denorms(bits.copy().view(np.float32)).view(np.uint32)
     got = flush_denorms(bits.copy().view(np.float32), fast.kernels()).view(np.uint32)

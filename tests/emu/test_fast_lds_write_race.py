@@ -33,13 +33,13 @@ L_end:
 
 
 def test_write_over_another_waves_completed_write_without_barrier_is_reported():
-    rejects(WRITE_AFTER_WRITE.format(first_sync="", second_sync=""), HazardError, "writes LDS address 0x0 (lane 0)",
-            "which wave 1 of the workgroup wrote", "(LDS race)", at="ds_write_b32", block=128, lds=512,
-            out_words=128)
+    rejects(WRITE_AFTER_WRITE.format(first_sync="", second_sync=""), HazardError,
+            "writes LDS address 0x0 (lane 0)", "which wave 1 of the workgroup wrote", "(LDS race)",
+            at="ds_write_b32", block=128, lds=512, out_words=128)
 
 
 def test_write_over_another_waves_write_after_a_barrier_runs():
-    out = run(WRITE_AFTER_WRITE.format(first_sync="  s_barrier", second_sync="  s_barrier"), block=128, lds=512,
-              out_words=128)
+    synced = WRITE_AFTER_WRITE.format(first_sync="  s_barrier", second_sync="  s_barrier")
+    out = run(synced, block=128, lds=512, out_words=128)
     np.testing.assert_array_equal(f32(out[:64]), 2 * X[:64])
     assert (out[64:] == 0xFFFFFFFF).all()          # wave 1 stores nothing

@@ -16,7 +16,8 @@ import pytest
 from gfxasm.emu import fast, hazards
 from gfxasm.emu.errors import HazardError
 
-pytestmark = pytest.mark.skipif(fast.kernels() is None, reason="numba is not installed: no fast path to compare")
+pytestmark = pytest.mark.skipif(fast.kernels() is None,
+                                reason="numba is not installed: no fast path to compare")
 
 WAVES, REGS = 6, 12
 CODES = np.array([hazards.NONE, hazards.VALU, hazards.TRANS, hazards.DST_SEL, hazards.ACCVGPR_WRITE,
@@ -31,17 +32,19 @@ class _Ex:
         shape = (WAVES, REGS)
         clock = rng.integers(100, 130, WAVES)
         # mostly long ago (settled), some within every rule's reach
-        at = clock[:, None] - np.where(rng.random(shape) < 0.9, rng.integers(14, 40, shape), rng.integers(-1, 14, shape))
+        ago = np.where(rng.random(shape) < 0.9, rng.integers(14, 40, shape), rng.integers(-1, 14, shape))
+        at = clock[:, None] - ago
         by = rng.choice(CODES, shape)
-        self.waves = SimpleNamespace(written_at={"v": np.where(by == 0, -(1 << 40), at)}, written_by={"v": by},
-                                     busy={"v": np.zeros(shape, np.int16)}, recent={"v": [int(clock.max())] * REGS},
-                                     clock=clock)
+        self.waves = SimpleNamespace(written_at={"v": np.where(by == 0, -(1 << 40), at)},
+                                     written_by={"v": by}, busy={"v": np.zeros(shape, np.int16)},
+                                     recent={"v": [int(clock.max())] * REGS}, clock=clock)
         if with_side:
             side = hazards._side(self)
-            side.srcc_at["v"][:] = np.where(rng.random(shape) < 0.2, clock[:, None] - rng.integers(0, 20, shape),
+            now = clock[:, None]
+            side.srcc_at["v"][:] = np.where(rng.random(shape) < 0.2, now - rng.integers(0, 20, shape),
                                             side.srcc_at["v"])
             side.srcc_passes["v"][:] = np.where(side.srcc_at["v"] > 0, rng.choice([0, 2, 4, 8, 16], shape), 0)
-            side.store_at["v"][:] = np.where(rng.random(shape) < 0.1, clock[:, None] - rng.integers(0, 4, shape),
+            side.store_at["v"][:] = np.where(rng.random(shape) < 0.1, now - rng.integers(0, 4, shape),
                                              side.store_at["v"])
             side.store_window["v"][:] = np.where(side.store_at["v"] > 0, 2, 0)
         self.strict, self.klass, self.fast = True, klass, compiled
@@ -73,16 +76,18 @@ def test_writes_settled_agrees_with_the_numpy_path():
         rng = np.random.default_rng(seed)
         klass = ("valu", "trans", "vmem", "ds")[seed % 4]
         with_side = seed % 5 != 0
-        w = slice(None) if seed % 3 == 0 else np.sort(rng.choice(WAVES, int(rng.integers(1, WAVES)), replace=False))
+        some = np.sort(rng.choice(WAVES, int(rng.integers(1, WAVES)), replace=False))
+        w = slice(None) if seed % 3 == 0 else some
         index, count = int(rng.integers(0, REGS - 4)), int(rng.integers(1, 5))
         numpy_says = _outcome(_Ex(np.random.default_rng(seed), klass, with_side, None), w, index, count)
         ex = _Ex(np.random.default_rng(seed), klass, with_side, compiled)
-        settled = compiled.writes_settled(
-            ex.waves.written_at["v"], ex.waves.written_by["v"], hazards._WAW_NEED[klass in hazards.VALU_CLASSES],
-            *((ex.waves._hazard_side.srcc_at["v"], ex.waves._hazard_side.srcc_passes["v"],
-               ex.waves._hazard_side.store_at["v"], ex.waves._hazard_side.store_window["v"]) if with_side
-              else (ex.waves.written_at["v"], ex.waves.written_by["v"]) * 2),
-            with_side, klass in hazards.VALU_CLASSES, ex.wave_ids(w), index, count, ex.clocks(w)[0])
+        valu = klass in hazards.VALU_CLASSES
+        side = getattr(ex.waves, "_hazard_side", None)
+        records = ((side.srcc_at["v"], side.srcc_passes["v"], side.store_at["v"], side.store_window["v"])
+                   if with_side else (ex.waves.written_at["v"], ex.waves.written_by["v"]) * 2)
+        settled = compiled.writes_settled(ex.waves.written_at["v"], ex.waves.written_by["v"],
+                                          hazards._WAW_NEED[valu], *records, with_side, valu, ex.wave_ids(w),
+                                          index, count, ex.clocks(w)[0])
         assert not (settled and numpy_says), (seed, numpy_says)
         assert _outcome(ex, w, index, count) == numpy_says, seed
         outcomes[numpy_says is not None] += 1

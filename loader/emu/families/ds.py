@@ -83,8 +83,8 @@ def ds_read(ex, inst, w):
     mask = ex.exec_bits(w)
     addr = base_address(ex, inst, w, addr_op) + offset16(ex, inst)
     align = ALIGN.get(nbytes, 1)
-    data = lds.read(ex, w, addr, nbytes, mask, inst.name, align=align,
-                    check=(lambda: check_alignment(ex, w, addr, mask, align, inst.name)) if align > 1 else None)
+    check = (lambda: check_alignment(ex, w, addr, mask, align, inst.name)) if align > 1 else None
+    data = lds.read(ex, w, addr, nbytes, mask, inst.name, check=check, align=align)
     land_bytes(ex, inst, w, dst, data, mask, extend="i" if "_i" in inst.name[7:] else "")
 
 
@@ -165,7 +165,8 @@ TRANSPOSE = {"ds_read_b64_tr_b16": 2, "ds_read_b64_tr_b8": 1}
 @lru_cache(maxsize=None)
 def _transpose_index(esize: int) -> np.ndarray:
     """int[512]: for each output byte (lane 16b+n, element j, byte) of a wave, its byte
-    position in the wave's [64 lanes x 8 bytes] input (the formula above)."""
+    position in the wave's [64 lanes x 8 bytes] input (the formula above); outputs in
+    [dword, lane, byte] order."""
     per = 8 // esize                      # elements per lane
     b = np.arange(4)[:, None, None, None]
     n = np.arange(16)[None, :, None, None]
@@ -173,6 +174,9 @@ def _transpose_index(esize: int) -> np.ndarray:
     byte = np.arange(esize)[None, None, None, :]
     lane = 16 * b + (16 // per) * j + n // per
     index = (lane * 8 + (n % per) * esize + byte).reshape(-1)
+    # Output bytes in register order [dword 0..1, lane, byte]: the gathered bytes viewed as
+    # uint32 are the destination's [2, 64] registers, contiguous.
+    index = np.ascontiguousarray(index.reshape(64, 2, 4).transpose(1, 0, 2)).reshape(-1)
     index.flags.writeable = False         # cached: shared by every call
     return index
 
@@ -192,7 +196,7 @@ def ds_read_tr(ex, inst, w):
     data = lds.read(ex, w, addr, 8, mask, inst.name, align=8,        # [n, 64, 8] = in[l]
                     check=lambda: check_alignment(ex, w, addr, mask, 8, inst.name))
     out = np.take(data.reshape(data.shape[0], 64 * 8), _transpose_index(esize), axis=1)
-    land_bytes(ex, inst, w, dst, out.reshape(-1, 64, 8), mask)
+    _land_regs(ex, w, dst, out.view(np.uint32).reshape(-1, 2, 64), mask)
 
 
 # ------------------------------------------------------------ lane permutes
