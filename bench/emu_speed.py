@@ -11,10 +11,10 @@ shape issue 12 quoted (B1 Hq8/Hk2 S1024, 256 waves). The emulator's compiled boo
 fast.MIN_WAVES waves; GFXASM_EMU_NUMBA=0 measures the numpy paths alone (the JSON says
 which). Prints a table and writes bench/out/emu_speed.json.
 Every row carries a checksum (sha256 of every buffer's bytes after each launch; the
-repeats must agree; the microkernels store nothing, so theirs only shows the buffer is left
-untouched — the FMHA rows are the real test): `--check OLD.json` compares them with an earlier run's rows of the
-same kernel and wave count and exits 1 on any difference, so a speed change can be shown
-to leave results bit for bit unchanged. Measure on one core:
+repeats must agree; the microkernels store nothing, so theirs only shows the buffer is
+left untouched — the FMHA rows are the real test): `--check OLD.json` compares them with
+an earlier run's rows of the same kernel and wave count and exits 1 on any difference, so
+a speed change can be shown to leave results bit for bit unchanged. Measure on one core:
 
     taskset -c 0 python3 bench/emu_speed.py
 """
@@ -184,21 +184,22 @@ def run_fmha(repeat: int, shape=FMHA_CASES["fmha"]) -> dict:
         count = res.wave_instructions
     best = min(times)
     name = "fmha_fwd(" + ",".join(map(str, shape)) + ")"
-    return {"kernel": name, "waves": res.waves, "iters": None,
-            "wave_instructions": count, "checksum": _one_sum(sums, name), "seconds": best, "seconds_all": times,
+    return {"kernel": name, "waves": res.waves, "iters": None, "wave_instructions": count,
+            "checksum": _one_sum(sums, name), "seconds": best, "seconds_all": times,
             "cpu_seconds": min(cpu), "cpu_seconds_all": cpu, "wips": count / best, "wips_cpu": count / min(cpu)}
 
 
 def _row(r):
     print(f"{r['kernel']:28s} {r['waves']:6d} {r['wave_instructions']:11d} {r['seconds']:8.3f} "
-          f"{r['cpu_seconds']:8.3f} {r['wips'] / 1e6:16.3f} {r['wips_cpu'] / 1e6:15.3f}  {r['checksum'][:16]}",
-          flush=True)
+          f"{r['cpu_seconds']:8.3f} {r['wips'] / 1e6:16.3f} {r['wips_cpu'] / 1e6:15.3f}  "
+          f"{r['checksum'][:16]}", flush=True)
 
 
 def compare(rows, old_path: str) -> int:
     """Rows whose checksum differs from old_path's row of the same kernel and waves (1 if
     any), and which rows had no counterpart there."""
-    old = {(r["kernel"], r["waves"]): r.get("checksum") for r in json.loads(Path(old_path).read_text())["rows"]}
+    rows_before = json.loads(Path(old_path).read_text())["rows"]
+    old = {(r["kernel"], r["waves"]): r.get("checksum") for r in rows_before}
     bad = 0
     for r in rows:
         want = old.get((r["kernel"], r["waves"]))
