@@ -8,6 +8,10 @@ page size 1 through an SGLang table whose page ids are a random permutation of t
 (the worst case for locality: every K/V row its own page). Ours: FP8 e4m3 with per-tensor
 descales (bf16 out) and bf16, both paged; the bf16 paged / dense ratio is the paging
 overhead. KV block scales (kv_block_descale) run as CK's second column does: page size 1024.
+A second table puts block scales at small pages (1 and 16: the per-key _blks variants)
+beside per-tensor FP8 at the same page size and shape; there the block scales are random
+(0.5 .. 2, seeded), so each tile's largest v scale differs and O is rescaled at every tile,
+as with real scales (at page 1024 they are ones, as before).
 
 Numbers are gfxasm.perf's MI355X timing model (labelled modelled), never measurements; the
 causal launches are modelled as bench/fmha.py models them (the workgroups of five Q tiles
@@ -52,14 +56,16 @@ CK = {
     (40, 40, 37 * 1024, False): (1304.3, 1251.6),
 }
 CK_SOURCE = "CK PR #6054 (V3 FP8 batch prefill), MI355X, stock ROCm 7.1.1"
+SMALL_PAGE_SHAPES = [(6, 1, 8192, True)]           # (Hq, Hkv, S, causal): block scales below page 64
+SMALL_PAGES = (1, 16)
 
 
-def _paged_parts(B, Hq, Hk, Sq, Sk, causal, dtype=torch.bfloat16, block_scales=False):
-    """bench/fmha.py's _launch_parts for batch_prefill_d128: one sequence, page size 1 (block
-    scales: 1024, CK's configuration)."""
+def _paged_parts(B, Hq, Hk, Sq, Sk, causal, dtype=torch.bfloat16, block_scales=False, page=None):
+    """bench/fmha.py's _launch_parts for batch_prefill_d128: one sequence, page size `page`
+    (default 1; block scales: 1024, CK's configuration)."""
     assert B == 1 and Sq == Sk
     g = torch.Generator().manual_seed(0)
-    page = 1024 if block_scales else 1
+    page = page or (1024 if block_scales else 1)
     pages = -(-Sk // page)
     q = torch.zeros(Sq, Hq, D, dtype=dtype)           # (zeros: an e4m3 NaN byte would stop the emulator)
     k = torch.zeros(pages, page, Hk, D, dtype=dtype)
@@ -70,13 +76,14 @@ def _paged_parts(B, Hq, Hk, Sq, Sk, causal, dtype=torch.bfloat16, block_scales=F
     args = dict(q=q, k_cache=k, v_cache=v, o=o, lse=lse, qo_indptr=torch.tensor([0, Sq], dtype=torch.int32),
                 kv_start=torch.zeros(1, dtype=torch.int32), seqlen_k=torch.tensor([Sk], dtype=torch.int32),
                 page_list=torch.randperm(pages, generator=g).to(torch.int32), descales=torch.ones(3),
-                kv_scales=torch.ones(pages * Hk * 2), heads_k=Hk, max_seq_q=Sq,
+                kv_scales=(torch.rand(pages * Hk * 2, generator=g) * 1.5 + 0.5 if page < bp.BLOCK_SCALE_MIN_PAGE
+                           else torch.ones(pages * Hk * 2)), heads_k=Hk, max_seq_q=Sq,
                 q_seq_stride=q.stride(0) * e, q_head_stride=q.stride(1) * e, k_seq_stride=k.stride(1) * e,
                 k_head_stride=k.stride(2) * e, v_seq_stride=v.stride(1) * e, v_head_stride=v.stride(2) * e,
                 o_seq_stride=o.stride(0) * 2, o_head_stride=o.stride(1) * 2, lse_head_stride=lse.stride(0) * 4,
                 page_shift=page.bit_length() - 1, kv_head_magic=0 if Hq == Hk else -(-2**32 // (Hq // Hk)),
                 scale_log2=bp.LOG2E / math.sqrt(D), store_lse=1)
-    variant = default_manifest().kernel(bp.KERNEL).variant(bp.variant_name(dtype, causal, block_scales))
+    variant = default_manifest().kernel(bp.KERNEL).variant(bp.variant_name(dtype, causal, block_scales, page))
     values = {a.name: args[a.name].data_ptr() if a.type.is_pointer else args[a.name] for a in variant.args}
     raw = kernarg.pack(variant.args, variant.kernarg_size, values)
     grid = (math.ceil(Sq / bp.Q_TILE), Hq, B)
@@ -84,19 +91,44 @@ def _paged_parts(B, Hq, Hk, Sq, Sk, causal, dtype=torch.bfloat16, block_scales=F
 
 
 @contextlib.contextmanager
-def _paged(dtype, block_scales=False):
+def _paged(dtype, block_scales=False, page=None):
     """bench/fmha.py's modelling with our launch in place of fmha_fwd's. FP8: the timing
     run executes the MFMAs instead of stubbing them (gfxasm.perf.trace.record's default), so
     the scores are real: a stub leaves stale registers, whose NaN the emulator's e4m3
     conversion of P refuses (its NaN byte is unverified). Timing is unaffected."""
     saved, saved_record = dense._launch_parts, estimator.record
-    dense._launch_parts = functools.partial(_paged_parts, dtype=dtype, block_scales=block_scales)
+    dense._launch_parts = functools.partial(_paged_parts, dtype=dtype, block_scales=block_scales, page=page)
     if dtype == bp.FP8:
         estimator.record = functools.partial(saved_record, skip_mfma=False)
     try:
         yield
     finally:
         dense._launch_parts, estimator.record = saved, saved_record
+
+
+def _small_pages(args, rows: list, save) -> None:
+    """Block scales below page 64 (the per-key _blks variants) beside per-tensor FP8 at the
+    same page size and shape, modelled; rows appended to `rows` (and saved) as they finish."""
+    head = f"{'block scales, small pages':30} {'ours fp8':>8} {'ours fp8 blk':>12} {'blk/fp8 time':>12} {'wall s':>6}"
+    print(f"\n{head}\n{'-' * len(head)}")
+    for (Hq, Hk, S, causal), page in ((shape, page) for shape in SMALL_PAGE_SHAPES for page in SMALL_PAGES):
+        label = f"h{Hq}/{Hk} s{S // 1024}k {'c' if causal else 'nc'} page {page}"
+        if (args.only and args.only not in label) or S > args.max_tokens:
+            continue
+        t0 = time.time()
+        flops = dense.flops(1, Hq, S, causal)
+        with _paged(bp.FP8, page=page):
+            fp8_s, fp8_detail = dense.modelled_seconds(1, Hq, Hk, S, causal)
+        with _paged(bp.FP8, block_scales=True, page=page):
+            blk_s, blk_detail = dense.modelled_seconds(1, Hq, Hk, S, causal)
+        rows.append(dict(label=label, Hq=Hq, Hk=Hk, S=S, causal=causal, page=page, flops=flops,
+                         ours_fp8_tflops=flops / fp8_s / 1e12, ours_fp8_block_tflops=flops / blk_s / 1e12,
+                         block_over_tensor_time=blk_s / fp8_s, source="modelled",
+                         detail=dict(fp8=fp8_detail, fp8_block=blk_detail), wall_s=round(time.time() - t0, 1)))
+        r = rows[-1]
+        print(f"{label:30} {r['ours_fp8_tflops']:8.0f} {r['ours_fp8_block_tflops']:12.0f} "
+              f"{r['block_over_tensor_time']:12.3f} {r['wall_s']:6.0f}", flush=True)
+        save()
 
 
 def main(argv=None) -> int:
@@ -142,7 +174,12 @@ def main(argv=None) -> int:
         out.write_text(json.dumps(dict(runs=rows), indent=1, default=str))     # (row by row: long rows)
     print(f"ours: modelled (gfxasm.perf MI355X model), bf16 peak {P.PEAK_FLOPS['bf16'] / 1e12:.0f} TFLOP/s; "
           f"CK: {CK_SOURCE}; paged/dense = modelled time ratio (> 1: paging costs)")
-    out.write_text(json.dumps(dict(runs=rows), indent=1, default=str))
+    small: list[dict] = []
+
+    def save():
+        out.write_text(json.dumps(dict(runs=rows, small_pages=small), indent=1, default=str))
+    _small_pages(args, small, save)
+    save()
     print(f"wrote {out}")
     return 0
 
