@@ -363,15 +363,15 @@
 .set s_sc1, 88              ; [88:89] ... of tile j (the softmax's)
 .set s_sc2, 90              ; [90:91] ... of tile j+1
 .set v_sc3, v_q + 16         ; [v_q+16 : +17] BLK: ... loaded by the DMA for tile j+2 (FP8's Q uses 16 VGPRs)
-.set s_vratio, 94           ; BLK: v scale of tile j-1 / of tile j (O's rescale before GEMM1(j))
-.set s_vd_cur, 95           ; BLK: v scale of the last softmax's tile (O = s_vd_cur O_acc / l)
+.set s_vratio, 94           ; BLK: v scale of tile j-1 / of tile j (O's rescale before GEMM1(j)) (BLKS: U(j-1) / U(j))
+.set s_vd_cur, 95           ; BLK: v scale of the last softmax's tile (O = s_vd_cur O_acc / l) (BLKS: U of that tile)
 .set s_heads_k, 96          ; BLK: Hkv
 .set s_kbs, 18              ; [18:19] BLK: kv_block_descale [num_pages, Hkv, 2]
 .set s_tbl_w, 86            ; BLKS: byte offset of the scale table the next barrier's write fills
 .set s_tbl_r, 87            ; BLKS: ... of tile j's table (j % 3), read by softmax(j)
 ; BLKS VGPRs: FP8 leaves v_p+8..15 and v_q+16..31 free, and v_negm is free when GEMM0's
 ; srcC is the constant 0. The 32 scales of a lane's keys: S register x (0..31) has its
-; scale in vs_reg(x): key block 0 in v_negm, 1 in v_q+16.. (k, then v / v_ref, per tile)
+; scale in vs_reg(x): key block 0 in v_negm, 1 in v_q+16.. (k, then v, per tile)
 .set v_ks, v_p + 8          ; [+8:+9] BLKS: (k, v) scales of this DMA lane's row of the next tile to write
 .set v_tw, v_p + 10         ; BLKS: LDS_TBL + 4 * (DMA row v_rl): the lane's table write address
 .set v_tr, v_p + 11         ; BLKS: 16 * (l/32): the lane's table read address (LDS_TBL in the offsets)
