@@ -20,6 +20,9 @@ access write one dword) instead of some twenty numpy gathers and scatters.
 release (lds._release): a write's in-flight counts taken down and its writes completed
 when it retires, without the per-key wave and epoch gathers of the numpy path.
 
+busy_add (Executor._busy_add): a load's in-flight counts per register, both files of
+them in one pass instead of two fancy-indexed read-modify-writes.
+
 record (Executor.record_write): a register write's clock and writer code into the
 per-wave records, one pass instead of two fancy-indexed scatters.
 
@@ -78,7 +81,8 @@ def _load() -> SimpleNamespace | None:
     read_marks = jit(_read_marks)
     return SimpleNamespace(read_marks=read_marks, reads_settled=_reads_settled, read_dwords=jit(_read_dwords),
                            writes_settled=jit(_writes_settled), write_marks=jit(_write_marks),
-                           flush_f32=jit(_flush_f32), record=jit(_record), release=jit(_release))
+                           flush_f32=jit(_flush_f32), record=jit(_record), release=jit(_release),
+                           busy_add=jit(_busy_add))
 
 
 SEVERAL = -2                  # lds._SEVERAL
@@ -148,6 +152,15 @@ def _release(keys2, row_waves, counts, ordered, writer, w_epoch, wave_in_group, 
                 k = keys2[r, j]
                 if writer[k] == me:
                     w_epoch[k] = ep
+
+
+def _busy_add(busy, busy_in, rows, index, count, delta):
+    """busy and busy_in [rows[i], index:index+count] += delta (rows distinct)."""
+    for i in range(rows.size):
+        r = rows[i]
+        for j in range(index, index + count):
+            busy[r, j] += delta
+            busy_in[r, j] += delta
 
 
 def _record(at, by, rows, index, count, clock, writer):

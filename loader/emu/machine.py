@@ -317,22 +317,26 @@ class Executor:
             kind, index, count = dest
             queue = "smem" if smem else counter
             self._check_load_dest(w, kind, index, count, queue)
-            self.waves.busy[kind][w, index:index + count] += 1
-            self.waves.busy_in[queue][kind][w, index:index + count] += 1
-            self._busy_col_add(kind, index, count, len(waves))
+            self._busy_add(w, kind, queue, index, count, 1)
 
             def land_and_release(rows, _land=land):
                 _land(rows)
                 landed = waves[rows]
-                self.waves.busy[kind][landed, index:index + count] -= 1
-                self.waves.busy_in[queue][kind][landed, index:index + count] -= 1
-                self._busy_col_add(kind, index, count, -len(landed))
-                self.record_write(kind, waves[rows], index, count, hazards.NONE)
+                self._busy_add(landed, kind, queue, index, count, -1)
+                self.record_write(kind, landed, index, count, hazards.NONE)
             op.land = land_and_release
         return op
 
-    def _busy_col_add(self, kind: str, index: int, count: int, n: int):
-        col = self.waves.busy_col[kind]
+    def _busy_add(self, w, kind: str, queue: str, index: int, count: int, delta: int):
+        """Registers index..index+count-1 of the waves `w` gain `delta` loads in flight
+        (in `queue`); busy_col keeps the sums over the waves."""
+        busy, busy_in = self.waves.busy[kind], self.waves.busy_in[queue][kind]
+        if self.fast is not None:
+            self.fast.busy_add(busy, busy_in, self.wave_ids(w), index, count, delta)
+        else:
+            busy[w, index:index + count] += delta
+            busy_in[w, index:index + count] += delta
+        col, n = self.waves.busy_col[kind], delta * len(self.wave_ids(w))
         for i in range(index, index + count):
             col[i] += n
 

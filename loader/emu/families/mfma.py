@@ -303,24 +303,37 @@ def _unit_index(name: str, fmt_bytes: int, row_ordered: bool) -> np.ndarray:
     return np.ascontiguousarray(units[:, 0] // per_reg)
 
 
-def _read_decode(ex, op, w, count: int, fmt: str, units: np.ndarray, m: int, k: int,
+@lru_cache(maxsize=None)
+def _b_element_index(name: str, fmt_bytes: int) -> np.ndarray:
+    """Indices of B's 1- or 2-byte elements (relative to the operand's first register, the
+    registers viewed as elements) in [K, N] order: _unit_index's B units, element by
+    element, transposed, so the gather gives B contiguous."""
+    per_reg, spec = 4 // fmt_bytes, MFMA[name]
+    elem = _unit_index(name, fmt_bytes, False)[:, None] * per_reg + np.arange(per_reg)
+    return np.ascontiguousarray(elem.reshape(spec.m, -1).T).ravel()
+
+
+def _read_decode(ex, op, w, count: int, fmt: str, index: np.ndarray, m: int, k: int,
                  b_side: bool) -> np.ndarray:
     """float64 A [n, M, K] (b_side False) or B [n, K, N] (b_side True), C-contiguous,
-    from the `count` registers of op (read with ex's checks) gathered as uint32 units."""
+    from the `count` registers of op (read with ex's checks) gathered as uint32 units
+    (A: _unit_index) or as elements (B: _b_element_index)."""
     if op.kind not in ("v", "a") or op.count != count:
         raise UnsupportedInstruction(f"operand {op.text} is not {count} vector registers ({ex.where()})")
     ex.check_read(op.kind, w, op.index, count)
     f = ex.waves.file(op.kind)
     if isinstance(w, slice) and w == slice(None):
         # Every wave: gather straight from the register file (no copy of the operand).
-        raw = np.take(f.reshape(f.shape[0], -1), units + op.index * LANES, axis=1)
+        flat, base = f.reshape(f.shape[0], -1), op.index * LANES
     else:
         regs = f[w, op.index:op.index + count]
-        raw = np.take(regs.reshape(regs.shape[0], -1), units, axis=1)
-    n = raw.shape[0]
-    vals = raw.view(np.uint16 if fmt in (F16, BF16) else np.uint8).reshape(n, m, k)
+        flat, base = regs.reshape(regs.shape[0], -1), 0
+    elem = np.uint16 if fmt in (F16, BF16) else np.uint8
     if b_side:
-        vals = vals.transpose(0, 2, 1)
+        per = 4 // np.dtype(elem).itemsize
+        vals = np.take(flat.view(elem), index + base * per, axis=1).reshape(-1, k, m)
+    else:
+        vals = np.take(flat, index + base, axis=1).view(elem).reshape(-1, m, k)
     if fmt == BF16:
         out = np.left_shift(vals, 16, dtype=np.uint32, order="C").view(np.float32).astype(np.float64)
     elif fmt == F16:
@@ -342,7 +355,7 @@ class _Prepared:
         self.dst, self.a_op, self.b_op, self.c_op = ops[:4]
         self.a_regs, self.b_regs = _operand_regs(spec, a_fmt), _operand_regs(spec, b_fmt)
         self.a_units = None if a_fmt == FP4 else _unit_index(inst.name, 2 if a_fmt in (F16, BF16) else 1, True)
-        self.b_units = None if b_fmt == FP4 else _unit_index(inst.name, 2 if b_fmt in (F16, BF16) else 1, False)
+        self.b_index = None if b_fmt == FP4 else _b_element_index(inst.name, 2 if b_fmt in (F16, BF16) else 1)
         order = _row_order(spec.m)
         nb = spec.k // 32
         # Scale lanes of A's rows (in _row_order) and B's columns, [M, nb] each.
@@ -426,7 +439,7 @@ def mfma(ex, inst, w):
     m, k = spec.m, spec.k
     ex.role = None
     a = _operand(ex, prep.a_op, w, prep.a_regs, prep.a_fmt, prep.a_units, m, k, False)
-    b = _operand(ex, prep.b_op, w, prep.b_regs, prep.b_fmt, prep.b_units, m, k, True)
+    b = _operand(ex, prep.b_op, w, prep.b_regs, prep.b_fmt, prep.b_index, m, k, True)
     n = a.shape[0]
     if spec.scaled:
         sa = _scale_bytes(ex, inst, inst.ops[4], w, 0)
