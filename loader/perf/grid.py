@@ -205,7 +205,8 @@ def find_classes(kernel, grid, block, kernarg, buffers, sample_trace, sample_ids
             segments.append((a, b, label[a]))
     for a, b, c in segments:
         classes[c].workgroups += b - a
-    return GridClasses(classes, segments, sum(seen[workgroup_id(n, grid)][0] for n in sample_ids), probed, runs)
+    sample_work = sum(seen[workgroup_id(n, grid)][0] for n in sample_ids)
+    return GridClasses(classes, segments, sample_work, probed, runs)
 
 
 @dataclass
@@ -223,9 +224,9 @@ class Durations:
     def __call__(self, c: int, k: int, active: int) -> float:
         key = (c, k, active)
         if key not in self.memo:
-            cu, clock, _, _ = simulate(self.classes.classes[c].streams(k), self.insts, self.static, waves_per_group=self.waves_per_group,
-                                       groups_resident=k, prm=self.prm, dram_fraction=self.dram_fraction,
-                                       active_cus=active)
+            cu, clock, _, _ = simulate(self.classes.classes[c].streams(k), self.insts, self.static,
+                                       waves_per_group=self.waves_per_group, groups_resident=k, prm=self.prm,
+                                       dram_fraction=self.dram_fraction, active_cus=active)
             self.memo[key] = cu.cycles / clock
         return self.memo[key]
 

@@ -153,10 +153,15 @@ def test_a_padded_grid_costs_what_its_used_workgroups_do():
     assert full_round < e_used.seconds - e_used.launch_overhead_s < 2 * full_round
 
 
-def test_uniform_full_rounds_keep_the_sample_scaling_bit_for_bit():
-    e = perf.estimate(**launch(512, 512, 512), workgroups_per_cu=1)
-    assert e.rounds == 2 and e.workgroup_classes == [{"workgroups": 512, "instructions": e.workgroup_classes[0]["instructions"]}]
+def test_uniform_full_rounds_keep_the_sample_scaling_bit_for_bit(monkeypatch):
+    def no_dispatch(*args):
+        raise AssertionError("dispatch simulated")
+    monkeypatch.setattr(G, "makespan", no_dispatch)
+    e = perf.estimate(**launch(768, 768, 768), workgroups_per_cu=1)
+    assert e.rounds == 3 and [c["workgroups"] for c in e.workgroup_classes] == [768]
     assert e.seconds == e.rounds * e.cycles_per_round / e.clock_hz + e.launch_overhead_s
+    with pytest.raises(AssertionError, match="dispatch simulated"):      # a tail round is simulated
+        perf.estimate(**launch(769, 769, 769), workgroups_per_cu=1)
 
 
 @pytest.mark.full
