@@ -59,7 +59,9 @@
 ; from topk_ids [valid] (global expert ids) through expert_map (has_map) as moe_align would
 ; (an id outside [0, num_experts), a map entry -1 or any local id outside [0, E): skipped).
 ;   with SWIGLU: workgroup y = slot t (grid y = valid), one row (tile row 0 = slot t, the
-;     others sentinels), skipped as a whole when t's expert is; epilogue as SWIGLU.
+;     others sentinels), its expert from two scalar loads (topk_ids[t], expert_map), skipped
+;     as a whole when t's expert is; the epilogue (row_swiglu) reduces that row only and
+;     quantises it on 16 lanes: the same bytes as SWIGLU's epilogue, fewer steps.
 ;   without: workgroup y = token (grid y = tokens) and tile row j < top_k (<= 16) = slot
 ;     y*top_k + j with its own expert; out [tokens, N] bf16 (the down GEMM and moe_sum in one):
 ;     out[y, n] = bf16(sum over j in order, f32, of bf16(topk_weights[slot] * row j)), rows of
@@ -315,8 +317,11 @@ L_weights_done_\@:
 ; DIRECT: the workgroup's rows (s_rows, s_slot0) and, by lanes i < rows, slot s_slot0 + i's
 ; local expert v_e (-1: id outside [0, num_experts), map entry -1 or local id outside [0, E)),
 ; v_slot (the sentinel valid for a skipped row) and, without SWIGLU, v_tw (0 for a skipped row:
-; it adds +0). In two parts: direct_rows_issue (needs the V# of topk_weights) issues the loads,
-; direct_rows_finish, after other setup has run under them, waits and maps.
+; it adds +0). SWIGLU has one row: its id and map entry are scalar loads into s_expert (no
+; vector-memory round trip before the first weight load), v_e = s_expert in every lane, and a
+; skipped slot ends the workgroup here (v_slot is not used). In two parts: direct_rows_issue
+; (needs the V# of topk_weights) issues the loads, direct_rows_finish, after other setup has
+; run under them, waits and maps.
 .macro direct_rows_issue
   .if SWIGLU
     s_mov_b32 s[s_rows], 1
@@ -329,12 +334,15 @@ L_weights_done_\@:
     s_mul_i32 s[s_tmp], s[s_Eg], s[s_has_map]
     s_lshl_b32 s[s_tmp], s[s_tmp], 2
     buffer_rsrc s_rsrc_map, s[s_tmp]
+  .if SWIGLU
+    s_lshl_b32 s[s_tmp], s[s_slot0], 2
+    s_buffer_load_dword s[s_expert], s[s_rsrc_ids:s_rsrc_ids+3], s[s_tmp]   ; slot < valid: in range
+  .else
     v_cmp_gt_u32 s[s_rowok:s_rowok+1], s[s_rows], v[v_i]   ; lanes of a row: i < rows
     v_add_u32 v[v_slot], s[s_slot0], v[v_i]
     v_lshlrev_b32 v[v_tmp], 2, v[v_slot]
     v_cndmask_b32_e64 v[v_tmp], v[v_oob], v[v_tmp], s[s_rowok:s_rowok+1]
     buffer_load_dword v[v_e], v[v_tmp], s[s_rsrc_ids:s_rsrc_ids+3], 0 offen
-  .if !SWIGLU
     s_cmp_eq_u32 s[s_has_w], 0
     s_cbranch_scc1 L_dr_weights_\@                         ; v_tw stays 1.0
     buffer_load_dword v[v_tw], v[v_tmp], s[s_rsrc_tw:s_rsrc_tw+3], 0 offen
@@ -343,6 +351,20 @@ L_dr_weights_\@:
 .endm
 
 .macro direct_rows_finish
+  .if SWIGLU
+    s_waitcnt lgkmcnt(0)                                    ; in flight: the slot's global id → landed
+    s_cmp_ge_u32 s[s_expert], s[s_Eg]
+    s_cbranch_scc1 L_skip                                   ; id outside [0, num_experts)
+    s_cmp_eq_u32 s[s_has_map], 0
+    s_cbranch_scc1 L_dr_mapped_\@
+    s_lshl_b32 s[s_tmp], s[s_expert], 2
+    s_buffer_load_dword s[s_expert], s[s_rsrc_map:s_rsrc_map+3], s[s_tmp]   ; id < num_experts: in range
+    s_waitcnt lgkmcnt(0)                                    ; in flight: the local id → landed
+L_dr_mapped_\@:
+    s_cmp_ge_u32 s[s_expert], s[s_E]
+    s_cbranch_scc1 L_skip                                   ; not here (-1) or out of range
+    v_mov_b32 v[v_e], s[s_expert]
+  .else
     s_waitcnt vmcnt(0)                                      ; in flight: the ids (and weights) → landed
     v_cmp_gt_u32 vcc, s[s_Eg], v[v_e]                       ; a global id in range
     s_and_b64 vcc, vcc, s[s_rowok:s_rowok+1]
@@ -358,9 +380,61 @@ L_dr_mapped_\@:
     v_cndmask_b32 v[v_e], -1, v[v_e], vcc
     v_mov_b32 v[v_tmp], s[s_valid]
     v_cndmask_b32 v[v_slot], v[v_tmp], v[v_slot], vcc       ; skipped: the sentinel
-  .if !SWIGLU
     v_cndmask_b32 v[v_tw], 0, v[v_tw], vcc                  ; skipped: weight 0
   .endif
+.endm
+
+; DIRECT SWIGLU: the slot is tile row 0, D register 0 of lanes 0..15 in each of the 4 tiles, so
+; only that row meets in LDS (wave w, tile q, column i at 256w + 64q + 4i: 1 KiB in all, one
+; barrier, against the 16 KiB of tiles, a bf16 staging pass and a second barrier of the
+; general epilogue). Lane l < 16 of wave 0 reads gate columns 2l, 2l+1 (at 8l) and the
+; matching up columns (+128) of every wave, sums the copies in wave order as sum_copies does,
+; rounds to bf16 as stage_row does (the same h, so the same bytes) and runs swiglu_quant 1
+; (the 32-block's amax over the 16 lanes: a max, so the same scale); the slot s_slot0 is real
+; (a skipped one ended at L_skip).
+.set v_hw, v_set_x + 32              ; [4 waves][gate 2, up 2] f32 copies of the row
+.if SWIGLU && DIRECT && (K_DEPTH * SET_SIZE < 48)
+    .error "mxfp8_moe_gemm: the row epilogue's copies must fit in the register sets"
+.endif
+.macro row_swiglu
+    v_cmp_gt_u32 vcc, 16, v[v_lane]                         ; lanes of row 0
+    s_and_saveexec_b64 s[s_tmp:s_tmp+1], vcc
+    s_lshl_b32 s[s_tmp+2], s[s_wave], 8
+    v_lshl_add_u32 v[v_lds], v[v_i], 2, s[s_tmp+2]
+    .irp q, 0, 1, 2, 3
+        ds_write_b32 v[v_lds], v[v_acc+4*\q] offset:64*\q
+    .endr
+    s_waitcnt lgkmcnt(0)                                    ; in flight: this wave's row → written before the barrier
+    s_barrier                                               ; every wave's row in LDS
+    s_cmp_eq_u32 s[s_wave], 0
+    s_cbranch_scc0 L_end
+    v_lshlrev_b32 v[v_lds], 3, v[v_lane]                    ; 8l: gate tile l/8, column 2(l%8)
+    .irp w, 0, 1, 2, 3
+        ds_read_b64 v[v_hw+4*\w:v_hw+4*\w+1], v[v_lds] offset:256*\w
+        ds_read_b64 v[v_hw+4*\w+2:v_hw+4*\w+3], v[v_lds] offset:256*\w+128
+    .endr
+    v_mov_b32 v[v_lim], s[s_limit]
+    v_mov_b32 v[v_am], 0
+    s_waitcnt lgkmcnt(0)                                    ; in flight: 4 copies of the row → all
+    .irp e, 0, 1, 2, 3                                      ; gate 2l, 2l+1, up 2l, 2l+1: ((w0 + w1) + w2) + w3
+        v_add_f32 v[v_hw+\e], v[v_hw+\e], v[v_hw+4+\e]
+        v_add_f32 v[v_hw+\e], v[v_hw+\e], v[v_hw+8+\e]
+        v_add_f32 v[v_hw+\e], v[v_hw+\e], v[v_hw+12+\e]
+    .endr
+    v_cvt_pk_bf16_f32 v[v_gate], v[v_hw], v[v_hw+1]         ; round to nearest even, as h
+    v_cvt_pk_bf16_f32 v[v_upv], v[v_hw+2], v[v_hw+3]
+    swiglu_quant 1                                          ; y, block amax, scale E in v_am, q bytes
+    s_mul_i32 s[s_tmp+2], s[s_slot0], s[s_I]
+    s_add_u32 s[s_tmp+2], s[s_tmp+2], s[s_n0]
+    v_lshl_add_u32 v[v_qoff], v[v_lane], 1, s[s_tmp+2]      ; slot*I + n0 + 2l
+    buffer_store_short v[v_q], v[v_qoff], s[s_rsrc_out:s_rsrc_out+3], 0 offen
+    s_mul_i32 s[s_tmp+2], s[s_slot0], s[s_NB]
+    s_add_u32 s[s_tmp+2], s[s_tmp+2], s[s_wg_x]             ; slot*I/32 + x
+    v_mov_b32 v[v_soff], s[s_tmp+2]
+    v_cmp_eq_u32 vcc, 0, v[v_lane]                          ; the block's scale from lane 0
+    s_and_b64 exec, exec, vcc
+    buffer_store_byte v[v_am], v[v_soff], s[s_rsrc_sc:s_rsrc_sc+3], 0 offen
+    s_endpgm
 .endm
 
 ; FLAT_STEPS (mxfp8.inc's load_step): s_kstep, s_jrow = K step and row of the flat step
@@ -522,12 +596,6 @@ L_fs_done_\@:
     s_mov_b32 s[s_kstep], s[s_step]
     s_mov_b32 s[s_jrow], 0
     s_mov_b32 s[s_jcur], -1
-  .if SWIGLU
-    v_readfirstlane_b32 s[s_expert], v[v_e]                 ; the one row's expert
-    s_nop 0
-    s_cmp_ge_u32 s[s_expert], s[s_E]
-    s_cbranch_scc1 L_skip                                   ; skipped (-1): nothing to write
-  .endif
 .else
     s_waitcnt lgkmcnt(0)                                    ; in flight: expert id, num_tokens_post_padded → both landed
     s_cmp_ge_i32 s[s_row0], s[s_ntpp]
@@ -556,6 +624,9 @@ L_fs_done_\@:
 
 ; --- reduction: the 4 waves' tiles, the block's slot ids and weights through LDS ---
 L_reduce:
+.if SWIGLU && DIRECT
+    row_swiglu
+.else
     s_waitcnt vmcnt(0)                                      ; in flight: slot-id loads (a wave without steps) → landed
     tiles_to_lds
     s_cmp_eq_u32 s[s_wave], 0
@@ -701,6 +772,7 @@ L_tile:
     s_add_u32 s[s_q], s[s_q], 4
     s_cmp_lt_u32 s[s_q], TILES
     s_cbranch_scc1 L_tile
+.endif
 .endif
 L_end:
     s_endpgm
