@@ -70,7 +70,7 @@ from ..manifest import default_manifest
 from . import arguments, library, moe_align, mxfp8_moe_gemm, swiglu_quant
 from .aliasing import extent, refuse_overlap
 from .mxfp8_gemm import BLOCK, E4M3, E8M0
-from .mxfp8_moe_gemm import BLOCK_MS, MAX_A_DIV
+from .mxfp8_moe_gemm import BLOCK_MS, MAX_A_DIV, sum_reference
 
 OP = "mxfp8_moe"
 # The decode form up to here. It reads an expert's weights once per slot routed to it, the
@@ -282,25 +282,6 @@ def kernel_names() -> list[str]:
     """This layer's own kernels (the GEMMs' are mxfp8_moe_gemm.build_kernels()'s."""
     return ["moe_align", "moe_sum"]
 
-
-
-# ------------------------------------------------------------------ reference of moe_sum
-
-def sum_reference(y: torch.Tensor, topk_ids: torch.Tensor, num_experts: int,
-                  expert_map: torch.Tensor | None = None, num_local: int | None = None) -> torch.Tensor:
-    """moe_sum's result, exactly: per token, the rows of the slots whose expert is in
-    [0, num_experts) and whose local expert is in [0, num_local) (default num_experts) added
-    in slot order in f32 (IEEE, as v_add_f32), rounded to bf16."""
-    T, top_k = topk_ids.shape
-    acc = torch.zeros(T, y.shape[1], dtype=torch.float32)
-    rows = y.float().view(T, top_k, -1)
-    for j in range(top_k):
-        e = topk_ids[:, j].long()
-        ok = (e >= 0) & (e < num_experts)
-        local = e if expert_map is None else expert_map[e.clamp(0, num_experts - 1)].long()
-        ok &= (local >= 0) & (local < (num_experts if num_local is None else num_local))
-        acc = torch.where(ok[:, None], acc + rows[:, j], acc)
-    return acc.to(torch.bfloat16)
 
 
 def _register_run_case() -> None:

@@ -489,6 +489,25 @@ def reference(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_p
     return values, written
 
 
+# ------------------------------------------------------------------ reference of the top-k sum
+
+def sum_reference(y: torch.Tensor, topk_ids: torch.Tensor, num_experts: int,
+                  expert_map: torch.Tensor | None = None, num_local: int | None = None) -> torch.Tensor:
+    """The top-k sum of moe_sum and of the DIRECT down GEMM, exactly: per token, the rows of the slots whose expert is in
+    [0, num_experts) and whose local expert is in [0, num_local) (default num_experts) added
+    in slot order in f32 (IEEE, as v_add_f32), rounded to bf16."""
+    T, top_k = topk_ids.shape
+    acc = torch.zeros(T, y.shape[1], dtype=torch.float32)
+    rows = y.float().view(T, top_k, -1)
+    for j in range(top_k):
+        e = topk_ids[:, j].long()
+        ok = (e >= 0) & (e < num_experts)
+        local = e if expert_map is None else expert_map[e.clamp(0, num_experts - 1)].long()
+        ok &= (local >= 0) & (local < (num_experts if num_local is None else num_local))
+        acc = torch.where(ok[:, None], acc + rows[:, j], acc)
+    return acc.to(torch.bfloat16)
+
+
 # ------------------------------------------------------------------ `gfxasm run` cases
 
 def _register_run_cases() -> None:
@@ -568,9 +587,8 @@ def _register_run_cases() -> None:
                         K: int = 416):
         """The DIRECT down GEMM + top-k sum on codes in {-1, 0, 1} with unit scales: each slot's
         row is an integer below 2^24 (exact in f32 whatever the order), so bf16(weight * row) and
-        the f32 sum in slot order are known bit for bit (moe_layer.sum_reference). Experts 1 and 4
+        the f32 sum in slot order are known bit for bit (sum_reference). Experts 1 and 4
         absent, one id out of range; K % 128 = 32 (a partial step), N off every tile."""
-        from .moe_layer import sum_reference
         S = T * top_k
         a, a_scale, w, w_scale = ones(gen, S, K), unit(S, K // BLOCK), ones(gen, E, N, K), unit(E, N, K // BLOCK)
         ids = torch.stack([torch.randperm(E, generator=gen)[:top_k] for _ in range(T)]).to(torch.int32)
