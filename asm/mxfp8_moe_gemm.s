@@ -178,6 +178,8 @@ set_log2 NT_SHIFT, NT
 .set s_wsbase, 88                    ; [88:89] w_scale
 .set s_rowok, 90                     ; [90:91] all lanes when the current row's expert is here, else 0
 .set s_slot0, 92                     ; slot of row 0
+.set s_e0, 93                        ; DIRECT without SWIGLU: row 0's local expert (scalar lookup)
+.set s_pend, 94                      ; ... 1 while the rows' vector lookups are not mapped yet
 
 ; --- VGPRs (v0 holds the packed work-item ids) ---
 .set v_tid, 1
@@ -317,11 +319,14 @@ L_weights_done_\@:
 ; DIRECT: the workgroup's rows (s_rows, s_slot0) and, by lanes i < rows, slot s_slot0 + i's
 ; local expert v_e (-1: id outside [0, num_experts), map entry -1 or local id outside [0, E)),
 ; v_slot (the sentinel valid for a skipped row) and, without SWIGLU, v_tw (0 for a skipped row:
-; it adds +0). SWIGLU has one row: its id and map entry are scalar loads into s_expert (no
-; vector-memory round trip before the first weight load), v_e = s_expert in every lane, and a
-; skipped slot ends the workgroup here (v_slot is not used). In two parts: direct_rows_issue
-; (needs the V# of topk_weights) issues the loads, direct_rows_finish, after other setup has
-; run under them, waits and maps.
+; it adds +0). Row 0's expert is also looked up by scalar loads (s_expert with SWIGLU, which
+; has only that row: v_e = s_expert in every lane, a skipped slot ends the workgroup here and
+; v_slot is not used; s_e0 without), so the first weight loads wait for no vector-memory round
+; trip. Without SWIGLU the rows' vector lookups (ids and weights) stay in flight under the
+; first steps' loads: flat_step_select waits for them at the first row past 0 (rows_landed),
+; L_reduce at the latest, and direct_rows_map then maps them (s_pend 1 until then).
+; direct_rows_issue (needs the V# of topk_weights) issues the loads, direct_rows_finish, after
+; other setup has run under them, waits for the scalar ones.
 .macro direct_rows_issue
   .if SWIGLU
     s_mov_b32 s[s_rows], 1
@@ -334,10 +339,10 @@ L_weights_done_\@:
     s_mul_i32 s[s_tmp], s[s_Eg], s[s_has_map]
     s_lshl_b32 s[s_tmp], s[s_tmp], 2
     buffer_rsrc s_rsrc_map, s[s_tmp]
-  .if SWIGLU
     s_lshl_b32 s[s_tmp], s[s_slot0], 2
-    s_buffer_load_dword s[s_expert], s[s_rsrc_ids:s_rsrc_ids+3], s[s_tmp]   ; slot < valid: in range
-  .else
+    s_buffer_load_dword s[s_e0], s[s_rsrc_ids:s_rsrc_ids+3], s[s_tmp]   ; slot < valid: in range
+  .if !SWIGLU
+    s_mov_b32 s[s_pend], 1
     v_cmp_gt_u32 s[s_rowok:s_rowok+1], s[s_rows], v[v_i]   ; lanes of a row: i < rows
     v_add_u32 v[v_slot], s[s_slot0], v[v_i]
     v_lshlrev_b32 v[v_tmp], 2, v[v_slot]
@@ -351,37 +356,64 @@ L_dr_weights_\@:
 .endm
 
 .macro direct_rows_finish
-  .if SWIGLU
-    s_waitcnt lgkmcnt(0)                                    ; in flight: the slot's global id → landed
-    s_cmp_ge_u32 s[s_expert], s[s_Eg]
-    s_cbranch_scc1 L_skip                                   ; id outside [0, num_experts)
+    s_waitcnt lgkmcnt(0)                                    ; in flight: row 0's global id → landed
+    s_cmp_lt_u32 s[s_e0], s[s_Eg]
+    s_cbranch_scc0 L_dr_none_\@                             ; id outside [0, num_experts)
     s_cmp_eq_u32 s[s_has_map], 0
     s_cbranch_scc1 L_dr_mapped_\@
-    s_lshl_b32 s[s_tmp], s[s_expert], 2
-    s_buffer_load_dword s[s_expert], s[s_rsrc_map:s_rsrc_map+3], s[s_tmp]   ; id < num_experts: in range
+    s_lshl_b32 s[s_tmp], s[s_e0], 2
+    s_buffer_load_dword s[s_e0], s[s_rsrc_map:s_rsrc_map+3], s[s_tmp]   ; id < num_experts: in range
     s_waitcnt lgkmcnt(0)                                    ; in flight: the local id → landed
+    s_branch L_dr_mapped_\@
+L_dr_none_\@:
+    s_mov_b32 s[s_e0], -1
 L_dr_mapped_\@:
+  .if SWIGLU
+    s_mov_b32 s[s_expert], s[s_e0]
     s_cmp_ge_u32 s[s_expert], s[s_E]
     s_cbranch_scc1 L_skip                                   ; not here (-1) or out of range
     v_mov_b32 v[v_e], s[s_expert]
-  .else
-    s_waitcnt vmcnt(0)                                      ; in flight: the ids (and weights) → landed
+  .endif
+.endm
+
+; Without SWIGLU, the rows' vector lookups landed: v_e mapped to local experts (-1 skipped),
+; skipped rows' v_slot to the sentinel and v_tw to 0 (a map entry costs one more round trip)
+.macro direct_rows_map
     v_cmp_gt_u32 vcc, s[s_Eg], v[v_e]                       ; a global id in range
-    s_and_b64 vcc, vcc, s[s_rowok:s_rowok+1]
+    v_cmp_gt_u32 s[s_tmp:s_tmp+1], s[s_rows], v[v_i]        ; of a row
+    s_and_b64 vcc, vcc, s[s_tmp:s_tmp+1]
     s_cmp_eq_u32 s[s_has_map], 0
-    s_cbranch_scc1 L_dr_mapped_\@
+    s_cbranch_scc1 L_dm_mapped_\@
     v_lshlrev_b32 v[v_tmp], 2, v[v_e]
     v_cndmask_b32 v[v_tmp], v[v_oob], v[v_tmp], vcc
     buffer_load_dword v[v_e], v[v_tmp], s[s_rsrc_map:s_rsrc_map+3], 0 offen
-    s_waitcnt vmcnt(0)                                      ; in flight: the local ids → landed
-L_dr_mapped_\@:
+    s_waitcnt vmcnt(0)                                      ; in flight: the local ids (and weight loads) → landed
+L_dm_mapped_\@:
     v_cndmask_b32 v[v_e], -1, v[v_e], vcc
     v_cmp_gt_u32 vcc, s[s_E], v[v_e]                        ; a local expert here (-1 is not)
     v_cndmask_b32 v[v_e], -1, v[v_e], vcc
     v_mov_b32 v[v_tmp], s[s_valid]
     v_cndmask_b32 v[v_slot], v[v_tmp], v[v_slot], vcc       ; skipped: the sentinel
     v_cndmask_b32 v[v_tw], 0, v[v_tw], vcc                  ; skipped: weight 0
-  .endif
+    s_mov_b32 s[s_pend], 0
+.endm
+
+; ... their wait inside the K loop: older than every weight load, so at most the weight loads
+; of the steps this wave has issued (0, 1, or 2 and more: two sets in flight at most) may stay
+.macro rows_landed
+    s_sub_u32 s[s_tmp], s[s_step_ld], s[s_step]             ; stride x steps issued
+    s_cmp_eq_u32 s[s_tmp], 0
+    s_cbranch_scc0 L_rl_one_\@
+    s_waitcnt vmcnt(0)                                      ; in flight: the lookups → landed
+    s_branch L_rl_done_\@
+L_rl_one_\@:
+    s_cmp_eq_u32 s[s_tmp], s[s_stride]
+    s_cbranch_scc0 L_rl_two_\@
+    s_waitcnt vmcnt(LOADS)                                  ; in flight: the lookups, one step → lookups landed
+    s_branch L_rl_done_\@
+L_rl_two_\@:
+    s_waitcnt vmcnt(2 * LOADS)                              ; in flight: the lookups (if not yet), two steps → landed
+L_rl_done_\@:
 .endm
 
 ; DIRECT SWIGLU: the slot is tile row 0, D register 0 of lanes 0..15 in each of the 4 tiles, so
@@ -453,8 +485,19 @@ L_fs_row_\@:
     s_cmp_eq_u32 s[s_jrow], s[s_jcur]
     s_cbranch_scc1 L_fs_done_\@
     s_mov_b32 s[s_jcur], s[s_jrow]
+  .if !SWIGLU
+    s_mov_b32 s[s_expert], s[s_e0]
+    s_cmp_eq_u32 s[s_jrow], 0
+    s_cbranch_scc1 L_fs_expert_\@                         ; row 0: the scalar lookup
+    s_cmp_eq_u32 s[s_pend], 0
+    s_cbranch_scc1 L_fs_lane_\@
+    rows_landed
+    direct_rows_map
+L_fs_lane_\@:
+  .endif
     v_readlane_b32 s[s_expert], v[v_e], s[s_jrow]
     s_nop 0
+L_fs_expert_\@:
     s_cmp_lt_u32 s[s_expert], s[s_E]
     s_cselect_b64 s[s_rowok:s_rowok+1], -1, 0
     s_cselect_b32 s[s_expert], s[s_expert], 0              ; skipped: expert 0's base, no records
@@ -628,6 +671,12 @@ L_reduce:
     row_swiglu
 .else
     s_waitcnt vmcnt(0)                                      ; in flight: slot-id loads (a wave without steps) → landed
+  .if DIRECT
+    s_cmp_eq_u32 s[s_pend], 0
+    s_cbranch_scc1 L_rows_mapped
+    direct_rows_map                                         ; no step of this wave past row 0
+L_rows_mapped:
+  .endif
     tiles_to_lds
     s_cmp_eq_u32 s[s_wave], 0
     s_cbranch_scc0 L_rows_written
