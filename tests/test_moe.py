@@ -475,6 +475,23 @@ def test_decode_form_out_of_range_ids_and_schedules():
     assert not found, "\n".join(map(str, found))
 
 
+def test_decode_form_map_and_out_of_range_first_slots():
+    """With an expert map, a token's first slot (row 0 of the sum form, whose expert the kernels
+    look up by scalar loads for the first weight loads) out of range (-1, num_experts), mapped to
+    -1 (an expert off this rank) or held here, and a later slot out of range (the rows' vector
+    lookups, mapped inside the K loop): the float64 MoE, and the sorted form bit for bit."""
+    E, gen = 16, torch.Generator().manual_seed(7)
+    expert_map = torch.full((E,), -1, dtype=torch.int32)
+    order = torch.randperm(E, generator=gen)
+    expert_map[order[:8]] = torch.randperm(8, generator=gen).to(torch.int32)
+    ids = routing("random", 4, 5, E, gen)
+    ids[0, 0], ids[1, 0], ids[2, 0], ids[3, 0], ids[3, 2] = -1, E, order[12], order[3], 2**31 - 1
+    _, args = check_layer(4, 5, E, 64, 64, None, "random", expert_map=expert_map, E_local=8, ids=ids)
+    assert moe_layer.choose_form(4, 5, None) == "direct"
+    out = gfxasm.mxfp8_moe(**args)
+    assert torch.equal(out, gfxasm.mxfp8_moe(**args, block_m=16))
+
+
 def test_form_choice():
     assert [moe_layer.choose_form(T, 5, None) for T in (1, 8, 9)] == ["direct", "direct", "sorted"]
     assert moe_layer.choose_form(1, 5, 16) == "sorted"                         # block_m asks for the sorted form
