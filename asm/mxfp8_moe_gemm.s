@@ -68,7 +68,9 @@
 ;     skipped slots adding nothing (+0: weight 0, no loads), a row of only skipped slots 0
 ;     (the sum runs over all 16 tile rows, unrolled: rows past top_k hold +0).
 ; The rows' experts are looked up once per workgroup by lanes 0..rows-1 (v_e, -1 when
-; skipped). FLAT_STEPS: the K steps of every row form one flat sequence, row-major (rows x
+; skipped), row 0's also by scalar loads, so the first weight loads do not wait for a vector
+; round trip (without SWIGLU the vector lookups are waited for at the first row past 0: see
+; direct_rows_issue). FLAT_STEPS: the K steps of every row form one flat sequence, row-major (rows x
 ; cdiv(K, 128)), dealt to the waves as one K is otherwise, so the 3-deep load pipeline runs
 ; across rows without a restart; flat_step_select points the weight V#s at the step's row's
 ; expert (num_records 0 when skipped: no bytes read) and the activation offsets at that row
