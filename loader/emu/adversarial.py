@@ -17,14 +17,17 @@ kernel whose result depends on the schedule has a race that this one order may h
   ISA allows, at the s_waitcnt or s_endpgm that needs it), else from 1e-3 to 1. Order
   within a wave is the ISA's: VMEM ops (loads, stores, LDS DMA) return in issue order,
   and so do DS ops; scalar loads in any order. An LDS DMA writes LDS when it lands, so
-  other waves may see it at any time before the wait.
+  other waves may see it at any time before the wait. s_barrier waits for the waves,
+  not for their counters (gfx9; LLVM puts no wait before it on gfx950, which supports
+  back-off barriers), so a load may land after a barrier that does not wait for it.
 * s_waitcnt lgkmcnt(N) over scalar loads lands a random choice of them.
 * A register read while its load is in flight sees the value from before the load,
   which hardware returns when the load is late (lockstep mode outside strict mode
   lands it first instead): a missing s_waitcnt changes the answer.
 
-Not varied: a DS or global access reads or writes memory at issue; lanes apply in lane
-order. Workgroups of different batches (kernel.BATCH_WAVES) never interleave.
+Not varied: a DS or global access reads or writes memory at issue (for LDS that is the
+CU's one global order of LDS operations, AMDGPUUsage's memory model for GFX940); lanes
+apply in lane order. Workgroups of different batches (kernel.BATCH_WAVES) never interleave.
 
 `check(run, seeds)` is the race detector by consequence: it runs `run()` under the
 lockstep schedule and under each seed, every emulator launch inside forced outside

@@ -29,7 +29,7 @@ from gfxasm.build import build_manifest
 from gfxasm.emu import adversarial
 from gfxasm.manifest import default_manifest
 from kernel_source import assemble
-from test_strict import EXCHANGE, X, source, store   # the strict tests' kernel frame: in, out, aux
+from test_strict import EXCHANGE, LOAD_X, X, source, store   # the strict tests' kernel frame: in, out, aux
 from tests.conformance import cases as conformance
 
 BROKEN_SEEDS = range(8)
@@ -132,6 +132,30 @@ def test_missing_barrier_before_reading_another_waves_lds_changes_the_answer():
     assert_never(fixed, block=128, lds=512)
     np.testing.assert_array_equal(out_words(fixed, 128, block=128, lds=512),
                                   np.concatenate([X[64:128], X[:64]]))
+
+
+# A DS load may return after an s_barrier that does not wait for it: s_barrier waits for
+# the waves, not for their counters (gfx9: LLVM puts no wait before it on gfx950, which
+# supports back-off barriers). The LDS accesses themselves happen in the CU's one global
+# order (AMDGPUUsage, memory model GFX940), so the write before the first barrier is seen.
+BARRIER_RETURN = LOAD_X + """
+  v_xor_b32 v6, 0x100, v2            // the partner wave's slot: id ^ 64
+  ds_write_b32 v2, v3
+  s_waitcnt lgkmcnt(0)
+  s_barrier
+  ds_read_b32 v4, v6
+  s_barrier
+{wait}
+  v_add_f32 v5, v4, v4
+""" + store(5)
+
+
+def test_a_ds_load_may_land_after_an_s_barrier_that_does_not_wait_for_it():
+    assert_found(BARRIER_RETURN.format(wait=""), block=128, lds=512)
+    fixed = BARRIER_RETURN.format(wait="  s_waitcnt lgkmcnt(0)")
+    assert_never(fixed, block=128, lds=512)
+    np.testing.assert_array_equal(out_words(fixed, 128, block=128, lds=512),
+                                  np.concatenate([X[64:128], X[:64]]) * 2)
 
 
 # ------------------------------------- LDS DMA prefetch into a buffer still being read
