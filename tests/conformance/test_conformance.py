@@ -90,10 +90,10 @@ FULL_CASES = {
 }
 
 
-def run(case: cases.Case, strict: bool = True, schedule: str = "lockstep"):
+def run(case: cases.Case, strict: bool = True, schedule: str = "lockstep", seed: int | None = None):
     kernel = emu.load(case.path).kernel(case.symbol)
     kernel.launch(grid=case.grid, block=case.block, kernarg=case.kernarg, buffers=case.buffers,
-                  strict=strict, waive=WAIVED.get(case.co, ()), schedule=schedule)
+                  strict=strict, waive=WAIVED.get(case.co, ()), schedule=schedule, seed=seed)
 
 
 @pytest.mark.parametrize("name", list(CORPUS_CASES) + [pytest.param(n, marks=pytest.mark.full) for n in FULL_CASES])
@@ -111,32 +111,45 @@ def test_shared_conformance(name):
     case.check()
 
 
-@pytest.mark.parametrize("make, pc", [
-    (lambda: cases.paged_attention([57, 282]), 0x2fc4),
-    (lambda: cases.paged_attention([300], Hk=1, gqa=16, q_type="fp16"), 0x2f30),
-], ids=["bf16_gqa8", "fp16_gqa16"])
-def test_paged_attention_long_context_vmcnt_race_is_reported(make, pc):
+@pytest.mark.parametrize("make, pc, seed", [
+    (lambda: cases.paged_attention([57, 282]), 0x2fc4, None),
+    (lambda: cases.paged_attention([300], Hk=1, gqa=16, q_type="fp16"), 0x2f30, None),
+    # 600 tokens: the stale v16 (the previous window's block numbers) addresses K/V of
+    # tokens the kernel does not mask (docs/conformance.md F4)
+    (lambda: cases.paged_attention([600], Hk=1, gqa=16, q_type="fp16"), 0x2f30, 0),
+], ids=["bf16_gqa8", "fp16_gqa16", "fp16_gqa16_ctx600"])
+def test_paged_attention_long_context_vmcnt_race_is_reported(make, pc, seed):
     """A finding, pinned: for contexts above ~224 tokens the shipped paged-attention kernel
     reads v16 (loaded at pc 0x28b8) at pc 0x2fc4 after `s_waitcnt vmcnt(24)` (pc 0x2e70)
     with 23 younger loads in flight, so the ISA does not guarantee it has landed
     (docs/isa-notes.md); pa_fp16_noquant_gqa16_1tg_4w.co does the same (read at pc
     0x2f30). Strict mode must say so; outside strict mode the load lands when read, as it
-    practically always does on silicon, and the result is right."""
-    _race_then_loose(make, rf"v16 read while a load into it is still in flight.*pc {pc:#x}")
+    practically always does on silicon, and the result is right. Where `seed` is given, that
+    adversarial schedule lands the load after the read (legal: nothing waits for it) and
+    O is wrong (bf16_gqa8's wrong seed: tests/emu/test_adversarial.py)."""
+    _race_then_loose(make, rf"v16 read while a load into it is still in flight.*pc {pc:#x}",
+                     wrong_seed=None if seed is None else (seed, "O max error"))
 
 
-def _race_then_loose(make, pattern: str, wrong_under: dict[str, str] | None = None):
+def _race_then_loose(make, pattern: str, wrong_under: dict[str, str] | None = None,
+                     wrong_seed: tuple[int, str] | None = None):
     """Strict mode reports the race `pattern`; outside strict mode the output matches the
     reference under the timed schedule (the timing model's per-CU simulation orders the
     waves and lands the loads, gfxasm.emu.timed) and under lockstep (each load lands when
     its wave waits for it or reads it), except under the schedules in `wrong_under`
-    (schedule -> the check's message), where the race is expected to corrupt the output."""
+    (schedule -> the check's message), where the race is expected to corrupt the output.
+    `wrong_seed` (seed, message): the adversarial schedule of that seed, a legal order
+    found by search (docs/conformance.md), corrupts it too."""
     wrong_under = wrong_under or {}
     with pytest.raises(HazardError, match=pattern):
         run(make())
-    for schedule in ("timed", "lockstep"):
+    runs = [("timed", None), ("lockstep", None)]
+    if wrong_seed is not None:
+        runs.append(("adversarial", wrong_seed[0]))
+        wrong_under = {**wrong_under, "adversarial": wrong_seed[1]}
+    for schedule, seed in runs:
         case = make()
-        run(case, strict=False, schedule=schedule)
+        run(case, strict=False, schedule=schedule, seed=seed)
         if schedule in wrong_under:
             with pytest.raises(AssertionError, match=wrong_under[schedule]):
                 case.check()
@@ -164,18 +177,22 @@ def test_causal_group_fmha_second_q_tile_lds_race_is_reported():
                      r"buffer_load_dwordx4 overwrites LDS address 0x8200 .*other waves.*pc 0x37e4")
 
 
-@pytest.mark.parametrize("ctx, Hk", [([1, 77], 1), ([33], 2)])
-def test_paged_attention_fp8_gqa16_lgkmcnt_race_is_reported(ctx, Hk):
+@pytest.mark.parametrize("ctx, Hk, seed, wrong", [([1, 77], 1, 0, "O not fully written"),
+                                                  ([33], 2, 0, "O max error")])
+def test_paged_attention_fp8_gqa16_lgkmcnt_race_is_reported(ctx, Hk, seed, wrong):
     """A finding, pinned: pa_bf16_pertokenFp8_gqa16_2tg_4w.co loads P (fp8) back from LDS
     with ds_read_b64 v[88:89] (pc 0x56b4), then waits with `s_waitcnt vmcnt(0)` and
-    s_barrier only, and v_mfma reads v[88:89] at pc 0x571c: no lgkmcnt wait covers it."""
+    s_barrier only, and v_mfma reads v[88:89] at pc 0x571c: no lgkmcnt wait covers it.
+    Under the adversarial schedule of `seed` the DS loads return after that barrier (legal:
+    s_barrier waits for no counter) and the MFMAs read the old v[88:103]: O is wrong."""
     _race_then_loose(lambda: cases.paged_attention(ctx, Hk=Hk, gqa=16, kv_type="fp8"),
-                     r"v88 read while a load into it is still in flight.*pc 0x571c")
+                     r"v88 read while a load into it is still in flight.*pc 0x571c", wrong_seed=(seed, wrong))
 
 
 # name: (case, pc of the epilogue's first ds_write_b64 that stages the output through LDS)
 GEMM_EPILOGUE_RACES = {
-    # x128: the trailing A/B prefetch DMA is still in flight
+    # x128: the trailing A/B prefetch DMA is still in flight (strict's report); the
+    # adversarial seed's wrong output is the WAR: an s_barrier alone removes it
     "f8_blockscale_x128_M130_N256_K640": (lambda: cases_gemm.f8_blockscale_mi350(130, 256, 640), 0x46d0),
     # x128: other waves may still be reading the last A/B tile
     "f8_blockscale_x128_M33_N256_K768": (lambda: cases_gemm.f8_blockscale_mi350(33, 256, 768), 0x46d0),
@@ -188,6 +205,10 @@ GEMM_EPILOGUE_RACES = {
 # waves 0-1, whose loads queue behind theirs in the CU's global pipe, still read it: the
 # race shows (docs/conformance.md F5; with half the pipe's cost per byte it does not).
 WRONG_UNDER_TIMED = {"f8_blockscale_x32_M20_N256_K512", "f8_blockscale_x32_M32_N512_K1024"}
+# An adversarial seed under which the output is wrong (found by search, docs/conformance.md
+# F5); x128 M33 K768 has none in 40 seeds.
+WRONG_SEED = {"f8_blockscale_x128_M130_N256_K640": 0, "moe_stage1_T5_E4_top2_D256_I128": 6,
+              "moe_stage1_T37_E8_top3_D384_I256": 0}
 
 
 @pytest.mark.parametrize("name", list(GEMM_EPILOGUE_RACES))
@@ -200,7 +221,8 @@ def test_gemm_epilogue_lds_race_is_reported(name):
     be in flight; either lands A/B bytes in the staged output on a legal schedule."""
     make, pc = GEMM_EPILOGUE_RACES[name]
     _race_then_loose(make, rf"ds_write_b64 (touches|overwrites) LDS address 0x0 .*pc {pc:#x}",
-                     wrong_under={"timed": "Tensor-likes are not close"} if name in WRONG_UNDER_TIMED else None)
+                     wrong_under={"timed": "Tensor-likes are not close"} if name in WRONG_UNDER_TIMED else None,
+                     wrong_seed=(WRONG_SEED[name], "Tensor-likes are not close") if name in WRONG_SEED else None)
 
 
 def test_mla_multi_tile_lds_race_is_reported():
