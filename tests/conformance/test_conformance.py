@@ -225,6 +225,36 @@ def test_gemm_epilogue_lds_race_is_reported(name):
                      wrong_seed=(WRONG_SEED[name], "Tensor-likes are not close") if name in WRONG_SEED else None)
 
 
+# The seed searches behind docs/conformance.md's "Settling the findings" (-m full): name ->
+# (case, seeds searched, whether some seed gives a wrong output). A search that no longer
+# finds what the document says fails, so the document has to change with it.
+SEED_SEARCHES = {
+    "F3_pa_fp8_gqa16_Hk1_ctx1_77": (lambda: cases.paged_attention([1, 77], Hk=1, gqa=16, kv_type="fp8"), 8, True),
+    "F4_pa_fp16_gqa16_ctx300": (lambda: cases.paged_attention([300], Hk=1, gqa=16, q_type="fp16"), 80, False),
+    "F4_pa_fp16_gqa16_ctx600": (lambda: cases.paged_attention([600], Hk=1, gqa=16, q_type="fp16"), 12, True),
+    "F5_x128_M130_N256_K640": (lambda: cases_gemm.f8_blockscale_mi350(130, 256, 640), 12, True),
+    "F5_x128_M33_N256_K768": (lambda: cases_gemm.f8_blockscale_mi350(33, 256, 768), 40, False),
+    "F5_x128_M130_N256_K768": (lambda: cases_gemm.f8_blockscale_mi350(130, 256, 768), 10, True),
+    "F5_moe_stage1_T5": (lambda: cases_moe.moe_stage1_fp8(5, 4, 2, 256, 128), 12, True),
+    "F5_moe_stage1_T37": (lambda: cases_moe.moe_stage1_fp8(37, 8, 3, 384, 256), 12, True),
+}
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("name", list(SEED_SEARCHES))
+def test_finding_seed_search(name):
+    make, seeds, shown = SEED_SEARCHES[name]
+    wrong = []
+    for seed in range(seeds):
+        case = make()
+        run(case, strict=False, schedule="adversarial", seed=seed)
+        try:
+            case.check()
+        except AssertionError:
+            wrong.append(seed)
+    assert bool(wrong) == shown, f"seeds giving a wrong output: {wrong} of range({seeds})"
+
+
 def test_mla_multi_tile_lds_race_is_reported():
     """The MLA finding, pinned (docs/conformance.md F2): for 64 tokens or more,
     mla_a8w8_qh16_qseqlen1_gqaratio16 splits its waves in two roles (waves 0-1 at
