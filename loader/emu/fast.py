@@ -38,6 +38,25 @@ writes_settled (hazards.check_write): whether a register write leaves every WAW,
 and wide-store WAR rule met, i.e. whether check_write's numpy path would report nothing
 (that path gathers six per-wave records; it runs only when this says it might).
 
+gather_bf16 (families/mfma.py _read_decode): an MFMA's bf16 A or B operand gathered
+element by element from the register file and widened to float64 in one pass (numpy: a
+take, a shift into f32 bits, a cast to float64, each a pass over the operand).
+
+acc_store_f32 (Executor.set_v_f32): an MFMA's float64 result plus its f32 srcC, rounded
+to f32 into the destination registers in one pass (numpy: d += c, then the cast into the
+file). A NaN d gives d quieted and otherwise a NaN c gives c quieted (_nan_or), as
+numpy's d += c does on x86 (the first operand's NaN where both are); the casts are the
+same IEEE conversions.
+
+valu_f32 (families/vop.py valu): v_add/sub/subrev/mul_f32 and v_fma/fmac_f32 without
+DPP, SDWA or output modifiers, from VGPR, SGPR or constant sources, in one pass per wave
+and lane: the sources' denormal flush (where MODE flushes) and neg/abs, the operation,
+the result's flush, the EXEC-masked write. The arithmetic is numpy's, operation by
+operation (f32 ops in f32; fma's product and sum in float64, then one rounding); where
+the numpy expression's first operand is a NaN, x + x (x * x) gives it quieted, as x86
+does for numpy (LLVM may commute an operation; the first operand's NaN wins on x86
+where both are).
+
 numba is imported, and the functions compiled (or loaded from numba's cache), on the
 first launch that uses them: about 1 s of CPU once per process, so strict launches of
 fewer than MIN_WAVES waves (unit tests, small kernels) keep to the numpy paths. Without
@@ -68,7 +87,7 @@ def for_launch(strict: bool, waves: int) -> SimpleNamespace | None:
 
 
 def _load() -> SimpleNamespace | None:
-    global read_marks, _full_reg, _reads_settled        # called by other compiled functions
+    global read_marks, _full_reg, _reads_settled, _flush_lanes, _nan_or        # called by other compiled functions
     if os.environ.get("GFXASM_EMU_NUMBA") == "0":
         return None
     try:
@@ -78,11 +97,14 @@ def _load() -> SimpleNamespace | None:
     jit = njit(cache=True, nogil=True)
     _full_reg = jit(_full_reg)
     _reads_settled = jit(_reads_settled)
+    _flush_lanes = jit(_flush_lanes)
+    _nan_or = jit(_nan_or)
     read_marks = jit(_read_marks)
     return SimpleNamespace(read_marks=read_marks, reads_settled=_reads_settled, read_dwords=jit(_read_dwords),
                            writes_settled=jit(_writes_settled), write_marks=jit(_write_marks),
                            flush_f32=jit(_flush_f32), record=jit(_record), release=jit(_release),
-                           busy_add=jit(_busy_add))
+                           busy_add=jit(_busy_add), gather_bf16=jit(_gather_bf16),
+                           acc_store_f32=jit(_acc_store_f32), valu_f32=jit(_valu_f32))
 
 
 SEVERAL = -2                  # lds._SEVERAL
@@ -339,3 +361,126 @@ def _read_dwords(addr, mask, slot, dwords, size, lds32, out, me, mine, wave, dma
             for d in range(per):
                 out[r, lane, d] = lds32[keys2[r, lane * per + d]]
     return True
+
+
+def _gather_bf16(flat16, rows, base, index, bits, out):
+    """out[i, e] = float64 of the bf16 flat16[rows[i], base + index[e]] (flat16: the
+    register file as uint16 [waves, registers * 128]); bits: uint32 scratch of out's shape,
+    the bf16 values as f32 patterns (exact: a bf16 is the high half of an f32)."""
+    for i in range(rows.size):
+        r = rows[i]
+        for e in range(index.size):
+            bits[i, e] = np.uint32(flat16[r, base + index[e]]) << 16
+    f = bits.view(np.float32)
+    for i in range(rows.size):
+        for e in range(index.size):
+            out[i, e] = np.float64(f[i, e])
+
+
+def _acc_store_f32(d, file32, rows, index, count, c_index, has_c):
+    """file32[rows[i], index + j, lane] = f32(d[i, j * 64 + lane] (+ the f32 srcC at
+    c_index + j, lane of the same wave where has_c)); file32: the register file viewed as
+    float32. Each register's 64 lanes are summed (a NaN among them: summed again lane by
+    lane through _nan_or) before any is written, so srcC may be exactly the destination
+    registers or apart from them (the caller's test), not partly overlapping."""
+    lanes = file32.shape[2]
+    y = np.empty(lanes, np.float64)
+    for i in range(rows.size):
+        r = rows[i]
+        for j in range(count):
+            x = d[i, j * lanes:(j + 1) * lanes]
+            if has_c:
+                c = file32[r, c_index + j]
+                nan = False
+                for lane in range(lanes):
+                    y[lane] = x[lane] + np.float64(c[lane])
+                    nan |= y[lane] != y[lane]
+                if nan:
+                    for lane in range(lanes):
+                        y[lane] = _nan_or(x[lane], np.float64(c[lane]), y[lane])
+            else:
+                y[:] = x
+            out = file32[r, index + j]
+            for lane in range(lanes):
+                out[lane] = np.float32(y[lane])
+
+
+F32_MIN_NORMAL = np.float32(1.1754944e-38)
+VALU_F32 = {"v_add_f32": 0, "v_sub_f32": 1, "v_subrev_f32": 2, "v_mul_f32": 3, "v_fma_f32": 4, "v_fmac_f32": 4}
+
+
+def _valu_f32(code, file32, rows, regs, scalars, neg, absolute, flush, dst, exec_bits, every):
+    """The VALU_F32 operation `code` for the waves rows[i] and their lanes where
+    exec_bits[i] (every: all), into file32[rows[i], dst + h] for each half h (the VGPR file
+    as float32; two halves: a packed f32 op, v_pk_*_f32). Source s of half h: VGPR
+    regs[h, s] of the same wave and lane, or where regs[h, s] < 0 the per-wave value
+    scalars[h, s, i] (SGPR or constant as f32 bits, viewed as float32); then, as vop._read:
+    flushed where `flush`, abs, neg. Every source of every half is read before any result
+    is written. One wave at a time, each step a loop over the lanes (compiled to vector
+    instructions)."""
+    lanes = file32.shape[2]
+    halves = regs.shape[0]
+    nsrc = 3 if code == 4 else 2
+    t = np.empty((halves, 3, lanes), np.float32)
+    y = np.empty((halves, lanes), np.float32)
+    first, second = (1, 0) if code == 2 else (0, 1)
+    for i in range(rows.size):
+        r = rows[i]
+        for h in range(halves):
+            for s in range(nsrc):
+                src = t[h, s]
+                if regs[h, s] >= 0:
+                    src[:] = file32[r, regs[h, s]]
+                else:
+                    src[:] = scalars[h, s, i]
+                if flush:
+                    _flush_lanes(src)
+                if absolute[h, s]:
+                    for lane in range(lanes):
+                        src[lane] = abs(src[lane])
+                if neg[h, s]:
+                    for lane in range(lanes):
+                        src[lane] = -src[lane]
+        for h in range(halves):
+            a, b, out = t[h, first], t[h, second], y[h]
+            if code == 4:
+                c = t[h, 2]
+                for lane in range(lanes):
+                    pa, pb, pc = np.float64(a[lane]), np.float64(b[lane]), np.float64(c[lane])
+                    p = _nan_or(pa, pb, pa * pb)
+                    out[lane] = np.float32(_nan_or(p, pc, p + pc))
+            elif code == 3:
+                for lane in range(lanes):
+                    out[lane] = _nan_or(a[lane], b[lane], a[lane] * b[lane])
+            elif code == 0:
+                for lane in range(lanes):
+                    out[lane] = _nan_or(a[lane], b[lane], a[lane] + b[lane])
+            else:
+                for lane in range(lanes):
+                    out[lane] = _nan_or(a[lane], b[lane], a[lane] - b[lane])
+            if flush:
+                _flush_lanes(out)
+        for h in range(halves):
+            reg = file32[r, dst + h]
+            for lane in range(lanes):
+                if every or exec_bits[i, lane]:
+                    reg[lane] = y[h, lane]
+
+
+def _nan_or(a, b, y):
+    """y = a op b as x86 gives it for numpy: a NaN a quieted, else a NaN b quieted (both
+    explicit: LLVM may commute an operation or fold a - b into a + -b, which would move
+    or negate a NaN), else y."""
+    if a != a:
+        return a + a
+    if b != b:
+        return b + b
+    return y
+
+
+def _flush_lanes(x):
+    """float32 x: denormals to the zero of their sign, in place (as _flush_f32)."""
+    for lane in range(x.size):
+        v = x[lane]
+        if v != 0 and abs(v) < F32_MIN_NORMAL:
+            x[lane] = np.float32(0.0) if v > 0 else np.float32(-0.0)

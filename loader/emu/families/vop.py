@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import hazards
+from .. import fast, hazards
 from ..errors import UnsupportedInstruction
 from ..registry import handles
 from ..state import LANES, bits_to_mask
@@ -300,7 +300,66 @@ def _reject_sdwa(ex, inst):
         raise UnsupportedInstruction(f"SDWA forms are not modelled ({ex.where()})")
 
 
+_NO_MASK = np.ones((1, LANES), bool)
+_NOT_FAST = object()
+
+
+def _valu_f32_plan(inst):
+    """(code, source operands, neg, abs) of an instruction fast.valu_f32 can run (VGPR
+    destination, VGPR/SGPR/constant sources, no DPP, SDWA or modifier fields), else
+    _NOT_FAST; made once per instruction."""
+    code = fast.VALU_F32.get(inst.name)
+    if code is None or inst.mods or inst.enc in ("dpp", "sdwa"):
+        return _NOT_FAST
+    dst = inst.ops[0]
+    srcs = (*inst.ops[1:3], dst) if inst.name == "v_fmac_f32" else inst.ops[1:4 if code == 4 else 3]
+    if dst.kind != "v" or any(op.kind == "a" for op in srcs):
+        return _NOT_FAST
+    pad = [False] * (3 - len(srcs))
+    return code, srcs, np.array([[op.neg for op in srcs] + pad]), np.array([[op.abs for op in srcs] + pad])
+
+
+def _valu_f32_fast(ex, inst, w) -> bool:
+    """valu's work for the ops of fast.VALU_F32 through the compiled fast.valu_f32 where
+    _valu_f32_plan allows: the same reads and checks in the same order, the same bits.
+    False: not done."""
+    plan = inst.__dict__.get("_valu_f32_plan")
+    if plan is None:
+        plan = inst._valu_f32_plan = _valu_f32_plan(inst)
+    if plan is _NOT_FAST:
+        return False
+    code, srcs, neg, absolute = plan
+    dst = inst.ops[0]
+    ex.role = None
+    rows = ex.wave_ids(w)
+    regs = np.full((1, 3), -1, np.int64)
+    scalars = np.zeros((1, 3, len(rows)), np.uint32)
+    for slot, op in enumerate(srcs):
+        if op.kind == "v":
+            ex.check_read("v", w, op.index, 1)
+            regs[0, slot] = op.index
+        else:
+            scalars[0, slot] = ex.s32(op, w)
+    run_f32_fast(ex, w, code, regs, scalars, neg, absolute, dst.index)
+    return True
+
+
+def run_f32_fast(ex, w, code: int, regs, scalars, neg, absolute, dst: int):
+    """fast.valu_f32 into the VGPRs dst.. (one per row of regs: a packed op has two) of
+    the waves `w`, the sources read (checked) by the caller: as set_v, the EXEC mask, the
+    write's checks before and its records after."""
+    count = regs.shape[0]
+    mask = ex.exec_mask(w)
+    every = mask is None or bool(mask.all())
+    ex.write_regs("v", w, dst, count)
+    ex.fast.valu_f32(code, ex.waves.vgpr.view(np.float32), ex.wave_ids(w), regs, scalars.view(np.float32), neg,
+                     absolute, not ex.denorm_f32, dst, _NO_MASK if every else mask, every)
+    ex.record_write("v", w, dst, count, hazards.VALU)
+
+
 def valu(ex, inst, w):
+    if ex.fast is not None and _valu_f32_fast(ex, inst, w):
+        return
     dst_ty, src_tys, fn = VOP[inst.name]
     _reject_sdwa(ex, inst)
     if inst.mods.get("clamp") and dst_ty not in (F32, F16, F64):

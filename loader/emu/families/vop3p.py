@@ -41,7 +41,7 @@ from .. import hazards, numerics
 from ..errors import UnsupportedInstruction
 from ..machine import imm_bits
 from ..registry import handles
-from .vop import flush_denorms
+from .vop import flush_denorms, run_f32_fast
 
 
 
@@ -237,9 +237,46 @@ def pk_fma_f32(ex, inst, w):
     _write_pk_f32(ex, inst, w, lo, hi)
 
 
+_PK_NOT_FAST = object()
+
+
+def _pk_f32_plan(inst):
+    """(code, VGPR of each half and source [2, 3], neg [2, 3]) for fast.valu_f32 where a
+    v_pk_mul/add_f32 reads VGPR pairs only into a VGPR pair without clamp, else
+    _PK_NOT_FAST; made once per instruction."""
+    f = fields(inst)
+    dst, *srcs = inst.ops
+    if f["clamp"] or any(op.kind != "v" or op.count != 2 for op in (dst, *srcs)):
+        return _PK_NOT_FAST
+    regs = np.array([[op.index + f[sel][i] for i, op in enumerate(srcs)] + [-1]
+                     for sel in ("op_sel", "op_sel_hi")], np.int64)
+    neg = np.array([[bool(f[key][0]), bool(f[key][1]), False] for key in ("neg_lo", "neg_hi")])
+    return (3 if inst.name == "v_pk_mul_f32" else 0), regs, neg
+
+
+def _pk_f32_fast(ex, inst, w) -> bool:
+    """pk_binary_f32 through the compiled fast.valu_f32 where _pk_f32_plan allows: the
+    source registers checked in _pk_f32_sources' order (src0 lo, hi, src1 lo, hi), the
+    same bits. False: not done."""
+    plan = inst.__dict__.get("_pk_f32_plan")
+    if plan is None:
+        plan = inst._pk_f32_plan = _pk_f32_plan(inst)
+    if plan is _PK_NOT_FAST:
+        return False
+    code, regs, neg = plan
+    for i in range(2):
+        for half in range(2):
+            ex.check_read("v", w, int(regs[half, i]), 1)
+    run_f32_fast(ex, w, code, regs, np.zeros((2, 3, len(ex.wave_ids(w))), np.uint32), neg,
+                 np.zeros((2, 3), bool), inst.ops[0].index)
+    return True
+
+
 @handles("v_pk_mul_f32", "v_pk_add_f32", klass="valu")
 def pk_binary_f32(ex, inst, w):
     _begin(ex)
+    if ex.fast is not None and _pk_f32_fast(ex, inst, w):
+        return
     (a0, a1), (b0, b1) = _pk_f32_sources(ex, inst, w, 2)
     fn = np.multiply if inst.name == "v_pk_mul_f32" else np.add
     with np.errstate(all="ignore"):
