@@ -163,10 +163,11 @@ def test_causal_fmha_second_q_tile_lds_race_is_reported():
     and issues the next Q tile's LDS DMA (pc 0x3764) with no s_barrier after the first
     tile's epilogue. Another wave's last speculative V prefetch into the same bytes (pc
     0x5014, issued before the final barrier and left in flight by its vmcnt(2)) can land
-    after it: WAW."""
+    after it: WAW. Adversarial seed 10 lands it so and rows 203-255 of O come out wrong
+    (docs/conformance.md)."""
     _race_then_loose(lambda: cases.fmha_fwd(1, 2, 1, 300, 300, causal=True),
                      r"buffer_load_dwordx4 writes LDS address 0x[0-9a-f]+ .*which wave \d of the workgroup "
-                     r"wrote.*pc 0x3764")
+                     r"wrote.*pc 0x3764", wrong_seed=(10, "O max error"))
 
 
 def test_causal_group_fmha_second_q_tile_lds_race_is_reported():
