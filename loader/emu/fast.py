@@ -38,24 +38,17 @@ writes_settled (hazards.check_write): whether a register write leaves every WAW,
 and wide-store WAR rule met, i.e. whether check_write's numpy path would report nothing
 (that path gathers six per-wave records; it runs only when this says it might).
 
-gather_bf16 (families/mfma.py _read_decode): an MFMA's bf16 A or B operand gathered
-element by element from the register file and widened to float64 in one pass (numpy: a
-take, a shift into f32 bits, a cast to float64, each a pass over the operand).
+valu_f32 (families/vop.py valu, vop3p.py v_pk_mul/add_f32): v_add/sub/subrev/mul_f32 and
+v_fma/fmac_f32 without DPP, SDWA or output modifiers, from VGPR, SGPR or constant
+sources, and the packed f32 mul/add on VGPR pairs, in one pass per wave: the sources'
+denormal flush (where MODE flushes) and neg/abs, the operation, the result's flush, the
+EXEC-masked write. The arithmetic is numpy's, operation by operation (f32 ops in f32;
+fma's product and sum in float64, then one rounding); NaNs as x86 gives them for numpy
+(_nan_or).
 
-acc_store_f32 (Executor.set_v_f32): an MFMA's float64 result plus its f32 srcC, rounded
-to f32 into the destination registers in one pass (numpy: d += c, then the cast into the
-file). A NaN d gives d quieted and otherwise a NaN c gives c quieted (_nan_or), as
-numpy's d += c does on x86 (the first operand's NaN where both are); the casts are the
-same IEEE conversions.
-
-valu_f32 (families/vop.py valu): v_add/sub/subrev/mul_f32 and v_fma/fmac_f32 without
-DPP, SDWA or output modifiers, from VGPR, SGPR or constant sources, in one pass per wave
-and lane: the sources' denormal flush (where MODE flushes) and neg/abs, the operation,
-the result's flush, the EXEC-masked write. The arithmetic is numpy's, operation by
-operation (f32 ops in f32; fma's product and sum in float64, then one rounding); where
-the numpy expression's first operand is a NaN, x + x (x * x) gives it quieted, as x86
-does for numpy (LLVM may commute an operation; the first operand's NaN wins on x86
-where both are).
+pk_bf16 (families/cvt.py v_cvt_pk_bf16_f32): both sources' f32 bits rounded to bf16 by
+cvt._bf16_rne_bits' integer RNE (flush, abs, neg on the bits) and packed, in one pass;
+it declines where any lane holds a NaN (numerics' quiet-NaN rule then runs).
 
 numba is imported, and the functions compiled (or loaded from numba's cache), on the
 first launch that uses them: about 1 s of CPU once per process, so strict launches of
@@ -103,8 +96,8 @@ def _load() -> SimpleNamespace | None:
     return SimpleNamespace(read_marks=read_marks, reads_settled=_reads_settled, read_dwords=jit(_read_dwords),
                            writes_settled=jit(_writes_settled), write_marks=jit(_write_marks),
                            flush_f32=jit(_flush_f32), record=jit(_record), release=jit(_release),
-                           busy_add=jit(_busy_add), gather_bf16=jit(_gather_bf16),
-                           acc_store_f32=jit(_acc_store_f32), valu_f32=jit(_valu_f32))
+                           busy_add=jit(_busy_add), valu_f32=jit(_valu_f32),
+                           pk_bf16=jit(_pk_bf16))
 
 
 SEVERAL = -2                  # lds._SEVERAL
@@ -363,48 +356,6 @@ def _read_dwords(addr, mask, slot, dwords, size, lds32, out, me, mine, wave, dma
     return True
 
 
-def _gather_bf16(flat16, rows, base, index, bits, out):
-    """out[i, e] = float64 of the bf16 flat16[rows[i], base + index[e]] (flat16: the
-    register file as uint16 [waves, registers * 128]); bits: uint32 scratch of out's shape,
-    the bf16 values as f32 patterns (exact: a bf16 is the high half of an f32)."""
-    for i in range(rows.size):
-        r = rows[i]
-        for e in range(index.size):
-            bits[i, e] = np.uint32(flat16[r, base + index[e]]) << 16
-    f = bits.view(np.float32)
-    for i in range(rows.size):
-        for e in range(index.size):
-            out[i, e] = np.float64(f[i, e])
-
-
-def _acc_store_f32(d, file32, rows, index, count, c_index, has_c):
-    """file32[rows[i], index + j, lane] = f32(d[i, j * 64 + lane] (+ the f32 srcC at
-    c_index + j, lane of the same wave where has_c)); file32: the register file viewed as
-    float32. Each register's 64 lanes are summed (a NaN among them: summed again lane by
-    lane through _nan_or) before any is written, so srcC may be exactly the destination
-    registers or apart from them (the caller's test), not partly overlapping."""
-    lanes = file32.shape[2]
-    y = np.empty(lanes, np.float64)
-    for i in range(rows.size):
-        r = rows[i]
-        for j in range(count):
-            x = d[i, j * lanes:(j + 1) * lanes]
-            if has_c:
-                c = file32[r, c_index + j]
-                nan = False
-                for lane in range(lanes):
-                    y[lane] = x[lane] + np.float64(c[lane])
-                    nan |= y[lane] != y[lane]
-                if nan:
-                    for lane in range(lanes):
-                        y[lane] = _nan_or(x[lane], np.float64(c[lane]), y[lane])
-            else:
-                y[:] = x
-            out = file32[r, index + j]
-            for lane in range(lanes):
-                out[lane] = np.float32(y[lane])
-
-
 F32_MIN_NORMAL = np.float32(1.1754944e-38)
 VALU_F32 = {"v_add_f32": 0, "v_sub_f32": 1, "v_subrev_f32": 2, "v_mul_f32": 3, "v_fma_f32": 4, "v_fmac_f32": 4}
 
@@ -484,3 +435,27 @@ def _flush_lanes(x):
         v = x[lane]
         if v != 0 and abs(v) < F32_MIN_NORMAL:
             x[lane] = np.float32(0.0) if v > 0 else np.float32(-0.0)
+
+
+def _pk_bf16(file, rows, regs, flush, absolute, neg, out):
+    """out[i, lane] = bf16(VGPR regs[0]) | bf16(VGPR regs[1]) << 16 of wave rows[i] (file:
+    the VGPR file as uint32), each by integer RNE on the f32 bits after the denormal flush
+    (where `flush`), abs and neg of its source. Returns False, out partly written, where a
+    lane of either source is a NaN."""
+    for i in range(rows.size):
+        r = rows[i]
+        for lane in range(file.shape[2]):
+            packed = 0
+            for s in range(2):
+                bits = np.int64(file[r, regs[s], lane])
+                if bits & 0x7FFFFFFF > 0x7F800000:
+                    return False
+                if flush and bits & 0x7F800000 == 0:
+                    bits &= 0x80000000
+                if absolute[s]:
+                    bits &= 0x7FFFFFFF
+                if neg[s]:
+                    bits ^= 0x80000000
+                packed |= ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << (16 * s)
+            out[i, lane] = packed
+    return True

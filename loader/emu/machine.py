@@ -227,24 +227,16 @@ class Executor:
             f[w, op.index:op.index + k] = np.where(mask[:, None, :], value, cur)
         self.record_write(op.kind, w, op.index, k, writer)
 
-    def set_v_f32(self, op: Operand, w, value: np.ndarray, writer: int, plus: int | None = None):
+    def set_v_f32(self, op: Operand, w, value: np.ndarray, writer: int):
         """Write float64[n,k,64] rounded to f32 (RNE, numpy's cast) into k registers, every
         lane: set_v(op, w, value.astype(np.float32).view(np.uint32), None, writer), with the
-        rounding done straight into the register file. plus (compiled path only, an MFMA's
-        srcC): the first of k f32 registers of the same file, exactly op's or apart from
-        them, added to value (in float64, as value += them) before the rounding."""
+        rounding done straight into the register file."""
         if op.kind not in ("v", "a"):
             raise EmulatorError(f"operand {op.text} is not a vector register ({self.where()})")
         k = value.shape[1]
         self.write_regs(op.kind, w, op.index, k)
         f = self.waves.file(op.kind)
-        if self.fast is not None:
-            rows = self.wave_ids(w)
-            self.fast.acc_store_f32(value.reshape(len(rows), -1), f.view(np.float32), rows, op.index, k,
-                                    op.index if plus is None else plus, plus is not None)
-        elif plus is not None:
-            raise EmulatorError(f"set_v_f32's plus needs the compiled kernels ({self.where()})")
-        elif isinstance(w, slice):
+        if isinstance(w, slice):
             np.copyto(f[w, op.index:op.index + k].view(np.float32), value, casting="same_kind")
         else:
             f[w, op.index:op.index + k] = value.astype(np.float32).view(np.uint32)

@@ -42,6 +42,7 @@ import numpy as np
 from .. import hazards, numerics
 from ..errors import UnsupportedInstruction
 from ..registry import handles
+from ..state import LANES
 from . import dpp
 from .vop import flush_denorms
 
@@ -174,9 +175,30 @@ def _bf16_rne_bits(ex, op, bits):
     return (bits + (np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))) >> np.uint32(16)
 
 
+def _pk_bf16_compiled(ex, inst, w) -> bool:
+    """v_cvt_pk_bf16_f32 through fast.pk_bf16 where it applies (no modifier fields, VGPR
+    operands, no NaN lane): _pk16's reads, checks and write in its order, the same bits.
+    False: not done (nothing written; _pk16 then reads and checks again)."""
+    dst, a_op, b_op = inst.ops
+    if (inst.mods or inst.enc in ("dpp", "sdwa") or any(vop3_op_sel(inst))
+            or any(op.kind != "v" or op.count != 1 for op in inst.ops)):
+        return False
+    ex.role = None
+    for op in (a_op, b_op):
+        ex.check_read("v", w, op.index, 1)
+    rows = ex.wave_ids(w)
+    out = np.empty((len(rows), LANES), np.uint32)
+    if not ex.fast.pk_bf16(ex.waves.vgpr, rows, np.array([a_op.index, b_op.index]), not ex.denorm_f32,
+                           np.array([a_op.abs, b_op.abs]), np.array([a_op.neg, b_op.neg]), out):
+        return False
+    ex.set_v(dst, w, out, ex.exec_mask(w), hazards.VALU)
+    return True
+
+
 @handles("v_cvt_pk_bf16_f32", klass="valu")
 def cvt_pk_bf16_f32(ex, inst, w):
-    _pk16(ex, inst, w, numerics.f32_to_bf16_rne, _bf16_rne_bits)
+    if ex.fast is None or not _pk_bf16_compiled(ex, inst, w):
+        _pk16(ex, inst, w, numerics.f32_to_bf16_rne, _bf16_rne_bits)
 
 
 def _f16_out(ex, bits):

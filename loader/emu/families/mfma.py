@@ -313,33 +313,15 @@ def _b_element_index(name: str, fmt_bytes: int) -> np.ndarray:
     return np.ascontiguousarray(elem.reshape(spec.m, -1).T).ravel()
 
 
-@lru_cache(maxsize=None)
-def _a_element_index(name: str, fmt_bytes: int) -> np.ndarray:
-    """_unit_index's A units (rows in _row_order) as 1- or 2-byte element indices, each
-    unit's elements in order: the gather of these elements is A [M, K]."""
-    per_reg = 4 // fmt_bytes
-    elem = _unit_index(name, fmt_bytes, True)[:, None] * per_reg + np.arange(per_reg)
-    return np.ascontiguousarray(elem.ravel())
-
-
 def _read_decode(ex, op, w, count: int, fmt: str, index: np.ndarray, m: int, k: int,
-                 b_side: bool, elems: np.ndarray | None = None) -> np.ndarray:
+                 b_side: bool) -> np.ndarray:
     """float64 A [n, M, K] (b_side False) or B [n, K, N] (b_side True), C-contiguous,
     from the `count` registers of op (read with ex's checks) gathered as uint32 units
-    (A: _unit_index) or as elements (B: _b_element_index). elems (bf16 only: the same
-    gather as element indices, _a_element_index or _b_element_index) lets the compiled
-    gather (ex.fast) do it in one pass."""
+    (A: _unit_index) or as elements (B: _b_element_index)."""
     if op.kind not in ("v", "a") or op.count != count:
         raise UnsupportedInstruction(f"operand {op.text} is not {count} vector registers ({ex.where()})")
     ex.check_read(op.kind, w, op.index, count)
     f = ex.waves.file(op.kind)
-    if elems is not None and ex.fast is not None:
-        rows = ex.wave_ids(w)
-        shape = (len(rows), elems.size)
-        out = np.empty(shape, np.float64)
-        ex.fast.gather_bf16(f.reshape(f.shape[0], -1).view(np.uint16), rows, op.index * LANES * 2, elems,
-                            np.empty(shape, np.uint32), out)
-        return out.reshape((-1, k, m) if b_side else (-1, m, k))
     if isinstance(w, slice) and w == slice(None):
         # Every wave: gather straight from the register file (no copy of the operand).
         flat, base = f.reshape(f.shape[0], -1), op.index * LANES
@@ -374,8 +356,6 @@ class _Prepared:
         self.a_regs, self.b_regs = _operand_regs(spec, a_fmt), _operand_regs(spec, b_fmt)
         self.a_units = None if a_fmt == FP4 else _unit_index(inst.name, 2 if a_fmt in (F16, BF16) else 1, True)
         self.b_index = None if b_fmt == FP4 else _b_element_index(inst.name, 2 if b_fmt in (F16, BF16) else 1)
-        self.a_elems = _a_element_index(inst.name, 2) if a_fmt == BF16 else None
-        self.b_elems = self.b_index if b_fmt == BF16 else None
         order = _row_order(spec.m)
         nb = spec.k // 32
         # Scale lanes of A's rows (in _row_order) and B's columns, [M, nb] each.
@@ -386,11 +366,6 @@ class _Prepared:
         self.c_zero = c_op.kind == "imm"
         self.srcc_is_dst = (not self.c_zero and c_op.index == self.dst.index
                             and c_op.count == self.dst.count)
-        # srcC exactly the destination or apart from it: the compiled store may add it
-        # register by register as it writes (Executor.set_v_f32's plus)
-        self.c_in_store = spec.a_fmt != I8 and (self.c_zero or self.srcc_is_dst
-                                                or c_op.index + spec.c_regs <= self.dst.index
-                                                or self.dst.index + spec.c_regs <= c_op.index)
 
 
 def _prepare(ex, inst):
@@ -463,22 +438,21 @@ def mfma(ex, inst, w):
     spec = prep.spec
     m, k = spec.m, spec.k
     ex.role = None
-    a = _operand(ex, prep.a_op, w, prep.a_regs, prep.a_fmt, prep.a_units, m, k, False, prep.a_elems)
-    b = _operand(ex, prep.b_op, w, prep.b_regs, prep.b_fmt, prep.b_index, m, k, True, prep.b_elems)
+    a = _operand(ex, prep.a_op, w, prep.a_regs, prep.a_fmt, prep.a_units, m, k, False)
+    b = _operand(ex, prep.b_op, w, prep.b_regs, prep.b_fmt, prep.b_index, m, k, True)
     n = a.shape[0]
     if spec.scaled:
         sa = _scale_bytes(ex, inst, inst.ops[4], w, 0)
         sb = _scale_bytes(ex, inst, inst.ops[5], w, 1)
-    in_store = prep.c_in_store and ex.fast is not None
-    c = None
-    if not prep.c_zero:
+    if prep.c_zero:
+        c = None
+    else:
         ex.role = "c"
         ex.srcc_is_dst = prep.srcc_is_dst
         c_op = prep.c_op
         ex.check_read(c_op.kind, w, c_op.index, spec.c_regs)
-        if not in_store:
-            c = ex.waves.file(c_op.kind)[w, c_op.index:c_op.index + spec.c_regs].view(
-                np.int32 if spec.a_fmt == I8 else np.float32).reshape(n, -1)
+        c = ex.waves.file(c_op.kind)[w, c_op.index:c_op.index + spec.c_regs].view(
+            np.int32 if spec.a_fmt == I8 else np.float32).reshape(n, -1)
         ex.role = None
         ex.srcc_is_dst = False
     with np.errstate(all="ignore"):
@@ -489,10 +463,6 @@ def mfma(ex, inst, w):
             a = (a.reshape(n, m, nb, 32) * fa[..., None]).reshape(n, m, k)
             b = (b.reshape(n, nb, 32, m) * fb.transpose(0, 2, 1)[:, :, None, :]).reshape(n, k, m)
         d = np.matmul(a, b).reshape(n, m * m)      # rows in _row_order: register order
-        if in_store:
-            ex.set_v_f32(prep.dst, w, d.reshape(n, spec.c_regs, LANES), prep.writer,
-                         None if prep.c_zero else prep.c_op.index)
-            return
         if c is not None:
             d += c
         if spec.a_fmt == I8:
@@ -501,10 +471,10 @@ def mfma(ex, inst, w):
             ex.set_v_f32(prep.dst, w, d.reshape(n, spec.c_regs, LANES), prep.writer)
 
 
-def _operand(ex, op, w, count, fmt, units, m, k, b_side, elems=None):
+def _operand(ex, op, w, count, fmt, units, m, k, b_side):
     if fmt == FP4:
         return _read_fp4(ex, op, w, m, b_side)
-    return _read_decode(ex, op, w, count, fmt, units, m, k, b_side, elems)
+    return _read_decode(ex, op, w, count, fmt, units, m, k, b_side)
 
 
 def _i32_result(ex, inst, d: np.ndarray) -> np.ndarray:
