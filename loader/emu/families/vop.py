@@ -301,13 +301,14 @@ def _reject_sdwa(ex, inst):
 
 
 _NO_MASK = np.ones((1, LANES), bool)
+_NO_SCALARS = np.zeros((1, 3, 1), np.uint32)     # valu_f32's scalars where every source is a VGPR
 _NOT_FAST = object()
 
 
 def _valu_f32_plan(inst):
-    """(code, source operands, neg, abs) of an instruction fast.valu_f32 can run (VGPR
-    destination, VGPR/SGPR/constant sources, no DPP, SDWA or modifier fields), else
-    _NOT_FAST; made once per instruction."""
+    """(code, source operands, their VGPRs (-1: SGPR or constant), neg, abs) of an
+    instruction fast.valu_f32 can run (VGPR destination, VGPR/SGPR/constant sources, no
+    DPP, SDWA or modifier fields), else _NOT_FAST; made once per instruction."""
     code = fast.VALU_F32.get(inst.name)
     if code is None or inst.mods or inst.enc in ("dpp", "sdwa"):
         return _NOT_FAST
@@ -316,7 +317,8 @@ def _valu_f32_plan(inst):
     if dst.kind != "v" or any(op.kind == "a" for op in srcs):
         return _NOT_FAST
     pad = [False] * (3 - len(srcs))
-    return code, srcs, np.array([[op.neg for op in srcs] + pad]), np.array([[op.abs for op in srcs] + pad])
+    regs = np.array([[op.index if op.kind == "v" else -1 for op in srcs] + [-1] * len(pad)], np.int64)
+    return code, srcs, regs, np.array([[op.neg for op in srcs] + pad]), np.array([[op.abs for op in srcs] + pad])
 
 
 def _valu_f32_fast(ex, inst, w) -> bool:
@@ -328,19 +330,17 @@ def _valu_f32_fast(ex, inst, w) -> bool:
         plan = inst._valu_f32_plan = _valu_f32_plan(inst)
     if plan is _NOT_FAST:
         return False
-    code, srcs, neg, absolute = plan
-    dst = inst.ops[0]
+    code, srcs, regs, neg, absolute = plan
     ex.role = None
-    rows = ex.wave_ids(w)
-    regs = np.full((1, 3), -1, np.int64)
-    scalars = np.zeros((1, 3, len(rows)), np.uint32)
+    scalars = _NO_SCALARS
     for slot, op in enumerate(srcs):
         if op.kind == "v":
             ex.check_read("v", w, op.index, 1)
-            regs[0, slot] = op.index
         else:
+            if scalars is _NO_SCALARS:
+                scalars = np.zeros((1, 3, len(ex.wave_ids(w))), np.uint32)
             scalars[0, slot] = ex.s32(op, w)
-    run_f32_fast(ex, w, code, regs, scalars, neg, absolute, dst.index)
+    run_f32_fast(ex, w, code, regs, scalars, neg, absolute, inst.ops[0].index)
     return True
 
 

@@ -238,6 +238,8 @@ def pk_fma_f32(ex, inst, w):
 
 
 _PK_NOT_FAST = object()
+_PK_SCALARS = np.zeros((2, 3, 1), np.uint32)      # unused: every source is a VGPR
+_PK_ABS = np.zeros((2, 3), bool)
 
 
 def _pk_f32_plan(inst):
@@ -267,8 +269,7 @@ def _pk_f32_fast(ex, inst, w) -> bool:
     for i in range(2):
         for half in range(2):
             ex.check_read("v", w, int(regs[half, i]), 1)
-    run_f32_fast(ex, w, code, regs, np.zeros((2, 3, len(ex.wave_ids(w))), np.uint32), neg,
-                 np.zeros((2, 3), bool), inst.ops[0].index)
+    run_f32_fast(ex, w, code, regs, _PK_SCALARS, neg, _PK_ABS, inst.ops[0].index)
     return True
 
 
