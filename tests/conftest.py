@@ -18,6 +18,7 @@ from gfxasm.cli import load_cases
 from gfxasm.emu import fast
 from gfxasm.manifest import Manifest
 from gfxasm.toolchain import find_tool
+from tests.conformance.cases import SHARED_DIR
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EMU_TESTS = Path(__file__).parent / "emu"
@@ -149,3 +150,27 @@ def hip_stub(hipstub_library, tmp_path, monkeypatch) -> HipStub:
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda device: SimpleNamespace(gcnArchName=stub.arch.get(device, "gfx950:sramecc+:xnack-")))
     return stub
+
+
+# The ../shared/conformance extras (marked shared_conformance, in any test folder) run only
+# where that folder exists; elsewhere they are deselected (not skipped, not passed) and the
+# session header says how many. Here, not in tests/conformance, so that a run of any subset
+# of the tests deselects them too.
+_deselected_shared: list = []
+
+
+def pytest_collection_modifyitems(config, items):
+    if SHARED_DIR.is_dir():
+        return
+    keep = [item for item in items if item.get_closest_marker("shared_conformance") is None]
+    _deselected_shared[:] = [item for item in items if item.get_closest_marker("shared_conformance") is not None]
+    if _deselected_shared:
+        config.hook.pytest_deselected(items=_deselected_shared)
+        items[:] = keep
+
+
+def pytest_report_collectionfinish(config, items):
+    if _deselected_shared:
+        return (f"conformance: {len(_deselected_shared)} ../shared/conformance extras deselected "
+                f"({SHARED_DIR} is absent); the corpus cases run")
+    return None
