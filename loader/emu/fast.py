@@ -80,7 +80,7 @@ def for_launch(strict: bool, waves: int) -> SimpleNamespace | None:
 
 
 def _load() -> SimpleNamespace | None:
-    global read_marks, _full_reg, _reads_settled, _flush_lanes, _nan_or        # called by other compiled functions
+    global read_marks, _full_reg, _reads_settled, _flush_f32, _nan_or        # called by other compiled functions
     if os.environ.get("GFXASM_EMU_NUMBA") == "0":
         return None
     try:
@@ -90,12 +90,12 @@ def _load() -> SimpleNamespace | None:
     jit = njit(cache=True, nogil=True)
     _full_reg = jit(_full_reg)
     _reads_settled = jit(_reads_settled)
-    _flush_lanes = jit(_flush_lanes)
+    _flush_f32 = jit(_flush_f32)
     _nan_or = jit(_nan_or)
     read_marks = jit(_read_marks)
     return SimpleNamespace(read_marks=read_marks, reads_settled=_reads_settled, read_dwords=jit(_read_dwords),
                            writes_settled=jit(_writes_settled), write_marks=jit(_write_marks),
-                           flush_f32=jit(_flush_f32), record=jit(_record), release=jit(_release),
+                           flush_f32=_flush_f32, record=jit(_record), release=jit(_release),
                            busy_add=jit(_busy_add), valu_f32=jit(_valu_f32),
                            pk_bf16=jit(_pk_bf16))
 
@@ -356,7 +356,6 @@ def _read_dwords(addr, mask, slot, dwords, size, lds32, out, me, mine, wave, dma
     return True
 
 
-F32_MIN_NORMAL = np.float32(1.1754944e-38)
 VALU_F32 = {"v_add_f32": 0, "v_sub_f32": 1, "v_subrev_f32": 2, "v_mul_f32": 3, "v_fma_f32": 4, "v_fmac_f32": 4}
 
 
@@ -385,7 +384,7 @@ def _valu_f32(code, file32, rows, regs, scalars, neg, absolute, flush, dst, exec
                 else:
                     src[:] = scalars[h, s, i]
                 if flush:
-                    _flush_lanes(src)
+                    _flush_f32(src.view(np.uint32))
                 if absolute[h, s]:
                     for lane in range(lanes):
                         src[lane] = abs(src[lane])
@@ -410,7 +409,7 @@ def _valu_f32(code, file32, rows, regs, scalars, neg, absolute, flush, dst, exec
                 for lane in range(lanes):
                     out[lane] = _nan_or(a[lane], b[lane], a[lane] - b[lane])
             if flush:
-                _flush_lanes(out)
+                _flush_f32(out.view(np.uint32))
         for h in range(halves):
             reg = file32[r, dst + h]
             for lane in range(lanes):
@@ -427,14 +426,6 @@ def _nan_or(a, b, y):
     if b != b:
         return b + b
     return y
-
-
-def _flush_lanes(x):
-    """float32 x: denormals to the zero of their sign, in place (as _flush_f32)."""
-    for lane in range(x.size):
-        v = x[lane]
-        if v != 0 and abs(v) < F32_MIN_NORMAL:
-            x[lane] = np.float32(0.0) if v > 0 else np.float32(-0.0)
 
 
 def _pk_bf16(file, rows, regs, flush, absolute, neg, out):
