@@ -493,9 +493,10 @@ def reference(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_p
 
 def sum_reference(y: torch.Tensor, topk_ids: torch.Tensor, num_experts: int,
                   expert_map: torch.Tensor | None = None, num_local: int | None = None) -> torch.Tensor:
-    """The top-k sum of moe_sum and of the DIRECT down GEMM, exactly: per token, the rows of the slots whose expert is in
-    [0, num_experts) and whose local expert is in [0, num_local) (default num_experts) added
-    in slot order in f32 (IEEE, as v_add_f32), rounded to bf16."""
+    """The top-k sum of moe_sum and of the DIRECT down GEMM, exactly: per token, the rows
+    of the slots whose expert is in [0, num_experts) and whose local expert is in
+    [0, num_local) (default num_experts) added in slot order in f32 (IEEE, as v_add_f32),
+    rounded to bf16."""
     T, top_k = topk_ids.shape
     acc = torch.zeros(T, y.shape[1], dtype=torch.float32)
     rows = y.float().view(T, top_k, -1)

@@ -18,8 +18,9 @@ partial round re-simulated on the CUs it occupies. With sample_rounds > 1 (a cau
 kernel: workgroups differ round to round) the sample's rounds are scaled as before.
 
 DRAM traffic: the distinct 128-byte lines the sampled workgroups touched in each buffer,
-scaled to the whole grid (by its work, grid.GridClasses.scale, where workgroups differ) and capped at the buffer's size (caches are assumed to catch
-all reuse across workgroups — a lower bound on DRAM bytes).
+scaled to the whole grid (by its work, grid.GridClasses.scale, where workgroups differ)
+and capped at the buffer's size (caches are assumed to catch all reuse across workgroups
+— a lower bound on DRAM bytes).
 """
 from __future__ import annotations
 
