@@ -244,7 +244,7 @@ class Kernel:
 
         ex = Executor(self.program, self.name, waves, memory, strict=strict,
                       denorm_f32=kd.float_denorm_mode_32 == 3, denorm_f16=kd.float_denorm_mode_16_64 == 3,
-                      wave_names=wave_name, fp16_ovfl=kd.fp16_overflow)
+                      ieee_mode=kd.ieee_mode, wave_names=wave_name, fp16_ovfl=kd.fp16_overflow)
         ex.trace = trace
         ex.waived = waived
         if trace is not None and hasattr(trace, "attach"):

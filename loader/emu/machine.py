@@ -59,7 +59,8 @@ def imm_bits(op: Operand, width: int = 32, fp16: bool = False) -> int:
 
 class Executor:
     def __init__(self, program, kernel_name: str, waves: Waves, memory: Memory, *,
-                 strict: bool, denorm_f32: bool, denorm_f16: bool, wave_names, fp16_ovfl: bool = False):
+                 strict: bool, denorm_f32: bool, denorm_f16: bool, ieee_mode: bool, wave_names,
+                 fp16_ovfl: bool = False):
         self.program = program
         self.kernel_name = kernel_name
         self.waves = waves
@@ -68,6 +69,7 @@ class Executor:
         self.denorm_f32 = denorm_f32          # True: f32 denormals kept; False: flushed
         self.denorm_f16 = denorm_f16
         self.fp16_ovfl = fp16_ovfl            # MODE.FP16_OVFL: fp8 conversions saturate
+        self.ieee_mode = ieee_mode            # MODE.IEEE: v_min/max/med3_f32 quiet signaling NaNs
         self.wave_names = wave_names          # callable(wave index) -> "workgroup (x,y,z) wave i"
         self.lds = LdsTracker(waves.lds.shape[0], waves.lds_bytes, waves.count, strict)
         self.fast = fast.for_launch(strict, waves.count)    # compiled bookkeeping, or None
