@@ -31,6 +31,7 @@ _SOURCE = """
   .amdhsa_accum_offset {accum_offset}
   .amdhsa_float_denorm_mode_32 {denorm}
   .amdhsa_fp16_overflow {fp16_ovfl}
+  .amdhsa_ieee_mode {ieee}
   .amdhsa_group_segment_fixed_size {lds}
   .amdhsa_kernarg_size {kernarg_size}
 .end_amdhsa_kernel
@@ -56,7 +57,7 @@ amdhsa.kernels:
 
 
 def kernel_source(name: str, code: str, *, args=("inp", "out"), lds: int = 0, denorm: int = 3,
-                  fp16_ovfl: int = 0, vgprs: int = 512, accum_offset: int = 256, sgprs: int = 100,
+                  fp16_ovfl: int = 0, ieee: int = 1, vgprs: int = 512, accum_offset: int = 256, sgprs: int = 100,
                   max_workgroup: int = 64) -> str:
     """Assembly text of kernel `name` running `code` (which must end the program). `args`
     in kernarg order: a name is a pointer (8 bytes); (name, size) is a by-value scalar."""
@@ -70,7 +71,7 @@ def kernel_source(name: str, code: str, *, args=("inp", "out"), lds: int = 0, de
         lines.append(f"      - {{.name: {arg_name}, .offset: {offset}, .size: {size}, .value_kind: {kind}}}")
         offset += size
     return _SOURCE.format(name=name, code=code, args="\n".join(lines), lds=lds, denorm=denorm,
-                          fp16_ovfl=fp16_ovfl, vgprs=vgprs, accum_offset=accum_offset, sgprs=sgprs,
+                          fp16_ovfl=fp16_ovfl, ieee=ieee, vgprs=vgprs, accum_offset=accum_offset, sgprs=sgprs,
                           max_workgroup=max_workgroup, kernarg_size=-(-offset // 8) * 8)
 
 

@@ -36,10 +36,10 @@ _CODE = """
 
 
 def snippet_source(body: str, prologue: str = "", epilogue: str = "", *, lds: int = 0, denorm: int = 3,
-                   args=("inp", "out")) -> str:
+                   ieee: int = 1, args=("inp", "out")) -> str:
     """The harness kernel `snippet` around `body`: s[88:89] = inputs, s[90:91] = outputs."""
     code = _CODE.format(prologue=prologue, body=body, epilogue=epilogue)
-    return kernel_source("snippet", code, args=args, lds=lds, denorm=denorm)
+    return kernel_source("snippet", code, args=args, lds=lds, denorm=denorm, ieee=ieee)
 
 
 def _reg(name: str) -> tuple[str, int]:
@@ -47,7 +47,7 @@ def _reg(name: str) -> tuple[str, int]:
 
 
 def run_snippet(body: str, *, vgprs=None, agprs=None, sgprs=None, outputs=(), lds_bytes: int = 0,
-                denorm: int = 3, strict: bool = True, exec_mask: int | None = None,
+                denorm: int = 3, ieee: int = 1, strict: bool = True, exec_mask: int | None = None,
                 waive=()) -> dict[str, np.ndarray]:
     """Run `body` in one wave; returns {register name: uint32[64] (or a scalar for SGPRs)}."""
     vgprs, agprs, sgprs = dict(vgprs or {}), dict(agprs or {}), dict(sgprs or {})
@@ -85,7 +85,7 @@ def run_snippet(body: str, *, vgprs=None, agprs=None, sgprs=None, outputs=(), ld
         else:
             src = f"v{index}"
         epilogue.append(f"  global_store_dword v255, {src}, s[90:91]\n  s_add_u32 s90, s90, 256\n  s_addc_u32 s91, s91, 0")
-    source = snippet_source(body, "\n".join(prologue), "\n".join(epilogue), lds=lds_bytes, denorm=denorm)
+    source = snippet_source(body, "\n".join(prologue), "\n".join(epilogue), lds=lds_bytes, denorm=denorm, ieee=ieee)
     inp = torch.from_numpy(np.concatenate(data).view(np.int32) if data else np.zeros(64, np.int32)).clone()
     out = torch.full((max(1, len(outputs)) * 64,), -1, dtype=torch.int32)
     kernarg = struct.pack("<QQ", inp.data_ptr(), out.data_ptr())

@@ -8,6 +8,8 @@ whole [waves, 64] arrays, applies clamp/omod, and writes the lanes EXEC enables.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .. import fast, hazards
@@ -92,12 +94,63 @@ def _med3(a, b, c):
     return np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c))
 
 
-def _fmin(a, b):
-    return np.fmin(a, b)   # IEEE minNum: a NaN operand yields the other operand
+# v_min_f32 / v_max_f32 as the CDNA4 ISA reference gives them (section 12.7, VOP2; v_min3,
+# v_max3 and v_med3_f32 of section 12.10 are defined through them), lane by lane:
+#   1. MODE.IEEE and S0 a signaling NaN: S0 quieted (its payload with the quiet bit set);
+#   2. MODE.IEEE and S1 a signaling NaN: S1 quieted;
+#   3. S0 a NaN: S1 (itself when a NaN too);  4. S1 a NaN: S0;
+#   5. otherwise the smaller (larger) with -0 < +0; of two equal values S1 (the same bits).
+# np.fmin/np.fmax are not that: which NaN or zero they return depends on the array's
+# length (their SIMD loop), so the same lanes could give different bits run to run.
+_QUIET_BIT = np.uint32(0x00400000)
 
 
-def _fmax(a, b):
-    return np.fmax(a, b)
+def _select_f32(ieee: bool, a, b, take_a):
+    """The pseudocode's NaN steps around the ordered choice take_a (a where true, else b)."""
+    a = np.asarray(a, np.float32)
+    b = np.asarray(b, np.float32)
+    a_nan, b_nan = np.isnan(a), np.isnan(b)
+    r = np.where(a_nan, b, np.where(b_nan, a, np.where(take_a, a, b)))
+    if ieee:
+        ab, bb = a.view(np.uint32), b.view(np.uint32)
+        a_snan = a_nan & ((ab & _QUIET_BIT) == 0)
+        b_snan = b_nan & ((bb & _QUIET_BIT) == 0)
+        if a_snan.any() or b_snan.any():
+            quiet = np.where(a_snan, ab | _QUIET_BIT, bb | _QUIET_BIT).view(np.float32)
+            r = np.where(a_snan | b_snan, quiet, r)
+    return r.astype(np.float32)
+
+
+def _zeros_ordered(a, b):
+    """a is -0 and b is +0: the one pair the pseudocode orders although a == b."""
+    return (a == 0) & (b == 0) & np.signbit(a) & ~np.signbit(b)
+
+
+def _fmin(ieee: bool, a, b):
+    return _select_f32(ieee, a, b, (a < b) | _zeros_ordered(a, b))
+
+
+def _fmax(ieee: bool, a, b):
+    return _select_f32(ieee, a, b, (a > b) | _zeros_ordered(b, a))
+
+
+def _fmed3(ieee: bool, a, b, c):
+    """V_MED3_F32: with any NaN operand v_min3_f32, else v_max_f32 of the two operands
+    that are not the maximum (the first of S0, S1 equal to it by ==, else S2)."""
+    top = _fmax(ieee, _fmax(ieee, a, b), c)
+    med = np.where(top == a, _fmax(ieee, b, c), np.where(top == b, _fmax(ieee, a, c), _fmax(ieee, a, b)))
+    any_nan = np.isnan(a) | np.isnan(b) | np.isnan(c)
+    return np.where(any_nan, _fmin(ieee, _fmin(ieee, a, b), c), med).astype(np.float32)
+
+
+# Ops whose lane function also takes MODE.IEEE (its first argument).
+IEEE_MODE_OPS = {
+    "v_min_f32": (F32, (F32, F32), _fmin),
+    "v_max_f32": (F32, (F32, F32), _fmax),
+    "v_min3_f32": (F32, (F32, F32, F32), lambda ieee, a, b, c: _fmin(ieee, _fmin(ieee, a, b), c)),
+    "v_max3_f32": (F32, (F32, F32, F32), lambda ieee, a, b, c: _fmax(ieee, _fmax(ieee, a, b), c)),
+    "v_med3_f32": (F32, (F32, F32, F32), _fmed3),
+}
 
 
 def _exp2(x):
@@ -121,11 +174,6 @@ VOP = {
     "v_fmac_f32": (F32, (F32, F32, "dst:f32"), _fma_f32),
     "v_mac_f32": (F32, (F32, F32, "dst:f32"), lambda a, b, c: (a * b) + c),
     "v_mad_f32": (F32, (F32, F32, F32), lambda a, b, c: (a * b) + c),
-    "v_min_f32": (F32, (F32, F32), _fmin),
-    "v_max_f32": (F32, (F32, F32), _fmax),
-    "v_min3_f32": (F32, (F32, F32, F32), lambda a, b, c: _fmin(_fmin(a, b), c)),
-    "v_max3_f32": (F32, (F32, F32, F32), lambda a, b, c: _fmax(_fmax(a, b), c)),
-    "v_med3_f32": (F32, (F32, F32, F32), _med3),
     "v_ldexp_f32": (F32, (F32, I32), lambda a, b: np.ldexp(_f64(a), np.clip(b, -1000, 1000)).astype(np.float32)),
     # LLVM ConstantFolding (amdgcn_fract): v_fract is OpenCL fract, fmin(x - floor(x), 0x1.fffffep-1).
     "v_fract_f32": (F32, (F32,), lambda a: np.minimum((a - np.floor(a)).astype(np.float32),
@@ -360,7 +408,11 @@ def run_f32_fast(ex, w, code: int, regs, scalars, neg, absolute, dst: int):
 def valu(ex, inst, w):
     if ex.fast is not None and _valu_f32_fast(ex, inst, w):
         return
-    dst_ty, src_tys, fn = VOP[inst.name]
+    if inst.name in IEEE_MODE_OPS:
+        dst_ty, src_tys, mode_fn = IEEE_MODE_OPS[inst.name]
+        fn = functools.partial(mode_fn, ex.ieee_mode)
+    else:
+        dst_ty, src_tys, fn = VOP[inst.name]
     _reject_sdwa(ex, inst)
     if inst.mods.get("clamp") and dst_ty not in (F32, F16, F64):
         raise UnsupportedInstruction(f"integer clamp (saturation) is not modelled ({ex.where()})")
@@ -387,7 +439,7 @@ def valu(ex, inst, w):
     ex.set_v(dst, w, _result_bits(ex, inst, dst_ty, r, old), mask, writer)
 
 
-for _name in VOP:
+for _name in (*VOP, *IEEE_MODE_OPS):
     handles(_name, klass="trans" if _name in TRANS_OPS else "valu")(valu)
 
 
