@@ -10,6 +10,7 @@ folder is absent, and the session header says so (conftest.py).
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import gfxasm.emu as emu
@@ -158,13 +159,14 @@ def _race_then_loose(make, pattern: str, wrong_under: dict[str, str] | None = No
 
 
 def test_causal_fmha_second_q_tile_lds_race_is_reported():
-    """A finding, pinned (docs/isa-notes.md): a causal workgroup takes two Q tiles; before
-    the second, each wave waits for its own loads only (s_waitcnt vmcnt(0) at pc 0x7e48)
-    and issues the next Q tile's LDS DMA (pc 0x3764) with no s_barrier after the first
-    tile's epilogue. Another wave's last speculative V prefetch into the same bytes (pc
-    0x5014, issued before the final barrier and left in flight by its vmcnt(2)) can land
-    after it: WAW. Adversarial seed 10 lands it so and rows 203-255 of O come out wrong
-    (docs/conformance.md)."""
+    """A finding, pinned (docs/conformance.md F1): a causal workgroup takes two Q tiles;
+    before the second, each wave waits for its own loads only (s_waitcnt vmcnt(0) at pc
+    0x7e48) and issues the next Q tile's LDS DMA (pc 0x3764) with no s_barrier after the
+    first tile's epilogue. Strict mode reports the WAW with another wave's last V prefetch
+    (pc 0x5014, left in flight by its vmcnt(2)); the same DMA also overwrites V bytes the
+    other waves may still read in the first tile's last P.V (0x743c-0x7534): WAR. Under
+    adversarial seed 10 one wave runs ahead so and rows 203-255 of O come out wrong: the
+    WAR, as test_causal_fmha_wrong_seed_is_the_next_q_dma_over_v shows for seed 15."""
     _race_then_loose(lambda: cases.fmha_fwd(1, 2, 1, 300, 300, causal=True),
                      r"buffer_load_dwordx4 writes LDS address 0x[0-9a-f]+ .*which wave \d of the workgroup "
                      r"wrote.*pc 0x3764", wrong_seed=(10, "O max error"))
@@ -173,9 +175,119 @@ def test_causal_fmha_second_q_tile_lds_race_is_reported():
 def test_causal_group_fmha_second_q_tile_lds_race_is_reported():
     """The same loop in the group object: the next Q tile's LDS DMA (pc 0x37e4) overwrites
     bytes the other waves read with ds_read_b64_tr_b16 in the first tile's last P.V
-    (pc 0x77cc), no s_barrier between: WAR."""
+    (pc 0x77cc), no s_barrier between: WAR. Its wrong-output seed (3) is pinned, with the
+    reads it corrupts, by test_causal_fmha_wrong_seed_is_the_next_q_dma_over_v."""
     _race_then_loose(lambda: cases.fmha_fwd_group([37, 260], [37, 300], 2, 2, causal=True),
                      r"buffer_load_dwordx4 overwrites LDS address 0x8200 .*other waves.*pc 0x37e4")
+
+
+def _lds_sources(monkeypatch):
+    """While the test runs, record for every DS read the write that each dword it reads
+    last came from: (wave, pc, n) -> int64[lanes, dwords] of write ids, n counting that
+    wave's executions of pc from 0, a write id `wave << 40 | pc << 16 | n` of the DS write
+    (at issue) or LDS DMA (when it lands) that put the dword there, -1 never written, -2 an
+    inactive lane. In a race-free kernel these are the same under every schedule.
+    Returns (that dict, restart()): restart forgets everything before the next launch."""
+    from gfxasm.emu import lds, machine
+    reads, count, state = {}, {}, {}
+    step, read, write, dma_reserve = machine.Executor._step, lds.read, lds.write, lds.dma_reserve
+
+    def ids(ex, w) -> list[int]:
+        pc = ex.inst.pc
+        return [wave << 40 | pc << 16 | count[wave, pc] - 1 for wave in ex.wave_ids(w).tolist()]
+
+    def dwords(ex, w, addr, nbytes, mask):
+        """(write-id array, [n, lanes, dwords] indices into it) of an access."""
+        per_slot = (ex.waves.lds.shape[1] + 3) // 4
+        if "src" not in state:
+            state["src"] = np.full(ex.waves.lds.shape[0] * per_slot, -1, np.int64)
+        first = addr.astype(np.int64)[:, :, None] // 4 + np.arange((nbytes + 3) // 4)
+        slot = ex.waves.slot[ex.wave_ids(w)].astype(np.int64)[:, None, None] * per_slot
+        return state["src"], slot + np.clip(first, 0, per_slot - 1)
+
+    def counted_step(ex, w, inst):
+        for wave in ex.wave_ids(w).tolist():
+            count[wave, inst.pc] = count.get((wave, inst.pc), 0) + 1
+        return step(ex, w, inst)
+
+    def traced_read(ex, w, addr, nbytes, mask, what, **kw):
+        src, at = dwords(ex, w, addr, nbytes, mask)
+        seen = np.where(mask[:, :, None], src[at], -2)
+        for row, key in enumerate(ids(ex, w)):
+            key = (key >> 40, key >> 16 & 0xFFFFFF, key & 0xFFFF)
+            reads[key] = seen[row] if key not in reads else np.concatenate([reads[key], seen[row]], 1)
+        return read(ex, w, addr, nbytes, mask, what, **kw)
+
+    def traced_write(ex, w, addr, data, mask, what):
+        release = write(ex, w, addr, data, mask, what)
+        src, at = dwords(ex, w, addr, data.shape[2], mask)
+        for row, key in enumerate(ids(ex, w)):
+            src[at[row][mask[row]]] = key
+        return release
+
+    def traced_dma(ex, w, addr, nbytes, mask, what, data=None):
+        land = dma_reserve(ex, w, addr, nbytes, mask, what, data)
+        src, at = dwords(ex, w, addr, nbytes, mask)
+        keys = ids(ex, w)
+
+        def traced_land(rows, data):
+            land(rows, data)
+            for row in np.asarray(rows).tolist():
+                src[at[row][mask[row]]] = keys[row]
+        return traced_land
+
+    monkeypatch.setattr(machine.Executor, "_step", counted_step)
+    monkeypatch.setattr(lds, "read", traced_read)
+    monkeypatch.setattr(lds, "write", traced_write)
+    monkeypatch.setattr(lds, "dma_reserve", traced_dma)
+
+    def restart():
+        for recorded in (reads, count, state):
+            recorded.clear()
+    return reads, restart
+
+
+# F1's wrong adversarial seeds that a gate before the next Q tile was said not to repair:
+# name -> (case, seed, pcs of the first tile's last P.V reads of V, pcs of the next Q
+# tile's LDS DMAs)
+F1_WITNESSES = {
+    "causal_Sq300_seed15": (lambda: cases.fmha_fwd(1, 2, 1, 300, 300, causal=True), 15, (0x743c, 0x7534),
+                            {0x3764, 0x37b8, 0x380c, 0x3860, 0x38b4, 0x38c8, 0x38dc, 0x38f0}),
+    "causal_group_37_260_seed3": (lambda: cases.fmha_fwd_group([37, 260], [37, 300], 2, 2, causal=True), 3,
+                                  (0x77cc, 0x78c4), {0x37e4, 0x3838, 0x388c, 0x38e0, 0x3934, 0x3948, 0x395c, 0x3970}),
+}
+
+
+@pytest.mark.parametrize("name", list(F1_WITNESSES))
+def test_causal_fmha_wrong_seed_is_the_next_q_dma_over_v(name, monkeypatch):
+    """The cause of an F1 wrong output, named from the data (docs/conformance.md F1): every
+    DS read that sees another write under the seed than under lockstep is a
+    ds_read_b64_tr_b16 of V in the first Q tile's last P.V, and it sees the next Q tile's
+    LDS DMA where lockstep's saw the V prefetch: one wave has finished its first tile,
+    passed its own `s_waitcnt vmcnt(0)` (no barrier) and loaded the next Q over V before
+    the others read it. That is the WAR strict mode reports, an order the ISA allows."""
+    make, seed, (lo, hi), q_dma = F1_WITNESSES[name]
+    sources, restart = _lds_sources(monkeypatch)
+    case = make()
+    run(case, strict=False)
+    case.check()
+    lockstep = dict(sources)
+    restart()
+    case = make()
+    run(case, strict=False, schedule="adversarial", seed=seed)
+    with pytest.raises(AssertionError, match="O max error"):
+        case.check()
+    assert sources.keys() == lockstep.keys()
+    differ = [key for key, seen in sources.items() if (seen != lockstep[key]).any()]
+    assert differ
+    for key in differ:
+        wave, pc, n = key
+        assert n == 0 and lo <= pc <= hi, f"wave {wave} pc {pc:#x} read {n} sees other writes"
+        now, then = sources[key], lockstep[key]
+        for was, got in set(zip(then[now != then].tolist(), sources[key][now != then].tolist())):
+            assert (was >> 16 & 0xFFFFFF) not in q_dma, f"lockstep's read at {pc:#x} saw a Q DMA"
+            assert (got >> 16 & 0xFFFFFF) in q_dma and got & 0xFFFF == 1, \
+                f"wave {wave} pc {pc:#x} saw write {got:#x}, not the second Q tile's DMA"
 
 
 @pytest.mark.parametrize("ctx, Hk, seed, wrong", [([1, 77], 1, 0, "O not fully written"),
