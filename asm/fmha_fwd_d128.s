@@ -117,18 +117,23 @@
 ; pools may exceed 4 GiB; the slot index is 32-bit. The page entries take 4 VGPRs of the
 ; operand ring (RING 7, PF 5). Per iteration a wave spends 58 extra ops (9 per line, 5 per
 ; entry): the paging cost.
-; FP8 = 1 (PAGED only): Q/K/V e4m3, O bf16. v_mfma_f32_32x32x16_fp8_fp8 has the bf16
-; MFMA's lane layout (k = 8(l/32) + e, 8 bytes per lane), so the pipeline is unchanged:
-; Q as 8 steps of 8 bytes (d = 16s + 8(l/32)), K by ds_read_b64 (rows of 128 bytes, chunk
-; c of row r at 16*(c ^ (r/2)%8)), V^T by one ds_read_b64_tr_b8 per operand in the key
-; order of P's registers (chunk c at 16*(c ^ (2((r/2)%2) + 4((r/8)%2)))); `gfxasm stats
-; --lds` counts the V reads conflict-free under every phase hypothesis, the K reads 2-way
-; (+2 cycles each, under ds_read_b64's measured phases); one DMA line of 8 rows per wave per tile. Q is not re-quantised: scores stay in
+; FP8 = 1 (PAGED only): Q/K/V e4m3, O bf16. Both GEMMs use v_mfma_f32_32x32x64_f8f6f4
+; (e4m3 A and B: cbsz = blgp = 0; 16 passes for 4x the work of the bf16 32x32x16's 8: twice
+; the bf16 rate), whose operands are 32 bytes (8 VGPRs) per lane, byte 16h + u (h = 0, 1)
+; at k = 16(l/32) + u + 32h (fact sheet §2; loader/emu/families/mfma.py agrees). A phase is
+; 4 of them, one per 4 of the 16 VALU slots of the bf16 schedule; the operand ring is 4
+; slots of 8 VGPRs, 2 operands ahead (the page entries move to v_kaddr+4..: 4 K addresses
+; suffice). GEMM0: 2 key blocks x 2 d steps of 64; Q (16 VGPRs) and K in natural d order,
+; K by two ds_read_b128 of 16-byte chunks 4s + 2h + l/32 of its row (rows of 128 bytes, chunk
+; c of row r at 16*(c ^ (r/2)%8): 16 lanes of one chunk hit 16 different bank groups).
+; GEMM1: one MFMA per d block over all 64 keys: P's 32 bytes are its S registers in order
+; (byte t = key 32(t/16) + 8((t%16)/4) + 4(l/32) + t%4), and V^T comes in that key order by
+; four ds_read_b64_tr_b8 (16 keys each; chunk c at 16*(c ^ (2((r/2)%2) + 4((r/8)%2))));
+; `gfxasm stats --lds` counted these V reads conflict-free under every phase hypothesis.
+; One DMA line of 8 rows per wave per tile. Q is not re-quantised: scores stay in
 ; raw units (m, -m, the lazy test against 8/c), and c = scale * log2(e) * q_descale *
 ; k_descale multiplies S - m before each exp2; P <= 2^8 (lazy threshold) fits e4m3
 ; (448) and goes to e4m3 for the P.V MFMA, while l sums the f32 P; O = v_descale P.V / l.
-; This MFMA runs at the bf16 rate (8 passes per 32x32x16): the FP8 gain of the 32x32x64
-; f8f6f4 form (16 passes per 4x the work) is not taken yet.
 ;   BLK = 1 (FP8; alone for page_size >= 64: a 64-key tile lies in one page): kv_block_descale, a
 ; (k, v) scale per page and KV head. Each DMA also loads its K tile's pair (the page of its
 ; line's entry; a vector load, so the barrier's vmcnt(0) lands it; SMEM would leave
@@ -221,8 +226,13 @@
 .set L_FLOOR, 0x0da24260               ; 1e-30f: 1/max(l, floor) keeps O = 0 for rows with no key
 .set LN2, 0x3f317218                   ; ln(2)
 .if PAGED
+.if FP8
+.set RING, 4                           ; 4 slots of 8 VGPRs: one f8f6f4 operand each (the page entries: v_g_k0)
+.set PF, 2                             ; (PF <= RING - 2: a slot is re-read 2 MFMAs after its last use)
+.else
 .set RING, 7                           ; (4 VGPRs of the ring hold the DMA page entries, v_g_*)
 .set PF, 5                             ; (PF <= RING - 2: a slot is re-read 2 MFMAs after its last use)
+.endif
 .set LINES, 2 - FP8                    ; DMA lines per wave and tile of K (and of V): 4 rows of 256 bytes, or FP8 8 of 128
 .set DMA_OPS, 28 * LINES + 2 + 4 * BLK ; ops of one iteration's DMA (pdma_op): 9 per line, 5 per page entry (+4: the tile's scales)
 .else
@@ -343,7 +353,11 @@
 .set v_cbase_v, 20          ; [20:21] likewise for v_cache
 .set v_rl, 23               ; row in the tile of this lane's line w: 4w + l/16 (line w+8: + 32)
 .set v_mask_t, v_t1         ; (the mask's limit: a temporary, free at the mask)
+.if FP8
+.set v_g_k0, v_kaddr + 4    ; (FP8: the ring fills v_op, and 4 K addresses suffice)
+.else
 .set v_g_k0, v_op + 4*RING  ; page-table entry, then global row, of K line w, K line w+8,
+.endif
 .set v_g_k1, v_g_k0 + 1     ; V line w, V line w+8 of the next DMA (loaded one DMA ahead)
 .set v_g_v0, v_g_k0 + 2
 .set v_g_v1, v_g_k0 + 3
@@ -383,11 +397,17 @@
 ; ============================================================================ macros
 
 ; GEMM1 operand i (k step i/4, d block i%4) into ring slot \slot: keys 16ks + 4(l/32) +
-; {0..3} and +8 of column d = 32 db + l%32, by two transposing reads of V buffer \buf
+; {0..3} and +8 of column d = 32 db + l%32, by two transposing reads of V buffer \buf.
+; FP8: operand i = d block i (all 64 keys), by four transposing reads: bytes 8ks + e
+; (e = 0..7, VGPRs 2ks, 2ks+1 of the slot) = keys 16ks + 8(e/4) + 4(l/32) + e%4 of
+; d = 32db + l%32, which is P's key order in its registers (see pv_mfma)
 .macro v_read_op slot, i, buf
 .if FP8
-    ; one transposing read: keys 16ks + 8(e/4) + 4(l/32) + e%4 (e = byte 0..7) of d = 32db + l%32
-    ds_read_b64_tr_b8 v[v_op + 4*(\slot) : v_op + 4*(\slot) + 1], v[v_vaddr + (\i) % 4] offset: LDS_V0 + (\buf) * TILE_BYTES + 2048 * ((\i) / 4)
+    .set _ks, 0
+    .rept 4
+        ds_read_b64_tr_b8 v[v_op + 8*(\slot) + 2*_ks : v_op + 8*(\slot) + 2*_ks + 1], v[v_vaddr + (\i)] offset: LDS_V0 + (\buf) * TILE_BYTES + 2048 * _ks
+        .set _ks, _ks + 1
+    .endr
 .else
     ds_read_b64_tr_b16 v[v_op + 4*(\slot) : v_op + 4*(\slot) + 1], v[v_vaddr + (\i) % 4] offset: LDS_V0 + (\buf) * TILE_BYTES + 4096 * ((\i) / 4)
     ds_read_b64_tr_b16 v[v_op + 4*(\slot) + 2 : v_op + 4*(\slot) + 3], v[v_vaddr + (\i) % 4] offset: LDS_V0 + (\buf) * TILE_BYTES + 4096 * ((\i) / 4) + 2048
@@ -395,19 +415,25 @@
 .endm
 
 ; GEMM0 operand i (key block i%2, d step i/2) into ring slot \slot; the K buffer's offset
-; is part of the v_kaddr addresses (kaddr_op moves them)
+; is part of the v_kaddr addresses (kaddr_op moves them). FP8 (d steps of 64): the 32x32x64
+; operand's bytes 16h + u (h = 0, 1) hold d = 64s + 32h + 16(l/32) + u, two 16-byte chunks
 .macro k_read_op slot, i, buf
 .if FP8
-    ds_read_b64 v[v_op + 4*(\slot) : v_op + 4*(\slot) + 1], v[v_kaddr + (\i) / 2] offset: LDS_K0 + 4096 * ((\i) % 2)
+    ds_read_b128 v[v_op + 8*(\slot) : v_op + 8*(\slot) + 3], v[v_kaddr + 2*((\i) / 2)] offset: LDS_K0 + 4096 * ((\i) % 2)
+    ds_read_b128 v[v_op + 8*(\slot) + 4 : v_op + 8*(\slot) + 7], v[v_kaddr + 2*((\i) / 2) + 1] offset: LDS_K0 + 4096 * ((\i) % 2)
 .else
     ds_read_b128 v[v_op + 4*(\slot) : v_op + 4*(\slot) + 3], v[v_kaddr + (\i) / 2] offset: LDS_K0 + 8192 * ((\i) % 2)
 .endif
 .endm
 
 ; GEMM1 MFMA i: O^T[d block i%4] += V^T[d block, k step i/4] * P^T[k step]  (4 accumulators rotate)
+; FP8: O^T[d block i] += V^T[d block] P^T over all 64 keys in one v_mfma_f32_32x32x64_f8f6f4
+; (e4m3 A and B: cbsz = blgp = 0). Its k = 16(l/32) + u + 32h at byte 16h + u (fact sheet
+; §2), and both operands hold at byte t the key 32(t/16) + 8((t%16)/4) + 4(l/32) + t%4:
+; P's bytes are S registers t (key block t/16, r = t%16) in order, v_read_op's follow them
 .macro pv_mfma slot, i
 .if FP8
-    v_mfma_f32_32x32x16_fp8_fp8 v[v_o + 16*((\i)%4) : v_o + 16*((\i)%4) + 15], v[v_op + 4*(\slot) : v_op + 4*(\slot) + 1], v[v_p + 2*((\i)/4) : v_p + 2*((\i)/4) + 1], v[v_o + 16*((\i)%4) : v_o + 16*((\i)%4) + 15]
+    v_mfma_f32_32x32x64_f8f6f4 v[v_o + 16*(\i) : v_o + 16*(\i) + 15], v[v_op + 8*(\slot) : v_op + 8*(\slot) + 7], v[v_p : v_p + 7], v[v_o + 16*(\i) : v_o + 16*(\i) + 15]
 .else
     mfma_32x32x16 v[v_o + 16*((\i)%4) : v_o + 16*((\i)%4) + 15], v[v_op + 4*(\slot) : v_op + 4*(\slot) + 3], v[v_p + 4*((\i)/4) : v_p + 4*((\i)/4) + 3], v[v_o + 16*((\i)%4) : v_o + 16*((\i)%4) + 15]
 .endif
@@ -418,11 +444,11 @@
 .macro qk_mfma slot, i, sbuf
     .set _sd, v_s0 + 32*(\sbuf) + 16*((\i)%2)
     .if BLKS && ((\i) / 2 == 0)                    ; (BLKS: v_negm holds scales; BLK's is 0 anyway)
-        v_mfma_f32_32x32x16_fp8_fp8 v[_sd : _sd + 15], v[v_op + 4*(\slot) : v_op + 4*(\slot) + 1], v[v_q + 2*((\i)/2) : v_q + 2*((\i)/2) + 1], 0
+        v_mfma_f32_32x32x64_f8f6f4 v[_sd : _sd + 15], v[v_op + 8*(\slot) : v_op + 8*(\slot) + 7], v[v_q + 8*((\i)/2) : v_q + 8*((\i)/2) + 7], 0
     .elseif FP8 && ((\i) / 2 == 0)
-        v_mfma_f32_32x32x16_fp8_fp8 v[_sd : _sd + 15], v[v_op + 4*(\slot) : v_op + 4*(\slot) + 1], v[v_q + 2*((\i)/2) : v_q + 2*((\i)/2) + 1], v[v_negm : v_negm + 15]
+        v_mfma_f32_32x32x64_f8f6f4 v[_sd : _sd + 15], v[v_op + 8*(\slot) : v_op + 8*(\slot) + 7], v[v_q + 8*((\i)/2) : v_q + 8*((\i)/2) + 7], v[v_negm : v_negm + 15]
     .elseif FP8
-        v_mfma_f32_32x32x16_fp8_fp8 v[_sd : _sd + 15], v[v_op + 4*(\slot) : v_op + 4*(\slot) + 1], v[v_q + 2*((\i)/2) : v_q + 2*((\i)/2) + 1], v[_sd : _sd + 15]
+        v_mfma_f32_32x32x64_f8f6f4 v[_sd : _sd + 15], v[v_op + 8*(\slot) : v_op + 8*(\slot) + 7], v[v_q + 8*((\i)/2) : v_q + 8*((\i)/2) + 7], v[_sd : _sd + 15]
     .elseif (\i) / 2 == 0
         mfma_32x32x16 v[_sd : _sd + 15], v[v_op + 4*(\slot) : v_op + 4*(\slot) + 3], v[v_q + 4*((\i)/2) : v_q + 4*((\i)/2) + 3], v[v_negm : v_negm + 15]
     .else
@@ -430,18 +456,57 @@
     .endif
 .endm
 
-; Operand g of an iteration's MFMA stream: with \a_on the first 16 are GEMM1's (V^T),
-; the rest GEMM0's (K). Read into ring slot g % RING.
+; Operand g of an iteration's MFMA stream: with \a_on the first 16 (FP8: 4) are GEMM1's
+; (V^T), the rest GEMM0's (K). Read into ring slot g % RING.
 .macro op_read g, a_on, kbuf, vbuf
-    .if (\a_on) && ((\g) < 16)
+    .if (\a_on) && ((\g) < 16 / (1 + 3 * FP8))
         v_read_op ((\g) % RING), (\g), \vbuf
     .else
-        k_read_op ((\g) % RING), ((\g) - 16*(\a_on)), \kbuf
+        k_read_op ((\g) % RING), ((\g) - 16*(\a_on) / (1 + 3 * FP8)), \kbuf
     .endif
+.endm
+
+; FP8: DS reads of operand g (4 transposing V reads for GEMM1's, 2 K reads for GEMM0's)
+.macro op_ds g, a_on
+    .if (\a_on) && ((\g) < 4)
+        .set _ds, 4
+    .else
+        .set _ds, 2
+    .endif
+.endm
+
+; FP8: _x = DS reads of an iteration's operands 0 .. min(cnt, _n / 4) - 1
+.macro ops_ds cnt, a_on
+    .set _x, 0
+    .set _o, 0
+    .rept \cnt
+        .if _o < _n / 4
+            op_ds _o, \a_on
+            .set _x, _x + _ds
+        .endif
+        .set _o, _o + 1
+    .endr
 .endm
 
 ; Wait for the reads of operands g and g+1 (g even): those of operands g+2 .. g+PF-1 (< n)
 ; may stay in flight (2 DS reads per GEMM1 operand, 1 per GEMM0 operand).
+.macro mfma_step8 g, a_on, n, par
+    .set _w, 0
+    .if (\g) + 1 < (\n)
+        op_ds ((\g) + 1), \a_on
+        .set _w, _ds
+    .endif
+    s_waitcnt lgkmcnt(_w)               ; in flight: operands g, g+1 (PF = 2) -> wait for g's
+    .if (\a_on) && ((\g) < 4)
+        pv_mfma ((\g) % RING), (\g)
+    .else
+        qk_mfma ((\g) % RING), ((\g) - 4*(\a_on)), (1 - (\par))
+    .endif
+    .if (\g) + PF < (\n)
+        op_read ((\g) + PF), \a_on, (1 - (\par)), (1 - (\par))
+    .endif
+.endm
+
 .macro op_wait g, a_on, n
     .set _w, 0
     .set _o, (\g) + 2
@@ -459,7 +524,13 @@
 .endm
 
 ; One MFMA of the stream: (every second one) wait for operands, issue it, read operand g + PF.
+; FP8: slot g of 16 per phase, one 32x32x64 MFMA (operand g/4, n/4 of them) per 4 slots
 .macro mfma_step g, a_on, n, par
+    .if FP8
+        .if (\g) % 4 == 0
+            mfma_step8 ((\g) / 4), \a_on, ((\n) / 4), \par
+        .endif
+    .else
     .if (\g) % 2 == 0
         op_wait \g, \a_on, \n
     .endif
@@ -470,6 +541,7 @@
     .endif
     .if (\g) + PF < (\n)
         op_read ((\g) + PF), \a_on, (1 - (\par)), (1 - (\par))
+    .endif
     .endif
 .endm
 
@@ -878,10 +950,10 @@ L_prep_back_\tag:
     .endif
     .set _ka, 0
     .if (\b_on) && (\a_on) && ((\grp) != 0)
-        .set _ka, 10                        ; K addresses move during phase A
+        .set _ka, 2 + (8 - 4 * FP8)               ; K addresses move during phase A
     .elseif (\b_on) && ((\grp) != 0)
         .set _i, 0
-        .rept 10                            ; ... or now, before the first K read
+        .rept 2 + (8 - 4 * FP8)                   ; ... or now, before the first K read
             kaddr_op _i
             .set _i, _i + 1
         .endr
@@ -892,7 +964,7 @@ L_prep_back_\tag:
     .endif
     .set _g, 0
     .rept PF
-        .if _g < _n
+        .if _g < _n / (1 + 3 * FP8)         ; (FP8: one 32x32x64 MFMA, one operand, per 4 slots)
             op_read _g, \a_on, 0, (1 - (\par))
         .endif
         .set _g, _g + 1
@@ -902,11 +974,8 @@ L_prep_back_\tag:
         s_cbranch_scc1 L_mask_\tag          ; tail keys or causal diagonal in this tile: out of line
 L_mask_back_\tag:
         .if BLKS
-            .set _pf, PF
-            .if _n < PF
-                .set _pf, _n
-            .endif
-            s_waitcnt lgkmcnt(_pf)          ; in flight: the k scales, the prefetch -> wait for the scales
+            ops_ds PF, \a_on
+            s_waitcnt lgkmcnt(_x)           ; in flight: the k scales, the prefetch -> wait for the scales
         .endif
         .if BLK
             blk_scores \first, \a_on
@@ -964,14 +1033,8 @@ L_orescale_back_\tag:
         .if BLKS
             ; and the scale-table write of the last barrier: every DS op this body issued
             ; (scale reads, the prefetch, phase A's operand reads) may stay in flight
-            .set _x, 16 * (\sm_on)
-            .set _g, 0
-            .rept PF + 16 * (\a_on)
-                .if _g < _n
-                    .set _x, _x + 1
-                .endif
-                .set _g, _g + 1
-            .endr
+            ops_ds (PF + 4 * (\a_on)), \a_on
+            .set _x, _x + 16 * (\sm_on)
             .if _x > 15
                 .set _x, 15
             .endif
@@ -1069,6 +1132,9 @@ L_prep_\tag:
 L_orescale_\tag:
     s_nop 7                             ; the last GEMM1 MFMA wrote O: 12 wait states before VALU touches it
     s_nop 2
+.if FP8
+    s_nop 7                             ; (FP8: 16 passes, 20 wait states)
+.endif
 .if BLK
     v_mov_b32 v[v_t2], s[s_vratio]
     s_cmp_eq_u32 s[s_resc], 0
@@ -1286,11 +1352,12 @@ L_oratio_\tag:
     v_add_u32 v[v_t0], s[s_t0], v[v_u_lq]
     v_mul_lo_u32 v[v_t0], v[v_t0], s[s_q_ss]
 .if FP8
-    ; (FP8: 8 bytes d = 16s + 8(l/32) .. +7 per d step s: the B operand of 32x32x16 fp8)
-    v_lshl_add_u32 v[v_u_qoff], v[v_u_lh], 3, v[v_t0]
+    ; (FP8: d step s of 64, half h: VGPRs 8s + 4h .. +3 = d 64s + 32h + 16(l/32) .. +15, the
+    ; B operand of the 32x32x64 f8f6f4 MFMA in k_read_op's d order)
+    v_lshl_add_u32 v[v_u_qoff], v[v_u_lh], 4, v[v_t0]
     .set _s, 0
-    .rept 8
-        buffer_load_dwordx2 v[v_q + 2*_s : v_q + 2*_s + 1], v[v_u_qoff], s[s_rsrc_q:s_rsrc_q+3], 0 offen offset: 16*_s
+    .rept 4
+        buffer_load_dwordx4 v[v_q + 4*_s : v_q + 4*_s + 3], v[v_u_qoff], s[s_rsrc_q:s_rsrc_q+3], 0 offen offset: 32*_s
         .set _s, _s + 1
     .endr
 .else
@@ -1359,13 +1426,14 @@ L_no_clamp:
 
     ; --- LDS read addresses ---
 .if FP8
-    ; K: key l%32 (+32 kb), 8 bytes d = 16s + 8(l/32) at key*128 + 16*(s ^ (key/2)%8) + 8(l/32)
+    ; K: key l%32 (+32 kb), address 2s + h: chunk c = 4s + 2h + l/32 (16 bytes d = 16c ..)
+    ; at key*128 + 16*(c ^ (key/2)%8)
     v_lshlrev_b32 v[v_t1], 7, v[v_u_lq]
-    v_lshl_add_u32 v[v_t1], v[v_u_lh], 3, v[v_t1]
     v_bfe_u32 v[v_t2], v[v_u_lq], 1, 3
     .set _s, 0
-    .rept 8
-        v_xor_b32 v[v_u3], _s, v[v_t2]
+    .rept (8 - 4 * FP8)
+        v_add_u32 v[v_u3], 2*_s, v[v_u_lh]
+        v_xor_b32 v[v_u3], v[v_u3], v[v_t2]
         v_lshl_add_u32 v[v_kaddr + _s], v[v_u3], 4, v[v_t1]
         .set _s, _s + 1
     .endr
@@ -1618,6 +1686,9 @@ L_q_scale:
     iteration pre, 1, 0, 0, 1, 0, 0                     ; GEMM0(0): S(0) into v_s0 from K[0]
     s_nop 7                                             ; S(0) was written by the last MFMA: 12 wait states
     s_nop 3                                             ; before the first softmax reads it
+.if FP8
+    s_nop 7                                             ; (FP8: 16 passes, 20 wait states)
+.endif
 L_loops:
 
 ; ============================================================================ main loop
@@ -1737,6 +1808,9 @@ L_epilogue:
 .endif
     s_nop 7                             ; O^T was written by the last MFMA: 12 wait states before VALU reads
     s_nop 3
+.if FP8
+    s_nop 7                             ; (FP8: 16 passes, 20 wait states)
+.endif
     ; l: partial sums, then the two lane halves
     v_add_f32 v[v_t0], v[v_l], v[v_l + 1]
     v_mov_b32 v[v_t1], v[v_t0]
