@@ -5,12 +5,14 @@ module does. The checks do it for the common case where nothing is to be reporte
 something might be, they return False without touching any state and the numpy path runs
 (and reports). Messages, state and results stay those of the numpy paths, bit for bit.
 
-read_marks (inside read_dwords): a lockstep DS read of 32 waves touches ~8,000 dwords;
-lds.py's numpy version of the checks and reader marks costs about a dozen whole-array
-gathers and scatters per read, the largest single cost of a strict FMHA run. read_marks
-does the same in three compiled passes, where every lane is ok and dword-aligned
-(Access.keys2 is [n, m]); read_dwords does the whole of such a read: addresses to keys,
-read_marks, the data.
+read_checks and mark_reads (read_dwords, lds.LdsTracker.settle): a lockstep DS read of
+32 waves touches ~8,000 dwords; lds.py's numpy version of the checks and reader marks
+costs about a dozen whole-array gathers and scatters per read, the largest single cost
+of a strict FMHA run. read_dwords does the whole of such a read where every lane is ok
+and dword-aligned: addresses to keys, read_checks (one compiled pass), the data; its
+reader marks are deferred (lds.LdsTracker.defer) and mark_reads applies them, in read
+order, only before something consults them, and not at all for a read that no later
+access can race with any more (LdsTracker.settle says why that is exact).
 
 write_marks (lds.write and lds.dma_reserve): the same for a DS write or an LDS DMA of
 whole dwords with every lane active: lds._check_pending, lds._check_order(write=True) and
@@ -64,7 +66,7 @@ import numpy as np
 
 MIN_WAVES = 64
 _loaded: list = []            # [namespace or None] once kernels() has run
-read_marks = None             # the compiled _read_marks, which _read_dwords calls
+read_checks = None            # the compiled _read_checks, which _read_dwords calls
 
 
 def kernels() -> SimpleNamespace | None:
@@ -80,7 +82,7 @@ def for_launch(strict: bool, waves: int) -> SimpleNamespace | None:
 
 
 def _load() -> SimpleNamespace | None:
-    global read_marks, _full_reg, _reads_settled, _flush_f32, _nan_or        # called by other compiled functions
+    global read_checks, _full_reg, _reads_settled, _flush_f32, _nan_or        # called by other compiled functions
     if os.environ.get("GFXASM_EMU_NUMBA") == "0":
         return None
     try:
@@ -92,8 +94,9 @@ def _load() -> SimpleNamespace | None:
     _reads_settled = jit(_reads_settled)
     _flush_f32 = jit(_flush_f32)
     _nan_or = jit(_nan_or)
-    read_marks = jit(_read_marks)
-    return SimpleNamespace(read_marks=read_marks, reads_settled=_reads_settled, read_dwords=jit(_read_dwords),
+    read_checks = jit(_read_checks)
+    return SimpleNamespace(read_checks=read_checks, mark_reads=jit(_mark_reads), key_bounds=jit(_key_bounds),
+                           deferred_fate=jit(_deferred_fate), reads_settled=_reads_settled, read_dwords=jit(_read_dwords),
                            writes_settled=jit(_writes_settled), write_marks=jit(_write_marks),
                            flush_f32=_flush_f32, record=jit(_record), release=jit(_release),
                            busy_add=jit(_busy_add), valu_f32=jit(_valu_f32),
@@ -104,13 +107,10 @@ SEVERAL = -2                  # lds._SEVERAL
 PENDING = np.iinfo(np.int32).max     # lds._PENDING
 
 
-def _read_marks(keys2, me, mine, wave, dma_pending, ds_pending, ds_owner, w_epoch, writer,
-                reader, r_epoch, scratch, flag, last):
-    """Checks of lds._check_pending(same_wave_ok=True) and lds._check_order(write=False)
-    over keys2[n, m] (row r: wave `wave[r]`, wave_in_group `me[r]`, epoch `mine[r]`); if
-    none fires, the reader marks exactly as the numpy path leaves them (duplicate keys:
-    every element reads the state from before the access, the last one's write stays;
-    a dword read by two waves of the access is marked SEVERAL). Returns whether it did."""
+def _read_checks(keys2, me, mine, wave, dma_pending, ds_pending, ds_owner, w_epoch, writer):
+    """The checks of lds._check_pending(same_wave_ok=True) and lds._check_order(write=False)
+    over keys2[n, m] (row r: wave `wave[r]`, wave_in_group `me[r]`, epoch `mine[r]`):
+    True where neither would report. Touches no state."""
     n, m = keys2.shape
     for r in range(n):
         for j in range(m):
@@ -119,7 +119,19 @@ def _read_marks(keys2, me, mine, wave, dma_pending, ds_pending, ds_owner, w_epoc
                 return False
             if w_epoch[k] >= mine[r] and writer[k] != me[r]:
                 return False
-            scratch[k] = me[r]             # scratch and last are no state: free to write
+    return True
+
+
+def _mark_reads(keys2, me, mine, reader, r_epoch, scratch, flag, last):
+    """The reader marks of lds._check_order(write=False) for a read whose checks passed,
+    exactly as the numpy path leaves them (duplicate keys: every element reads the state
+    from before the access, the last one's write stays; a dword read by two waves of the
+    access is marked SEVERAL). scratch, flag and last are scratch (flag all False after)."""
+    n, m = keys2.shape
+    for r in range(n):
+        for j in range(m):
+            k = keys2[r, j]
+            scratch[k] = me[r]
             last[k] = r * m + j
     if n > 1:
         for r in range(n):
@@ -140,7 +152,33 @@ def _read_marks(keys2, me, mine, wave, dma_pending, ds_pending, ds_owner, w_epoc
                     reader[k] = me[r]
                 r_epoch[k] = mine[r]
             flag[k] = False
-    return True
+
+
+def _key_bounds(keys2, dwords, wlo, whi):
+    """wlo[s], whi[s]: the lowest and highest of keys2's keys in slot s (key // dwords);
+    slots with none keep what they held (an empty range: wlo > whi)."""
+    n, m = keys2.shape
+    for r in range(n):
+        for j in range(m):
+            k = keys2[r, j]
+            s = k // dwords
+            wlo[s] = min(wlo[s], k)
+            whi[s] = max(whi[s], k)
+
+
+def _deferred_fate(lo, hi, mine, dwords, low, wlo, whi):
+    """What lds.LdsTracker.settle does with a deferred read whose row r covers keys
+    lo[r]..hi[r] at epoch mine[r]: 0 drop it (every row's epoch is below low[s], the
+    lowest epoch of its workgroup s = lo[r] // dwords), 1 keep it deferred (live, but no
+    row's range meets wlo[s]..whi[s]), 2 mark it now."""
+    live = False
+    for r in range(lo.size):
+        s = lo[r] // dwords
+        if mine[r] >= low[s]:
+            live = True
+            if lo[r] <= whi[s] and hi[r] >= wlo[s]:
+                return 2
+    return 1 if live else 0
 
 
 MFMA_BASE = 16                # hazards.MFMA_BASE: codes from here on are MFMA writers
@@ -326,12 +364,14 @@ def _writes_settled(at, by, need, srcc_at, srcc_passes, store_at, store_window, 
     return not ((any_p and short_p) or (valu and any_s and short_s))
 
 
-def _read_dwords(addr, mask, slot, dwords, size, lds32, out, me, mine, wave, dma_pending, ds_pending,
-                 ds_owner, w_epoch, writer, reader, r_epoch, scratch, flag, last, align):
+def _read_dwords(addr, mask, slot, dwords, size, lds32, out, keys2, lo, hi, me, mine, wave, dma_pending,
+                 ds_pending, ds_owner, w_epoch, writer, align):
     """lds.read of whole dwords for waves whose lanes are all active, in range and
-    aligned to `align` (a multiple of 4): lds.access's keys, read_marks, and the data into
-    out[n, 64, nbytes/4] (uint32). Returns False, with no state touched, where any of that
-    does not hold or a check would fire (lds.py then runs its numpy path)."""
+    aligned to `align` (a multiple of 4): lds.access's keys into keys2[n, 64 * nbytes/4]
+    (and each row's lowest and highest key into lo[n], hi[n]), read_checks, and the data
+    into out[n, 64, nbytes/4] (uint32); the reader marks are left to the caller
+    (lds.LdsTracker.defer). Returns False, with no state touched, where any of that does
+    not hold or a check would fire (lds.py then runs its numpy path)."""
     n, lanes, per = out.shape
     nbytes = 4 * per
     for r in range(n):
@@ -339,15 +379,16 @@ def _read_dwords(addr, mask, slot, dwords, size, lds32, out, me, mine, wave, dma
             a = addr[r, lane]
             if not mask[r, lane] or a < 0 or a + nbytes > size or a % align != 0:
                 return False
-    keys2 = np.empty((n, lanes * per), np.int64)
     for r in range(n):
         base = slot[r] * dwords
+        lo[r] = hi[r] = base + addr[r, 0] // 4
         for lane in range(lanes):
             first = base + addr[r, lane] // 4
+            lo[r] = min(lo[r], first)
+            hi[r] = max(hi[r], first + per - 1)
             for d in range(per):
                 keys2[r, lane * per + d] = first + d
-    if not read_marks(keys2, me, mine, wave, dma_pending, ds_pending, ds_owner, w_epoch, writer, reader,
-                      r_epoch, scratch, flag, last):
+    if not read_checks(keys2, me, mine, wave, dma_pending, ds_pending, ds_owner, w_epoch, writer):
         return False
     for r in range(n):
         for lane in range(lanes):

@@ -61,12 +61,58 @@ class LdsTracker:
             self.r_epoch = np.full(n, -1, np.int32)
             self._scratch = np.zeros(n, np.int8)
             self._flag = np.zeros(n, bool)
-            self._last = None      # int32[n] scratch of fast.read_dwords, made on first use
+            self._last = None      # int32[n] scratch of the fast marks, made on first use
+            self.reads = []        # deferred reader marks (defer, settle)
             # per dword: the last write was a whole-dword LDS DMA, and the value the last
             # such DMA reserved (what it lands)
             self.by_dma = np.zeros(n, bool)
             self.dma_value = np.zeros(n, np.uint32)
             self._values = np.zeros(n, np.uint32)
+
+    # Deferred reader marks: at most this many reads wait in self.reads before all settle.
+    MAX_DEFERRED = 32
+
+    def defer(self, fast, keys2: np.ndarray, lo: np.ndarray, hi: np.ndarray, me: np.ndarray, mine: np.ndarray,
+              slot_of: np.ndarray) -> None:
+        """Keep the reader marks of a read whose checks passed (fast.read_dwords: keys2[n, m],
+        row r covering keys lo[r]..hi[r], wave_in_group me[r], epoch mine[r]) for settle().
+        A read's marks join one (epoch, reader) pair into each dword's (r_epoch, reader):
+        the later epoch wins, at equal epochs two different readers make SEVERAL (for the
+        pair: the access's last element on the dword, SEVERAL where two of its waves read
+        it). Joins commute, so settle() may mark deferred reads in any order."""
+        self._fast = fast
+        self.reads.append((keys2, lo, hi, me, mine))
+        if len(self.reads) > self.MAX_DEFERRED:
+            self.settle(slot_of)
+
+    def settle(self, slot_of: np.ndarray, keys2: np.ndarray | None = None) -> None:
+        """Apply the deferred reader marks (fast.mark_reads) that an access to keys2 [n, m]
+        (None: to any dword) may consult; call before anything consults reader or r_epoch.
+        A read none of whose rows' key ranges meets the access's range in that workgroup
+        stays deferred. A read whose every row is at an epoch below S, the lowest epoch of
+        the waves of its workgroup now (slot_of: the slot of each wave), is dropped: its
+        join leaves a dword as it was or at an r_epoch below S, and all such states are
+        alike to every later access (a write's test, r_epoch >= its epoch >= S, cannot
+        fire on them; a later read's join, at an epoch >= S, replaces them)."""
+        if not self.reads:
+            return
+        slots = int(slot_of.max()) + 1
+        low = np.full(slots, _PENDING, np.int32)
+        np.minimum.at(low, slot_of, self.epoch)
+        wlo, whi = np.zeros(slots, np.int64), np.full(slots, np.iinfo(np.int64).max)
+        if keys2 is not None:
+            wlo[:], whi[:] = whi, 0
+            self._fast.key_bounds(keys2, self.dwords, wlo, whi)
+        keep = []
+        for rec in self.reads:
+            keys, lo, hi, me, mine = rec
+            fate = self._fast.deferred_fate(lo, hi, mine, self.dwords, low, wlo, whi)
+            if fate == 2:
+                self._fast.mark_reads(keys, me, mine, self.reader, self.r_epoch, self._scratch, self._flag,
+                                      self._last)
+            elif fate == 1:
+                keep.append(rec)
+        self.reads = keep
 
     def arrive(self, waves: np.ndarray) -> None:
         """s_barrier: the waves enter their next epoch."""
@@ -210,6 +256,7 @@ def _check_order(ex, w, acc: Access, what: str, write: bool, values=None):
     lds = ex.lds
     if not (ex.strict and lds.ordered):
         return
+    lds.settle(ex.waves.slot)
     waves = ex.wave_ids(w)
     keys = acc.keys2
     me = acc.per_row(ex.waves.wave_in_group[waves].astype(np.int8))
@@ -279,6 +326,7 @@ def _write_checked(ex, w, acc: Access, what: str, counts: np.ndarray, owner: boo
         if lds._last is None:
             lds._last = np.zeros(lds.writer.size, np.int32)
         waves = ex.wave_ids(w)
+        lds.settle(ex.waves.slot, acc.keys2)
         if fast.write_marks(acc.keys2, ex.waves.wave_in_group[waves].astype(np.int8), lds.epoch[waves], waves,
                             _NO_VALUES if values is None else values, values is not None, same_wave_ok, owner,
                             counts, ex.waves.lds.view(np.uint32).reshape(-1), lds.dma_pending, lds.ds_pending,
@@ -336,12 +384,15 @@ def _read_dwords_fast(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, al
         lds._last = np.zeros(lds.writer.size, np.int32)
     waves = ex.wave_ids(w)
     out = np.empty(mask.shape + (nbytes // 4,), np.uint32)
+    n = mask.shape[0]
+    keys2 = np.empty((n, mask.shape[1] * (nbytes // 4)), np.int64)
+    lo, hi = np.empty(n, np.int64), np.empty(n, np.int64)
+    me, mine = ex.waves.wave_in_group[waves].astype(np.int8), lds.epoch[waves]
     if not fast.read_dwords(addr.astype(np.int64, copy=False), mask, ex.waves.slot[waves].astype(np.int64), lds.dwords,
-                       lds.size, ex.waves.lds.view(np.uint32).reshape(-1), out,
-                       ex.waves.wave_in_group[waves].astype(np.int8), lds.epoch[waves], waves, lds.dma_pending,
-                       lds.ds_pending, lds.ds_owner, lds.w_epoch, lds.writer, lds.reader, lds.r_epoch,
-                       lds._scratch, lds._flag, lds._last, max(align, 4)):
+                            lds.size, ex.waves.lds.view(np.uint32).reshape(-1), out, keys2, lo, hi, me, mine, waves,
+                            lds.dma_pending, lds.ds_pending, lds.ds_owner, lds.w_epoch, lds.writer, max(align, 4)):
         return None
+    lds.defer(fast, keys2, lo, hi, me, mine, ex.waves.slot)
     return out.view(np.uint8)
 
 

@@ -1,8 +1,9 @@
 """The compiled fast paths (gfxasm.emu.fast, numba) against the numpy paths they stand in for.
 
-fast.read_marks (inside fast.read_dwords, lds.read's fast path) replaces lds.py's
-_check_pending + _check_order for a DS read where nothing is to be reported. Here both run on the same randomly drawn tracker state and
-access (duplicate dwords within and across waves, waves of one workgroup and of two,
+fast.read_checks then fast.mark_reads (lds.read's fast path: fast.read_dwords, then the
+marks deferred to lds.LdsTracker.settle) replace lds.py's _check_pending + _check_order
+for a DS read where nothing is to be reported. Here both run on the same randomly drawn
+tracker state and access (duplicate dwords within and across waves, waves of one workgroup and of two,
 epochs equal and apart, some dwords in flight): where the numpy path reports, the fast
 path must decline and leave the state untouched; elsewhere both must leave the same
 reader marks, bit for bit. fast.write_marks (lds._write_checked: DS writes and LDS DMA)
@@ -30,7 +31,8 @@ class _Ex:
 
     def __init__(self, tracker, wave_in_group):
         self.lds, self.strict, self.fast = tracker, True, None
-        self.waves = SimpleNamespace(wave_in_group=wave_in_group, lds=np.zeros((SLOTS, SIZE), np.uint8))
+        self.waves = SimpleNamespace(wave_in_group=wave_in_group, lds=np.zeros((SLOTS, SIZE), np.uint8),
+                                     slot=np.arange(len(wave_in_group)) // 4)
 
     def wave_ids(self, w):
         return np.arange(len(self.waves.wave_in_group))[w]
@@ -86,9 +88,12 @@ def _compare(ex, rows, acc) -> bool:
     for name in ("epoch", "writer", "w_epoch", "reader", "r_epoch", "dma_pending", "ds_pending", "ds_owner"):
         getattr(fast_ex.lds, name)[:] = getattr(t, name)
     f = fast_ex.lds
-    marked = fast.kernels().read_marks(acc.keys2, np.arange(8, dtype=np.int8)[rows] % 4, f.epoch[rows], rows, f.dma_pending,
-                             f.ds_pending, f.ds_owner, f.w_epoch, f.writer, f.reader, f.r_epoch, f._scratch,
-                             f._flag, np.zeros(f.writer.size, np.int32))
+    me, mine = np.arange(8, dtype=np.int8)[rows] % 4, f.epoch[rows]
+    marked = fast.kernels().read_checks(acc.keys2, me, mine, rows, f.dma_pending, f.ds_pending, f.ds_owner,
+                                        f.w_epoch, f.writer)
+    if marked:
+        fast.kernels().mark_reads(acc.keys2, me, mine, f.reader, f.r_epoch, f._scratch, f._flag,
+                                  np.zeros(f.writer.size, np.int32))
     try:
         lds._check_pending(ex, rows, acc, "ds_read", same_wave_ok=True)
         lds._check_order(ex, rows, acc, "ds_read", write=False)
