@@ -36,8 +36,10 @@ FLOP counts are the problem's: 4 B Hq Sq Sk D, causal counting only visible (q, 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import heapq
+import importlib
 import json
 import math
 import sys
@@ -201,53 +203,113 @@ def cases(full: bool = True) -> list[BenchCase]:
     return [bench_case(*c, causal) for c in configs for causal in (False, True)]
 
 
-def _estimate(B, Hq, Hk, Sq, Sk, causal, workgroup=None):
+def _estimate(B, Hq, Hk, Sq, Sk, causal, workgroup=None, class_search=True):
     """gfxasm.perf.estimate of the launch; with `workgroup` (x, y, z), that one workgroup is
     the sample instead of the ones compute unit 0 would run (same grid and buffers, so the
-    cache/DRAM accounting is the whole problem's)."""
+    cache/DRAM accounting is the whole problem's). class_search=False: gfxasm.perf.grid's
+    probing for workgroup classes is skipped (as if it found none: the sample scaling)."""
     from gfxasm.perf import estimate
     from gfxasm.perf import estimator as est_module
     variant, grid, raw, buffers = _launch_parts(B, Hq, Hk, Sq, Sk, causal)
-    chooser = est_module.representative_workgroups
+    chooser, finder = est_module.representative_workgroups, est_module.grid_mod.find_classes
     if workgroup is not None:
         est_module.representative_workgroups = lambda grid, per_cu, rounds: [tuple(workgroup)]
+    if not class_search:
+        est_module.grid_mod.find_classes = lambda *args: None
     try:
         return estimate(str(variant.co_path), grid, (512, 1, 1), raw, buffers, variant.kernel.symbol)
     finally:
-        est_module.representative_workgroups = chooser
+        est_module.representative_workgroups, est_module.grid_mod.find_classes = chooser, finder
 
 
-def modelled_seconds(B, Hq, Hk, S, causal) -> tuple[float, dict]:
+# Longest KV length (keys) a causal probe workgroup walks in the emulator by default; Q tiles
+# past it are extrapolated (probe_tiles, q_tile_seconds); None: no cap. Check one with --validate-cap.
+PROBE_CAP_KEYS = None
+
+
+def probe_tiles(tiles: int, cap_tiles: int | None = None) -> list[int]:
+    """The Q tiles whose workgroups a causal launch of `tiles` Q tiles models: five spread over
+    the grid (first, quarters, last); with `cap_tiles` below `tiles`, the same five spread over
+    the first cap_tiles only (the rest are extrapolated from the last two)."""
+    n = tiles if cap_tiles is None else min(tiles, cap_tiles)
+    return sorted({0, n // 4, n // 2, (3 * n) // 4, n - 1})
+
+
+def q_tile_seconds(probed: dict[int, float], t: int) -> float:
+    """Seconds of Q tile t's workgroup from the probed ones: linear between the probes around
+    t; past the last probe, on the line through the last two (a causal workgroup's time is
+    affine in the KV tiles it visits once its steady-state loop dominates)."""
+    ts = sorted(probed)
+    if t in probed:
+        return probed[t]
+    if t > ts[-1]:
+        lo, hi = (ts[-2], ts[-1]) if len(ts) > 1 else (ts[-1], ts[-1])
+    else:
+        lo = max(p for p in ts if p < t)
+        hi = min(p for p in ts if p > t)
+    if lo == hi:
+        return probed[lo]
+    return probed[lo] + (probed[hi] - probed[lo]) * (t - lo) / (hi - lo)
+
+
+def _cap_tiles(S: int, cap_keys: int | None) -> int | None:
+    """Q tiles under the cap (None: no cap applies, every probe is modelled)."""
+    if cap_keys is None or S <= cap_keys:
+        return None
+    if cap_keys < 4 * fmha.Q_TILE:
+        raise ValueError(f"cap_keys must be at least {4 * fmha.Q_TILE} (four Q tiles), got {cap_keys}")
+    return cap_keys // fmha.Q_TILE
+
+
+def _probe_seconds(B, Hq, Hk, S, tiles: list[int], class_search: bool = True) -> dict[int, tuple[float, float]]:
+    """Q tile -> (seconds, clock_hz) of its workgroup, each probe modelled in the whole launch
+    (its cycles at the sustained clock its own activity gives). Workgroup x runs Q tile
+    T-1-x (longest first)."""
+    T = math.ceil(S / fmha.Q_TILE)
+    out = {}
+    for t in tiles:
+        e = _estimate(B, Hq, Hk, S, S, True, workgroup=(T - 1 - t, 0, 0), class_search=class_search)
+        out[t] = (e.cycles_per_round / e.clock_hz, e.clock_hz)
+    return out
+
+
+def causal_makespan(B, Hq, S, probed: dict[int, float]) -> float:
+    """Seconds from the first dispatch to the last workgroup's end: per-workgroup seconds
+    (q_tile_seconds) list-scheduled on the CUs in dispatch order (x fastest, one workgroup
+    per CU at a time)."""
+    tiles = math.ceil(S / fmha.Q_TILE)
+    per_tile = [q_tile_seconds(probed, tiles - 1 - x) for x in range(tiles)]
+    free = [0.0] * P.NUM_CUS
+    heapq.heapify(free)
+    end = 0.0
+    for _ in range(B * Hq):
+        for c in per_tile:
+            start = heapq.heappop(free)
+            heapq.heappush(free, start + c)
+            end = max(end, start + c)
+    return end
+
+
+def modelled_seconds(B, Hq, Hk, S, causal, cap_keys: int | None = PROBE_CAP_KEYS) -> tuple[float, dict]:
+    """Modelled seconds of the launch and its detail. Causal: the workgroups of the Q tiles of
+    probe_tiles modelled, the others interpolated (q_tile_seconds), list-scheduled. Where S
+    exceeds `cap_keys` (None: never), only Q tiles whose workgroups walk at most cap_keys keys
+    are probed and the longer ones extrapolated; those probes skip gfxasm.perf.grid's class
+    search, which in such a grid (every Q tile's work differs) ends in None, the sample
+    scaling (--validate-cap checks both)."""
     if not causal:
         est = _estimate(B, Hq, Hk, S, S, False)
         return est.seconds, dict(cycles_per_workgroup=est.cycles_per_round, rounds=est.rounds,
                                  mfma_pipe_busy=est.mfma_utilization, clock_hz=est.clock_hz)
     tiles = math.ceil(S / fmha.Q_TILE)
-    probe = sorted({0, tiles // 4, tiles // 2, (3 * tiles) // 4, tiles - 1})
-    # workgroup x runs Q tile tiles-1-x (longest first): model the workgroup of each probed tile
-    # seconds per workgroup: each probe's cycles at the sustained clock its activity gives
-    ests = {t: _estimate(B, Hq, Hk, S, S, True, workgroup=(tiles - 1 - t, 0, 0)) for t in probe}
-    measured = {t: e.cycles_per_round / e.clock_hz for t, e in ests.items()}
-
-    def cycles(t):
-        lo = max(p for p in probe if p <= t)
-        hi = min(p for p in probe if p >= t)
-        if lo == hi:
-            return measured[lo]
-        return measured[lo] + (measured[hi] - measured[lo]) * (t - lo) / (hi - lo)
-
-    # dispatch order: x fastest; list-schedule the workgroups on the CUs (one at a time each)
-    per_wg = [cycles(tiles - 1 - x) for _ in range(B * Hq) for x in range(tiles)]
-    free = [0.0] * P.NUM_CUS
-    heapq.heapify(free)
-    end = 0.0
-    for c in per_wg:
-        start = heapq.heappop(free)
-        heapq.heappush(free, start + c)
-        end = max(end, start + c)
-    seconds = end + P.DEFAULT.launch_overhead_us * 1e-6
-    return seconds, dict(seconds_per_q_tile={str(t): measured[t] for t in probe}, makespan_s=end,
-                         clock_hz={str(t): e.clock_hz for t, e in ests.items()})
+    cap = _cap_tiles(S, cap_keys)
+    probes = _probe_seconds(B, Hq, Hk, S, probe_tiles(tiles, cap), class_search=cap is None)
+    measured = {t: s for t, (s, _) in probes.items()}
+    end = causal_makespan(B, Hq, S, measured)
+    return end + P.DEFAULT.launch_overhead_us * 1e-6, dict(
+        seconds_per_q_tile={str(t): s for t, s in measured.items()}, makespan_s=end,
+        clock_hz={str(t): c for t, (_, c) in probes.items()},
+        probe_cap_keys=cap_keys, extrapolated_past_q_tile=None if cap is None else cap - 1)
 
 
 def versus_aiter(B, Hq, Hk, S) -> dict:
@@ -267,6 +329,61 @@ def versus_aiter(B, Hq, Hk, S) -> dict:
         per[name] = dict(ours_s=ours.seconds, aiter_s=aiter.seconds, speedup=aiter.seconds / ours.seconds)
     ratios = [v["speedup"] for v in per.values()]
     return dict(brackets=per, speedup_min=min(ratios), speedup_max=max(ratios))
+
+
+# ------------------------------------------------------------------ probe cap validation
+
+def _variant_context(name: str):
+    """The launch a validation variant models: dense bf16 fmha_fwd, or bench/prefill.py's
+    paged batch_prefill (page 1, SGLang table) in fp8 (per-tensor), fp8-blk (KV block
+    scales, page 1024) or bf16."""
+    if name == "dense-bf16":
+        return contextlib.nullcontext()
+    from bench import prefill
+    from gfxasm.ops import batch_prefill as bp
+    dtype = {"paged-fp8": bp.FP8, "paged-fp8-blk": bp.FP8, "paged-bf16": torch.bfloat16}[name]
+    return prefill._paged(dtype, block_scales=name == "paged-fp8-blk")
+
+
+def validate_cap(variants, sizes, caps, heads=(6, 1), class_search=False) -> list[dict]:
+    """Causal B1 launches: the five-probe time (class search as `class_search`) against the
+    capped time for each cap below S (probes without class search), per probe (the probed
+    Q tile's seconds against the capped interpolation or extrapolation there) and in total."""
+    this = importlib.import_module("bench.fmha")      # the module bench/prefill.py patches (not __main__)
+    Hq, Hk = heads
+    out = []
+    for name in variants:
+        for S in sizes:
+            T = math.ceil(S / fmha.Q_TILE)
+            t0 = time.time()
+            with _variant_context(name):
+                ref = {t: s for t, (s, _) in this._probe_seconds(1, Hq, Hk, S, probe_tiles(T), class_search).items()}
+                capped_tiles = {c: probe_tiles(T, _cap_tiles(S, c)) for c in caps if c < S}
+                need = sorted(set().union(*capped_tiles.values()) - (set() if class_search else set(ref)))
+                extra = {t: s for t, (s, _) in this._probe_seconds(1, Hq, Hk, S, need, False).items()}
+            ref_total = causal_makespan(1, Hq, S, ref)
+            row = dict(variant=name, S=S, Hq=Hq, Hk=Hk, class_search=class_search, probes_s={str(t): v for t, v in ref.items()},
+                       total_s=ref_total, caps=[], wall_s=round(time.time() - t0, 1))
+            for c, tiles in capped_tiles.items():
+                probed = {t: extra[t] if t in extra else ref[t] for t in tiles}
+                total = causal_makespan(1, Hq, S, probed)
+                row["caps"].append(dict(cap_keys=c, probed_q_tiles=tiles, total_s=total,
+                                        total_diff=total / ref_total - 1,
+                                        probe_diff={str(t): q_tile_seconds(probed, t) / v - 1 for t, v in ref.items()}))
+            out.append(row)
+            _print_validation(row)
+    return out
+
+
+def _print_validation(row: dict) -> None:
+    ref = row["probes_s"]
+    print(f"{row['variant']} causal h{row['Hq']}/{row['Hk']} S{row['S']} (class search {'on' if row['class_search'] else 'off'}"
+          f" in the reference; wall {row['wall_s']:.0f} s): five-probe total {row['total_s'] * 1e6:.2f} us; probes (Q tile: us) "
+          + ", ".join(f"{t}: {v * 1e6:.2f}" for t, v in ref.items()))
+    for c in row["caps"]:
+        print(f"  cap {c['cap_keys']:6} keys (probes {c['probed_q_tiles']}): total {c['total_s'] * 1e6:.2f} us, "
+              f"{100 * c['total_diff']:+.3f}%; per probe " + ", ".join(f"{t}: {100 * d:+.3f}%" for t, d in c["probe_diff"].items()),
+              flush=True)
 
 
 # ------------------------------------------------------------------ main
@@ -292,10 +409,28 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--static-only", action="store_true", help="only the static facts (seconds, no timing)")
     ap.add_argument("--only", help="only configurations whose label contains this text")
-    ap.add_argument("--out", default=str(REPO / "bench" / "out" / "fmha.json"))
+    ap.add_argument("--out", help="JSON path (default bench/out/fmha.json; --validate-cap: bench/out/fmha_probe_cap.json)")
     ap.add_argument("--no-versus", action="store_true", help="leave out the modelled side by side with aiter")
+    ap.add_argument("--probe-cap-keys", type=int, default=PROBE_CAP_KEYS,
+                    help="causal: probe only workgroups walking at most this many keys, extrapolate the rest (0: no cap)")
+    ap.add_argument("--validate-cap", metavar="S,S,...",
+                    help="instead of the table: causal h6/1 five-probe vs capped times at these S (--caps, --variants)")
+    ap.add_argument("--caps", default="2048,4096,8192,16384", help="--validate-cap: caps in keys")
+    ap.add_argument("--variants", default="paged-fp8,paged-bf16",
+                    help="--validate-cap: of dense-bf16, paged-fp8, paged-fp8-blk, paged-bf16")
+    ap.add_argument("--class-search", action="store_true",
+                    help="--validate-cap: the five-probe reference with gfxasm.perf.grid's class search (today's default)")
     args = ap.parse_args(argv)
     build_manifest(default_manifest())
+    cap = args.probe_cap_keys or None
+    if args.validate_cap:
+        rows = validate_cap(args.variants.split(","), [int(v) for v in args.validate_cap.split(",")],
+                            [int(v) for v in args.caps.split(",")], class_search=args.class_search)
+        out = Path(args.out or REPO / "bench" / "out" / "fmha_probe_cap.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(dict(probe_cap_validation=rows), indent=1))
+        print(f"wrote {out}")
+        return 0
 
     facts = [static_facts(fmha.variant_name(torch.bfloat16, c)) for c in (False, True)]
     print("static facts (per wave, one 64-key tile; cycles at 4/VALU, 16/transcendental, MFMA 4 x passes)")
@@ -316,7 +451,7 @@ def main(argv=None) -> int:
                 if device:
                     seconds, detail, source = measure(case), {}, "measured"
                 else:
-                    seconds, detail = modelled_seconds(B, Hq, Hk, S, causal)
+                    seconds, detail = modelled_seconds(B, Hq, Hk, S, causal, cap)
                     source = "modelled"
                 tflops = case.flops / seconds / 1e12
                 row = dict(label=case.label, B=B, Hq=Hq, Hk=Hk, S=S, causal=causal, source=source, seconds=seconds,
@@ -328,7 +463,8 @@ def main(argv=None) -> int:
                 print(f"{case.label:42} {source:9} {seconds * 1e3:8.3f}ms {tflops:8.0f} {row['pct_peak']:6.1f}  {pub}",
                       flush=True)
         if any(r["source"] == "modelled" for r in rows):
-            print("modelled = gfxasm.perf MI355X timing model (no gfx950 here); not a measurement")
+            print("modelled = gfxasm.perf MI355X timing model (no gfx950 here); not a measurement; causal probe cap "
+                  + (f"{cap} keys (Q tiles walking more are extrapolated)" if cap else "none"))
         if not device and not args.no_versus:
             print("\nours vs aiter fwd_hd128_bf16 (non-causal), modelled under every params.BRACKETS variant:")
             print(f"{'configuration':24} {'ours us':>16} {'aiter us':>16} {'aiter / ours':>14}")
@@ -342,9 +478,10 @@ def main(argv=None) -> int:
                 print(f"{label:24} {min(ours):7.0f}-{max(ours):<8.0f} {min(theirs):7.0f}-{max(theirs):<8.0f} "
                       f"{v['speedup_min']:6.2f}-{v['speedup_max']:<6.2f}", flush=True)
                 versus.append(dict(label=label, **v))
-    out = Path(args.out)
+    out = Path(args.out or REPO / "bench" / "out" / "fmha.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(static=facts, runs=rows, versus_aiter=versus), indent=1, default=str))
+    out.write_text(json.dumps(dict(static=facts, probe_cap_keys=cap, runs=rows, versus_aiter=versus), indent=1,
+                              default=str))
     print(f"wrote {out}")
     return 0
 
