@@ -234,7 +234,7 @@
 .set PF, 5                             ; (PF <= RING - 2: a slot is re-read 2 MFMAs after its last use)
 .endif
 .set LINES, 2 - FP8                    ; DMA lines per wave and tile of K (and of V): 4 rows of 256 bytes, or FP8 8 of 128
-.set DMA_OPS, 28 * LINES + 2 + 4 * BLK ; ops of one iteration's DMA (pdma_op): 9 per line, 5 per page entry (+4: the tile's scales)
+.set DMA_OPS, 28 * LINES - 4 * FP8 + 2 + 4 * BLK ; ops of one iteration's DMA (pdma_op): 9 per line, 5 per page entry (FP8: 6 and 6) (+4: the tile's scales)
 .else
 .set RING, 8                           ; MFMA operand ring: 8 slots of 4 VGPRs
 .set PF, 6                             ; operands read ahead of their MFMA (< RING; <= 7 x 2 DS reads in flight)
@@ -392,6 +392,11 @@
 .set v_ta, v_p + 12         ; BLKS: address temporary (table slot added; scale loads)
 .set v_vm, v_p + 13         ; BLKS: the tile's largest v scale (v_ref)
 .set v_vm2, v_p + 14        ; BLKS: the other lane half's (permlane partner)
+.if BLK
+.set v_cm, v_p + 8          ; [+8:+9] BLK (not BLKS): -c m (the exp2's addend; changes with m only)
+.set v_cks, v_p + 10        ; [+10:+11] BLK (not BLKS): c k_scale(j) (the exp2's multiplier, per tile)
+.set v_cvec, v_p + 12       ; BLK (not BLKS): c
+.endif
 .endif
 
 ; ============================================================================ macros
@@ -623,7 +628,8 @@
         s_add_u32 s[s_tbl_w], s[s_tbl_w], TBL_BYTES
         s_cmp_ge_u32 s[s_tbl_w], 3 * TBL_BYTES
         s_cselect_b32 s[s_tbl_w], 0, s[s_tbl_w]
-        ds_write2_b32 v[v_ta], v[v_ks], v[v_ks+1] offset1: 64     ; k at +4 row, v at +256 + 4 row
+        v_mul_f32 v[v_ks], s[s_c], v[v_ks]                      ; c k: scores come out in log2 units
+        ds_write2_b32 v[v_ta], v[v_ks], v[v_ks+1] offset1: 64     ; c k at +4 row, v at +256 + 4 row
     .elseif BLK
         s_mov_b64 s[s_sc0:s_sc0+1], s[s_sc1:s_sc1+1]
         s_mov_b64 s[s_sc1:s_sc1+1], s[s_sc2:s_sc2+1]
@@ -633,25 +639,36 @@
 .endm
 
 .macro pdma_op1 i, vpar
-    .if (\i) < 9 * LINES
-        pdma_line ((\i) % 9), (v_g_k0 + (\i) / 9), s_krow, 32 * ((\i) / 9), v_cbase_k, s_k_ss, s_kd_line, LDS_K0 + 8192 * ((\i) / 9)
-    .elseif (\i) < 18 * LINES
-        .set _l, ((\i) - 9 * LINES) / 9
-        pdma_line ((\i) % 9), (v_g_v0 + _l), s_vrow, 32 * _l, v_cbase_v, s_v_ss, s_m0k, LDS_V0 + (\vpar) * TILE_BYTES + 8192 * _l
-    .elseif (\i) == 18 * LINES
+    .if (\i) < (9 - 3 * FP8) * LINES                 ; (ops per line: 9, FP8 6; per page entry: 5, FP8 6)
+        pdma_line ((\i) % (9 - 3 * FP8)), (v_g_k0 + (\i) / (9 - 3 * FP8)), s_krow, 32 * ((\i) / (9 - 3 * FP8)), v_cbase_k, s_k_ss, s_kd_line, LDS_K0 + 8192 * ((\i) / (9 - 3 * FP8))
+    .elseif (\i) < 2 * (9 - 3 * FP8) * LINES
+        .set _l, ((\i) - (9 - 3 * FP8) * LINES) / (9 - 3 * FP8)
+        pdma_line ((\i) % (9 - 3 * FP8)), (v_g_v0 + _l), s_vrow, 32 * _l, v_cbase_v, s_v_ss, s_m0k, LDS_V0 + (\vpar) * TILE_BYTES + 8192 * _l
+    .elseif (\i) == 2 * (9 - 3 * FP8) * LINES
         s_add_u32 s[s_krow], s[s_krow], KV_TILE
-    .elseif (\i) == 18 * LINES + 1
+    .elseif (\i) == 2 * (9 - 3 * FP8) * LINES + 1
         s_add_u32 s[s_vrow], s[s_vrow], KV_TILE
     .else
-        .set _l, ((\i) - 18 * LINES - 2) / 5           ; K lines, then V lines
-        page_entry (((\i) - 18 * LINES - 2) % 5), (v_g_k0 + 2 * (_l / LINES) + _l % LINES), (s_krow + (s_vrow - s_krow) * (_l / LINES)), 32 * (_l % LINES)
+        .set _l, ((\i) - 2 * (9 - 3 * FP8) * LINES - 2) / (5 + FP8)    ; K lines, then V lines
+        page_entry (((\i) - 2 * (9 - 3 * FP8) * LINES - 2) % (5 + FP8)), (v_g_k0 + 2 * (_l / LINES) + _l % LINES), (s_krow + (s_vrow - s_krow) * (_l / LINES)), 32 * (_l % LINES)
     .endif
 .endm
 
 ; Op j (0..8) of one DMA line: row r = s[srow] + v_rl + off clamped to seq_k - 1; v[g]
 ; (its page id) becomes the global row page * page_size + r % page_size; LDS line at
 ; s[sline] + region <- 16 bytes per lane from cbase + global row * s[ss] (64 bits).
+; FP8 (ops 0..5): r % page_size was kept in v[g+1] by page_entry (one line per tile: the
+; second line's registers are free), so the row is not formed again.
 .macro pdma_line j, g, srow, off, cbase, ss, sline, region
+    .if FP8 && ((\j) == 0)
+        v_lshl_or_b32 v[\g], v[\g], s[s_shift], v[(\g) + 1]
+    .elseif FP8
+        pdma_line1 ((\j) + 3), \g, \cbase, \ss, \sline, \region
+    .else
+        pdma_line1 \j, \g, \cbase, \ss, \sline, \region, \srow, \off
+    .endif
+.endm
+.macro pdma_line1 j, g, cbase, ss, sline, region, srow, off
     .if (\j) == 0
         v_add3_u32 v[v_t0], s[\srow], v[v_rl], \off
     .elseif (\j) == 1
@@ -674,8 +691,18 @@
 .endm
 
 ; Op j (0..4) of loading the page entry of a line: index (r clamped to seq_k - 1) >>
-; log2 page_size, never past the sequence's list
+; log2 page_size, never past the sequence's list. FP8 (ops 0..5): op 2 also keeps r %
+; page_size in v[g+1] for pdma_line.
 .macro page_entry j, g, srow, off
+    .if FP8 && ((\j) == 2)
+        v_and_b32 v[(\g) + 1], s[s_pmask], v[v_t0]
+    .elseif FP8 && ((\j) > 2)
+        page_entry1 ((\j) - 1), \g, \srow, \off
+    .else
+        page_entry1 \j, \g, \srow, \off
+    .endif
+.endm
+.macro page_entry1 j, g, srow, off
     .if (\j) == 0
         v_add3_u32 v[v_t0], s[\srow], v[v_rl], \off
     .elseif (\j) == 1
@@ -765,9 +792,14 @@
         v_permlane32_swap_b32 v[v_t0], v[v_t1]  ; t0 = low half's max in both halves, t1 = high half's
     .elseif (\i) == 4
         v_max_f32 v[v_diff], v[v_t0], v[v_t1]
+        .if BLK && !BLKS && \test                   ; (BLK: S is raw) k_scale(j) max - m
+            v_fma_f32 v[v_diff], v[v_diff], s[s_sc1], -v[v_m]
+        .elseif BLK && !BLKS
+            v_mul_f32 v[v_diff], s[s_sc1], v[v_diff]
+        .endif
     .elseif (\i) == 5
         .if \test
-        .if FP8
+        .if FP8 && !BLKS
             v_cmp_lt_f32 vcc, s[s_lazy], v[v_diff]          ; ... by more than 8 / c (raw score units)
         .else
             v_cmp_lt_f32 vcc, LAZY_THRESHOLD, v[v_diff]     ; some row's max grew by more than 8
@@ -782,10 +814,12 @@ L_prep_back_\tag:
     .endif
 .endm
 
-; BLK, start of softmax(j): S (raw, GEMM0 started from 0) -> k_scale(j) S - m (the first
-; tile: k_scale S; lead_first takes its max), in c-units like the per-tensor FP8 scores;
+; BLK, start of softmax(j): S stays raw (GEMM0 started from 0): v_cks = c k_scale(j), and
+; the row max becomes k_scale(j) max - m (row_max_op 4: c-units, like the per-tensor FP8
+; scores; k_scale > 0) and each exp2 takes c k_scale(j) S - c m in one v_pk_fma (exp2_op).
 ; s_vd_cur = v_scale(j), and with GEMM1 in this body s_vratio = v_scale(j-1) / v_scale(j).
-; BLKS (the k scales landed): k(key) per element from the vs registers; v comes later (blks_vref)
+; BLKS (the k scales landed): S -> k(key) S - m per element from the vs registers (the
+; first tile: k(key) S); v comes later (blks_vref)
 .macro blk_scores first, a_on
     .if (\a_on) && !BLKS
         v_rcp_f32 v[v_t0], s[s_sc1+1]
@@ -796,18 +830,15 @@ L_prep_back_\tag:
     .endif
     .if !BLKS
         s_mov_b32 s[s_vd_cur], s[s_sc1+1]
+        v_mul_f32 v[v_cks], s[s_sc1], v[v_cvec]
     .endif
     .set _r, 0
-    .rept 16
+    .rept 16 * BLKS
         vs_reg _r
-        .if (\first) && BLKS
+        .if \first
             v_pk_mul_f32 v[_sj + _r : _sj + _r + 1], v[_sj + _r : _sj + _r + 1], v[_vs : _vs + 1]
-        .elseif BLKS
-            v_pk_fma_f32 v[_sj + _r : _sj + _r + 1], v[_sj + _r : _sj + _r + 1], v[_vs : _vs + 1], v[v_m:v_m+1] op_sel_hi:[1,1,0] neg_lo:[0,0,1] neg_hi:[0,0,1]
-        .elseif \first
-            v_pk_mul_f32 v[_sj + _r : _sj + _r + 1], v[_sj + _r : _sj + _r + 1], s[s_sc1:s_sc1+1] op_sel_hi:[1,0]
         .else
-            v_pk_fma_f32 v[_sj + _r : _sj + _r + 1], v[_sj + _r : _sj + _r + 1], s[s_sc1:s_sc1+1], v[v_m:v_m+1] op_sel_hi:[1,0,0] neg_lo:[0,0,1] neg_hi:[0,0,1]
+            v_pk_fma_f32 v[_sj + _r : _sj + _r + 1], v[_sj + _r : _sj + _r + 1], v[_vs : _vs + 1], v[v_m:v_m+1] op_sel_hi:[1,1,0] neg_lo:[0,0,1] neg_hi:[0,0,1]
         .endif
         .set _r, _r + 2
     .endr
@@ -859,9 +890,13 @@ L_prep_back_\tag:
         .set _i, _i + 1
     .endr
     v_max_f32 v[v_m], M_INIT, v[v_diff]
+    .if BLK && !BLKS
+        v_mul_f32 v[v_cm], s[s_negc], v[v_m]            ; (S stays raw: exp2_op adds -c m)
+    .else
     v_sub_f32 v[v_t2], 0, v[v_m]
+    .endif
     .set _r, 0
-    .rept 16
+    .rept 16 * (1 - BLK + BLKS)             ; (BLK: S stays raw)
         v_pk_add_f32 v[_sj + _r : _sj + _r + 1], v[_sj + _r : _sj + _r + 1], v[v_m:v_m+1] op_sel_hi:[1,0] neg_lo:[0,1] neg_hi:[0,1]
         .set _r, _r + 2
     .endr
@@ -900,7 +935,9 @@ L_prep_back_\tag:
 
 ; P = exp2 of S - m (FP8: of c (S - m), S in raw units: Q is not pre-scaled)
 .macro exp2_op r
-    .if FP8 && (((\r) - v_s0) % 2 == 0)                ; (the pair's first exp2: c times both)
+    .if BLK && !BLKS && (((\r) - v_s0) % 2 == 0)       ; (BLK: c k_scale(j) S - c m, S raw)
+        v_pk_fma_f32 v[\r:\r+1], v[\r:\r+1], v[v_cks:v_cks+1], v[v_cm:v_cm+1] op_sel_hi:[1,0,0]
+    .elseif FP8 && !BLKS && (((\r) - v_s0) % 2 == 0)   ; (the pair's first exp2: c times both; BLKS: c is in the k scales)
         v_pk_mul_f32 v[\r:\r+1], v[\r:\r+1], s[s_c:s_c+1] op_sel_hi:[1,0]
     .endif
     v_exp_f32 v[\r], v[\r]
@@ -1106,14 +1143,17 @@ L_prep_\tag:
     .set _sj, v_s0 + 32*(\par)
     v_max_f32 v[v_t2], 0, v[v_diff]
     v_add_f32 v[v_m], v[v_m], v[v_t2]
-.if FP8
+.if FP8 && !BLKS
     v_mul_f32 v[v_corr], s[s_negc], v[v_t2]
 .else
     v_sub_f32 v[v_corr], 0, v[v_t2]
 .endif
     v_exp_f32 v[v_corr], v[v_corr]
+.if BLK && !BLKS
+    v_mul_f32 v[v_cm], s[s_negc], v[v_m]    ; (BLK: S stays raw; exp2_op adds -c m)
+.endif
     .set _r, 0
-    .rept 16
+    .rept 16 * (1 - BLK + BLKS)
         v_pk_add_f32 v[_sj + _r : _sj + _r + 1], v[_sj + _r : _sj + _r + 1], v[v_t2:v_t2+1] op_sel_hi:[1,0] neg_lo:[0,1] neg_hi:[0,1]
         .set _r, _r + 2
     .endr
@@ -1212,6 +1252,9 @@ L_oratio_\tag:
     v_mov_b32 v[v_t0], s[s_scale_log2]
     v_mul_f32 v[v_t0], s[s_t2], v[v_t0]
     v_mul_f32 v[v_t0], s[s_t3], v[v_t0]                 ; c
+.if BLK && !BLKS
+    v_mov_b32 v[v_cvec], v[v_t0]
+.endif
     v_rcp_f32 v[v_t1], v[v_t0]
     v_sub_f32 v[v_t2], 0, v[v_t0]
     s_nop 0                                             ; transcendental result -> VALU read: 1 wait state
@@ -1593,9 +1636,9 @@ L_no_clamp:
     s_mov_b32 s[s_krow], 0
     s_mov_b32 s[s_vrow], KV_TILE
     .set _i, 0
-    .rept 10 * LINES                                    ; (one line after another: they share v_t0)
-        .set _l, _i / 5                                 ; tile _l / LINES (into v_g_k*, v_g_v*), line _l % LINES
-        page_entry (_i % 5), (v_g_k0 + 2 * (_l / LINES) + _l % LINES), (s_krow + (s_vrow - s_krow) * (_l / LINES)), 32 * (_l % LINES)
+    .rept 2 * (5 + FP8) * LINES                         ; (one line after another: they share v_t0)
+        .set _l, _i / (5 + FP8)                         ; tile _l / LINES (into v_g_k*, v_g_v*), line _l % LINES
+        page_entry (_i % (5 + FP8)), (v_g_k0 + 2 * (_l / LINES) + _l % LINES), (s_krow + (s_vrow - s_krow) * (_l / LINES)), 32 * (_l % LINES)
         .set _i, _i + 1
     .endr
     s_waitcnt vmcnt(0)                                  ; in flight: 8 Q loads, the page entries -> wait for all
@@ -1606,6 +1649,7 @@ L_no_clamp:
         .set _i, _i + 1
     .endr
     s_waitcnt vmcnt(0)                                  ; in flight: that load -> wait for it
+    v_mul_f32 v[v_ks], s[s_c], v[v_ks]                  ; c k (blk_shift)
     ds_write2_b32 v[v_tw], v[v_ks], v[v_ks+1] offset1: 64
     .set _i, 0
     .rept 4
@@ -1629,15 +1673,15 @@ L_no_clamp:
 .endif
     s_mov_b32 s[s_kd_line], s[s_m0k]
     .set _i, 0
-    .rept 18 * LINES
-        .set _l, _i / 9
-        pdma_line (_i % 9), (v_g_k0 + 2 * (_l / LINES) + _l % LINES), (s_krow + (s_vrow - s_krow) * (_l / LINES)), 32 * (_l % LINES), v_cbase_k, s_k_ss, s_kd_line, LDS_K0 + TILE_BYTES * (_l / LINES) + 8192 * (_l % LINES)
+    .rept 2 * (9 - 3 * FP8) * LINES
+        .set _l, _i / (9 - 3 * FP8)
+        pdma_line (_i % (9 - 3 * FP8)), (v_g_k0 + 2 * (_l / LINES) + _l % LINES), (s_krow + (s_vrow - s_krow) * (_l / LINES)), 32 * (_l % LINES), v_cbase_k, s_k_ss, s_kd_line, LDS_K0 + TILE_BYTES * (_l / LINES) + 8192 * (_l % LINES)
         .set _i, _i + 1
     .endr
     s_mov_b32 s[s_krow], 2 * KV_TILE
     s_mov_b32 s[s_vrow], 0
-    .set _i, 18 * LINES + 2 + 4 * BLK
-    .rept 10 * LINES
+    .set _i, 2 * (9 - 3 * FP8) * LINES + 2 + 4 * BLK
+    .rept 2 * (5 + FP8) * LINES
         pdma_op _i, 0
         .set _i, _i + 1
     .endr
@@ -1833,7 +1877,11 @@ L_epilogue:
         .set _r, _r + 2
     .endr
 .if FP8
+    .if BLKS
+    v_add_f32 v[v_t2], v[v_m], v[v_t2]                  ; (BLKS: m is in log2 units)
+    .else
     v_fma_f32 v[v_t2], v[v_m], s[s_c], v[v_t2]          ; (m is in raw score units)
+    .endif
 .else
     v_add_f32 v[v_t2], v[v_m], v[v_t2]
 .endif
