@@ -3,6 +3,9 @@ FP8 batch prefill PR, MI355X), modelled, beside our dense fmha_fwd at the same s
 
     python3 bench/prefill.py [--only TEXT] [--max-tokens N] [--out bench/out/prefill.json]
 
+Rows modelled replace the rows of the same label in --out; rows not run (--only,
+--max-tokens) are kept as they were.
+
 Rows: one sequence of S tokens (seqlen_q = seqlen_k = S), heads Hq/Hkv, causal or not,
 page size 1 through an SGLang table whose page ids are a random permutation of the pool
 (the worst case for locality: every K/V row its own page). Ours: FP8 e4m3 with per-tensor
@@ -147,6 +150,17 @@ def main(argv=None) -> int:
     rows = []
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    kept = json.loads(out.read_text()) if out.exists() else {}
+
+    def save():
+        """This run's rows in place of the saved rows of their labels; the rest kept."""
+        merged = {}
+        for key, new in (("runs", rows), ("small_pages", small)):
+            labels = {r["label"] for r in new}
+            merged[key] = [r for r in kept.get(key, []) if r["label"] not in labels] + new
+        out.write_text(json.dumps(merged, indent=1, default=str))
+
+    small: list[dict] = []
     for (Hq, Hk, S, causal), (ck, ck_block) in CK.items():
         label = f"h{Hq}/{Hk} s{S // 1024}k {'c' if causal else 'nc'}"
         if (args.only and args.only not in label) or S > args.max_tokens:
@@ -171,13 +185,9 @@ def main(argv=None) -> int:
         print(f"{label:22} {ck:7.0f} {row['ours_fp8_tflops']:8.0f} {ck_block:10.0f} {row['ours_fp8_block_tflops']:12.0f} "
               f"{row['paged_bf16_tflops']:15.0f} "
               f"{row['dense_bf16_tflops']:10.0f} {row['paged_over_dense_time']:11.3f} {row['wall_s']:6.0f}", flush=True)
-        out.write_text(json.dumps(dict(runs=rows), indent=1, default=str))     # (row by row: long rows)
+        save()                                                 # (row by row: long rows)
     print(f"ours: modelled (gfxasm.perf MI355X model), bf16 peak {P.PEAK_FLOPS['bf16'] / 1e12:.0f} TFLOP/s; "
           f"CK: {CK_SOURCE}; paged/dense = modelled time ratio (> 1: paging costs)")
-    small: list[dict] = []
-
-    def save():
-        out.write_text(json.dumps(dict(runs=rows, small_pages=small), indent=1, default=str))
     _small_pages(args, small, save)
     save()
     print(f"wrote {out}")
