@@ -138,9 +138,11 @@
 ; (k, v) scale per page and KV head. Each DMA also loads its K tile's pair (the page of its
 ; line's entry; a vector load, so the barrier's vmcnt(0) lands it; SMEM would leave
 ; lgkmcnt(N) unusable for the operand reads) and after each barrier the pairs move down
-; s_sc0..s_sc2 (tiles j-1, j, j+1). GEMM0 starts from 0 (v_negm stays 0); softmax(j)
-; first forms k_scale(j) S - m (v_pk_fma; the first tile k_scale S), so m and the lazy test
-; are in c-units as before. O is kept in the units of the current tile's v scale: where it
+; s_sc0..s_sc2 (tiles j-1, j, j+1). GEMM0 starts from 0 (v_negm stays 0) and S stays raw:
+; the row max becomes k_scale(j) max - m (one v_fma; k_scale > 0), so m and the lazy test
+; are in c-units as before, and each exp2 pair takes c k_scale(j) S - c m in one v_pk_fma
+; (v_cks per tile, v_cm = -c m where m changes), in place of a per-element k_scale pass
+; before the max (16 v_pk_fma per tile and wave saved). O is kept in the units of the current tile's v scale: where it
 ; changes, the lazy O rescale's out-of-line path multiplies O by v_scale(j-1) / v_scale(j)
 ; (with the lazy factor if due) after GEMM1(j-1); the epilogue multiplies by the last one.
 ;   BLKS = 1 (BLK, any page size; the op uses it below 64, where a 64-key tile spans 64/p
@@ -152,15 +154,15 @@
 ; - Table: the DMA lanes hold their row's clamped page entry (v_g_k0; lane i -> row
 ;   8w + i/8), so each loads its row's (k, v) pair with the K DMA (tile_scales into v_ks)
 ;   and, after the next barrier's vmcnt(0), writes it to an LDS table (blk_shift:
-;   ds_write2_b32, k[64] then v[64] f32, 3 tables of 512 bytes past the K/V buffers,
+;   ds_write2_b32, c k[64] then v[64] f32, 3 tables of 512 bytes past the K/V buffers,
 ;   tile t in t % 3; the 8 lanes of a row write the same values). The write after
 ;   barrier b (tile b+1) is covered by barrier b+1's lgkmcnt wait, before softmax(b+1)
 ;   reads it; table (b+1) % 3 last held tile b-2, whose reads softmax(b-2) finished
 ;   before barrier b. Tiles 0 and 1 come from the prologue.
-; - k: softmax(j) starts with 8 broadcast ds_read_b128 of its keys' k scales (ahead of the
-;   operand prefetch, waited for with the prefetch still in flight) and blks_scores forms
-;   k(key) S - m (v_pk_fma with a VGPR pair in place of BLK's s_sc1; m and the lazy test
-;   stay in c-units).
+; - k: softmax(j) starts with 8 broadcast ds_read_b128 of its keys' c k scales (ahead of
+;   the operand prefetch, waited for with the prefetch still in flight) and blk_scores forms
+;   c k(key) S - m (v_pk_fma with a VGPR pair): scores, m and the lazy test (against 8, as
+;   bf16's) are in log2 units, so exp2_op has no c multiply and LSE = (m + log2 l) ln 2.
 ; - v: the same registers then take the v scales (8 more reads, landed after the row
 ;   max's head); v_ref(j) = the tile's largest (in-lane max3 chain + v_permlane32_swap,
 ;   the same in every lane and wave), U(j) = v_ref rounded up to a power of two (SALU, on
@@ -174,8 +176,9 @@
 ;   rescaled O at almost every tile and needed 16 more v_pk_mul for v / v_ref: modelled
 ;   h6/1 S2048 page 1 non-causal, 125.1k -> 110.3k cycles per workgroup round; per-tensor
 ;   FP8 91.8k.)
-; - Cost per tile and wave: 16 DS reads, 1 DS write, ~55 VALU (16 v_pk_fma as BLK, 16
-;   max, 16 v_pk_mul, the max's lane swap), 5 SALU, and one LDS round trip not fully
+; - Cost per tile and wave: 16 DS reads, 1 DS write, ~42 VALU over per-tensor's (16
+;   v_pk_fma, 16 max, 16 v_pk_mul, the max's lane swap, the c k multiply; less the 16 c
+;   multiplies before exp2), 5 SALU, and one LDS round trip not fully
 ;   hidden (the v scales before v_ref).
 
 ; --- Registers -----------------------------------------------------------------------
