@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import gfxasm.emu as emu
-from gfxasm.emu import HazardError
+from gfxasm.emu import HazardError, adversarial
 
 from . import cases, cases_bwd, cases_gemm, cases_mla, cases_moe
 
@@ -306,6 +306,84 @@ def test_causal_fmha_wrong_seed_is_the_next_q_dma_over_v(name, monkeypatch):
     assert not any(sources.give.values()), "a read to mend did not happen"
     for out, ref in zip(mended.buffers[3:5], lockstep.buffers[3:5]):      # O, LSE, bit for bit
         assert torch.equal(out.view(torch.uint8), ref.view(torch.uint8))
+
+
+class _HoldOneWave:
+    """A legal schedule built by hand, installed in place of adversarial.Adversarial (the
+    launch's seed names the wave held): lockstep (lowest pc first; every load lands at the
+    s_waitcnt that needs it), except that wave `hold` of every workgroup stops at `pc`, the
+    first time it gets there, until no other wave can run (they wait at an s_barrier). The
+    ISA bounds neither how far one wave may lag nor how long its loads stay in flight."""
+
+    def __init__(self, hold: int, pc: int):
+        self.hold, self.pc, self.ex, self.released = hold, pc, None, False
+
+    def pick(self, groups: dict):
+        at = groups.get(self.pc)
+        held = None if self.ex is None or self.released or at is None else self.ex.waves.wave_in_group[at] == self.hold
+        if held is None or not held.any():
+            pc = min(groups)
+        elif not held.all():                   # the others at that pc go on
+            groups[self.pc] = at[held]
+            return self.pc, at[~held]
+        elif len(groups) > 1:
+            pc = min(p for p in groups if p != self.pc)
+        else:                                  # no other wave can run: let it go
+            self.released, pc = True, self.pc
+        return pc, groups.pop(pc)
+
+    def land_some(self, ex):
+        self.ex = ex
+
+    def next_to_land(self, wave: int, queue) -> int:
+        return adversarial.landable(queue)[-1]
+
+    def stepped(self, ex, inst, w):
+        """Nothing to do after a step."""
+
+
+# F1's WAW, shown by hand: name -> (F1_WITNESSES entry, pc of the s_waitcnt vmcnt(0) after
+# the first tile, pcs of the second tile's ds_read_b64 of Q, pcs of wave 0's V prefetch)
+F1_WAW = {
+    "causal_Sq300": ("causal_Sq300_seed15", 0x7e48, (0x3b54, 0x3b8c), {0x5014, 0x5024}),
+    "causal_group_37_260": ("causal_group_37_260_seed3", 0x7ec8, (0x3c14, 0x3c4c), {0x5c58, 0x5c68}),
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.full) if "group" in n else n for n in F1_WAW])
+def test_causal_fmha_late_v_prefetch_lands_over_the_next_q(name, monkeypatch):
+    """F1's WAW, shown wrong under a legal schedule (the adversarial seeds found show the
+    WAR only): wave 0 of each workgroup lags at its `s_waitcnt vmcnt(0)` after the first Q
+    tile while the other waves load the next Q tile and wait at the barrier before reading
+    it; wave 0's speculative V prefetch, left in flight by `s_waitcnt vmcnt(2)`, lands only
+    then, over their Q. Every DS read whose source differs from lockstep's is a second-tile
+    read of Q that sees wave 0's V prefetch where lockstep's saw a Q DMA. Holding wave 5,
+    which has no such prefetch, changes no bit of O."""
+    witness, pc, (lo, hi), prefetch = F1_WAW[name]
+    make, _, _, q_dma = F1_WITNESSES[witness]
+    monkeypatch.setattr(adversarial, "Adversarial", lambda hold, batch, count: _HoldOneWave(hold, pc))
+    sources = LdsSources(monkeypatch)
+    lockstep = make()
+    run(lockstep, strict=False)
+    then = sources.reads
+    sources.restart()
+    case = make()
+    run(case, strict=False, schedule="adversarial", seed=0)
+    with pytest.raises(AssertionError, match="O max error"):
+        case.check()
+    differ = [key for key, seen in sources.reads.items() if (seen != then[key]).any()]
+    assert differ
+    for key in differ:
+        wave, at, n = key
+        assert n == 1 and lo <= at <= hi, f"wave {wave} pc {at:#x} read {n} sees other writes"
+        now, was = sources.reads[key], then[key]
+        for old, new in set(zip(was[now != was].tolist(), now[now != was].tolist())):
+            assert (old >> 16 & 0xFFFFFF) in q_dma and old & 0xFFFF == 1, f"lockstep's read at {at:#x} saw {old:#x}"
+            assert (new >> 16 & 0xFFFFFF) in prefetch and (new >> 40) % 8 == 0, \
+                f"wave {wave} pc {at:#x} saw write {new:#x}, not wave 0's V prefetch"
+    control = make()
+    run(control, strict=False, schedule="adversarial", seed=5)
+    assert torch.equal(control.buffers[3].view(torch.uint8), lockstep.buffers[3].view(torch.uint8))
 
 
 @pytest.mark.parametrize("ctx, Hk, seed, wrong", [([1, 77], 1, 0, "O not fully written"),
