@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import gfxasm.emu as emu
-from gfxasm.emu import HazardError, adversarial
+from gfxasm.emu import HazardError, adversarial, lds, machine
 
 from . import cases, cases_bwd, cases_gemm, cases_mla, cases_moe
 
@@ -194,7 +194,6 @@ class LdsSources:
     `give` (key -> the values to return, in order) makes those reads return other bytes."""
 
     def __init__(self, monkeypatch):
-        from gfxasm.emu import lds, machine
         self.reads, self.values, self.give, self.count, self.src = {}, {}, {}, {}, None
         self.step, self.read, self.write, self.dma_reserve = (machine.Executor._step, lds.read, lds.write,
                                                                lds.dma_reserve)
