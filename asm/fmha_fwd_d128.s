@@ -130,10 +130,15 @@
 ; (byte t = key 32(t/16) + 8((t%16)/4) + 4(l/32) + t%4), and V^T comes in that key order by
 ; four ds_read_b64_tr_b8 (16 keys each; chunk c at 16*(c ^ (2((r/2)%2) + 4((r/8)%2))));
 ; `gfxasm stats --lds` counted these V reads conflict-free under every phase hypothesis.
-; One DMA line of 8 rows per wave per tile. Q is not re-quantised: scores stay in
+; One DMA line of 8 rows per wave per tile (pdma_op8): V(k)'s rows are K(k)'s, whose
+; global rows K(k)'s line formed two DMAs earlier and kept, so V loads no page entry, and
+; the page entry keeps r % page_size for its line: 14 VALU ops per tile and wave (22 for
+; two lines that each form their rows). Q is not re-quantised: scores stay in
 ; raw units (m, -m, the lazy test against 8/c), and c = scale * log2(e) * q_descale *
 ; k_descale multiplies S - m before each exp2; P <= 2^8 (lazy threshold) fits e4m3
 ; (448) and goes to e4m3 for the P.V MFMA, while l sums the f32 P; O = v_descale P.V / l.
+; The lazy test reads each lane half's own max (some lane's grew by more than the
+; threshold iff some row's did); only rare_prep combines the halves (3 VALU per tile saved).
 ;   BLK = 1 (FP8; alone for page_size >= 64: a 64-key tile lies in one page): kv_block_descale, a
 ; (k, v) scale per page and KV head. Each DMA also loads its K tile's pair (the page of its
 ; line's entry; a vector load, so the barrier's vmcnt(0) lands it; SMEM would leave
@@ -237,7 +242,7 @@
 .set PF, 5                             ; (PF <= RING - 2: a slot is re-read 2 MFMAs after its last use)
 .endif
 .set LINES, 2 - FP8                    ; DMA lines per wave and tile of K (and of V): 4 rows of 256 bytes, or FP8 8 of 128
-.set DMA_OPS, 28 * LINES - 4 * FP8 + 2 + 4 * BLK ; ops of one iteration's DMA (pdma_op): 9 per line, 5 per page entry (FP8: 6 and 6) (+4: the tile's scales)
+.set DMA_OPS, 28 * LINES - 10 * FP8 + 2 + 4 * BLK ; ops of one iteration's DMA (pdma_op): 9 per line, 5 per page entry (FP8: pdma_op8's 20) (+4: the tile's scales)
 .else
 .set RING, 8                           ; MFMA operand ring: 8 slots of 4 VGPRs
 .set PF, 6                             ; operands read ahead of their MFMA (< RING; <= 7 x 2 DS reads in flight)
@@ -498,29 +503,12 @@
 
 ; Wait for the reads of operands g and g+1 (g even): those of operands g+2 .. g+PF-1 (< n)
 ; may stay in flight (2 DS reads per GEMM1 operand, 1 per GEMM0 operand).
-.macro mfma_step8 g, a_on, n, par
-    .set _w, 0
-    .if (\g) + 1 < (\n)
-        op_ds ((\g) + 1), \a_on
-        .set _w, _ds
-    .endif
-    s_waitcnt lgkmcnt(_w)               ; in flight: operands g, g+1 (PF = 2) -> wait for g's
-    .if (\a_on) && ((\g) < 4)
-        pv_mfma ((\g) % RING), (\g)
-    .else
-        qk_mfma ((\g) % RING), ((\g) - 4*(\a_on)), (1 - (\par))
-    .endif
-    .if (\g) + PF < (\n)
-        op_read ((\g) + PF), \a_on, (1 - (\par)), (1 - (\par))
-    .endif
-.endm
-
 .macro op_wait g, a_on, n
     .set _w, 0
     .set _o, (\g) + 2
     .rept PF - 2
         .if _o < (\n)
-            .if (\a_on) && (_o < 16) && !FP8
+            .if (\a_on) && (_o < 16)
                 .set _w, _w + 2
             .else
                 .set _w, _w + 1
@@ -531,25 +519,42 @@
     s_waitcnt lgkmcnt(_w)               ; in flight: operands g..g+PF-1 -> wait for g's and g+1's
 .endm
 
+; FP8: wait for the reads of operand g; operand g+1's (PF = 2) may stay in flight
+.macro op_wait8 g, a_on, n
+    .set _w, 0
+    .if (\g) + 1 < (\n)
+        op_ds ((\g) + 1), \a_on
+        .set _w, _ds
+    .endif
+    s_waitcnt lgkmcnt(_w)               ; in flight: operands g, g+1 -> wait for g's
+.endm
+
 ; One MFMA of the stream: (every second one) wait for operands, issue it, read operand g + PF.
 ; FP8: slot g of 16 per phase, one 32x32x64 MFMA (operand g/4, n/4 of them) per 4 slots
 .macro mfma_step g, a_on, n, par
     .if FP8
         .if (\g) % 4 == 0
-            mfma_step8 ((\g) / 4), \a_on, ((\n) / 4), \par
+            op_wait8 ((\g) / 4), \a_on, ((\n) / 4)
+            mfma_issue ((\g) / 4), \a_on, ((\n) / 4), \par, 4
         .endif
     .else
-    .if (\g) % 2 == 0
-        op_wait \g, \a_on, \n
+        .if (\g) % 2 == 0
+            op_wait \g, \a_on, \n
+        .endif
+        mfma_issue \g, \a_on, \n, \par, 16
     .endif
-    .if (\a_on) && ((\g) < 16)
+.endm
+
+; MFMA g of n in an iteration's stream (\na of GEMM1 first when \a_on), then the read of
+; operand g + PF
+.macro mfma_issue g, a_on, n, par, na
+    .if (\a_on) && ((\g) < (\na))
         pv_mfma ((\g) % RING), (\g)
     .else
-        qk_mfma ((\g) % RING), ((\g) - 16*(\a_on)), (1 - (\par))
+        qk_mfma ((\g) % RING), ((\g) - (\na)*(\a_on)), (1 - (\par))
     .endif
     .if (\g) + PF < (\n)
         op_read ((\g) + PF), \a_on, (1 - (\par)), (1 - (\par))
-    .endif
     .endif
 .endm
 
@@ -642,18 +647,41 @@
 .endm
 
 .macro pdma_op1 i, vpar
-    .if (\i) < (9 - 3 * FP8) * LINES                 ; (ops per line: 9, FP8 6; per page entry: 5, FP8 6)
-        pdma_line ((\i) % (9 - 3 * FP8)), (v_g_k0 + (\i) / (9 - 3 * FP8)), s_krow, 32 * ((\i) / (9 - 3 * FP8)), v_cbase_k, s_k_ss, s_kd_line, LDS_K0 + 8192 * ((\i) / (9 - 3 * FP8))
-    .elseif (\i) < 2 * (9 - 3 * FP8) * LINES
-        .set _l, ((\i) - (9 - 3 * FP8) * LINES) / (9 - 3 * FP8)
-        pdma_line ((\i) % (9 - 3 * FP8)), (v_g_v0 + _l), s_vrow, 32 * _l, v_cbase_v, s_v_ss, s_m0k, LDS_V0 + (\vpar) * TILE_BYTES + 8192 * _l
-    .elseif (\i) == 2 * (9 - 3 * FP8) * LINES
+    .if FP8
+        pdma_op8 (\i), \vpar
+    .elseif (\i) < 9 * LINES
+        pdma_line ((\i) % 9), (v_g_k0 + (\i) / 9), s_krow, 32 * ((\i) / 9), v_cbase_k, s_k_ss, s_kd_line, LDS_K0 + 8192 * ((\i) / 9)
+    .elseif (\i) < 18 * LINES
+        .set _l, ((\i) - 9 * LINES) / 9
+        pdma_line ((\i) % 9), (v_g_v0 + _l), s_vrow, 32 * _l, v_cbase_v, s_v_ss, s_m0k, LDS_V0 + (\vpar) * TILE_BYTES + 8192 * _l
+    .elseif (\i) == 18 * LINES
         s_add_u32 s[s_krow], s[s_krow], KV_TILE
-    .elseif (\i) == 2 * (9 - 3 * FP8) * LINES + 1
+    .elseif (\i) == 18 * LINES + 1
         s_add_u32 s[s_vrow], s[s_vrow], KV_TILE
     .else
-        .set _l, ((\i) - 2 * (9 - 3 * FP8) * LINES - 2) / (5 + FP8)    ; K lines, then V lines
-        page_entry (((\i) - 2 * (9 - 3 * FP8) * LINES - 2) % (5 + FP8)), (v_g_k0 + 2 * (_l / LINES) + _l % LINES), (s_krow + (s_vrow - s_krow) * (_l / LINES)), 32 * (_l % LINES)
+        .set _l, ((\i) - 18 * LINES - 2) / 5           ; K lines, then V lines
+        page_entry (((\i) - 18 * LINES - 2) % 5), (v_g_k0 + 2 * (_l / LINES) + _l % LINES), (s_krow + (s_vrow - s_krow) * (_l / LINES)), 32 * (_l % LINES)
+    .endif
+.endm
+
+; FP8 DMA op i (0..19; one line of 8 rows per tile): the K(k+2) line (its global rows into
+; v_g_k0), the V(k) line, whose rows are K(k)'s: it reads the global rows that K(k)'s
+; line formed two DMAs ago (v_g_v1; v_g_v0 holds K(k+1)'s), which move down a slot; then
+; the page entry of the next K line (and its r % page_size into v_g_k1). V needs no page
+; entry of its own.
+.macro pdma_op8 i, vpar
+    .if (\i) < 6
+        pdma_line (\i), v_g_k0, s_krow, 0, v_cbase_k, s_k_ss, s_kd_line, LDS_K0
+    .elseif (\i) < 11
+        pdma_line1 ((\i) - 2), v_g_v1, v_cbase_v, s_v_ss, s_m0k, LDS_V0 + (\vpar) * TILE_BYTES
+    .elseif (\i) == 11
+        v_mov_b32 v[v_g_v1], v[v_g_v0]
+    .elseif (\i) == 12
+        v_mov_b32 v[v_g_v0], v[v_g_k0]
+    .elseif (\i) == 13
+        s_add_u32 s[s_krow], s[s_krow], KV_TILE
+    .else
+        page_entry ((\i) - 14), v_g_k0, s_krow, 0
     .endif
 .endm
 
@@ -785,7 +813,15 @@
     .endr
 .endm
 .macro row_max_op i, tag, test
-    .if (\i) == 0
+    .if FP8 && (\test) && ((\i) < 5)
+        ; (FP8, steady tiles: the test needs only this lane half's max -- some lane's grew
+        ; by more iff some row's did; rare_prep forms the row's, out of line)
+        .if (\i) == 0
+            v_max_f32 v[v_diff], v[v_t0], v[_sj + 31]
+        .elseif ((\i) == 1) && BLK && !BLKS         ; (BLK: S is raw) k_scale(j) max - m
+            v_fma_f32 v[v_diff], v[v_diff], s[s_sc1], -v[v_m]
+        .endif
+    .elseif (\i) == 0
         v_max_f32 v[v_t0], v[v_t0], v[_sj + 31]
     .elseif (\i) == 1
         v_mov_b32 v[v_t1], v[v_t0]
@@ -795,9 +831,7 @@
         v_permlane32_swap_b32 v[v_t0], v[v_t1]  ; t0 = low half's max in both halves, t1 = high half's
     .elseif (\i) == 4
         v_max_f32 v[v_diff], v[v_t0], v[v_t1]
-        .if BLK && !BLKS && \test                   ; (BLK: S is raw) k_scale(j) max - m
-            v_fma_f32 v[v_diff], v[v_diff], s[s_sc1], -v[v_m]
-        .elseif BLK && !BLKS
+        .if BLK && !BLKS                            ; (BLK: S is raw; the first tile's) k_scale(j) max
             v_mul_f32 v[v_diff], s[s_sc1], v[v_diff]
         .endif
     .elseif (\i) == 5
@@ -1141,9 +1175,16 @@ L_mask_\tag:
 
 ; lazy rescale, at the test: delta = max(row max of S - m, 0) (rows whose max did not grow
 ; keep their m); S -= delta, m += delta, -m -= delta, l *= 2^-delta; O waits for GEMM1(j-1)
+; (FP8: v_diff holds the lane half's max; the row's comes from both halves first)
 .macro rare_prep tag, par
 L_prep_\tag:
     .set _sj, v_s0 + 32*(\par)
+.if FP8
+    v_mov_b32 v[v_t1], v[v_diff]
+    s_nop 1                                 ; VALU write -> v_permlane32_swap read: 2 wait states
+    v_permlane32_swap_b32 v[v_diff], v[v_t1]
+    v_max_f32 v[v_diff], v[v_diff], v[v_t1]
+.endif
     v_max_f32 v[v_t2], 0, v[v_diff]
     v_add_f32 v[v_m], v[v_m], v[v_t2]
 .if FP8 && !BLKS
@@ -1683,11 +1724,20 @@ L_no_clamp:
     .endr
     s_mov_b32 s[s_krow], 2 * KV_TILE
     s_mov_b32 s[s_vrow], 0
-    .set _i, 2 * (9 - 3 * FP8) * LINES + 2 + 4 * BLK
-    .rept 2 * (5 + FP8) * LINES
+.if FP8
+    v_mov_b32 v[v_g_v1], v[v_g_k0]                      ; V(0)'s rows are K(0)'s (pdma_op8), V(1)'s K(1)'s in v_g_v0
+    .set _i, 14 + 4 * BLK
+    .rept 6
+        pdma_op _i, 0                                   ; the page entry of K(2)
+        .set _i, _i + 1
+    .endr
+.else
+    .set _i, 18 * LINES + 2 + 4 * BLK
+    .rept 10 * LINES
         pdma_op _i, 0
         .set _i, _i + 1
     .endr
+.endif
 .if BLKS
     s_waitcnt lgkmcnt(0)                                ; in flight: table 0's write -> wait for it (before the barriers)
 .endif
