@@ -1,6 +1,6 @@
 """Fit and validate the MI355X timing model on hardware timings (bench/calib_points.json).
 
-    python -m bench.calibrate [--jobs N] [--fit [--fit-only A,B]] [--lds-charged] [--limit N] [--png F]
+    python -m bench.calibrate [--jobs N] [--set NAME=VALUE ...] [--fit [--fit-only A,B]] [--lds-charged] [--limit N] [--png F]
 
 Every point of the data set (bench/calib_data.py: aiter's f4gemm and bf16 GEMM objects
 with the MI355X timings of aiter's tuning tables, and the five published FMHA points) is
@@ -172,12 +172,16 @@ def fit(pool: Pool, points: list[dict], start: P.Params, maxfev: int, names=P.FI
     unknown = set(names) - set(P.FITTED)
     if unknown:
         raise ValueError(f"only params.FITTED can be fitted, not {sorted(unknown)}")
-    logs = {"global_latency_ns", "l2_bytes_per_clk_per_cu"}          # positive scales: fit their logs
+    logs = {"global_latency_ns", "l2_bytes_per_clk_per_cu", "vmem_inflight_bytes"}   # positive scales: fit their logs
+    unset = [n for n in names if getattr(start, n) is None]
+    if unset:
+        raise ValueError(f"cannot fit {unset}: unset (None) in the starting set; give a start with --set")
     x0 = [math.log(getattr(start, n)) if n in logs else getattr(start, n) for n in names]
     bounds = {"power_mfma": (0.0, 3.0), "power_valu": (0.0, 3.0), "hbm_efficiency": (0.3, 1.0),
               "launch_overhead_us": (0.0, 15.0),
               "global_latency_ns": (math.log(100.0), math.log(3000.0)),
-              "l2_bytes_per_clk_per_cu": (math.log(4.0), math.log(P.L2_PEAK_BYTES_PER_CLK_PER_CU))}
+              "l2_bytes_per_clk_per_cu": (math.log(4.0), math.log(P.L2_PEAK_BYTES_PER_CLK_PER_CU)),
+              "vmem_inflight_bytes": (math.log(4096.0), math.log(1 << 20))}
     by_id = {p["id"]: p for p in points}
 
     def changes(x):
@@ -201,11 +205,13 @@ def fit(pool: Pool, points: list[dict], start: P.Params, maxfev: int, names=P.FI
 
 
 def _simplex(x0, names, logs):
-    steps = {"power_mfma": 0.2, "power_valu": 0.1, "hbm_efficiency": 0.1, "launch_overhead_us": 1.5}
+    steps = {"power_mfma": 0.2, "power_valu": 0.1, "hbm_efficiency": 0.1, "launch_overhead_us": 1.5,
+             # the cap acts only near the kernels' own windows (tens of KiB): a small first step
+             "vmem_inflight_bytes": math.log(1.15)}
     simplex = [list(x0)]
     for n, name in enumerate(names):
         v = list(x0)
-        v[n] += math.log(1.4) if name in logs else steps[name]
+        v[n] += steps.get(name, math.log(1.4)) if name in logs else steps[name]
         simplex.append(v)
     return simplex
 
@@ -274,7 +280,9 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, default=max(1, min(16, mp.cpu_count())))
     ap.add_argument("--fit", action="store_true", help="re-fit params.FITTED on the fit points first")
     ap.add_argument("--maxfev", type=int, default=60)
-    ap.add_argument("--fit-only", default=",".join(P.FITTED),
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="start from params.DEFAULT with this field changed (repeatable): a candidate mechanism")
+    ap.add_argument("--fit-only", default=",".join(n for n in P.FITTED if getattr(P.DEFAULT, n) is not None),
                     help="comma-separated FITTED parameters to fit (the others keep params.DEFAULT's values)")
     ap.add_argument("--lds-charged", action="store_true",
                     help="also report the held-out error with LDS bank conflicts charged (lds_banks.DEFAULT)")
@@ -287,6 +295,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+    P.DEFAULT = dataclasses.replace(P.DEFAULT, **P.overrides(args.set))      # workers fork with it
     points = calib_data.build() if args.rebuild else calib_data.load()
     from tests.conformance.cases import SHARED_DIR
     if not SHARED_DIR.is_dir():
@@ -333,7 +342,7 @@ def main(argv=None):
           f"stubbed: "
           f"{sorted({s for r in results.values() for s in r['stubbed']}) or 'none'}")
     write(args.out, {
-        "params": dataclasses.asdict(base), "fitted": fitted, "held_out": held,
+        "params": dataclasses.asdict(base), "set": args.set, "fitted": fitted, "held_out": held,
         "fit": summary(points, results, "fit"),
         **({"held_out_lds_charged": summary(points, charged, "held")} if charged else {}),
         "fmha_brackets": {name: {p["id"]: res[p["id"]]["modelled_us"] for p in fmha_pts}

@@ -1,6 +1,6 @@
 """Validate the timing model on aiter's fused-MoE stage-1 timings (rows it was never fitted on).
 
-    python -m bench.fmoe_validate [--jobs N] [--limit N] [--out FILE]
+    python -m bench.fmoe_validate [--jobs N] [--limit N] [--out FILE] [--set NAME=VALUE ...]
 
 Rows: every `cu_num` 256 (MI355X) row of the corpus's `aiter/configs/tuned_fmoe.csv`
 whose `kernelName1` is an asm stage-1 object of the wheel (gfxasm.perf.aiter_fmoe.configs);
@@ -27,6 +27,7 @@ params.hbm_efficiency is not changed here). Writes bench/out/fmoe_validate.json.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import csv
 import json
 import multiprocessing as mp
@@ -158,7 +159,13 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, default=1, help="worker processes")
     ap.add_argument("--limit", type=int, default=None, help="model only the first N rows")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="model with params.DEFAULT's field changed (repeatable): a candidate mechanism")
     args = ap.parse_args(argv)
+    global CAP_TBPS, STREAM_TBPS
+    P.DEFAULT = dataclasses.replace(P.DEFAULT, **P.overrides(args.set))      # the workers fork with it
+    CAP_TBPS = P.DEFAULT.hbm_efficiency * P.HBM_BYTES_PER_S / 1e12
+    STREAM_TBPS = 0.9 * CAP_TBPS
     if args.jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     if args.limit is not None and args.limit < 1:
@@ -194,7 +201,7 @@ def main(argv=None):
     print(f"estimate wall time per launch: median {statistics.median(est):.1f} s, max {max(est):.1f} s; "
           f"{len(results)} rows in {wall:.0f} s with {args.jobs} jobs")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"params": "params.DEFAULT", "cap_tbps": CAP_TBPS, "rows": results,
+    args.out.write_text(json.dumps({"params": "params.DEFAULT", "set": args.set, "cap_tbps": CAP_TBPS, "rows": results,
                                     "skipped": skipped, "summary": summ, "wall_s": wall, "jobs": args.jobs}, indent=1))
     print(f"wrote {args.out}")
 

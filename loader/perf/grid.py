@@ -96,7 +96,7 @@ def simulate(streams, insts, static, *, waves_per_group: int, groups_resident: i
         # one fixed-point step: the chip's DRAM demand at unloaded latency (under the CUs'
         # HBM share, so a <= ~1 and the latency at most about doubles) sets rho
         demand = active_cus * cu.dram_bytes * clock / cu.cycles
-        rho = hbm_utilisation(demand, P.HBM_BYTES_PER_S * prm.hbm_efficiency)
+        rho = hbm_utilisation(demand, P.HBM_BYTES_PER_S * prm.hbm_efficiency, prm.dram_queue)
         clock = prm.sustained_clock(cu.mfma_utilization * active_share, alu * active_share)
         if clock == prm.clock_hz and rho == 0.0:
             break

@@ -27,11 +27,14 @@ The machine (every number from params.Params):
     by the fraction of requested bytes that must come from DRAM), plus a loaded latency
     in nanoseconds (cycles at the launch's clock) to which the DRAM share of the bytes
     adds the extra latency of a DRAM access over a cache hit. Lanes outside a buffer's
-    range move no bytes.
+    range move no bytes. With params.vmem_inflight_bytes set, a request enters the memory
+    system only when the CU's bytes in flight leave room for it (Little's law with a capped
+    window: cache hits and DRAM reads share the cap).
   * s_barrier releases `barrier_cycles` after the last live wave of the workgroup arrives.
 """
 from __future__ import annotations
 
+import heapq
 import math
 import re
 from dataclasses import dataclass, field
@@ -65,22 +68,38 @@ def _regs(op) -> range | None:
     return None
 
 
+QUEUE_FORMS = ("mm1", "md1")
+
+
+def _queue_form(form: str) -> str:
+    if form not in QUEUE_FORMS:
+        raise ValueError(f"params.dram_queue must be one of {QUEUE_FORMS}, got {form!r}")
+    return form
+
+
 def dram_loaded_latency(prm: P.Params, rho: float) -> float:
     """Latency (ns) of a DRAM-served load at HBM utilisation rho: the unloaded latency
-    (cache path + DRAM) stretched by 1 / (1 - rho), the open-queue (M/M/1) form of the
-    loaded-latency curve: flat at low load, without bound as the achieved bandwidth nears
-    the HBM's sustainable rate."""
+    (cache path + DRAM) stretched by the open-queue form params.dram_queue names: "mm1"
+    1 / (1 - rho) (exponential service), "md1" 1 + rho / (2 (1 - rho)) (constant service,
+    the Pollaczek-Khinchine mean wait). Both are flat at low load and without bound as the
+    achieved bandwidth nears the HBM's sustainable rate; M/D/1 rises half as fast."""
     if not 0.0 <= rho < 1.0:
         raise ValueError(f"rho must be in [0, 1), got {rho}")
+    if _queue_form(prm.dram_queue) == "md1":
+        return (prm.global_latency_ns + prm.dram_extra_latency_ns) * (1.0 + rho / (2.0 * (1.0 - rho)))
     return (prm.global_latency_ns + prm.dram_extra_latency_ns) / (1.0 - rho)
 
 
-def hbm_utilisation(demand: float, sustainable: float) -> float:
+def hbm_utilisation(demand: float, sustainable: float, form: str = "mm1") -> float:
     """HBM utilisation rho of a launch whose CUs, at unloaded latency, would ask for
     `demand` bytes/s from an HBM that sustains `sustainable` bytes/s. Latency-bound streams
-    (Little's law: rate = bytes in flight / latency) slow down as 1 - rho, so the achieved
-    rate is demand x (1 - rho) = rho x sustainable: rho = a / (1 + a), a = demand / sustainable."""
+    (Little's law: rate = bytes in flight / latency) slow down as the latency stretches, and
+    the achieved rate must be rho x sustainable. a = demand / sustainable; under `form` "mm1"
+    (stretch 1 / (1 - rho)) rho = a / (1 + a); under "md1" (stretch 1 + rho / (2 (1 - rho)))
+    a (1 - rho) = rho (1 - rho / 2), whose root in [0, 1) is 1 + a - sqrt(1 + a^2)."""
     a = demand / sustainable
+    if _queue_form(form) == "md1":
+        return (1.0 + a) - math.sqrt(1.0 + a * a)
     return a / (1.0 + a)
 
 
@@ -255,6 +274,9 @@ class Cu:
         self.valu_busy = [0.0] * nsimd
         self.gpipe = 0.0
         self.lpipe = 0.0
+        self.cap = prm.vmem_inflight_bytes
+        self.flight: list[tuple[float, float]] = []     # (completion, bytes) of requests in flight
+        self.flight_bytes = 0.0
         self.issued: dict[str, int] = {}
         self.totals = {"global": 0.0, "lds": 0.0, "barrier": 0.0, "dram": 0.0}
         self.waves_of: dict[int, list[Wave]] = {}
@@ -360,7 +382,7 @@ class Cu:
         elif k in ("vmem", "lds_dma"):
             lanes = self.lanes(wv)
             nbytes = lanes * (s.bytes[0] + s.bytes[1]) * s.in_range
-            start = max(t, self.gpipe)
+            start = self.window(max(t, self.gpipe), nbytes)
             frac = self.dram_fraction if s.dram_fraction is None else s.dram_fraction
             cost = max(1.0 / prm.l2_bytes_per_clk_per_cu, frac / self.hbm_per_cu)
             self.gpipe = start + nbytes * cost
@@ -368,6 +390,9 @@ class Cu:
             if wv.vm and wv.vm[-1] > done:
                 done = wv.vm[-1]
             wv.vm.append(done)
+            if self.cap is not None:
+                heapq.heappush(self.flight, (done, nbytes))
+                self.flight_bytes += nbytes
             self.totals["global"] += nbytes
             self.totals["dram"] += nbytes * frac
             if s.is_load and self.load_scoreboard:
@@ -414,6 +439,22 @@ class Cu:
                 end = max(w.earliest for w in waves)
                 self.group_done[wv.group] = end
                 self.group_finished(wv.group, end)
+
+    def window(self, start: float, nbytes: float) -> float:
+        """When a vector-memory request of `nbytes` may enter the memory system, at `start` or
+        later: once the CU's bytes in flight (params.vmem_inflight_bytes) leave room for it,
+        earlier requests leaving in completion order (a request holds its bytes until its wave
+        may count it returned: in issue order, as vmcnt does). A request larger than the cap
+        waits for all in flight."""
+        if self.cap is None:
+            return start
+        flight = self.flight
+        while flight and (flight[0][0] <= start or self.flight_bytes + nbytes > self.cap):
+            done, b = heapq.heappop(flight)
+            self.flight_bytes -= b
+            if done > start:
+                start = done
+        return start
 
     def _try_release(self, g: int, t: float) -> None:
         """s_barrier releases `barrier_cycles` after the last live wave of `g` arrives."""

@@ -109,6 +109,17 @@ class Params:
     # Achieved fraction of the HBM peak for these kernels' streams. FITTED (the M <= 64
     # GEMMs stream their weights once and pin it).
     hbm_efficiency: float = 0.85
+    # Vector-memory bytes one CU may have in flight (issued, not yet returned; loads, LDS
+    # DMA and stores alike, cache hits and DRAM reads alike). A request that would exceed it
+    # waits, in order, for earlier ones to return: Little's law with a capped window, so a
+    # CU's stream rate is at most this over the loaded latency. None: no cap (the kernels'
+    # own vmcnt windows only). FITTED (the bandwidth-bound M <= 64 GEMMs pin it).
+    vmem_inflight_bytes: float | None = None
+    # Form of the loaded DRAM latency curve (model.dram_loaded_latency): "mm1" stretches the
+    # unloaded latency by 1 / (1 - rho) (open queue, exponential service), "md1" by
+    # 1 + rho / (2 (1 - rho)) (constant service: Pollaczek-Khinchine). Queueing theory; which
+    # one the HBM follows is what the calibration data decide.
+    dram_queue: str = "mm1"
     # s_barrier: release this many cycles after the last wave arrives. ASSUMED.
     barrier_cycles: int = 16
     # Kernel launch + first-wave dispatch + drain per launch, in microseconds: what a launch
@@ -136,7 +147,7 @@ BRACKETS = {"trans 16 clk, free VALU/MFMA overlap": {},
             "LDS phases: ds_read_b128's groups for unmeasured ops": {"lds_conflicts": "b128 groups"},
             "LDS phases: quarter waves for unmeasured ops": {"lds_conflicts": "quarter waves"}}
 FITTED = ("power_mfma", "power_valu", "global_latency_ns", "l2_bytes_per_clk_per_cu", "hbm_efficiency",
-          "launch_overhead_us")
+          "launch_overhead_us", "vmem_inflight_bytes")
 
 
 # name -> (value, source) for the README's parameter table.
@@ -180,7 +191,30 @@ PARAM_SOURCES = {
     "hbm_efficiency": "FITTED achieved fraction of the 8 TB/s HBM peak",
     "barrier_cycles": "ASSUMED",
     "launch_overhead_us": "FITTED per-launch cost beyond the simulated rounds",
+    "vmem_inflight_bytes": "FITTED cap on a CU's vector-memory bytes in flight (None: no cap)",
+    "dram_queue": "queueing theory: mm1 = open queue 1/(1-rho); md1 = Pollaczek-Khinchine, constant service",
 }
+
+
+def overrides(pairs) -> dict:
+    """{field: value} from "name=value" strings (a command line's --set), each value parsed as
+    the field's type in Params ("none" for None where a field may be None)."""
+    types = {f.name: f.type for f in fields(Params)}
+    out = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or name not in types:
+            raise ValueError(f"--set takes NAME=VALUE with NAME a field of params.Params, got {pair!r}")
+        kind = str(types[name])
+        if text.lower() == "none" and "None" in kind:
+            out[name] = None
+        elif kind.startswith("int"):
+            out[name] = int(text)
+        elif kind.startswith("float"):
+            out[name] = float(text)
+        else:
+            out[name] = text
+    return out
 
 
 def param_table(p: Params = DEFAULT) -> list[tuple[str, object, str]]:

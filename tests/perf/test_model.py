@@ -51,13 +51,13 @@ def test_valu_and_transcendental_issue_cost():
     assert delta(exp, 32, 96) == 64 * prm.trans_cycles
 
 
-def _copy(iters, groups):
+def _copy(iters, groups, params=None):
     n = groups * iters * 4096
     src = torch.empty(n, dtype=torch.uint8)
     dst = torch.empty(n, dtype=torch.uint8)
     kernarg = struct.pack("<QQ", src.data_ptr(), dst.data_ptr())
     est = perf.estimate(mk.copy(iters), grid=(groups, 1, 1), block=(64, 1, 1), kernarg=kernarg,
-                        buffers=[src, dst])
+                        buffers=[src, dst], params=params)
     return n, est
 
 
@@ -72,6 +72,36 @@ def test_hbm_queueing_law():
     assert model.dram_loaded_latency(prm, 0.75) == pytest.approx(4 * unloaded)
     with pytest.raises(ValueError):
         model.dram_loaded_latency(prm, 1.0)
+
+
+def test_hbm_queueing_law_with_deterministic_service():
+    # M/D/1 (Pollaczek-Khinchine, constant service): the latency stretches by
+    # 1 + rho / (2 (1 - rho)); the achieved rate demand x unloaded / loaded latency must then be
+    # rho x the sustainable rate, which the closed form of hbm_utilisation solves
+    md1 = dataclasses.replace(prm, dram_queue="md1")
+    unloaded = prm.global_latency_ns + prm.dram_extra_latency_ns
+    assert model.dram_loaded_latency(md1, 0.5) == pytest.approx(1.5 * unloaded)
+    for a in (0.1, 1.0, 3.0, 20.0):
+        rho = model.hbm_utilisation(a, 1.0, "md1")
+        assert 0.0 < rho < 1.0
+        assert a * unloaded / model.dram_loaded_latency(md1, rho) == pytest.approx(rho)
+        assert rho > model.hbm_utilisation(a, 1.0)           # a flatter curve than M/M/1's
+    with pytest.raises(ValueError):
+        model.hbm_utilisation(1.0, 1.0, "mg1")
+
+
+def test_bytes_in_flight_cap_bounds_a_cu_stream():
+    # 16 one-wave workgroups per CU with 4 KiB of loads each in flight: a cap of 8 KiB per CU
+    # leaves at most 8 KiB in flight, each request held at least the cache latency, so the
+    # CU moves at most cap / latency; a cap above what the kernel keeps in flight changes nothing
+    groups, iters, cap = 4096, 8, 8192
+    n, free = _copy(iters, groups)
+    _, capped = _copy(iters, groups, dataclasses.replace(prm, vmem_inflight_bytes=cap))
+    _, wide = _copy(iters, groups, dataclasses.replace(prm, vmem_inflight_bytes=1 << 30))
+    assert wide.seconds == free.seconds
+    per_cu = 2 * n / P.NUM_CUS / (capped.seconds - capped.launch_overhead_s)
+    assert per_cu <= cap / (prm.global_latency_ns * 1e-9)
+    assert capped.seconds > 1.5 * free.seconds
 
 
 def test_copy_runs_at_the_hbm_share_with_enough_in_flight():
