@@ -364,14 +364,15 @@ def _writes_settled(at, by, need, srcc_at, srcc_passes, store_at, store_window, 
     return not ((any_p and short_p) or (valu and any_s and short_s))
 
 
-def _read_dwords(addr, mask, slot, dwords, size, lds32, out, keys2, lo, hi, me, mine, wave, dma_pending,
-                 ds_pending, ds_owner, w_epoch, writer, align):
+def _read_dwords(addr, mask, slot, dwords, size, lds32, out, lo, hi, me, mine, wave, dma_pending, ds_pending,
+                 ds_owner, w_epoch, writer, align):
     """lds.read of whole dwords for waves whose lanes are all active, in range and
-    aligned to `align` (a multiple of 4): lds.access's keys into keys2[n, 64 * nbytes/4]
-    (and each row's lowest and highest key into lo[n], hi[n]), read_checks, and the data
-    into out[n, 64, nbytes/4] (uint32); the reader marks are left to the caller
-    (lds.LdsTracker.defer). Returns False, with no state touched, where any of that does
-    not hold or a check would fire (lds.py then runs its numpy path)."""
+    aligned to `align` (a multiple of 4): lds.access's keys (lane l of row r: nbytes/4
+    keys from slot[r] * dwords + addr[r, l] // 4; each row's lowest and highest into lo[n],
+    hi[n]), read_checks on them, and the data into out[n, 64, nbytes/4] (uint32); the
+    reader marks are left to the caller (lds.LdsTracker.defer). Returns False, with no
+    state touched, where any of that does not hold or a check would fire (lds.py then
+    runs its numpy path)."""
     n, lanes, per = out.shape
     nbytes = 4 * per
     for r in range(n):
@@ -379,6 +380,7 @@ def _read_dwords(addr, mask, slot, dwords, size, lds32, out, keys2, lo, hi, me, 
             a = addr[r, lane]
             if not mask[r, lane] or a < 0 or a + nbytes > size or a % align != 0:
                 return False
+    keys2 = np.empty((n, lanes * per), np.int64)
     for r in range(n):
         base = slot[r] * dwords
         lo[r] = hi[r] = base + addr[r, 0] // 4

@@ -72,16 +72,17 @@ class LdsTracker:
     # Deferred reader marks: at most this many reads wait in self.reads before all settle.
     MAX_DEFERRED = 32
 
-    def defer(self, fast, keys2: np.ndarray, lo: np.ndarray, hi: np.ndarray, me: np.ndarray, mine: np.ndarray,
-              slot_of: np.ndarray) -> None:
-        """Keep the reader marks of a read whose checks passed (fast.read_dwords: keys2[n, m],
-        row r covering keys lo[r]..hi[r], wave_in_group me[r], epoch mine[r]) for settle().
+    def defer(self, fast, addr: np.ndarray, slots: np.ndarray, per: int, lo: np.ndarray, hi: np.ndarray,
+              me: np.ndarray, mine: np.ndarray, slot_of: np.ndarray) -> None:
+        """Keep the reader marks of a read whose checks passed (fast.read_dwords: row r, in
+        slot slots[r], read `per` dwords from each byte address addr[r, l], keys lo[r]..hi[r],
+        as wave_in_group me[r] at epoch mine[r]) for settle().
         A read's marks join one (epoch, reader) pair into each dword's (r_epoch, reader):
         the later epoch wins, at equal epochs two different readers make SEVERAL (for the
         pair: the access's last element on the dword, SEVERAL where two of its waves read
         it). Joins commute, so settle() may mark deferred reads in any order."""
         self._fast = fast
-        self.reads.append((keys2, lo, hi, me, mine))
+        self.reads.append((addr, slots, per, lo, hi, me, mine, int(mine.max())))
         if len(self.reads) > self.MAX_DEFERRED:
             self.settle(slot_of)
 
@@ -96,20 +97,23 @@ class LdsTracker:
         fire on them; a later read's join, at an epoch >= S, replaces them)."""
         if not self.reads:
             return
-        slots = int(slot_of.max()) + 1
-        low = np.full(slots, _PENDING, np.int32)
+        n_slots = int(slot_of.max()) + 1
+        low = np.full(n_slots, _PENDING, np.int32)
         np.minimum.at(low, slot_of, self.epoch)
-        wlo, whi = np.zeros(slots, np.int64), np.full(slots, np.iinfo(np.int64).max)
+        wlo, whi = np.zeros(n_slots, np.int64), np.full(n_slots, np.iinfo(np.int64).max)
         if keys2 is not None:
             wlo[:], whi[:] = whi, 0
             self._fast.key_bounds(keys2, self.dwords, wlo, whi)
-        keep = []
+        keep, lowest = [], int(low.min())
         for rec in self.reads:
-            keys, lo, hi, me, mine = rec
+            addr, slots, per, lo, hi, me, mine, top = rec
+            if top < lowest:
+                continue                    # dropped: below every workgroup's lowest epoch
             fate = self._fast.deferred_fate(lo, hi, mine, self.dwords, low, wlo, whi)
             if fate == 2:
-                self._fast.mark_reads(keys, me, mine, self.reader, self.r_epoch, self._scratch, self._flag,
-                                      self._last)
+                keys = ((slots * self.dwords)[:, None] + addr // 4)[:, :, None] + np.arange(per)
+                self._fast.mark_reads(keys.reshape(len(slots), -1), me, mine, self.reader, self.r_epoch,
+                                      self._scratch, self._flag, self._last)
             elif fate == 1:
                 keep.append(rec)
         self.reads = keep
@@ -385,14 +389,14 @@ def _read_dwords_fast(ex, w, addr: np.ndarray, nbytes: int, mask: np.ndarray, al
     waves = ex.wave_ids(w)
     out = np.empty(mask.shape + (nbytes // 4,), np.uint32)
     n = mask.shape[0]
-    keys2 = np.empty((n, mask.shape[1] * (nbytes // 4)), np.int64)
     lo, hi = np.empty(n, np.int64), np.empty(n, np.int64)
     me, mine = ex.waves.wave_in_group[waves].astype(np.int8), lds.epoch[waves]
-    if not fast.read_dwords(addr.astype(np.int64, copy=False), mask, ex.waves.slot[waves].astype(np.int64), lds.dwords,
-                            lds.size, ex.waves.lds.view(np.uint32).reshape(-1), out, keys2, lo, hi, me, mine, waves,
-                            lds.dma_pending, lds.ds_pending, lds.ds_owner, lds.w_epoch, lds.writer, max(align, 4)):
+    addr, slots = addr.astype(np.int64), ex.waves.slot[waves].astype(np.int64)      # copies: kept by defer
+    if not fast.read_dwords(addr, mask, slots, lds.dwords, lds.size, ex.waves.lds.view(np.uint32).reshape(-1), out,
+                            lo, hi, me, mine, waves, lds.dma_pending, lds.ds_pending, lds.ds_owner, lds.w_epoch,
+                            lds.writer, max(align, 4)):
         return None
-    lds.defer(fast, keys2, lo, hi, me, mine, ex.waves.slot)
+    lds.defer(fast, addr, slots, nbytes // 4, lo, hi, me, mine, ex.waves.slot)
     return out.view(np.uint8)
 
 

@@ -240,8 +240,8 @@ class Executor:
         f = self.waves.file(op.kind)
         if isinstance(w, slice):
             np.copyto(f[w, op.index:op.index + k].view(np.float32), value, casting="same_kind")
-        else:
-            f[w, op.index:op.index + k] = value.astype(np.float32).view(np.uint32)
+        else:                               # the same cast, scattered without a float32 copy
+            f.view(np.float32)[w, op.index:op.index + k] = value
         self.record_write(op.kind, w, op.index, k, writer)
 
     def set_v64(self, op: Operand, w, value: np.ndarray, mask: np.ndarray, writer: int = hazards.VALU):

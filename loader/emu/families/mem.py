@@ -185,17 +185,18 @@ def _buffer_address(ex, inst, w, vaddr, srsrc, soffset, nbytes):
         in_range = np.repeat((index < num_records[:, None])[:, :, None], max(1, nbytes // 4), axis=2)
         return addr.astype(np.uint64), in_range
     # Range-check dword by dword (sub-dword accesses by their own size).
-    unit = min(nbytes, 4)
-    ends = offset[:, :, None] + unit * np.arange(1, max(1, nbytes // 4) + 1)
+    unit, dwords = min(nbytes, 4), max(1, nbytes // 4)
+    addr = (base[:, None].astype(np.int64) + soff[:, None] + offset).astype(np.uint64)
+    if (offset + unit * dwords <= num_records[:, None]).all():
+        return addr, np.ones(offset.shape + (dwords,), bool)     # every lane's last dword ends in range
+    ends = offset[:, :, None] + unit * np.arange(1, dwords + 1)
     starts = ends - unit
     limit = num_records[:, None, None]
     straddle = (starts < limit) & (ends > limit)
     if straddle.any():
         raise UnsupportedInstruction(f"a buffer access straddles num_records ({int(limit.flat[0])}); the "
                                      f"hardware's per-byte behaviour there is not modelled ({ex.where()})")
-    in_range = ends <= limit          # [n, 64, dwords]
-    addr = (base[:, None].astype(np.int64) + soff[:, None] + offset).astype(np.uint64)
-    return addr, in_range
+    return addr, ends <= limit          # [n, 64, dwords]
 
 
 def _idxen_vaddr(ex, inst, vaddr):

@@ -451,8 +451,9 @@ def mfma(ex, inst, w):
         ex.srcc_is_dst = prep.srcc_is_dst
         c_op = prep.c_op
         ex.check_read(c_op.kind, w, c_op.index, spec.c_regs)
+        # [n, c_regs, 64]: a view where w is a slice (d += c reads it in place, no copy)
         c = ex.waves.file(c_op.kind)[w, c_op.index:c_op.index + spec.c_regs].view(
-            np.int32 if spec.a_fmt == I8 else np.float32).reshape(n, -1)
+            np.int32 if spec.a_fmt == I8 else np.float32)
         ex.role = None
         ex.srcc_is_dst = False
     with np.errstate(all="ignore"):
@@ -462,13 +463,13 @@ def mfma(ex, inst, w):
             fb = numerics.e8m0_to_f64(np.take(sb, prep.sb_lane, axis=1)).reshape(n, m, nb)
             a = (a.reshape(n, m, nb, 32) * fa[..., None]).reshape(n, m, k)
             b = (b.reshape(n, nb, 32, m) * fb.transpose(0, 2, 1)[:, :, None, :]).reshape(n, k, m)
-        d = np.matmul(a, b).reshape(n, m * m)      # rows in _row_order: register order
+        d = np.matmul(a, b).reshape(n, spec.c_regs, LANES)      # rows in _row_order: register order
         if c is not None:
             d += c
         if spec.a_fmt == I8:
-            ex.set_v(prep.dst, w, _i32_result(ex, inst, d).reshape(n, spec.c_regs, LANES), None, prep.writer)
+            ex.set_v(prep.dst, w, _i32_result(ex, inst, d), None, prep.writer)
         else:
-            ex.set_v_f32(prep.dst, w, d.reshape(n, spec.c_regs, LANES), prep.writer)
+            ex.set_v_f32(prep.dst, w, d, prep.writer)
 
 
 def _operand(ex, op, w, count, fmt, units, m, k, b_side):
