@@ -107,11 +107,44 @@ def dense(q, k_cache, v_cache, qo_indptr, table, b):
     return q[q0:q1][None], k[None], v[None]
 
 
-def check(seq_q, seq_k, page_size, heads_q, heads_k, dtype, causal, seed=0, both_tables=True, block_scales=False):
+def ramp_keys(k_cache, sglang, seq_k, ramp):
+    """Key j of each sequence times 1 + ramp j: its scores grow along the keys."""
+    page_size = k_cache.shape[1]
+    for b, s in enumerate(seq_k):
+        j = torch.arange(s)
+        pages, slots = page_list(sglang, b)[j // page_size].long(), j % page_size
+        k_cache[pages, slots] = (k_cache[pages, slots].float() * (1 + ramp * j)[:, None, None]).to(k_cache.dtype)
+
+
+def tile_growth(q, k_cache, qo_indptr, table, scale_log2):
+    """Largest rise (log2 units) of a row's running score max from one 64-key tile to the
+    next, over every sequence (non-causal)."""
+    page_list_, kv_start, seqlen_k = table
+    rise = 0.0
+    for b in range(len(seqlen_k)):
+        q0, q1, sk = int(qo_indptr[b]), int(qo_indptr[b + 1]), int(seqlen_k[b])
+        if q0 == q1 or sk <= bp.KV_TILE:
+            continue
+        k = bp.gather_kv(k_cache, page_list_, int(kv_start[b]), sk).double()
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+        s = torch.einsum("qhd,khd->hqk", q[q0:q1].double(), k) * scale_log2
+        running = torch.stack([t.amax(-1) for t in s.split(bp.KV_TILE, dim=-1)]).cummax(0).values
+        rise = max(rise, (running[1:] - running[:-1]).max().item())
+    return rise
+
+
+def check(seq_q, seq_k, page_size, heads_q, heads_k, dtype, causal, seed=0, both_tables=True, block_scales=False,
+          ramp=0.0):
     q, k_cache, v_cache, qo_indptr, sglang, vllm = make_problem(seq_q, seq_k, page_size, heads_q, heads_k, dtype,
                                                                 seed)
     fp8 = dtype == bp.FP8
     descales = (0.37, 1.9, 0.61) if fp8 else (1.0, 1.0, 1.0)
+    if ramp:                                                        # (the inputs do what they claim)
+        ramp_keys(k_cache, sglang, seq_k, ramp)
+        table = bp.normalise(len(seq_q), page_size, k_cache.shape[0], **sglang)
+        c = descales[0] * descales[1] * bp.LOG2E / D**0.5
+        assert not causal and tile_growth(q, k_cache, qo_indptr, table, c) > 8, "no lazy rescale"
+
     scales = dict(zip(("q_descale", "k_descale", "v_descale"), (torch.tensor([d]) for d in descales))) if fp8 else {}
     kv_block = None
     if block_scales:
@@ -214,6 +247,14 @@ def test_fp8_block_scales_small_pages(page_size, causal, heads):
     # below page 64 (the _blks variants): a k scale per key on S, a v scale per key on P relative
     # to the tile's largest (2^9 and more above the smallest: block_descales), both tables
     check(RAGGED_Q, RAGGED_K, page_size, *heads, bp.FP8, causal, seed=31 + page_size, block_scales=True)
+
+
+@pytest.mark.parametrize("dtype", [bp.FP8, torch.bfloat16])
+def test_lazy_rescale(dtype):
+    # keys growing along the sequence: a row's running max rises by more than the lazy
+    # threshold (8 in log2 units) between tiles, so the out-of-line rescale of S, m, l and O
+    # runs (FP8: from the lane halves' maxima, combined only there)
+    check([40, 1, 130], [300, 260, 90], 16, 2, 1, dtype, False, seed=41, ramp=1 / 32)
 
 
 def test_causal_more_queries_than_keys():
