@@ -40,8 +40,9 @@ writes_settled (hazards.check_write): whether a register write leaves every WAW,
 and wide-store WAR rule met, i.e. whether check_write's numpy path would report nothing
 (that path gathers six per-wave records; it runs only when this says it might).
 
-valu_f32 (families/vop.py valu, vop3p.py v_pk_mul/add_f32): v_add/sub/subrev/mul_f32 and
-v_fma/fmac_f32 without DPP, SDWA or output modifiers, from VGPR, SGPR or constant
+valu_f32 (families/vop.py valu, vop3p.py v_pk_mul/add_f32): v_add/sub/subrev/mul_f32,
+v_fma/fmac_f32 and v_min/max/min3/max3_f32 (the ISA pseudocode's NaN, signaling-NaN and
+signed-zero rules, as vop._select_f32) without DPP, SDWA or output modifiers, from VGPR, SGPR or constant
 sources, and the packed f32 mul/add on VGPR pairs, in one pass per wave: the sources'
 denormal flush (where MODE flushes) and neg/abs, the operation, the result's flush, the
 EXEC-masked write. The arithmetic is numpy's, operation by operation (f32 ops in f32;
@@ -82,7 +83,7 @@ def for_launch(strict: bool, waves: int) -> SimpleNamespace | None:
 
 
 def _load() -> SimpleNamespace | None:
-    global read_checks, _full_reg, _reads_settled, _flush_f32, _nan_or        # called by other compiled functions
+    global read_checks, _full_reg, _reads_settled, _flush_f32, _nan_or, _pick    # called by other compiled functions
     if os.environ.get("GFXASM_EMU_NUMBA") == "0":
         return None
     try:
@@ -94,9 +95,11 @@ def _load() -> SimpleNamespace | None:
     _reads_settled = jit(_reads_settled)
     _flush_f32 = jit(_flush_f32)
     _nan_or = jit(_nan_or)
+    _pick = jit(_pick)
     read_checks = jit(_read_checks)
     return SimpleNamespace(read_checks=read_checks, mark_reads=jit(_mark_reads), key_bounds=jit(_key_bounds),
-                           deferred_fate=jit(_deferred_fate), reads_settled=_reads_settled, read_dwords=jit(_read_dwords),
+                           deferred_fate=jit(_deferred_fate), reads_settled=_reads_settled,
+                           read_dwords=jit(_read_dwords),
                            writes_settled=jit(_writes_settled), write_marks=jit(_write_marks),
                            flush_f32=_flush_f32, record=jit(_record), release=jit(_release),
                            busy_add=jit(_busy_add), valu_f32=jit(_valu_f32),
@@ -399,12 +402,16 @@ def _read_dwords(addr, mask, slot, dwords, size, lds32, out, lo, hi, me, mine, w
     return True
 
 
-VALU_F32 = {"v_add_f32": 0, "v_sub_f32": 1, "v_subrev_f32": 2, "v_mul_f32": 3, "v_fma_f32": 4, "v_fmac_f32": 4}
+VALU_F32 = {"v_add_f32": 0, "v_sub_f32": 1, "v_subrev_f32": 2, "v_mul_f32": 3, "v_fma_f32": 4, "v_fmac_f32": 4,
+            "v_max_f32": 5, "v_min_f32": 6, "v_max3_f32": 7, "v_min3_f32": 8}
+VALU_F32_THREE = (4, 7, 8)        # codes with three sources
+_QUIET = 0x00400000
 
 
-def _valu_f32(code, file32, rows, regs, scalars, neg, absolute, flush, dst, exec_bits, every):
-    """The VALU_F32 operation `code` for the waves rows[i] and their lanes where
-    exec_bits[i] (every: all), into file32[rows[i], dst + h] for each half h (the VGPR file
+def _valu_f32(code, file32, rows, regs, scalars, neg, absolute, flush, ieee, dst, exec_bits, every):
+    """The VALU_F32 operation `code` (min/max/min3/max3: by _pick, under MODE.IEEE where
+    `ieee`) for the waves rows[i] and their lanes where exec_bits[i] (every: all), into
+    file32[rows[i], dst + h] for each half h (the VGPR file
     as float32; two halves: a packed f32 op, v_pk_*_f32). Source s of half h: VGPR
     regs[h, s] of the same wave and lane, or where regs[h, s] < 0 the per-wave value
     scalars[h, s, i] (SGPR or constant as f32 bits, viewed as float32); then, as vop._read:
@@ -413,7 +420,7 @@ def _valu_f32(code, file32, rows, regs, scalars, neg, absolute, flush, dst, exec
     instructions)."""
     lanes = file32.shape[2]
     halves = regs.shape[0]
-    nsrc = 3 if code == 4 else 2
+    nsrc = 3 if code in VALU_F32_THREE else 2
     t = np.empty((halves, 3, lanes), np.float32)
     y = np.empty((halves, lanes), np.float32)
     first, second = (1, 0) if code == 2 else (0, 1)
@@ -442,6 +449,16 @@ def _valu_f32(code, file32, rows, regs, scalars, neg, absolute, flush, dst, exec
                     pa, pb, pc = np.float64(a[lane]), np.float64(b[lane]), np.float64(c[lane])
                     p = _nan_or(pa, pb, pa * pb)
                     out[lane] = np.float32(_nan_or(p, pc, p + pc))
+            elif code >= 5:
+                bits, is_max = out.view(np.uint32), code % 2 == 1
+                ab, bb = a.view(np.uint32), b.view(np.uint32)
+                for lane in range(lanes):
+                    bits[lane] = _pick(ieee, is_max, a[lane], b[lane], ab[lane], bb[lane])
+                if code >= 7:                 # min3/max3: the first pick's result against S2
+                    c = t[h, 2]
+                    cb = c.view(np.uint32)
+                    for lane in range(lanes):
+                        bits[lane] = _pick(ieee, is_max, out[lane], c[lane], bits[lane], cb[lane])
             elif code == 3:
                 for lane in range(lanes):
                     out[lane] = _nan_or(a[lane], b[lane], a[lane] * b[lane])
@@ -458,6 +475,28 @@ def _valu_f32(code, file32, rows, regs, scalars, neg, absolute, flush, dst, exec
             for lane in range(lanes):
                 if every or exec_bits[i, lane]:
                     reg[lane] = y[h, lane]
+
+
+def _pick(ieee, is_max, a, b, abits, bbits):
+    """The bits of v_max_f32 (is_max) or v_min_f32 of a and b (float32 values, abits and
+    bbits their patterns) as vop._select_f32 gives them (the ISA pseudocode): under
+    MODE.IEEE a signaling NaN a, else b, quieted; a NaN a gives b, a NaN b gives a; else
+    the larger (smaller) with -0 < +0, of equal values b."""
+    a_nan, b_nan = a != a, b != b
+    if ieee and a_nan and (abits & _QUIET) == 0:
+        return abits | _QUIET
+    if ieee and b_nan and (bbits & _QUIET) == 0:
+        return bbits | _QUIET
+    if a_nan:
+        return bbits
+    if b_nan:
+        return abits
+    zeros = a == 0 and b == 0 and (abits >> 31) != (bbits >> 31)     # -0 against +0
+    if is_max:
+        take_a = a > b or (zeros and (abits >> 31) == 0)
+    else:
+        take_a = a < b or (zeros and (abits >> 31) == 1)
+    return abits if take_a else bbits
 
 
 def _nan_or(a, b, y):

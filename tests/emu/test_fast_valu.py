@@ -1,6 +1,7 @@
 """The compiled VALU paths (fast.valu_f32, fast.pk_bf16) against the numpy paths, bit for bit.
 
-fast.valu_f32 (vop.valu for v_add/sub/subrev/mul/fma/fmac_f32, vop3p for v_pk_mul/add_f32):
+fast.valu_f32 (vop.valu for v_add/sub/subrev/mul/fma/fmac_f32 and v_min/max/min3/max3_f32,
+vop3p for v_pk_mul/add_f32):
 each op and operand form (VGPR, SGPR, inline constant, literal; neg/abs on the VOP3 forms;
 fmac's dst source; op_sel/op_sel_hi/neg_lo/neg_hi of the packed ops, a destination pair
 that is also a source), and fast.pk_bf16 (v_cvt_pk_bf16_f32, plain and with neg/abs) runs
@@ -90,6 +91,34 @@ def _check_pair(body, vgprs, sgpr, denorm, lo, monkeypatch):
     numpy_bits = run_snippet(body, vgprs=vgprs, sgprs={20: sgpr}, outputs=outs, denorm=denorm)
     for o in outs:
         np.testing.assert_array_equal(fast_bits[o], numpy_bits[o], err_msg=o)
+
+
+MINMAX = ["v_max_f32 v3, v0, v1", "v_min_f32 v3, s20, v1", "v_max3_f32 v3, v0, v1, v2",
+          "v_min3_f32 v3, v0, -v1, |v2|", "v_max3_f32 v3, v0, 1.0, v2", "v_max_f32_e64 v3, -v0, v1"]
+
+
+@pytest.mark.parametrize("body", MINMAX)
+@pytest.mark.parametrize("ieee", [0, 1])
+@pytest.mark.parametrize("denorm", [0, 3])
+def test_minmax_f32_matches_numpy(body, ieee, denorm, monkeypatch):
+    """v_min/max/min3/max3_f32 compiled (fast._pick) and in numpy (vop._select_f32), in
+    both MODE.IEEE settings: every f32 class, a quarter of the lanes zeros of random signs
+    in every source (the -0 < +0 rule), equal values, EXEC partial where denormals flush."""
+    rng = np.random.default_rng(zlib.crc32(f"{body} {ieee} {denorm}".encode()))
+    vgprs = {r: _special(rng, 64) for r in range(3)}
+    zero = np.arange(64) % 4 == 0
+    for r in range(3):
+        vgprs[r] = np.where(zero, rng.integers(0, 2, 64).astype(np.uint32) << np.uint32(31), vgprs[r])
+    vgprs[1] = np.where(np.arange(64) % 8 == 1, vgprs[0], vgprs[1])           # equal operands
+    sgpr = int(_special(rng, 1)[0])
+    exec_mask = None if denorm else 0xF0F0_FFFF_0000_FFFF
+
+    def run():
+        return run_snippet(body, vgprs=vgprs, sgprs={20: sgpr}, outputs=["v3"], denorm=denorm, ieee=ieee,
+                           exec_mask=exec_mask)["v3"]
+    fast_bits = run()
+    monkeypatch.setattr(fast, "for_launch", lambda strict, waves: None)
+    np.testing.assert_array_equal(fast_bits, run())
 
 
 def test_valu_f32_two_nans_first_wins(monkeypatch):

@@ -361,7 +361,8 @@ def _valu_f32_plan(inst):
     if code is None or inst.mods or inst.enc in ("dpp", "sdwa"):
         return _NOT_FAST
     dst = inst.ops[0]
-    srcs = (*inst.ops[1:3], dst) if inst.name == "v_fmac_f32" else inst.ops[1:4 if code == 4 else 3]
+    nsrc = 3 if code in fast.VALU_F32_THREE else 2
+    srcs = (*inst.ops[1:3], dst) if inst.name == "v_fmac_f32" else inst.ops[1:1 + nsrc]
     if dst.kind != "v" or any(op.kind == "a" for op in srcs):
         return _NOT_FAST
     pad = [False] * (3 - len(srcs))
@@ -401,7 +402,7 @@ def run_f32_fast(ex, w, code: int, regs, scalars, neg, absolute, dst: int):
     every = mask is None or bool(mask.all())
     ex.write_regs("v", w, dst, count)
     ex.fast.valu_f32(code, ex.waves.vgpr.view(np.float32), ex.wave_ids(w), regs, scalars.view(np.float32), neg,
-                     absolute, not ex.denorm_f32, dst, _NO_MASK if every else mask, every)
+                     absolute, not ex.denorm_f32, ex.ieee_mode, dst, _NO_MASK if every else mask, every)
     ex.record_write("v", w, dst, count, hazards.VALU)
 
 
