@@ -328,7 +328,7 @@
 .set v_t0, 2                ; temporaries
 .set v_t1, 3
 .set v_t2, 4                ; [4:5] (a pair: broadcast operand of packed ops)
-.set v_kaddr, 6             ; [6:13]  LDS byte address of K chunk 2s + l/32 of key l%32, s = 0..7
+.set v_kaddr, 6             ; [6:13]  LDS byte address of K chunk 2s + l/32 of key l%32, s = 0..7 (FP8 [6:9]: chunk 4s + 2h + l/32)
 .set v_vaddr, 14            ; [14:17] LDS byte address of this lane's ds_read_b64_tr_b16, d block 0..3
 .set v_dma_k0, 18           ; DMA voffsets: K line w, K line w+8, V line w, V line w+8
 .set v_dma_k1, 19
@@ -342,12 +342,12 @@
 .set v_neginf, 30
 .set v_diff, 31             ; row max of S - m
 .set v_negm, 32             ; [32:47]  -m in all 16 registers: srcC of a key block's first MFMA
-.set v_p, 48                ; [48:63]  P (bf16/fp16 pairs): 4 k-steps x 4 VGPRs
-.set v_op, 64               ; [64:95]  MFMA A operand ring: RING slots of 4 VGPRs
+.set v_p, 48                ; [48:63]  P (bf16/fp16 pairs): 4 k-steps x 4 VGPRs (FP8 [48:55]: 32 e4m3 bytes)
+.set v_op, 64               ; [64:95]  MFMA A operand ring: RING slots of 4 VGPRs (FP8: of 8)
 .set v_s0, 96               ; [96:127]  S - m / P f32, even tiles: 2 key blocks x 16
 .set v_s1, 128              ; [128:159] odd tiles
 .set v_o, 160               ; [160:223] O^T accumulators: 4 d blocks x 16 f32
-.set v_q, 224               ; [224:255] Q (B operand of GEMM0): 8 d steps x 4 VGPRs
+.set v_q, 224               ; [224:255] Q (B operand of GEMM0): 8 d steps x 4 VGPRs (FP8 [224:239]: 2 x 8)
 ; prologue/epilogue temporaries in the O region (O is zeroed after them)
 .set v_u_lq, 160
 .set v_u_lh, 161
