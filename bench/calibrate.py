@@ -196,12 +196,15 @@ def fit(pool: Pool, points: list[dict], start: P.Params, maxfev: int, names=P.FI
         val = statistics.fmean(statistics.fmean(v) for v in strata.values())
         print(f"  fit: {({k: round(v, 4) for k, v in changes(x).items()})} -> mean |log ratio| {val:.4f}",
               flush=True)
+        if val < best[0]:
+            best[:] = [val, list(x)]
         return val
 
-    out = minimize(loss, x0, method="Nelder-Mead", bounds=[bounds[n] for n in names],
-                   options={"maxfev": maxfev, "xatol": 1e-3, "fatol": 1e-4,
-                            "initial_simplex": _simplex(x0, names, logs)})
-    return changes(out.x)
+    # the best point evaluated: Nelder-Mead stopped by maxfev may return an unsorted vertex
+    best = [math.inf, x0]
+    minimize(loss, x0, method="Nelder-Mead", bounds=[bounds[n] for n in names],
+             options={"maxfev": maxfev, "xatol": 1e-3, "fatol": 1e-4, "initial_simplex": _simplex(x0, names, logs)})
+    return changes(best[1])
 
 
 def _simplex(x0, names, logs):

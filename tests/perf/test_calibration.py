@@ -69,3 +69,33 @@ def test_data_set_is_rebuilt_from_the_corpus_with_a_stratified_split():
         if M is not None:
             assert p["regime"] == ("M<=64" if M <= 64 else "64<M<=1024" if M <= 1024 else "M>1024")
     assert {p["family"] for p in committed} == {"f4gemm", "bf16gemm", "fmha"}
+
+
+def test_fit_returns_the_best_point_it_evaluated_and_set_parses_fields():
+    import dataclasses
+    import math
+
+    from bench import calibrate
+    from gfxasm.perf import params as P
+
+    rng = random.Random(3)
+    target = rng.uniform(20000.0, 60000.0)
+    point = {"id": 0, "family": "f4gemm", "regime": "M<=64", "measured_us": 10.0}
+
+    class Pool:                                   # a loss with its minimum at `target`
+        def run(self, changes):
+            return {0: {"modelled_us": 10.0 * (1.0 + abs(math.log(changes["vmem_inflight_bytes"] / target)))}}
+
+    start = dataclasses.replace(P.DEFAULT, vmem_inflight_bytes=36864.0)
+    seen = []
+    pool = Pool()
+    run = pool.run
+    pool.run = lambda ch: seen.append(ch["vmem_inflight_bytes"]) or run(ch)
+    got = calibrate.fit(pool, [point], start, 3, ("vmem_inflight_bytes",))["vmem_inflight_bytes"]
+    assert got == min(seen, key=lambda v: abs(math.log(v / target)))     # never a worse vertex
+    with pytest.raises(ValueError, match="unset"):
+        calibrate.fit(Pool(), [point], P.DEFAULT, 3, ("vmem_inflight_bytes",))
+    assert P.overrides(["vmem_inflight_bytes=32768", "dram_queue=md1", "lds_conflicts=none", "valu_cycles=8"]) == {
+        "vmem_inflight_bytes": 32768.0, "dram_queue": "md1", "lds_conflicts": None, "valu_cycles": 8}
+    with pytest.raises(ValueError, match="NAME=VALUE"):
+        P.overrides(["no_such_field=1"])
