@@ -131,6 +131,17 @@ def test_raw_and_waw_without_a_barrier(compiled):
     ex.write_done([2], _rows(8, span=4))                  # after the barrier: ordered
 
 
+@pytest.mark.parametrize("compiled", PATHS)
+def test_read_of_a_partial_lane_write_in_flight(compiled):
+    ex = _Ex(compiled)
+    ex.write([1], _rows(4, span=16), lanes=8)           # the numpy write path: dwords 4..11 in flight
+    ex.read([2], _rows(12, span=16))                    # its neighbours: no race
+    with pytest.raises(HazardError) as err:
+        ex.read([0], _rows(0, span=16))
+    assert str(err.value) == ("ds_read touches LDS address 0x10 (lane 4) that another wave wrote without "
+                              "s_waitcnt lgkmcnt(0) + s_barrier in between (wave 0)")
+
+
 def _random_run(seed: int, compiled: bool):
     """A random sequence of reads and writes (of one wave, mostly retired at once), mostly
     in each wave's own part of LDS, and barriers; returns (step, report) of the first
