@@ -164,19 +164,18 @@ TRANSPOSE = {"ds_read_b64_tr_b16": 2, "ds_read_b64_tr_b8": 1}
 
 @lru_cache(maxsize=None)
 def _transpose_index(esize: int) -> np.ndarray:
-    """int[512]: for each output byte (lane 16b+n, element j, byte) of a wave, its byte
-    position in the wave's [64 lanes x 8 bytes] input (the formula above); outputs in
-    [dword, lane, byte] order."""
+    """int[512 / esize]: for each output element (lane 16b+n, element j) of a wave, its
+    element position in the wave's [64 lanes x 8 bytes] input viewed as esize-byte
+    elements (the formula above); outputs in [dword, lane, element] order."""
     per = 8 // esize                      # elements per lane
-    b = np.arange(4)[:, None, None, None]
-    n = np.arange(16)[None, :, None, None]
-    j = np.arange(per)[None, None, :, None]
-    byte = np.arange(esize)[None, None, None, :]
+    b = np.arange(4)[:, None, None]
+    n = np.arange(16)[None, :, None]
+    j = np.arange(per)[None, None, :]
     lane = 16 * b + (16 // per) * j + n // per
-    index = (lane * 8 + (n % per) * esize + byte).reshape(-1)
-    # Output bytes in register order [dword 0..1, lane, byte]: the gathered bytes viewed as
-    # uint32 are the destination's [2, 64] registers, contiguous.
-    index = np.ascontiguousarray(index.reshape(64, 2, 4).transpose(1, 0, 2)).reshape(-1)
+    index = (lane * per + n % per).reshape(-1)
+    # Output elements in register order [dword 0..1, lane, element]: the gathered elements
+    # viewed as uint32 are the destination's [2, 64] registers, contiguous.
+    index = np.ascontiguousarray(index.reshape(64, 2, per // 2).transpose(1, 0, 2)).reshape(-1)
     index.flags.writeable = False         # cached: shared by every call
     return index
 
@@ -186,16 +185,17 @@ def ds_read_tr(ex, inst, w):
     dst, addr_op = inst.ops
     esize = TRANSPOSE[inst.name]
     mask = ex.exec_bits(w)
-    blocks = mask.reshape(-1, 4, 16)
-    partial = blocks.any(axis=2) & ~blocks.all(axis=2)
-    if partial.any():
-        row = int(np.flatnonzero(partial.any(axis=1))[0])
-        raise UnsupportedInstruction(f"{inst.name} with a partly active 16-lane block is not modelled "
-                                     f"({ex.where(int(ex.wave_ids(w)[row]))})")
+    if not ex.waves.exec_all(w):
+        blocks = mask.reshape(-1, 4, 16)
+        partial = blocks.any(axis=2) & ~blocks.all(axis=2)
+        if partial.any():
+            row = int(np.flatnonzero(partial.any(axis=1))[0])
+            raise UnsupportedInstruction(f"{inst.name} with a partly active 16-lane block is not modelled "
+                                         f"({ex.where(int(ex.wave_ids(w)[row]))})")
     addr = base_address(ex, inst, w, addr_op) + offset16(ex, inst)
     data = lds.read(ex, w, addr, 8, mask, inst.name, align=8,        # [n, 64, 8] = in[l]
                     check=lambda: check_alignment(ex, w, addr, mask, 8, inst.name))
-    out = np.take(data.reshape(data.shape[0], 64 * 8), _transpose_index(esize), axis=1)
+    out = np.take(data.view(f"u{esize}").reshape(data.shape[0], -1), _transpose_index(esize), axis=1)
     _land_regs(ex, w, dst, out.view(np.uint32).reshape(-1, 2, 64), mask)
 
 
