@@ -94,7 +94,8 @@ def test_fit_returns_the_best_point_it_evaluated_and_set_parses_fields():
     got = calibrate.fit(pool, [point], start, 3, ("vmem_inflight_bytes",))["vmem_inflight_bytes"]
     assert got == min(seen, key=lambda v: abs(math.log(v / target)))     # never a worse vertex
     with pytest.raises(ValueError, match="unset"):
-        calibrate.fit(Pool(), [point], P.DEFAULT, 3, ("vmem_inflight_bytes",))
+        calibrate.fit(Pool(), [point], dataclasses.replace(P.DEFAULT, vmem_inflight_bytes=None), 3,
+                      ("vmem_inflight_bytes",))
     assert P.overrides(["vmem_inflight_bytes=32768", "dram_queue=md1", "lds_conflicts=none", "valu_cycles=8"]) == {
         "vmem_inflight_bytes": 32768.0, "dram_queue": "md1", "lds_conflicts": None, "valu_cycles": 8}
     with pytest.raises(ValueError, match="NAME=VALUE"):
