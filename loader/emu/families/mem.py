@@ -218,7 +218,7 @@ def _buffer_bytes_ok(in_range: np.ndarray, nbytes: int) -> np.ndarray:
 
 def _buffer_read(ex, inst, w, addr, in_range, mask, nbytes):
     """uint8[n,64,nbytes]; out-of-range dwords read 0."""
-    full = in_range.all(axis=2) & mask
+    full = in_range[:, :, -1] & mask      # a lane's in-range dwords are a prefix: its last decides
     if full.all():
         return _read_lanes(ex, w, addr, full, nbytes, inst.name)
     ok_bytes = _buffer_bytes_ok(in_range, nbytes) & mask[:, :, None]
@@ -227,7 +227,6 @@ def _buffer_read(ex, inst, w, addr, in_range, mask, nbytes):
     if lanes_touching.any():
         # Read each lane's in-range prefix; in-range dwords of one lane are contiguous
         # from the start because range grows with the offset.
-        full = in_range.all(axis=2) & mask
         data[full] = _read_lanes(ex, w, addr, full, nbytes, inst.name)[full]
         partial = lanes_touching & ~full
         if partial.any():
