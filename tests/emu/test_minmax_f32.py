@@ -39,7 +39,8 @@ def _is(bits: int, zero: str) -> bool:
     return bits == (0 if zero == "+0" else 0x80000000)
 
 
-def ref_max(ieee: bool, s0: int, s1: int) -> int:
+def _ref_select(larger: bool, ieee: bool, s0: int, s1: int) -> int:
+    """V_MAX_F32 (larger) or V_MIN_F32, step by step as the reference writes them."""
     if ieee and _snan(s0):
         return s0 | QUIET
     if ieee and _snan(s1):
@@ -49,28 +50,22 @@ def ref_max(ieee: bool, s0: int, s1: int) -> int:
     if _nan(s1):
         return s0
     if _is(s0, "+0") and _is(s1, "-0"):
-        return s0
+        return s0 if larger else s1
     if _is(s0, "-0") and _is(s1, "+0"):
-        return s1
+        return s1 if larger else s0
+    if not larger:
+        return s0 if _f(s0) < _f(s1) else s1
     if ieee:
         return s0 if _f(s0) >= _f(s1) else s1
     return s0 if _f(s0) > _f(s1) else s1
 
 
+def ref_max(ieee: bool, s0: int, s1: int) -> int:
+    return _ref_select(True, ieee, s0, s1)
+
+
 def ref_min(ieee: bool, s0: int, s1: int) -> int:
-    if ieee and _snan(s0):
-        return s0 | QUIET
-    if ieee and _snan(s1):
-        return s1 | QUIET
-    if _nan(s0):
-        return s1
-    if _nan(s1):
-        return s0
-    if _is(s0, "+0") and _is(s1, "-0"):
-        return s1
-    if _is(s0, "-0") and _is(s1, "+0"):
-        return s0
-    return s0 if _f(s0) < _f(s1) else s1
+    return _ref_select(False, ieee, s0, s1)
 
 
 def ref_med3(ieee: bool, s0: int, s1: int, s2: int) -> int:
