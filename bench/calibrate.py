@@ -163,12 +163,12 @@ def format_summary(rows: dict, title: str) -> str:
 
 # ------------------------------------------------------------------ fit
 
-def fit(pool: Pool, points: list[dict], start: P.Params, maxfev: int, names=P.FITTED) -> dict:
+def fit(pool: Pool, points: list[dict], start: P.Params, maxfev: int, names=P.FITTED, minimize=None) -> dict:
     """Nelder-Mead on the FITTED parameters (or the subset `names`) over the fit points (the pool holds only those),
     minimising the mean over strata (family x regime) of the mean |log(modelled/measured)|:
     each stratum weighs the same, so the two FMHA fit points count as much as the hundreds
-    of GEMMs of one regime."""
-    from scipy.optimize import minimize
+    of GEMMs of one regime. `minimize`: scipy.optimize.minimize's signature (default: it;
+    scipy is the `perf` extra's, so a test can pass its own)."""
     unknown = set(names) - set(P.FITTED)
     if unknown:
         raise ValueError(f"only params.FITTED can be fitted, not {sorted(unknown)}")
@@ -202,6 +202,8 @@ def fit(pool: Pool, points: list[dict], start: P.Params, maxfev: int, names=P.FI
 
     # the best point evaluated: Nelder-Mead stopped by maxfev may return an unsorted vertex
     best = [math.inf, x0]
+    if minimize is None:
+        from scipy.optimize import minimize
     minimize(loss, x0, method="Nelder-Mead", bounds=[bounds[n] for n in names],
              options={"maxfev": maxfev, "xatol": 1e-3, "fatol": 1e-4, "initial_simplex": _simplex(x0, names, logs)})
     return changes(best[1])

@@ -86,12 +86,22 @@ def test_fit_returns_the_best_point_it_evaluated_and_set_parses_fields():
         def run(self, changes):
             return {0: {"modelled_us": 10.0 * (1.0 + abs(math.log(changes["vmem_inflight_bytes"] / target)))}}
 
+    def stopped_early(loss, x0, method, bounds, options):
+        # as Nelder-Mead cut off by maxfev may: evaluates the initial simplex and a few
+        # points, then answers with a vertex that is not the best it saw
+        tried = [list(v) for v in options["initial_simplex"]] + [[x0[0] + d] for d in (-0.7, 0.4, 0.9)]
+        for x in tried:
+            loss(x)
+        return max(tried, key=loss)
+
     start = dataclasses.replace(P.DEFAULT, vmem_inflight_bytes=36864.0)
     seen = []
     pool = Pool()
     run = pool.run
     pool.run = lambda ch: seen.append(ch["vmem_inflight_bytes"]) or run(ch)
-    got = calibrate.fit(pool, [point], start, 3, ("vmem_inflight_bytes",))["vmem_inflight_bytes"]
+    got = calibrate.fit(pool, [point], start, 3, ("vmem_inflight_bytes",), minimize=stopped_early)
+    got = got["vmem_inflight_bytes"]
+    assert len(set(seen)) >= 4
     assert got == min(seen, key=lambda v: abs(math.log(v / target)))     # never a worse vertex
     with pytest.raises(ValueError, match="unset"):
         calibrate.fit(Pool(), [point], dataclasses.replace(P.DEFAULT, vmem_inflight_bytes=None), 3,
