@@ -11,19 +11,31 @@ Points (one launch each, with its measured time):
     `aiter/configs/bf16_tuned_gemm.csv` at ROCm/aiter commit BF16_COMMIT (not in the wheel,
     so the numbers are written below, with their source);
   * aiter's FMHA forward (`fwd_hd128_bf16.co`): the five published MI355X points of the
-    conformance README (bench.bench_conformance.FMHA_PUBLISHED).
+    conformance README (bench.bench_conformance.FMHA_PUBLISHED);
+  * aiter's fused-MoE stage-1 asm objects: the rows of `aiter/configs/tuned_fmoe.csv` that
+    bench.fmoe_validate can launch as moe_stage1_g1u1 does (`us1`, cold weights; routing
+    drawn by gfxasm.perf.aiter_fmoe.routing). They stream the used experts' fp8 weights at
+    4.4-6.3 TB/s, faster than the f4gemm rows ever do, so they are the data's evidence on
+    the HBM's sustainable rate.
 
-Regimes by M: "M<=64", "64<M<=1024", "M>1024" (FMHA: its own regime "fmha").
+Regimes by M: "M<=64", "64<M<=1024", "M>1024" (FMHA: its own regime "fmha"; fused MoE
+"fmoe").
 Split (declared, seeded): within each (kernel, regime) stratum the points are shuffled
 with random.Random(SEED) and the first floor(n/2) go to "fit", the rest (and every
 stratum of one point) are "held" out. So at most half of the points are fitted on, and
 every kernel and regime with two points or more is on both sides (FMHA: 2 fit, 3 held).
+Fused-MoE rows come in near-twins (Silu and Gelu, with and without topk weights, per-token
+and per-tensor scales: one shape, one object family, times within a few percent), so they
+are split by shape instead: the shapes are shuffled and taken in that order into "fit"
+while their rows stay within half of the rows (a shape that would pass it is held out), so
+no held-out row has a twin among the fit rows.
 """
 from __future__ import annotations
 
 import csv
 import json
 import random
+from collections import Counter
 from pathlib import Path
 
 SEED = 13
@@ -80,13 +92,28 @@ def fmha_points() -> list[dict]:
     return out
 
 
+FMOE_SHAPE = ("token", "model_dim", "inter_dim", "expert", "topk")
+
+
+def fmoe_points() -> list[dict]:
+    from bench import fmoe_validate
+    rows, _ = fmoe_validate.rows()
+    keep = ("line", "symbol", "activation", "q_type", "measured_us") + FMOE_SHAPE
+    return [{"family": "fmoe", "kernel": r["kernel"], **{k: r[k] for k in keep}, "regime": "fmoe",
+             "source": "fmoe"} for r in rows]
+
+
 def split(points: list[dict], seed: int = SEED) -> None:
     """Mark each point 'fit' or 'held' in place (see the module docstring)."""
     strata: dict[tuple, list[dict]] = {}
     for p in points:
-        strata.setdefault((p["kernel"], p["regime"]), []).append(p)
+        key = ("fmoe",) if p["family"] == "fmoe" else (p["kernel"], p["regime"])
+        strata.setdefault(key, []).append(p)
     rng = random.Random(seed)
     for key in sorted(strata):
+        if key == ("fmoe",):
+            _split_by_shape(strata[key], rng)
+            continue
         group = sorted(strata[key], key=lambda p: (p.get("M", 0), p.get("N", 0), p.get("K", 0), p.get("S", 0)))
         rng.shuffle(group)
         nfit = len(group) // 2
@@ -94,15 +121,29 @@ def split(points: list[dict], seed: int = SEED) -> None:
             p["split"] = "fit" if n < nfit else "held"
 
 
+def _split_by_shape(points: list[dict], rng: random.Random) -> None:
+    rows = Counter(tuple(p[k] for k in FMOE_SHAPE) for p in points)
+    shapes = sorted(rows)
+    rng.shuffle(shapes)
+    fit, taken = set(), 0
+    for shape in shapes:
+        if taken + rows[shape] <= len(points) // 2:
+            fit.add(shape)
+            taken += rows[shape]
+    for p in points:
+        p["split"] = "fit" if tuple(p[k] for k in FMOE_SHAPE) in fit else "held"
+
+
 def build() -> list[dict]:
-    points = f4gemm_points() + bf16gemm_points() + fmha_points()
+    points = f4gemm_points() + bf16gemm_points() + fmha_points() + fmoe_points()
     split(points)
     for n, p in enumerate(points):
         p["id"] = n
     return points
 
 
-SOURCES = {"a4w4": f"amd-aiter==0.1.7.post2.dev18 {A4W4_CSV} (column us)", "bf16": BF16_SOURCE}
+SOURCES = {"a4w4": f"amd-aiter==0.1.7.post2.dev18 {A4W4_CSV} (column us)", "bf16": BF16_SOURCE,
+           "fmoe": "amd-aiter==0.1.7.post2.dev18 aiter/configs/tuned_fmoe.csv (column us1; bench.fmoe_validate)"}
 
 
 def load() -> list[dict]:

@@ -36,7 +36,7 @@ from gfxasm.perf import lds_banks                             # noqa: E402
 from gfxasm.perf import params as P                           # noqa: E402
 
 OUT = REPO / "bench" / "calibration.json"
-REGIMES = ("M<=64", "64<M<=1024", "M>1024", "fmha")
+REGIMES = ("M<=64", "64<M<=1024", "M>1024", "fmha", "fmoe")
 
 
 # ------------------------------------------------------------------ one point
@@ -48,6 +48,11 @@ def launch(point: dict) -> dict:
         from gfxasm.perf import aiter_f4gemm
         cfg = aiter_f4gemm.configs()[point["symbol"]]
         return aiter_f4gemm.launch(cfg, point["M"], point["N"], point["K"], point["log2_k_split"])
+    if fam == "fmoe":
+        from gfxasm.perf import aiter_fmoe
+        cfg = aiter_fmoe.configs()[point["symbol"]]
+        shape = [point[k] for k in calib_data.FMOE_SHAPE]
+        return aiter_fmoe.launch(cfg, *shape, activation=point["activation"])
     from bench.bench_conformance import fmha_case, gemm_bf16_case
     if fam == "bf16gemm":                    # the object is in ../shared/conformance only
         c = gemm_bf16_case(point["M"], point["N"], point["K"])

@@ -59,16 +59,23 @@ def test_f4gemm_grid_follows_the_host_rule():
 def test_data_set_is_rebuilt_from_the_corpus_with_a_stratified_split():
     committed = calib_data.load()
     assert calib_data.build() == committed
-    strata = Counter((p["kernel"], p["regime"]) for p in committed)
-    fit = Counter((p["kernel"], p["regime"]) for p in committed if p["split"] == "fit")
+    gemms = [p for p in committed if p["family"] != "fmoe"]
+    strata = Counter((p["kernel"], p["regime"]) for p in gemms)
+    fit = Counter((p["kernel"], p["regime"]) for p in gemms if p["split"] == "fit")
     for key, n in strata.items():
         assert fit[key] == n // 2, key                  # at most half, both sides when n >= 2
     assert sum(fit.values()) <= len(committed) / 2
+    # fused MoE: split by shape (twins on one side), at most half of the rows fitted on
+    fmoe = [p for p in committed if p["family"] == "fmoe"]
+    side = {}
+    for p in fmoe:
+        assert side.setdefault(tuple(p[k] for k in calib_data.FMOE_SHAPE), p["split"]) == p["split"]
+    assert 0 < sum(p["split"] == "fit" for p in fmoe) <= len(fmoe) // 2
     for p in committed:
         M = p.get("M")
         if M is not None:
             assert p["regime"] == ("M<=64" if M <= 64 else "64<M<=1024" if M <= 1024 else "M>1024")
-    assert {p["family"] for p in committed} == {"f4gemm", "bf16gemm", "fmha"}
+    assert {p["family"] for p in committed} == {"f4gemm", "bf16gemm", "fmha", "fmoe"}
 
 
 def test_fit_returns_the_best_point_it_evaluated_and_set_parses_fields():
