@@ -245,6 +245,14 @@ def fmha_table(points, results_by_bracket) -> str:
     return "\n".join(lines)
 
 
+def _label(point: dict) -> str:
+    """Legend group: the kernel; aiter's fused-MoE objects by tile (with and without topk
+    weights alike), their full names being too long for a legend."""
+    if point["family"] == "fmoe":
+        return "fmoe stage 1 " + point["kernel"].split("g1u1_")[-1]
+    return point["kernel"]
+
+
 def scatter(points, results, png) -> bool:
     try:
         import matplotlib
@@ -253,10 +261,10 @@ def scatter(points, results, png) -> bool:
     except ImportError:
         return False
     fig, ax = plt.subplots(figsize=(7, 6))
-    kernels = sorted({p["kernel"] for p in points})
+    kernels = sorted({_label(p) for p in points})
     cmap = plt.get_cmap("tab20", len(kernels))
     for n, k in enumerate(kernels):
-        sel = [p for p in points if p["kernel"] == k and p["split"] == "held"]
+        sel = [p for p in points if _label(p) == k and p["split"] == "held"]
         if sel:
             ax.scatter([p["measured_us"] for p in sel], [results[p["id"]]["modelled_us"] for p in sel],
                        s=10, color=cmap(n), label=k)
