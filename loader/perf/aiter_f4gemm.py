@@ -13,6 +13,14 @@ B [N, K/2] bytes (two FP4 per byte, B pre-shuffled), e8m0 scales padded by
 bf16 output padded to ceil(M/256)*256 rows.
 
 Only sizes and addresses matter to the timing model, so the tensors are `torch.empty`.
+
+Split-K launches read past their K slice where a slice is one 256-element step
+(docs/conformance.md, finding F8: the prologue advances the operand descriptors two steps
+before it checks the slice length, and a num_records that drops below zero wraps), at
+small M past the end of A or of A's scales. So A gets a whole tile of rows plus
+SPLITK_SLACK bytes of slack after it and the other operands SPLITK_SLACK (`slack_bytes`):
+the reads land in memory the launch owns, as they must to be modelled (the results do not
+depend on those bytes: tests/conformance).
 """
 from __future__ import annotations
 
@@ -24,6 +32,7 @@ from dataclasses import dataclass
 import torch
 
 KERNARG_BYTES = 384          # .kernarg_segment_size of every f4gemm object
+SPLITK_SLACK = 4096          # bytes after each split-K operand, A's besides a tile of rows
 BLOCK = (256, 1, 1)
 CONFIG_CSV = "aiter_meta/hsa/gfx950/f4gemm/f4gemm_bf16_per1x32Fp4.csv"
 
@@ -89,14 +98,31 @@ def kernarg(D, A, B, scale_a, scale_b, M: int, N: int, K: int, *, bias=None, alp
     return out.ljust(KERNARG_BYTES, b"\0")
 
 
+def k_per_workgroup(K: int, log2_k_split: int) -> int:
+    """K of one split-K slice: K / 2^log2_k_split rounded up to a multiple of 256."""
+    k_num = 1 << log2_k_split
+    if K % k_num:
+        raise ValueError(f"K={K} is not a multiple of 2^log2_k_split={k_num}")
+    return math.ceil(K // k_num / 256) * 256
+
+
+def slack_bytes(cfg: F4Config, K: int, log2_k_split: int) -> tuple[int, int]:
+    """(bytes after A, bytes after B and each scale tensor) a launch must own (finding F8)."""
+    if not (cfg.split_k and log2_k_split):
+        return 0, 0
+    return cfg.tile_m * (K // 2) + SPLITK_SLACK, SPLITK_SLACK
+
+
+def _owned(shape, extra: int) -> torch.Tensor:
+    """An uninitialised uint8 tensor of `shape` at the head of a storage `extra` bytes longer."""
+    n = math.prod(shape)
+    return torch.empty(n + extra, dtype=torch.uint8)[:n].view(shape)
+
+
 def grid(cfg: F4Config, M: int, N: int, K: int, log2_k_split: int = 0) -> tuple[int, int, int]:
     gz = 1
     if cfg.split_k:
-        k_num = 1 << log2_k_split
-        if K % k_num:
-            raise ValueError(f"K={K} is not a multiple of 2^log2_k_split={k_num}")
-        k_per_tg = math.ceil(K // k_num / 256) * 256
-        gz = math.ceil(K / k_per_tg)
+        gz = math.ceil(K / k_per_workgroup(K, log2_k_split))
     elif log2_k_split:
         raise ValueError(f"{cfg.symbol} has no split-K; log2_k_split must be 0")
     return (math.ceil(N / cfg.tile_n), math.ceil(M / cfg.tile_m), gz)
@@ -107,10 +133,11 @@ def launch(cfg: F4Config, M: int, N: int, K: int, log2_k_split: int = 0) -> dict
     from .. import corpus
     pad = lambda rows: math.ceil(rows / 256) * 256          # noqa: E731  (e8m0_shuffle / tuner padding)
     sk = math.ceil(K // 32 / 8) * 8
-    A = torch.empty(M, K // 2, dtype=torch.uint8)
-    B = torch.empty(N, K // 2, dtype=torch.uint8)
-    sa = torch.empty(pad(M), sk, dtype=torch.uint8)
-    sb = torch.empty(pad(N), sk, dtype=torch.uint8)
+    a_slack, slack = slack_bytes(cfg, K, log2_k_split)
+    A = _owned((M, K // 2), a_slack)
+    B = _owned((N, K // 2), slack)
+    sa = _owned((pad(M), sk), slack)
+    sb = _owned((pad(N), sk), slack)
     D = torch.empty(pad(M), N, dtype=torch.bfloat16)
     return dict(co=str(corpus.path(cfg.co)), kernel=cfg.symbol, grid=grid(cfg, M, N, K, log2_k_split),
                 block=BLOCK, kernarg=kernarg(D, A, B, sa, sb, M, N, K, log2_k_split=log2_k_split),

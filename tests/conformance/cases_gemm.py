@@ -97,7 +97,8 @@ def f8_blockscale_mi350(M: int, N: int, K: int, seed: int = 0) -> Case:
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 
 
-def f4gemm(M: int, N: int, K: int, tile: str = "32x128", seed: int = 0, preshuffle: bool = True) -> Case:
+def f4gemm(M: int, N: int, K: int, tile: str = "32x128", seed: int = 0, preshuffle: bool = True,
+           log2_k_split: int = 0, slack: bool = True) -> Case:
     """D[M, N] bf16 = A @ B^T with A [M, K] and B [N, K] in OCP MX-FP4 (E2M1, two per byte,
     the even element in the low nibble) and one e8m0 scale per 1x32 along K. Host code:
     aiter_meta/csrc/py_itfs_cu/asm_gemm_a4w4.cu gemm_a4w4_asm (struct KernelArgs, grid,
@@ -107,7 +108,16 @@ def f4gemm(M: int, N: int, K: int, tile: str = "32x128", seed: int = 0, preshuff
     columns to 8, then [m/32, 2, 16, n/8, 2, 4] -> (0, 3, 5, 2, 4, 1)); D has
     ceil(M/256)*256 rows, as aiter's tuner allocates it. The host refuses N % tile_n.
     preshuffle=False: the noBpreShuffle object, B [N, K/2] row-major as packed (it reads B
-    past its end for K = 256, a fault here; K = 512 and 1024 run)."""
+    past its end for K = 256, a fault here; K = 512 and 1024 run).
+    log2_k_split > 0 (a split-K object): 2^log2 K slices of K / 2^log2 rounded up to 256,
+    grid z their number, D zeroed first (the host's out.zero_(); the slices add into it
+    with buffer_atomic_pk_add_bf16, so D is checked against a bound on bf16 rounding of
+    each slice's sum and of each addition). Where a slice is one 256-element step, the
+    prologue's two advances of the operand descriptors pass it and a num_records that drops
+    below zero wraps, so at small M the loads read past the end of A or of A's scales
+    (docs/conformance.md, finding F8): the operands get aiter_f4gemm.slack_bytes
+    of 0xFF after them (FP4 -6.0 and e8m0 NaN scales, which would show in D if the kernel
+    used them); slack=False leaves them out (the finding's test)."""
     from gfxasm.perf import aiter_f4gemm as f4
     kind = "BpreShuffle" if preshuffle else "noBpreShuffle"
     cfg = next((c for c in f4.configs().values() if c.co.endswith(f"_{kind}_{tile}.co")), None)
@@ -115,6 +125,8 @@ def f4gemm(M: int, N: int, K: int, tile: str = "32x128", seed: int = 0, preshuff
         raise ValueError(f"no {kind} f4gemm object with tile {tile!r}")
     if N % cfg.tile_n or K % 256:
         raise ValueError(f"N must be a multiple of {cfg.tile_n} and K of 256, got N={N}, K={K}")
+    if log2_k_split and not cfg.split_k:
+        raise ValueError(f"{cfg.symbol} has no split-K")
     g = torch.Generator().manual_seed(seed)
     a_codes = torch.randint(0, 16, (M, K), generator=g, dtype=torch.uint8)
     b_codes = torch.randint(0, 16, (N, K), generator=g, dtype=torch.uint8)
@@ -126,15 +138,39 @@ def f4gemm(M: int, N: int, K: int, tile: str = "32x128", seed: int = 0, preshuff
         b = b.view(N // 16, 16, K // 64, 2, 16).permute(0, 2, 3, 1, 4).contiguous().view(N, K // 2)
     sa, sb = _e8m0_shuffle(a_exp), _e8m0_shuffle(b_exp)
     d = poison((math.ceil(M / 256) * 256, N), torch.bfloat16)
+    if slack:
+        a_slack, rest = f4.slack_bytes(cfg, K, log2_k_split)
+        a, b, sa, sb = _with_slack(a, a_slack), _with_slack(b, rest), _with_slack(sa, rest), _with_slack(sb, rest)
+    if log2_k_split:
+        d.zero_()
 
     def check():
-        ref = _mxfp4_value(a_codes, a_exp) @ _mxfp4_value(b_codes, b_exp).T
+        av, bv = _mxfp4_value(a_codes, a_exp), _mxfp4_value(b_codes, b_exp)
+        ref = av @ bv.T
         assert not d[:M].isnan().any(), "D not fully written"
-        # fp32 accumulation of exact products (E2M1 x E2M1 x 2^k), one bf16 rounding.
-        torch.testing.assert_close(d[:M].double(), ref, rtol=1e-2, atol=1e-3 * ref.abs().max().item())
+        if not log2_k_split:
+            # fp32 accumulation of exact products (E2M1 x E2M1 x 2^k), one bf16 rounding.
+            torch.testing.assert_close(d[:M].double(), ref, rtol=1e-2, atol=1e-3 * ref.abs().max().item())
+            return
+        # S slices, each summed in fp32 and rounded to bf16 (at most 2^-9 |slice|), added
+        # into D in bf16 in any order (each sum at most 2^-9 of sum |slice|): S + 1 halves
+        # of a bf16 ulp of sum |slice|, beside the fp32 sums' share.
+        step = f4.k_per_workgroup(K, log2_k_split)
+        parts = [av[:, k:k + step] @ bv[:, k:k + step].T for k in range(0, K, step)]
+        bound = 2.0 ** -9 * (len(parts) + 1) * sum(p.abs() for p in parts) + 1e-3 * ref.abs().max().item()
+        err = (d[:M].double() - ref).abs()
+        assert (err <= bound).all(), f"split-K D off by {err.max().item():.4g} (bound {bound.max().item():.4g})"
 
-    return Case(cfg.co.removeprefix("aiter_meta/hsa/gfx950/"), cfg.symbol, f4.grid(cfg, M, N, K), f4.BLOCK,
-                f4.kernarg(d, a, b, sa, sb, M, N, K), [a, b, sa, sb, d], check)
+    return Case(cfg.co.removeprefix("aiter_meta/hsa/gfx950/"), cfg.symbol, f4.grid(cfg, M, N, K, log2_k_split),
+                f4.BLOCK, f4.kernarg(d, a, b, sa, sb, M, N, K, log2_k_split=log2_k_split), [a, b, sa, sb, d], check)
+
+
+def _with_slack(t: torch.Tensor, nbytes: int) -> torch.Tensor:
+    """A copy of uint8 `t` as the head of a storage `nbytes` longer, the tail 0xFF."""
+    flat = torch.full((t.numel() + nbytes,), 0xFF, dtype=torch.uint8)
+    head = flat[:t.numel()].view(t.shape)
+    head.copy_(t)
+    return head
 
 
 def _mxfp4_value(codes: torch.Tensor, exps: torch.Tensor) -> torch.Tensor:

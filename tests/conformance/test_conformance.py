@@ -10,6 +10,8 @@ folder is absent, and the session header says so (conftest.py).
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -55,6 +57,12 @@ CORPUS_CASES = {
     "f4gemm_64x256_M64_N512_K256": lambda: cases_gemm.f4gemm(64, 512, 256, tile="64x256"),
     "f4gemm_256x128_M300_N128_K256": lambda: cases_gemm.f4gemm(300, 128, 256, tile="256x128"),
     "f4gemm_256x128_M256_N256_K512": lambda: cases_gemm.f4gemm(256, 256, 512, tile="256x128"),
+    # split-K (bf16 atomics into a zeroed D); one-step slices over-read (F8): the recipe's slack
+    "f4gemm_256x256_sk8_M1_N256_K1536": lambda: cases_gemm.f4gemm(1, 256, 1536, tile="256x256", log2_k_split=3),
+    "f4gemm_256x256_sk8_M2_N256_K1536": lambda: cases_gemm.f4gemm(2, 256, 1536, tile="256x256", log2_k_split=3),
+    "f4gemm_256x256_sk4_M1_N256_K1536": lambda: cases_gemm.f4gemm(1, 256, 1536, tile="256x256", log2_k_split=2),
+    "f4gemm_256x256_sk2_M20_N256_K1024": lambda: cases_gemm.f4gemm(20, 256, 1024, tile="256x256", log2_k_split=1),
+    "f4gemm_128x512_sk4_M33_N512_K2048": lambda: cases_gemm.f4gemm(33, 512, 2048, tile="128x512", log2_k_split=2),
     # a wide buffer store's data overwritten 0 wait states later, soffset an SGPR: legal
     "f4gemm_noBpreShuffle_256x256_M200_N256_K512":
         lambda: cases_gemm.f4gemm(200, 256, 512, tile="256x256", preshuffle=False),
@@ -111,6 +119,25 @@ def test_shared_conformance(name):
     case = SHARED_CASES[name]()
     run(case)
     case.check()
+
+
+@pytest.mark.parametrize("M, K, log2_k_split, pc, descriptor", [
+    (1, 1536, 3, 0x41EC, "s[12:15]"),     # A's V#: reads past the end of A
+    (2, 1536, 3, 0x5AC0, "s[20:23]"),     # A-scale V#: past the end of A's scales
+    (1, 4096, 4, 0x41EC, "s[12:15]"),
+])
+def test_f4gemm_one_step_split_k_slices_read_past_their_operands(M, K, log2_k_split, pc, descriptor):
+    """Finding F8, pinned: with split-K slices of one 256-element step (k_per_tg = 256), the
+    256x256 object's prologue advances its operand descriptors two steps (pcs 0x33ec/0x33f4
+    and 0x3a4c/0x3a54 for A) before it checks the slice length (0x3c40), and a num_records
+    that drops below zero wraps, so later loads pass the range check. Without slack after
+    the operands the emulator refuses the launch at the first such load, naming it; with
+    slack of 0xFF bytes (FP4 -6.0, NaN scales) it runs and matches the reference (the
+    CORPUS_CASES sk8 entries), so the bytes read are not used. Slices of 512 or more run
+    without slack (sk4 at K = 1536)."""
+    case = cases_gemm.f4gemm(M, 256, K, tile="256x256", log2_k_split=log2_k_split, slack=False)
+    with pytest.raises(emu.MemoryFault, match=rf"pc {pc:#x} `buffer_load_\w+ v\d+, {re.escape(descriptor)}"):
+        run(case)
 
 
 @pytest.mark.parametrize("make, pc, seed", [
