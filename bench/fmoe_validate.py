@@ -1,5 +1,10 @@
 """Validate the timing model on aiter's fused-MoE stage-1 timings (rows it was never fitted on).
 
+The same rows are points of the calibration data set (bench/calib_data.py, family "fmoe",
+split by shape), so `calibrate --fit` now fits on half of them; params.DEFAULT predates
+that. This script keeps the per-row analysis calibrate does not give: the padded grid
+against its used blocks, the stream rows' rates and floors.
+
     python -m bench.fmoe_validate [--jobs N] [--limit N] [--out FILE] [--set NAME=VALUE ...]
 
 Rows: every `cu_num` 256 (MI355X) row of the corpus's `aiter/configs/tuned_fmoe.csv`
