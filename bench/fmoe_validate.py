@@ -94,13 +94,26 @@ def rows() -> tuple[list[dict], list[dict]]:
     return points, skipped
 
 
+def weight_bytes(point: dict) -> int:
+    """fp8 w1 bytes of the experts a row's routing (aiter_fmoe.routing) uses."""
+    from gfxasm.perf import aiter_fmoe
+    ids, _ = aiter_fmoe.routing(point["token"], point["expert"], point["topk"])
+    return aiter_fmoe.weight_bytes(ids, point["inter_dim"], point["model_dim"])
+
+
+def fastest_stream_tbps() -> float:
+    """The highest rate any row streams its weights at, its launch cost taken out: what an
+    MI355X has been measured to sustain (no emulation; the corpus's CSV and our routing)."""
+    points, _ = rows()
+    return max(weight_bytes(p) / (p["measured_us"] - P.DEFAULT.launch_overhead_us) / 1e6 for p in points)
+
+
 def model(point: dict) -> dict:
     """Both estimates of one row, their wall times and the routing's weight bytes."""
     from gfxasm.perf import aiter_fmoe, estimate
     cfg = aiter_fmoe.configs()[point["symbol"]]
     shape = [point[k] for k in ("token", "model_dim", "inter_dim", "expert", "topk")]
-    ids, _ = aiter_fmoe.routing(point["token"], point["expert"], point["topk"])
-    wbytes = aiter_fmoe.weight_bytes(ids, point["inter_dim"], point["model_dim"])
+    wbytes = weight_bytes(point)
     res = dict(point, weight_bytes=wbytes, measured_tbps=wbytes / point["measured_us"] / 1e6)
     res["regime"] = "stream" if res["measured_tbps"] >= STREAM_TBPS else "partial"
     res["floor_us"] = wbytes / CAP_TBPS / 1e6 + P.DEFAULT.launch_overhead_us

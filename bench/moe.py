@@ -1,6 +1,7 @@
 """MX-FP8 MoE layer benchmark: gfxasm.mxfp8_moe at the issue's shape, every launch modelled.
 
     python3 bench/moe.py [--tokens 1,4,8,16,64] [--block-m 16|32|64] [--sorted | --unfused] [--out bench/out/moe.json]
+    python3 bench/moe.py --floors     # what the targets ask of the HBM, whatever the kernel (no emulation)
 
 Shape (issue 11): hidden 6144, intermediate 768 (w1 [129, 1536, 6144], w2 [129, 6144, 768]),
 129 experts, top-5, T = 1, 4, 8, 16, 64 tokens routed uniformly at random (5 distinct
@@ -24,6 +25,11 @@ those of the routed tokens.
 
 Weight bytes: the routed experts' w1 and w2 with their scales, (1536*6144 + 6144*768) * 33/32
 bytes per distinct expert; weight TB/s = those bytes over the layer's time.
+
+--floors prints, per T, the rate the routed weights must stream at to meet the issue's
+target with the layer's launches and with one launch (weight bytes and launch costs only,
+so lower bounds), beside the model's sustainable HBM rate and the fastest stream measured on
+an MI355X in the data we hold (bench.fmoe_validate.fastest_stream_tbps).
 
 Beside it, aiter's FlyDSL fused MoE on an MI355X as the issue quotes it (25.6, 56.6, 99.6,
 182.6 us at T = 1, 4, 8, 16; ~6.2 TB/s of weights at 64+ tokens), and the issue's targets
@@ -149,6 +155,37 @@ def row(T: int, block_m: int | None = None, fused: bool = True, sort: bool = Fal
     return r
 
 
+def target_us(T: int, weight: float) -> float:
+    """The issue's target for the layer at T tokens, as a time (T >= 64: the rate target)."""
+    if T == 1:
+        return TARGET["t1_us"]
+    if T in FLYDSL_US:
+        return TARGET["ratio"] * FLYDSL_US[T]
+    return weight / (TARGET["tbps"] * 1e12) * 1e6
+
+
+def floors_table(tokens: list[int]) -> str:
+    """Per T: the TB/s the routed weights need to meet the target with the layer's launches
+    and with one (bytes and launch costs only: lower bounds)."""
+    from bench.fmoe_validate import fastest_stream_tbps
+    from gfxasm.perf import params as P
+    launch = P.DEFAULT.launch_overhead_us
+    lines = [f"{'T':>3} {'experts':>7} {'weight MB':>9} {'target us':>9} {'launches':>8} "
+             f"{'TB/s needed':>11} {'one launch':>10}"]
+    for T in tokens:
+        experts = int(routed(T).unique().numel())
+        weight = weight_bytes(experts)
+        target = target_us(T, weight)
+        n = 2 if moe_layer.choose_form(T, TOP_K, None) == "direct" else 4
+        need = [weight / ((target - k * launch) * 1e-6) / 1e12 if target > k * launch else float("inf")
+                for k in (n, 1)]
+        lines.append(f"{T:3} {experts:7} {weight / 1e6:9.1f} {target:9.1f} {n:8} {need[0]:11.2f} {need[1]:10.2f}")
+    lines.append(f"model's sustainable HBM rate {P.DEFAULT.hbm_efficiency * P.HBM_BYTES_PER_S / 1e12:.2f} TB/s; "
+                 f"fastest measured MI355X stream {fastest_stream_tbps():.2f} TB/s (aiter fused-MoE stage 1, "
+                 f"launch cost taken out); each launch {launch:.2f} us")
+    return "\n".join(lines)
+
+
 def table(rows: list[dict]) -> str:
     head = (f"{'T':>3} {'experts':>7} {'bm':>3} {'align':>6} {'gate_up':>8} {'swiglu':>7} {'down':>7} {'sum':>6} "
             f"{'layer us':>9} {'FlyDSL':>7} {'ours/Fly':>8} {'weight MB':>9} {'TB/s':>5}")
@@ -181,8 +218,12 @@ def main(argv=None) -> int:
     form.add_argument("--unfused", action="store_true", help="the five-launch form (gate_up GEMM, swiglu_mxfp8_quant)")
     ap.add_argument("--used", action="store_true", help="the sorted form's GEMMs on the used blocks only (the model "
                     "charges the padded grid's skipped workgroups in full: the truth lies between the two)")
+    ap.add_argument("--floors", action="store_true", help="the rates the targets need (no emulation) and stop")
     ap.add_argument("--out", default=str(REPO / "bench" / "out" / "moe.json"))
     args = ap.parse_args(argv)
+    if args.floors:
+        print(floors_table([int(t) for t in args.tokens.split(",")]))
+        return 0
     build.build_kernels(moe_layer.kernel_names() + [swiglu_quant.OP])
     gemm.build_kernels()
     rows = []
