@@ -38,6 +38,9 @@ import random
 from collections import Counter
 from pathlib import Path
 
+from bench import fmoe_validate
+from bench.fmoe_validate import SHAPE as FMOE_SHAPE
+
 SEED = 13
 OUT = Path(__file__).resolve().parent / "calib_points.json"
 A4W4_CSV = "aiter/configs/a4w4_blockscale_tuned_gemm.csv"
@@ -92,11 +95,7 @@ def fmha_points() -> list[dict]:
     return out
 
 
-FMOE_SHAPE = ("token", "model_dim", "inter_dim", "expert", "topk")
-
-
 def fmoe_points() -> list[dict]:
-    from bench import fmoe_validate
     rows, _ = fmoe_validate.rows()
     keep = ("line", "symbol", "activation", "q_type", "measured_us") + FMOE_SHAPE
     return [{"family": "fmoe", "kernel": r["kernel"], **{k: r[k] for k in keep}, "regime": "fmoe",

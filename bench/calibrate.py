@@ -49,10 +49,8 @@ def launch(point: dict) -> dict:
         cfg = aiter_f4gemm.configs()[point["symbol"]]
         return aiter_f4gemm.launch(cfg, point["M"], point["N"], point["K"], point["log2_k_split"])
     if fam == "fmoe":
-        from gfxasm.perf import aiter_fmoe
-        cfg = aiter_fmoe.configs()[point["symbol"]]
-        shape = [point[k] for k in calib_data.FMOE_SHAPE]
-        return aiter_fmoe.launch(cfg, *shape, activation=point["activation"])
+        from bench import fmoe_validate
+        return fmoe_validate.launch(point)
     from bench.bench_conformance import fmha_case, gemm_bf16_case
     if fam == "bf16gemm":                    # the object is in ../shared/conformance only
         c = gemm_bf16_case(point["M"], point["N"], point["K"])

@@ -51,6 +51,7 @@ OUT = REPO / "bench" / "out" / "fmoe_validate.json"
 TUNED_CSV = "aiter/configs/tuned_fmoe.csv"
 CAP_TBPS = P.DEFAULT.hbm_efficiency * P.HBM_BYTES_PER_S / 1e12
 STREAM_TBPS = 0.9 * CAP_TBPS
+SHAPE = ("token", "model_dim", "inter_dim", "expert", "topk")   # a row's shape, aiter_fmoe.launch's order
 
 
 def _skip_reason(row: dict, cfg) -> str | None:
@@ -83,7 +84,7 @@ def rows() -> tuple[list[dict], list[dict]]:
             if row["cu_num"] != "256" or not row["kernelName1"].startswith("_ZN5aiter"):
                 continue
             cfg = cfgs.get(row["kernelName1"])
-            shape = {k: int(row[k]) for k in ("token", "model_dim", "inter_dim", "expert", "topk")}
+            shape = {k: int(row[k]) for k in SHAPE}
             reason = _skip_reason(row, cfg)
             if reason:
                 skipped.append({"line": n + 2, "kernel": row["kernelName1"], **shape, "reason": reason})
@@ -92,6 +93,14 @@ def rows() -> tuple[list[dict], list[dict]]:
                            "activation": row["act_type"].split(".")[-1], "q_type": row["q_type"].split(".")[-1],
                            "measured_us": float(row["us1"])})
     return points, skipped
+
+
+def launch(point: dict, used_blocks_only: bool = False) -> dict:
+    """gfxasm.perf.estimate keyword arguments for a row, launched as moe_stage1_g1u1 does."""
+    from gfxasm.perf import aiter_fmoe
+    cfg = aiter_fmoe.configs()[point["symbol"]]
+    return aiter_fmoe.launch(cfg, *(point[k] for k in SHAPE), activation=point["activation"],
+                             used_blocks_only=used_blocks_only)
 
 
 def weight_bytes(point: dict) -> int:
@@ -110,15 +119,13 @@ def fastest_stream_tbps() -> float:
 
 def model(point: dict) -> dict:
     """Both estimates of one row, their wall times and the routing's weight bytes."""
-    from gfxasm.perf import aiter_fmoe, estimate
-    cfg = aiter_fmoe.configs()[point["symbol"]]
-    shape = [point[k] for k in ("token", "model_dim", "inter_dim", "expert", "topk")]
+    from gfxasm.perf import estimate
     wbytes = weight_bytes(point)
     res = dict(point, weight_bytes=wbytes, measured_tbps=wbytes / point["measured_us"] / 1e6)
     res["regime"] = "stream" if res["measured_tbps"] >= STREAM_TBPS else "partial"
     res["floor_us"] = wbytes / CAP_TBPS / 1e6 + P.DEFAULT.launch_overhead_us
     for key, used in (("grid", False), ("used", True)):
-        kw = aiter_fmoe.launch(cfg, *shape, activation=point["activation"], used_blocks_only=used)
+        kw = launch(point, used)
         t = time.time()
         e = estimate(**kw)
         res[key] = {"grid": kw["grid"], "modelled_us": e.seconds * 1e6, "error": e.seconds * 1e6 / point["measured_us"] - 1,
