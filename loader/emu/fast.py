@@ -61,19 +61,30 @@ numba, or with GFXASM_EMU_NUMBA=0 in the environment, every launch does.
 from __future__ import annotations
 
 import os
+import threading
 from types import SimpleNamespace
 
 import numpy as np
 
 MIN_WAVES = 64
 _loaded: list = []            # [namespace or None] once kernels() has run
+_load_lock = threading.Lock()
 read_checks = None            # the compiled _read_checks, which _read_dwords calls
 
 
 def kernels() -> SimpleNamespace | None:
-    """The compiled functions (the module docstring's), or None."""
+    """The compiled functions (the module docstring's), or None.
+
+    Set up exactly once per process, also when several threads make their first strict
+    launch at the same time: _load rebinds module globals (the compiled functions that
+    other compiled functions call by name), and two threads running it at once made the
+    second jit an already jitted function (issue 26, crash 5). Double-checked: the lock
+    is taken only until the namespace is there; _loaded is filled last, after every
+    global it depends on is bound."""
     if not _loaded:
-        _loaded.append(_load())
+        with _load_lock:
+            if not _loaded:
+                _loaded.append(_load())
     return _loaded[0]
 
 

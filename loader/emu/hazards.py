@@ -273,7 +273,11 @@ def _need_tables(ex, kind, index):
         tables += (np.maximum(tables[0], tables[1]),)
         for t in tables:
             t.flags.writeable = False
-        _NEED_TABLES[key] = tables
+        # setdefault, not a plain store: when two threads build the same key at once, both
+        # use the first one stored, which stays alive for good — _FULL_NOT_LARGER is keyed
+        # by id(table), and a losing thread's table, freed after its call, could hand its
+        # id to another array.
+        tables = _NEED_TABLES.setdefault(key, tables)
     return tables
 
 
