@@ -215,6 +215,14 @@
 
 .include "buffer_rsrc.inc"
 
+; Batch-prefill pieces (PAGED, FP8, BLK/BLKS): macros only, invoked below where the dense
+; code has `.if PAGED` / `.if FP8` / `.if BLK`.
+.include "fmha_paged.inc"
+
+.include "fmha_fp8.inc"
+
+.include "fmha_block_scale.inc"
+
 ; --- constants ---
 .set Q_TILE, 256
 .set KV_TILE, 64
@@ -234,15 +242,7 @@
 .set L_FLOOR, 0x0da24260               ; 1e-30f: 1/max(l, floor) keeps O = 0 for rows with no key
 .set LN2, 0x3f317218                   ; ln(2)
 .if PAGED
-.if FP8
-.set RING, 4                           ; 4 slots of 8 VGPRs: one f8f6f4 operand each (the page entries: v_g_k0)
-.set PF, 2                             ; (PF <= RING - 2: a slot is re-read 2 MFMAs after its last use)
-.else
-.set RING, 7                           ; (4 VGPRs of the ring hold the DMA page entries, v_g_*)
-.set PF, 5                             ; (PF <= RING - 2: a slot is re-read 2 MFMAs after its last use)
-.endif
-.set LINES, 2 - FP8                    ; DMA lines per wave and tile of K (and of V): 4 rows of 256 bytes, or FP8 8 of 128
-.set DMA_OPS, 28 * LINES - 10 * FP8 + 2 + 4 * BLK ; ops of one iteration's DMA (pdma_op): 9 per line, 5 per page entry (FP8: pdma_op8's 20) (+4: the tile's scales)
+    paged_constants                    ; fmha_paged.inc
 .else
 .set RING, 8                           ; MFMA operand ring: 8 slots of 4 VGPRs
 .set PF, 6                             ; operands read ahead of their MFMA (< RING; <= 7 x 2 DS reads in flight)
@@ -255,11 +255,7 @@
     .error "fmha_fwd_d128: the manifest must give lds_bytes >= 65536"
 .endif
 .if BLKS
-.set LDS_TBL, LDS_NEEDED               ; 3 scale tables (tile t in t % 3): k[64] f32, v[64] f32
-.set TBL_BYTES, 512
-.if LDS_BYTES < LDS_TBL + 3 * TBL_BYTES
-    .error "fmha_fwd_d128: BLKS needs lds_bytes >= LDS_NEEDED + 1536"
-.endif
+    blks_lds_tables                    ; fmha_block_scale.inc: 3 scale tables past the K/V buffers
 .endif
 .if WORKGROUP_SIZE_X != 512
     .error "fmha_fwd_d128: workgroup must be 512 work-items (8 waves of 32 Q rows)"
@@ -355,72 +351,18 @@
 .set v_u3, 163
 .set v_u4, 164
 .if PAGED
-; K/V rows come by LDS DMA from 64-bit per-lane addresses (global_load_lds): the
-; descriptors, steps and DMA voffsets of the dense kernel are replaced by
-.set v_cbase_k, 18          ; [18:19] k_cache + kv head * head stride + this lane's swizzled chunk
-.set v_cbase_v, 20          ; [20:21] likewise for v_cache
-.set v_rl, 23               ; row in the tile of this lane's line w: 4w + l/16 (line w+8: + 32)
-.set v_mask_t, v_t1         ; (the mask's limit: a temporary, free at the mask)
-.if FP8
-.set v_g_k0, v_kaddr + 4    ; (FP8: the ring fills v_op, and 4 K addresses suffice)
-.else
-.set v_g_k0, v_op + 4*RING  ; page-table entry, then global row, of K line w, K line w+8,
-.endif
-.set v_g_k1, v_g_k0 + 1     ; V line w, V line w+8 of the next DMA (loaded one DMA ahead)
-.set v_g_v0, v_g_k0 + 2
-.set v_g_v1, v_g_k0 + 3
-.set s_list, 16             ; [16:17] page_list + 4 * kv_start[b]: this sequence's page entries
-.set s_kmax, 63             ; seq_k - 1: rows past it read row seq_k - 1 (branchless clamp)
-.set s_shift, 64            ; log2 page_size
-.set s_pmask, 42            ; page_size - 1
-.set s_krow, 45             ; first row of the next K tile to DMA
-.set s_vrow, 48             ; ... V tile
-.set s_qstart, 51           ; qo_indptr[b]: this sequence's first row of q, o and lse
-.set s_c, 12                ; FP8: c = scale * log2(e) * q_descale * k_descale ([12:13]: a pair for v_pk_mul_f32)
-.set s_negc, 13             ; FP8: -c
-.set s_vd, s_scale_log2     ; FP8: v_descale (scale_log2 is folded into c first)
-.set s_ptr_ds, 14           ; [14:15] FP8: descales [q, k, v]
-.set s_lazy, 53             ; FP8: lazy-rescale threshold 8 / c
-.set s_sc0, 86              ; [86:87] BLK: (k, v) scales of tile j-1 ... (after the shift at barrier j)
-.set s_sc1, 88              ; [88:89] ... of tile j (the softmax's)
-.set s_sc2, 90              ; [90:91] ... of tile j+1
-.set v_sc3, v_q + 16         ; [v_q+16 : +17] BLK: ... loaded by the DMA for tile j+2 (FP8's Q uses 16 VGPRs)
-.set s_vratio, 94           ; BLK: v scale of tile j-1 / of tile j (O's rescale before GEMM1(j)) (BLKS: U(j-1) / U(j))
-.set s_vd_cur, 95           ; BLK: v scale of the last softmax's tile (O = s_vd_cur O_acc / l) (BLKS: U of that tile)
-.set s_heads_k, 96          ; BLK: Hkv
-.set s_kbs, 18              ; [18:19] BLK: kv_block_descale [num_pages, Hkv, 2]
-.set s_tbl_w, 86            ; BLKS: byte offset of the scale table the next barrier's write fills
-.set s_tbl_r, 87            ; BLKS: ... of tile j's table (j % 3), read by softmax(j)
-; BLKS VGPRs: FP8 leaves v_p+8..15 and v_q+16..31 free, and v_negm is free when GEMM0's
-; srcC is the constant 0. The 32 scales of a lane's keys: S register x (0..31) has its
-; scale in vs_reg(x): key block 0 in v_negm, 1 in v_q+16.. (k, then v, per tile)
-.set v_ks, v_p + 8          ; [+8:+9] BLKS: (k, v) scales of this DMA lane's row of the next tile to write
-.set v_tw, v_p + 10         ; BLKS: LDS_TBL + 4 * (DMA row v_rl): the lane's table write address
-.set v_tr, v_p + 11         ; BLKS: 16 * (l/32): the lane's table read address (LDS_TBL in the offsets)
-.set v_ta, v_p + 12         ; BLKS: address temporary (table slot added; scale loads)
-.set v_vm, v_p + 13         ; BLKS: the tile's largest v scale (v_ref)
-.set v_vm2, v_p + 14        ; BLKS: the other lane half's (permlane partner)
-.if BLK
-.set v_cm, v_p + 8          ; [+8:+9] BLK (not BLKS): -c m (the exp2's addend; changes with m only)
-.set v_cks, v_p + 10        ; [+10:+11] BLK (not BLKS): c k_scale(j) (the exp2's multiplier, per tile)
-.set v_cvec, v_p + 12       ; BLK (not BLKS): c
-.endif
+    paged_registers                    ; fmha_paged.inc: page gather (cbase, rows, page entries)
+    fp8_registers                      ; fmha_fp8.inc: c, -c, v_descale, lazy threshold
+    block_scale_registers              ; fmha_block_scale.inc: scale pairs, tables, v_ref
 .endif
 
 ; ============================================================================ macros
 
 ; GEMM1 operand i (k step i/4, d block i%4) into ring slot \slot: keys 16ks + 4(l/32) +
-; {0..3} and +8 of column d = 32 db + l%32, by two transposing reads of V buffer \buf.
-; FP8: operand i = d block i (all 64 keys), by four transposing reads: bytes 8ks + e
-; (e = 0..7, VGPRs 2ks, 2ks+1 of the slot) = keys 16ks + 8(e/4) + 4(l/32) + e%4 of
-; d = 32db + l%32, which is P's key order in its registers (see pv_mfma)
+; {0..3} and +8 of column d = 32 db + l%32, by two transposing reads of V buffer \buf
 .macro v_read_op slot, i, buf
 .if FP8
-    .set _ks, 0
-    .rept 4
-        ds_read_b64_tr_b8 v[v_op + 8*(\slot) + 2*_ks : v_op + 8*(\slot) + 2*_ks + 1], v[v_vaddr + (\i)] offset: LDS_V0 + (\buf) * TILE_BYTES + 2048 * _ks
-        .set _ks, _ks + 1
-    .endr
+    v_read_op8 \slot, \i, \buf
 .else
     ds_read_b64_tr_b16 v[v_op + 4*(\slot) : v_op + 4*(\slot) + 1], v[v_vaddr + (\i) % 4] offset: LDS_V0 + (\buf) * TILE_BYTES + 4096 * ((\i) / 4)
     ds_read_b64_tr_b16 v[v_op + 4*(\slot) + 2 : v_op + 4*(\slot) + 3], v[v_vaddr + (\i) % 4] offset: LDS_V0 + (\buf) * TILE_BYTES + 4096 * ((\i) / 4) + 2048
@@ -428,25 +370,19 @@
 .endm
 
 ; GEMM0 operand i (key block i%2, d step i/2) into ring slot \slot; the K buffer's offset
-; is part of the v_kaddr addresses (kaddr_op moves them). FP8 (d steps of 64): the 32x32x64
-; operand's bytes 16h + u (h = 0, 1) hold d = 64s + 32h + 16(l/32) + u, two 16-byte chunks
+; is part of the v_kaddr addresses (kaddr_op moves them)
 .macro k_read_op slot, i, buf
 .if FP8
-    ds_read_b128 v[v_op + 8*(\slot) : v_op + 8*(\slot) + 3], v[v_kaddr + 2*((\i) / 2)] offset: LDS_K0 + 4096 * ((\i) % 2)
-    ds_read_b128 v[v_op + 8*(\slot) + 4 : v_op + 8*(\slot) + 7], v[v_kaddr + 2*((\i) / 2) + 1] offset: LDS_K0 + 4096 * ((\i) % 2)
+    k_read_op8 \slot, \i, \buf
 .else
     ds_read_b128 v[v_op + 4*(\slot) : v_op + 4*(\slot) + 3], v[v_kaddr + (\i) / 2] offset: LDS_K0 + 8192 * ((\i) % 2)
 .endif
 .endm
 
 ; GEMM1 MFMA i: O^T[d block i%4] += V^T[d block, k step i/4] * P^T[k step]  (4 accumulators rotate)
-; FP8: O^T[d block i] += V^T[d block] P^T over all 64 keys in one v_mfma_f32_32x32x64_f8f6f4
-; (e4m3 A and B: cbsz = blgp = 0). Its k = 16(l/32) + u + 32h at byte 16h + u (fact sheet
-; §2), and both operands hold at byte t the key 32(t/16) + 8((t%16)/4) + 4(l/32) + t%4:
-; P's bytes are S registers t (key block t/16, r = t%16) in order, v_read_op's follow them
 .macro pv_mfma slot, i
 .if FP8
-    v_mfma_f32_32x32x64_f8f6f4 v[v_o + 16*(\i) : v_o + 16*(\i) + 15], v[v_op + 8*(\slot) : v_op + 8*(\slot) + 7], v[v_p : v_p + 7], v[v_o + 16*(\i) : v_o + 16*(\i) + 15]
+    pv_mfma8 \slot, \i
 .else
     mfma_32x32x16 v[v_o + 16*((\i)%4) : v_o + 16*((\i)%4) + 15], v[v_op + 4*(\slot) : v_op + 4*(\slot) + 3], v[v_p + 4*((\i)/4) : v_p + 4*((\i)/4) + 3], v[v_o + 16*((\i)%4) : v_o + 16*((\i)%4) + 15]
 .endif
@@ -456,12 +392,8 @@
 ; buffer \sbuf; a block's first MFMA starts from -m, so S - m comes out
 .macro qk_mfma slot, i, sbuf
     .set _sd, v_s0 + 32*(\sbuf) + 16*((\i)%2)
-    .if BLKS && ((\i) / 2 == 0)                    ; (BLKS: v_negm holds scales; BLK's is 0 anyway)
-        v_mfma_f32_32x32x64_f8f6f4 v[_sd : _sd + 15], v[v_op + 8*(\slot) : v_op + 8*(\slot) + 7], v[v_q + 8*((\i)/2) : v_q + 8*((\i)/2) + 7], 0
-    .elseif FP8 && ((\i) / 2 == 0)
-        v_mfma_f32_32x32x64_f8f6f4 v[_sd : _sd + 15], v[v_op + 8*(\slot) : v_op + 8*(\slot) + 7], v[v_q + 8*((\i)/2) : v_q + 8*((\i)/2) + 7], v[v_negm : v_negm + 15]
-    .elseif FP8
-        v_mfma_f32_32x32x64_f8f6f4 v[_sd : _sd + 15], v[v_op + 8*(\slot) : v_op + 8*(\slot) + 7], v[v_q + 8*((\i)/2) : v_q + 8*((\i)/2) + 7], v[_sd : _sd + 15]
+    .if FP8
+        qk_mfma8 \slot, \i
     .elseif (\i) / 2 == 0
         mfma_32x32x16 v[_sd : _sd + 15], v[v_op + 4*(\slot) : v_op + 4*(\slot) + 3], v[v_q + 4*((\i)/2) : v_q + 4*((\i)/2) + 3], v[v_negm : v_negm + 15]
     .else
@@ -477,28 +409,6 @@
     .else
         k_read_op ((\g) % RING), ((\g) - 16*(\a_on) / (1 + 3 * FP8)), \kbuf
     .endif
-.endm
-
-; FP8: DS reads of operand g (4 transposing V reads for GEMM1's, 2 K reads for GEMM0's)
-.macro op_ds g, a_on
-    .if (\a_on) && ((\g) < 4)
-        .set _ds, 4
-    .else
-        .set _ds, 2
-    .endif
-.endm
-
-; FP8: _x = DS reads of an iteration's operands 0 .. min(cnt, _n / 4) - 1
-.macro ops_ds cnt, a_on
-    .set _x, 0
-    .set _o, 0
-    .rept \cnt
-        .if _o < _n / 4
-            op_ds _o, \a_on
-            .set _x, _x + _ds
-        .endif
-        .set _o, _o + 1
-    .endr
 .endm
 
 ; Wait for the reads of operands g and g+1 (g even): those of operands g+2 .. g+PF-1 (< n)
@@ -519,24 +429,10 @@
     s_waitcnt lgkmcnt(_w)               ; in flight: operands g..g+PF-1 -> wait for g's and g+1's
 .endm
 
-; FP8: wait for the reads of operand g; operand g+1's (PF = 2) may stay in flight
-.macro op_wait8 g, a_on, n
-    .set _w, 0
-    .if (\g) + 1 < (\n)
-        op_ds ((\g) + 1), \a_on
-        .set _w, _ds
-    .endif
-    s_waitcnt lgkmcnt(_w)               ; in flight: operands g, g+1 -> wait for g's
-.endm
-
-; One MFMA of the stream: (every second one) wait for operands, issue it, read operand g + PF.
-; FP8: slot g of 16 per phase, one 32x32x64 MFMA (operand g/4, n/4 of them) per 4 slots
+; One MFMA of the stream: (every second one) wait for operands, issue it, read operand g + PF
 .macro mfma_step g, a_on, n, par
     .if FP8
-        .if (\g) % 4 == 0
-            op_wait8 ((\g) / 4), \a_on, ((\n) / 4)
-            mfma_issue ((\g) / 4), \a_on, ((\n) / 4), \par, 4
-        .endif
+        mfma_step8 \g, \a_on, \n, \par
     .else
         .if (\g) % 2 == 0
             op_wait \g, \a_on, \n
@@ -592,161 +488,6 @@
     .endif
 .endm
 
-; Paged DMA op i (0..DMA_OPS-1): K(k+2) and V(k) lines (w, w+8; FP8: w) from the page
-; entries loaded by the previous DMA (v_g_*, landed at the barrier's vmcnt(0)), then the
-; rows move on a tile and the entries of the next DMA's lines are loaded.
-.macro pdma_op i, vpar
-    .if BLKS && ((\i) < 4)
-        tile_scales (\i), v_g_k0, v_ks, v_ta       ; (the row's pair: the lane's own page)
-    .elseif BLK && ((\i) < 4)
-        tile_scales (\i), v_g_k0, v_sc3, v_sc3
-    .elseif BLK
-        pdma_op1 ((\i) - 4), \vpar
-    .else
-        pdma_op1 (\i), \vpar
-    .endif
-.endm
-
-; BLK op i (0..3): load the (k, v) scales of the page of entry \g (the K tile this DMA
-; fills: the page entry of line w, before pdma_line turns it into a row) into \dst, by
-; address register \a. BLK (page_size >= 64: a tile is in one page): into v_sc3; BLKS:
-; each lane its own row's pair into v_ks (the next barrier writes it to the scale table). A
-; vector load: vmcnt, which the next barrier's wait covers; a scalar one would leave
-; lgkmcnt(N) unusable for the DS reads.
-.macro tile_scales i, g, dst, a
-    .if (\i) == 0
-        v_mul_lo_u32 v[\a], v[\g], s[s_heads_k]
-    .elseif (\i) == 1
-        v_add_u32 v[\a], s[s_hk], v[\a]
-    .elseif (\i) == 2
-        v_lshlrev_b32 v[\a], 3, v[\a]                     ; (page * Hkv + kv head) * 8 < 2^32: the op checks
-    .else
-        global_load_dwordx2 v[\dst:\dst+1], v[\a], s[s_kbs:s_kbs+1]
-    .endif
-.endm
-
-; BLK, after each barrier: the scales move down a tile (the DMA after it loads s_sc3 anew).
-; BLKS: barrier b lands the pairs DMA b-1 loaded (tile b+1; the prologue's, tile 1, at
-; barrier 0): each lane writes its row's (k, v) to table (b+1) % 3 (the 8 lanes of a row
-; the same values). Softmax(b+1) reads it after barrier b+1, which waits for the write
-; (lgkmcnt); its previous tile, b-2, was read by softmax(b-2), done before barrier b.
-.macro blk_shift
-    .if BLKS
-        v_add_u32 v[v_ta], s[s_tbl_w], v[v_tw]
-        s_add_u32 s[s_tbl_w], s[s_tbl_w], TBL_BYTES
-        s_cmp_ge_u32 s[s_tbl_w], 3 * TBL_BYTES
-        s_cselect_b32 s[s_tbl_w], 0, s[s_tbl_w]
-        v_mul_f32 v[v_ks], s[s_c], v[v_ks]                      ; c k: scores come out in log2 units
-        ds_write2_b32 v[v_ta], v[v_ks], v[v_ks+1] offset1: 64     ; c k at +4 row, v at +256 + 4 row
-    .elseif BLK
-        s_mov_b64 s[s_sc0:s_sc0+1], s[s_sc1:s_sc1+1]
-        s_mov_b64 s[s_sc1:s_sc1+1], s[s_sc2:s_sc2+1]
-        v_readfirstlane_b32 s[s_sc2], v[v_sc3]      ; (landed: the barrier's vmcnt(0))
-        v_readfirstlane_b32 s[s_sc2+1], v[v_sc3+1]
-    .endif
-.endm
-
-.macro pdma_op1 i, vpar
-    .if FP8
-        pdma_op8 (\i), \vpar
-    .elseif (\i) < 9 * LINES
-        pdma_line ((\i) % 9), (v_g_k0 + (\i) / 9), s_krow, 32 * ((\i) / 9), v_cbase_k, s_k_ss, s_kd_line, LDS_K0 + 8192 * ((\i) / 9)
-    .elseif (\i) < 18 * LINES
-        .set _l, ((\i) - 9 * LINES) / 9
-        pdma_line ((\i) % 9), (v_g_v0 + _l), s_vrow, 32 * _l, v_cbase_v, s_v_ss, s_m0k, LDS_V0 + (\vpar) * TILE_BYTES + 8192 * _l
-    .elseif (\i) == 18 * LINES
-        s_add_u32 s[s_krow], s[s_krow], KV_TILE
-    .elseif (\i) == 18 * LINES + 1
-        s_add_u32 s[s_vrow], s[s_vrow], KV_TILE
-    .else
-        .set _l, ((\i) - 18 * LINES - 2) / 5           ; K lines, then V lines
-        page_entry (((\i) - 18 * LINES - 2) % 5), (v_g_k0 + 2 * (_l / LINES) + _l % LINES), (s_krow + (s_vrow - s_krow) * (_l / LINES)), 32 * (_l % LINES)
-    .endif
-.endm
-
-; FP8 DMA op i (0..19; one line of 8 rows per tile): the K(k+2) line (its global rows into
-; v_g_k0), the V(k) line, whose rows are K(k)'s: it reads the global rows that K(k)'s
-; line formed two DMAs ago (v_g_v1; v_g_v0 holds K(k+1)'s), which move down a slot; then
-; the page entry of the next K line (and its r % page_size into v_g_k1). V needs no page
-; entry of its own.
-.macro pdma_op8 i, vpar
-    .if (\i) < 6
-        pdma_line (\i), v_g_k0, s_krow, 0, v_cbase_k, s_k_ss, s_kd_line, LDS_K0
-    .elseif (\i) < 11
-        pdma_line1 ((\i) - 2), v_g_v1, v_cbase_v, s_v_ss, s_m0k, LDS_V0 + (\vpar) * TILE_BYTES
-    .elseif (\i) == 11
-        v_mov_b32 v[v_g_v1], v[v_g_v0]
-    .elseif (\i) == 12
-        v_mov_b32 v[v_g_v0], v[v_g_k0]
-    .elseif (\i) == 13
-        s_add_u32 s[s_krow], s[s_krow], KV_TILE
-    .else
-        page_entry ((\i) - 14), v_g_k0, s_krow, 0
-    .endif
-.endm
-
-; Op j (0..8) of one DMA line: row r = s[srow] + v_rl + off clamped to seq_k - 1; v[g]
-; (its page id) becomes the global row page * page_size + r % page_size; LDS line at
-; s[sline] + region <- 16 bytes per lane from cbase + global row * s[ss] (64 bits).
-; FP8 (ops 0..5): r % page_size was kept in v[g+1] by page_entry (one line per tile: the
-; second line's registers are free), so the row is not formed again.
-.macro pdma_line j, g, srow, off, cbase, ss, sline, region
-    .if FP8 && ((\j) == 0)
-        v_lshl_or_b32 v[\g], v[\g], s[s_shift], v[(\g) + 1]
-    .elseif FP8
-        pdma_line1 ((\j) + 3), \g, \cbase, \ss, \sline, \region
-    .else
-        pdma_line1 \j, \g, \cbase, \ss, \sline, \region, \srow, \off
-    .endif
-.endm
-.macro pdma_line1 j, g, cbase, ss, sline, region, srow, off
-    .if (\j) == 0
-        v_add3_u32 v[v_t0], s[\srow], v[v_rl], \off
-    .elseif (\j) == 1
-        v_min_u32 v[v_t0], s[s_kmax], v[v_t0]
-    .elseif (\j) == 2
-        v_and_b32 v[v_t0], s[s_pmask], v[v_t0]
-    .elseif (\j) == 3
-        v_lshl_or_b32 v[\g], v[\g], s[s_shift], v[v_t0]
-    .elseif (\j) == 4
-        s_add_u32 m0, s[\sline], \region
-    .elseif (\j) == 5
-        v_mul_lo_u32 v[v_t2], v[\g], s[\ss]         ; (also the wait state after m0)
-    .elseif (\j) == 6
-        v_mul_hi_u32 v[v_t2+1], v[\g], s[\ss]
-    .elseif (\j) == 7
-        v_lshl_add_u64 v[v_t2:v_t2+1], v[v_t2:v_t2+1], 0, v[\cbase:\cbase+1]
-    .else
-        global_load_lds_dwordx4 v[v_t2:v_t2+1], off
-    .endif
-.endm
-
-; Op j (0..4) of loading the page entry of a line: index (r clamped to seq_k - 1) >>
-; log2 page_size, never past the sequence's list. FP8 (ops 0..5): op 2 also keeps r %
-; page_size in v[g+1] for pdma_line.
-.macro page_entry j, g, srow, off
-    .if FP8 && ((\j) == 2)
-        v_and_b32 v[(\g) + 1], s[s_pmask], v[v_t0]
-    .elseif FP8 && ((\j) > 2)
-        page_entry1 ((\j) - 1), \g, \srow, \off
-    .else
-        page_entry1 \j, \g, \srow, \off
-    .endif
-.endm
-.macro page_entry1 j, g, srow, off
-    .if (\j) == 0
-        v_add3_u32 v[v_t0], s[\srow], v[v_rl], \off
-    .elseif (\j) == 1
-        v_min_u32 v[v_t0], s[s_kmax], v[v_t0]
-    .elseif (\j) == 2
-        v_lshrrev_b32 v[v_t0], s[s_shift], v[v_t0]
-    .elseif (\j) == 3
-        v_lshlrev_b32 v[v_t0], 2, v[v_t0]
-    .else
-        global_load_dword v[\g], v[v_t0], s[s_list:s_list+1]
-    .endif
-.endm
-
 ; kaddr op i (0..9): point the K read addresses at K[(j+1) % 3] (s_kb_next)
 .macro kaddr_op i
     .if (\i) == 0
@@ -759,47 +500,15 @@
 .endm
 
 ; Phase B softmax op i of S(j) (in _sj): even i = 2p: l += (P[2p], P[2p+1]); odd: P pair p
-; to bf16/fp16 (register pairs of S^T are already GEMM1's B operand layout); BLKS: first
-; P v(key) (after l took the unscaled P), converted as P' = P v / U(j) <= P (blks_vref)
+; to bf16/fp16 (register pairs of S^T are already GEMM1's B operand layout)
 .macro smB_op i
-    .if BLKS && ((\i) % 2 == 1)
-        vs_reg ((\i) - 1)
-        v_pk_mul_f32 v[_sj + (\i) - 1 : _sj + (\i)], v[_sj + (\i) - 1 : _sj + (\i)], v[_vs : _vs + 1]
-    .endif
     .if (\i) % 2 == 0
         v_pk_add_f32 v[v_l:v_l+1], v[v_l:v_l+1], v[_sj + (\i) : _sj + (\i) + 1]
-    .elseif BLKS && ((\i) % 4 == 1)
-        v_cvt_scalef32_pk_fp8_f32 v[v_p + (\i)/4], v[_sj + (\i) - 1], v[_sj + (\i)], s[s_vd_cur]   ; (P v) / U(j)
-    .elseif BLKS
-        v_cvt_scalef32_pk_fp8_f32 v[v_p + (\i)/4], v[_sj + (\i) - 1], v[_sj + (\i)], s[s_vd_cur] op_sel:[0,0,0,1]
-    .elseif FP8 && ((\i) % 4 == 1)
-        v_cvt_pk_fp8_f32 v[v_p + (\i)/4], v[_sj + (\i) - 1], v[_sj + (\i)]   ; keys of bytes 0, 1 (2, 3 below)
     .elseif FP8
-        v_cvt_pk_fp8_f32 v[v_p + (\i)/4], v[_sj + (\i) - 1], v[_sj + (\i)] op_sel:[0,0,1]
+        smB_cvt8 \i
     .else
         cvt_pk_f32 v[v_p + (\i)/2], v[_sj + (\i) - 1], v[_sj + (\i)]
     .endif
-.endm
-
-; BLKS: _vs = the register of the scale of S register x (0..31): key block 0 in v_negm,
-; key block 1 in v_q+16.. (so x and its scale share the offset in their block)
-.macro vs_reg x
-    .set _vs, v_negm + (\x) + ((\x) / 16) * (v_q - v_negm)
-.endm
-
-; BLKS, start of softmax(j): read the tile's 32 k scales of this lane's keys (keys
-; 32kb + 8g + 4(l/32) + 0..3 are 4 consecutive table entries: 8 broadcast ds_read_b128)
-; into the vs registers from table j % 3 (\v = 256: the v scales)
-.macro blks_read v
-    .if (\v) == 0
-        v_add_u32 v[v_ta], s[s_tbl_r], v[v_tr]
-    .endif
-    .set _x, 0
-    .rept 8
-        vs_reg (4 * _x)
-        ds_read_b128 v[_vs : _vs + 3], v[v_ta] offset: LDS_TBL + (\v) + 32 * _x    ; group _x = 4kb + g: keys 8_x + 4(l/32) + 0..3
-        .set _x, _x + 1
-    .endr
 .endm
 
 ; Row max of S(j) - m over the 32 in-lane keys: the chain to key 30, then row_max_op 0..6
@@ -814,13 +523,7 @@
 .endm
 .macro row_max_op i, tag, test
     .if FP8 && (\test) && ((\i) < 5)
-        ; (FP8, steady tiles: the test needs only this lane half's max -- some lane's grew
-        ; by more iff some row's did; rare_prep forms the row's, out of line)
-        .if (\i) == 0
-            v_max_f32 v[v_diff], v[v_t0], v[_sj + 31]
-        .elseif ((\i) == 1) && BLK && !BLKS         ; (BLK: S is raw) k_scale(j) max - m
-            v_fma_f32 v[v_diff], v[v_diff], s[s_sc1], -v[v_m]
-        .endif
+        row_max_half8 \i                    ; (FP8: this lane half's max, fmha_fp8.inc)
     .elseif (\i) == 0
         v_max_f32 v[v_t0], v[v_t0], v[_sj + 31]
     .elseif (\i) == 1
@@ -849,73 +552,6 @@
 L_prep_back_\tag:
         .endif
     .endif
-.endm
-
-; BLK, start of softmax(j): S stays raw (GEMM0 started from 0): v_cks = c k_scale(j), and
-; the row max becomes k_scale(j) max - m (row_max_op 4: c-units, like the per-tensor FP8
-; scores; k_scale > 0) and each exp2 takes c k_scale(j) S - c m in one v_pk_fma (exp2_op).
-; s_vd_cur = v_scale(j), and with GEMM1 in this body s_vratio = v_scale(j-1) / v_scale(j).
-; BLKS (the k scales landed): S -> k(key) S - m per element from the vs registers (the
-; first tile: k(key) S); v comes later (blks_vref)
-.macro blk_scores first, a_on
-    .if (\a_on) && !BLKS
-        v_rcp_f32 v[v_t0], s[s_sc1+1]
-        s_nop 0                             ; transcendental result -> VALU read: 1 wait state
-        v_mul_f32 v[v_t0], s[s_sc0+1], v[v_t0]
-        s_nop 0                             ; VALU write -> v_readfirstlane read: 1 wait state
-        v_readfirstlane_b32 s[s_vratio], v[v_t0]
-    .endif
-    .if !BLKS
-        s_mov_b32 s[s_vd_cur], s[s_sc1+1]
-        v_mul_f32 v[v_cks], s[s_sc1], v[v_cvec]
-    .endif
-    .set _r, 0
-    .rept 16 * BLKS
-        vs_reg _r
-        .if \first
-            v_pk_mul_f32 v[_sj + _r : _sj + _r + 1], v[_sj + _r : _sj + _r + 1], v[_vs : _vs + 1]
-        .else
-            v_pk_fma_f32 v[_sj + _r : _sj + _r + 1], v[_sj + _r : _sj + _r + 1], v[_vs : _vs + 1], v[v_m:v_m+1] op_sel_hi:[1,1,0] neg_lo:[0,0,1] neg_hi:[0,0,1]
-        .endif
-        .set _r, _r + 2
-    .endr
-.endm
-
-; BLKS (the v scales landed): v_ref = the tile's largest v scale (the 32 in-lane keys, then
-; the other lane half's: every lane and wave gets the same) and U(j) = v_ref rounded up to a
-; power of two (exact in bits: scales are normal floats, the op checks 2^-62 .. 2^62).
-; smB_op's e4m3 conversion divides P v by U(j) (its scale operand, exact): P' <= P. O is
-; carried in U units (s_vd_cur = U(j)); with GEMM1 in this body s_vratio = U(j-1) / U(j), a
-; power of two formed by exponent subtraction, 1.0 (no O rescale) while U stays.
-.macro blks_vref a_on
-    vs_reg 0
-    v_max3_f32 v[v_vm], v[_vs], v[_vs + 1], v[_vs + 2]
-    .set _r, 3
-    .rept 14
-        vs_reg _r
-        .if _r == 15
-            vs_reg 16
-            v_max3_f32 v[v_vm], v[v_vm], v[v_negm + 15], v[_vs]
-        .else
-            v_max3_f32 v[v_vm], v[v_vm], v[_vs], v[_vs + 1]
-        .endif
-        .set _r, _r + 2
-    .endr
-    vs_reg 31
-    v_max_f32 v[v_vm], v[v_vm], v[_vs]
-    v_mov_b32 v[v_vm2], v[v_vm]
-    s_nop 1                                 ; VALU write -> v_permlane32_swap read: 2 wait states
-    v_permlane32_swap_b32 v[v_vm], v[v_vm2]
-    v_max_f32 v[v_vm], v[v_vm], v[v_vm2]
-    s_nop 0                                 ; VALU write -> v_readfirstlane read: 1 wait state
-    v_readfirstlane_b32 s[s_t0], v[v_vm]
-    s_add_u32 s[s_t0], s[s_t0], 0x7fffff
-    s_and_b32 s[s_t0], s[s_t0], 0xff800000  ; U(j): a mantissa other than 0 carries into the exponent
-    .if \a_on
-        s_sub_u32 s[s_vratio], s[s_vd_cur], s[s_t0]
-        s_add_u32 s[s_vratio], s[s_vratio], 0x3f800000
-    .endif
-    s_mov_b32 s[s_vd_cur], s[s_t0]
 .endm
 
 ; Softmax lead of the first tile: m = max(row max, -1e30); S -= m; -m into v_negm
@@ -972,10 +608,8 @@ L_prep_back_\tag:
 
 ; P = exp2 of S - m (FP8: of c (S - m), S in raw units: Q is not pre-scaled)
 .macro exp2_op r
-    .if BLK && !BLKS && (((\r) - v_s0) % 2 == 0)       ; (BLK: c k_scale(j) S - c m, S raw)
-        v_pk_fma_f32 v[\r:\r+1], v[\r:\r+1], v[v_cks:v_cks+1], v[v_cm:v_cm+1] op_sel_hi:[1,0,0]
-    .elseif FP8 && !BLKS && (((\r) - v_s0) % 2 == 0)   ; (the pair's first exp2: c times both; BLKS: c is in the k scales)
-        v_pk_mul_f32 v[\r:\r+1], v[\r:\r+1], s[s_c:s_c+1] op_sel_hi:[1,0]
+    .if FP8
+        exp2_scale8 \r
     .endif
     v_exp_f32 v[\r], v[\r]
 .endm
@@ -1047,15 +681,8 @@ L_prep_back_\tag:
         s_cmp_ge_i32 s[s_j], s[s_maskfrom]
         s_cbranch_scc1 L_mask_\tag          ; tail keys or causal diagonal in this tile: out of line
 L_mask_back_\tag:
-        .if BLKS
-            ops_ds PF, \a_on
-            s_waitcnt lgkmcnt(_x)           ; in flight: the k scales, the prefetch -> wait for the scales
-        .endif
         .if BLK
-            blk_scores \first, \a_on
-        .endif
-        .if BLKS
-            blks_read 256                   ; the v scales into the same registers
+            blk_lead \first, \a_on          ; fmha_block_scale.inc: the tile's k scales into S
         .endif
         .if \first
             lead_first
@@ -1063,8 +690,7 @@ L_mask_back_\tag:
             row_max_head                    ; while the first operands load
         .endif
         .if BLKS
-            s_waitcnt lgkmcnt(0)            ; in flight: the prefetch, the v scales -> wait for all
-            blks_vref \a_on
+            blks_vref \a_on                 ; fmha_block_scale.inc: U(j), the tile's v scale
         .endif
     .endif
     ; Between two barriers the two waves of a SIMD run opposite phases. Phase B (GEMM0 with
@@ -1105,14 +731,7 @@ L_orescale_back_\tag:
     .if (\grp) == 2
         s_setprio 0
         .if BLKS
-            ; and the scale-table write of the last barrier: every DS op this body issued
-            ; (scale reads, the prefetch, phase A's operand reads) may stay in flight
-            ops_ds (PF + 4 * (\a_on)), \a_on
-            .set _x, _x + 16 * (\sm_on)
-            .if _x > 15
-                .set _x, 15
-            .endif
-            s_waitcnt vmcnt(0) lgkmcnt(_x)  ; in flight: my DMA lines of barrier j, the table write, this body's DS -> wait for the first two
+            blks_barrier_wait \sm_on, \a_on  ; (and the scale-table write of the last barrier)
         .else
         s_waitcnt vmcnt(0)                  ; in flight: my DMA lines of barrier j -> wait for them
         .endif
@@ -1180,10 +799,7 @@ L_mask_\tag:
 L_prep_\tag:
     .set _sj, v_s0 + 32*(\par)
 .if FP8
-    v_mov_b32 v[v_t1], v[v_diff]
-    s_nop 1                                 ; VALU write -> v_permlane32_swap read: 2 wait states
-    v_permlane32_swap_b32 v[v_diff], v[v_t1]
-    v_max_f32 v[v_diff], v[v_diff], v[v_t1]
+    row_max_halves8                     ; (FP8: v_diff held this lane half's max)
 .endif
     v_max_f32 v[v_t2], 0, v[v_diff]
     v_add_f32 v[v_m], v[v_m], v[v_t2]
@@ -1220,12 +836,7 @@ L_orescale_\tag:
     s_nop 7                             ; (FP8: 16 passes, 20 wait states)
 .endif
 .if BLK
-    v_mov_b32 v[v_t2], s[s_vratio]
-    s_cmp_eq_u32 s[s_resc], 0
-    s_cbranch_scc1 L_oratio_\tag
-    v_mul_f32 v[v_t2], v[v_corr], v[v_t2]
-L_oratio_\tag:
-    .set _f, v_t2
+    blk_orescale_factor \tag            ; (_f = v_t2: the v scale ratio, with corr when due)
 .else
     .set _f, v_corr
 .endif
@@ -1248,81 +859,7 @@ L_oratio_\tag:
 
 ; ============================================================================ prologue
 .if PAGED
-    s_load_dwordx2 s[s_ptr_q:s_ptr_q+1], s[s_kernarg:s_kernarg+1], k_q
-    s_load_dwordx2 s[s_ptr_k:s_ptr_k+1], s[s_kernarg:s_kernarg+1], k_k_cache
-    s_load_dwordx2 s[s_ptr_v:s_ptr_v+1], s[s_kernarg:s_kernarg+1], k_v_cache
-    s_load_dwordx2 s[s_ptr_o:s_ptr_o+1], s[s_kernarg:s_kernarg+1], k_o
-    s_load_dwordx2 s[s_ptr_lse:s_ptr_lse+1], s[s_kernarg:s_kernarg+1], k_lse
-    s_load_dwordx2 s[s_list:s_list+1], s[s_kernarg:s_kernarg+1], k_page_list
-    s_load_dwordx2 s[s_cmp0:s_cmp0+1], s[s_kernarg:s_kernarg+1], k_qo_indptr
-    s_load_dwordx2 s[s_cmp1:s_cmp1+1], s[s_kernarg:s_kernarg+1], k_kv_start
-    s_load_dwordx2 s[s_cmp2:s_cmp2+1], s[s_kernarg:s_kernarg+1], k_seqlen_k
-    s_load_dword s[s_q_ss], s[s_kernarg:s_kernarg+1], k_q_seq_stride
-    s_load_dword s[s_q_hs], s[s_kernarg:s_kernarg+1], k_q_head_stride
-    s_load_dword s[s_k_ss], s[s_kernarg:s_kernarg+1], k_k_seq_stride
-    s_load_dword s[s_k_hs], s[s_kernarg:s_kernarg+1], k_k_head_stride
-    s_load_dword s[s_v_ss], s[s_kernarg:s_kernarg+1], k_v_seq_stride
-    s_load_dword s[s_v_hs], s[s_kernarg:s_kernarg+1], k_v_head_stride
-    s_load_dword s[s_o_ss], s[s_kernarg:s_kernarg+1], k_o_seq_stride
-    s_load_dword s[s_o_hs], s[s_kernarg:s_kernarg+1], k_o_head_stride
-    s_load_dword s[s_lse_hs], s[s_kernarg:s_kernarg+1], k_lse_head_stride
-    s_load_dword s[s_shift], s[s_kernarg:s_kernarg+1], k_page_shift
-    s_load_dword s[s_kv_magic], s[s_kernarg:s_kernarg+1], k_kv_head_magic
-    s_load_dword s[s_scale_log2], s[s_kernarg:s_kernarg+1], k_scale_log2
-    s_load_dword s[s_store_lse], s[s_kernarg:s_kernarg+1], k_store_lse
-.if FP8
-    s_load_dwordx2 s[s_ptr_ds:s_ptr_ds+1], s[s_kernarg:s_kernarg+1], k_descales
-.endif
-.if BLK
-    s_load_dwordx2 s[s_kbs:s_kbs+1], s[s_kernarg:s_kernarg+1], k_kv_scales
-    s_load_dword s[s_heads_k], s[s_kernarg:s_kernarg+1], k_heads_k
-    s_mov_b32 s[s_sc1], 0x3f800000                      ; (tile -1's scales after the first shift: finite)
-    s_mov_b32 s[s_sc1+1], 0x3f800000
-    s_mov_b32 s[s_vd_cur], 0x3f800000                   ; (a wave without keys: O = 0)
-.endif
-.if BLKS
-    s_mov_b32 s[s_tbl_w], TBL_BYTES                     ; barrier 0 writes tile 1's table
-    s_mov_b32 s[s_tbl_r], 0                             ; iteration 0 reads tile 0's
-.endif
-    s_lshl_b32 s[s_t0], s[s_wg_z], 2                    ; 4b: this sequence's entries
-    s_waitcnt lgkmcnt(0)                                ; in flight: all kernarg loads -> wait for all
-    s_load_dwordx2 s[s_tmp64:s_tmp64+1], s[s_cmp0:s_cmp0+1], s[s_t0]   ; qo_indptr[b], qo_indptr[b+1]
-    s_load_dword s[s_t1], s[s_cmp1:s_cmp1+1], s[s_t0]   ; kv_start[b]
-    s_load_dword s[s_seq_k], s[s_cmp2:s_cmp2+1], s[s_t0]   ; seqlen_k[b]
-.if FP8
-    s_load_dwordx2 s[s_t2:s_t3], s[s_ptr_ds:s_ptr_ds+1], 0   ; q_descale, k_descale (not into a base in flight)
-    s_load_dword s[s_lazy], s[s_ptr_ds:s_ptr_ds+1], 8  ; (v_descale: to s_vd once scale_log2 is read)
-    s_waitcnt lgkmcnt(0)                                ; in flight: the five -> wait for them
-    v_mov_b32 v[v_t0], s[s_scale_log2]
-    v_mul_f32 v[v_t0], s[s_t2], v[v_t0]
-    v_mul_f32 v[v_t0], s[s_t3], v[v_t0]                 ; c
-.if BLK && !BLKS
-    v_mov_b32 v[v_cvec], v[v_t0]
-.endif
-    v_rcp_f32 v[v_t1], v[v_t0]
-    v_sub_f32 v[v_t2], 0, v[v_t0]
-    s_nop 0                                             ; transcendental result -> VALU read: 1 wait state
-    v_mul_f32 v[v_t1], 0x41000000, v[v_t1]              ; 8 / c: P <= 2^8 fits e4m3 (448)
-    v_readfirstlane_b32 s[s_c], v[v_t0]
-    s_mov_b32 s[s_vd], s[s_lazy]
-    v_readfirstlane_b32 s[s_negc], v[v_t2]
-    s_nop 0                                             ; VALU write -> v_readfirstlane read: 1 wait state
-    v_readfirstlane_b32 s[s_lazy], v[v_t1]
-.else
-    s_waitcnt lgkmcnt(0)                                ; in flight: the three -> wait for them
-.endif
-    s_mov_b32 s[s_qstart], s[s_tmp64]
-    s_sub_u32 s[s_seq_q], s[s_tmp64+1], s[s_tmp64]
-    s_lshl_b32 s[s_t2], s[s_wg_x], 8
-    s_cmp_ge_u32 s[s_t2], s[s_seq_q]
-    s_cbranch_scc1 L_end                                ; a Q tile past this sequence's rows: nothing to do
-    s_lshl_b32 s[s_t2], s[s_t1], 2                      ; page_list += 4 kv_start (64-bit)
-    s_lshr_b32 s[s_t3], s[s_t1], 30
-    s_add_u32 s[s_list], s[s_list], s[s_t2]
-    s_addc_u32 s[s_list+1], s[s_list+1], s[s_t3]
-    s_sub_u32 s[s_kmax], s[s_seq_k], 1
-    s_lshl_b32 s[s_pmask], 1, s[s_shift]
-    s_sub_u32 s[s_pmask], s[s_pmask], 1
+    paged_load_args                                     ; fmha_paged.inc: kernargs, this sequence's rows and pages
 .else
     s_load_dwordx2 s[s_ptr_q:s_ptr_q+1], s[s_kernarg:s_kernarg+1], k_q
     s_load_dwordx2 s[s_ptr_k:s_ptr_k+1], s[s_kernarg:s_kernarg+1], k_k
@@ -1439,14 +976,7 @@ L_oratio_\tag:
     v_add_u32 v[v_t0], s[s_t0], v[v_u_lq]
     v_mul_lo_u32 v[v_t0], v[v_t0], s[s_q_ss]
 .if FP8
-    ; (FP8: d step s of 64, half h: VGPRs 8s + 4h .. +3 = d 64s + 32h + 16(l/32) .. +15, the
-    ; B operand of the 32x32x64 f8f6f4 MFMA in k_read_op's d order)
-    v_lshl_add_u32 v[v_u_qoff], v[v_u_lh], 4, v[v_t0]
-    .set _s, 0
-    .rept 4
-        buffer_load_dwordx4 v[v_q + 4*_s : v_q + 4*_s + 3], v[v_u_qoff], s[s_rsrc_q:s_rsrc_q+3], 0 offen offset: 32*_s
-        .set _s, _s + 1
-    .endr
+    fp8_load_q                                          ; fmha_fp8.inc: 4 loads
 .else
     v_lshl_add_u32 v[v_u_qoff], v[v_u_lh], 4, v[v_t0]
     .set _s, 0
@@ -1513,40 +1043,7 @@ L_no_clamp:
 
     ; --- LDS read addresses ---
 .if FP8
-    ; K: key l%32 (+32 kb), address 2s + h: chunk c = 4s + 2h + l/32 (16 bytes d = 16c ..)
-    ; at key*128 + 16*(c ^ (key/2)%8)
-    v_lshlrev_b32 v[v_t1], 7, v[v_u_lq]
-    v_bfe_u32 v[v_t2], v[v_u_lq], 1, 3
-    .set _s, 0
-    .rept (8 - 4 * FP8)
-        v_add_u32 v[v_u3], 2*_s, v[v_u_lh]
-        v_xor_b32 v[v_u3], v[v_u3], v[v_t2]
-        v_lshl_add_u32 v[v_kaddr + _s], v[v_u3], 4, v[v_t1]
-        .set _s, _s + 1
-    .endr
-    ; V (ds_read_b64_tr_b8): lane 16b + 2j + x reads 8 bytes of row rr = 8(j/4) + 4(b/2) + j%4
-    ; (+16ks by offset) at d = 32db + 16(b%2) + 8x: chunk c = 2db + b%2, address
-    ; rr*128 + 16*(c ^ (2((rr/2)%2) + 4((rr/8)%2))) + 8x
-    v_bfe_u32 v[v_t0], v[v_lane], 1, 3                  ; j
-    v_and_b32 v[v_u3], 3, v[v_t0]
-    v_lshrrev_b32 v[v_u4], 2, v[v_t0]
-    v_lshl_add_u32 v[v_u3], v[v_u4], 3, v[v_u3]
-    v_lshl_add_u32 v[v_t0], v[v_u_lh], 2, v[v_u3]        ; rr
-    v_bfe_u32 v[v_t1], v[v_lane], 4, 1                  ; b % 2
-    v_bfe_u32 v[v_u3], v[v_t0], 1, 1
-    v_bfe_u32 v[v_u4], v[v_t0], 3, 1
-    v_lshlrev_b32 v[v_u3], 1, v[v_u3]
-    v_lshl_add_u32 v[v_t2], v[v_u4], 2, v[v_u3]         ; swizzle(rr)
-    v_and_b32 v[v_u3], 1, v[v_lane]                     ; x
-    v_lshlrev_b32 v[v_u3], 3, v[v_u3]
-    v_lshl_add_u32 v[v_u3], v[v_t0], 7, v[v_u3]         ; rr*128 + 8x
-    .set _d, 0
-    .rept 4
-        v_add_u32 v[v_u4], 2*_d, v[v_t1]
-        v_xor_b32 v[v_u4], v[v_u4], v[v_t2]
-        v_lshl_add_u32 v[v_vaddr + _d], v[v_u4], 4, v[v_u3]
-        .set _d, _d + 1
-    .endr
+    fp8_lds_addresses                                   ; fmha_fp8.inc
 .else
     ; K: key l%32 (+32 kb), chunk c = 2s + l/32 at key*256 + 16*(c ^ key%16)
     v_lshlrev_b32 v[v_t1], 8, v[v_u_lq]
@@ -1584,49 +1081,9 @@ L_no_clamp:
 .endif
 
 .if FP8
-    ; --- DMA (FP8): lane i fills row 8w + i/8, slot i%8 with chunk slot ^ swizzle(row), K's
-    ; swizzle (row/2) % 8 = 4(w%2) + i/16, V's 2((row/2) % 2) + 4((row/8) % 2) = 2((i/16) % 2) + 4(w%2) ---
-    v_lshrrev_b32 v[v_t0], 3, v[v_lane]                 ; i/8
-    v_and_b32 v[v_t1], 7, v[v_lane]                     ; slot
-    s_lshl_b32 s[s_t1], s[s_wave], 3                    ; 8w
-    v_add_u32 v[v_rl], s[s_t1], v[v_t0]                 ; row in tile
-    v_mov_b32 v[v_t2+1], 0
-    v_lshrrev_b32 v[v_u4], 4, v[v_lane]                 ; i/16
-    s_and_b32 s[s_t3], s[s_wave], 1
-    s_lshl_b32 s[s_t3], s[s_t3], 2                      ; 4(w%2)
-    v_add_u32 v[v_u3], s[s_t3], v[v_u4]
-    v_xor_b32 v[v_u3], v[v_u3], v[v_t1]                 ; K chunk
-    v_lshlrev_b32 v[v_t2], 4, v[v_u3]
-    v_lshl_add_u64 v[v_cbase_k:v_cbase_k+1], v[v_t2:v_t2+1], 0, s[s_ptr_k:s_ptr_k+1]
-    v_and_b32 v[v_u4], 1, v[v_u4]
-    v_lshl_add_u32 v[v_u3], v[v_u4], 1, s[s_t3]
-    v_xor_b32 v[v_u3], v[v_u3], v[v_t1]                 ; V chunk
-    v_lshlrev_b32 v[v_t2], 4, v[v_u3]
-    v_lshl_add_u64 v[v_cbase_v:v_cbase_v+1], v[v_t2:v_t2+1], 0, s[s_ptr_v:s_ptr_v+1]
-.if BLKS
-    v_lshlrev_b32 v[v_tw], 2, v[v_rl]
-    v_add_u32 v[v_tw], LDS_TBL, v[v_tw]                 ; table write address of the lane's DMA row
-    v_lshlrev_b32 v[v_tr], 4, v[v_u_lh]                 ; table read address: 16 (l/32)
-.endif
+    fp8_dma_setup                                       ; fmha_fp8.inc: one line of 8 rows per wave
 .elseif PAGED
-    ; --- DMA: lane i fills row 4L + i/16 (L = w, w+8), slot i%16 with chunk slot ^ swizzle(row)
-    ; from cbase (its kv head's row 0 + 16 * chunk) + global row * seq stride ---
-    v_lshrrev_b32 v[v_t0], 4, v[v_lane]                 ; i/16
-    v_and_b32 v[v_t1], 15, v[v_lane]                    ; slot
-    s_lshl_b32 s[s_t1], s[s_wave], 2                    ; 4w: first row of line w
-    v_add_u32 v[v_rl], s[s_t1], v[v_t0]                 ; row in tile (line w)
-    v_mov_b32 v[v_t2+1], 0
-    s_and_b32 s[s_t3], s[s_t1], 15                      ; 4(w%4)
-    v_add_u32 v[v_u3], s[s_t3], v[v_t0]                 ; row % 16 (same for line w+8)
-    v_xor_b32 v[v_u3], v[v_u3], v[v_t1]                 ; K chunk
-    v_lshlrev_b32 v[v_t2], 4, v[v_u3]
-    v_lshl_add_u64 v[v_cbase_k:v_cbase_k+1], v[v_t2:v_t2+1], 0, s[s_ptr_k:s_ptr_k+1]
-    s_and_b32 s[s_t3], s[s_wave], 1
-    s_lshl_b32 s[s_t3], s[s_t3], 1                      ; 2(w%2) = 2((row/4) % 2) (same for line w+8)
-    v_lshl_add_u32 v[v_u3], v[v_t0], 2, s[s_t3]         ; V's swizzle(row) = 4(row%4) | 2((row/4)%2) = 4(i/16) | 2(w%2)
-    v_xor_b32 v[v_u3], v[v_u3], v[v_t1]                 ; V chunk
-    v_lshlrev_b32 v[v_t2], 4, v[v_u3]
-    v_lshl_add_u64 v[v_cbase_v:v_cbase_v+1], v[v_t2:v_t2+1], 0, s[s_ptr_v:s_ptr_v+1]
+    paged_dma_setup                                     ; fmha_paged.inc: cbase of K and V
 .else
     ; --- DMA voffsets: lane i fills row 4L + i/16 (L = w, w+8), slot i%16 with chunk slot ^ swizzle(row) ---
     v_lshrrev_b32 v[v_t0], 4, v[v_lane]                 ; i/16
@@ -1675,72 +1132,7 @@ L_no_clamp:
     s_cmp_eq_u32 s[s_ntiles], 0
     s_cbranch_scc1 L_wait_q0
 .if PAGED
-    ; K(0) -> K[0] and K(1) -> K[1] (a tile past the last row re-reads row seq_k - 1), then
-    ; the page entries of DMA 0: K(2), V(0)
-    s_mov_b32 s[s_krow], 0
-    s_mov_b32 s[s_vrow], KV_TILE
-    .set _i, 0
-    .rept 2 * (5 + FP8) * LINES                         ; (one line after another: they share v_t0)
-        .set _l, _i / (5 + FP8)                         ; tile _l / LINES (into v_g_k*, v_g_v*), line _l % LINES
-        page_entry (_i % (5 + FP8)), (v_g_k0 + 2 * (_l / LINES) + _l % LINES), (s_krow + (s_vrow - s_krow) * (_l / LINES)), 32 * (_l % LINES)
-        .set _i, _i + 1
-    .endr
-    s_waitcnt vmcnt(0)                                  ; in flight: 8 Q loads, the page entries -> wait for all
-.if BLKS
-    .set _i, 0
-    .rept 4
-        tile_scales _i, v_g_k0, v_ks, v_ta              ; tile 0's row scales -> table 0 now
-        .set _i, _i + 1
-    .endr
-    s_waitcnt vmcnt(0)                                  ; in flight: that load -> wait for it
-    v_mul_f32 v[v_ks], s[s_c], v[v_ks]                  ; c k (blk_shift)
-    ds_write2_b32 v[v_tw], v[v_ks], v[v_ks+1] offset1: 64
-    .set _i, 0
-    .rept 4
-        tile_scales _i, v_g_v0, v_ks, v_ta              ; tile 1's -> v_ks (barrier 0 writes table 1)
-        .set _i, _i + 1
-    .endr
-.elseif BLK
-    .set _i, 0
-    .rept 4
-        tile_scales _i, v_g_k0, v_sc3, v_sc3            ; tile 0's scales -> s_sc2 (blk_shift: s_sc1 at barrier 0)
-        .set _i, _i + 1
-    .endr
-    s_waitcnt vmcnt(0)                                  ; in flight: that load -> wait for it
-    v_readfirstlane_b32 s[s_sc2], v[v_sc3]
-    v_readfirstlane_b32 s[s_sc2+1], v[v_sc3+1]
-    .set _i, 0
-    .rept 4
-        tile_scales _i, v_g_v0, v_sc3, v_sc3            ; tile 1's -> v_sc3
-        .set _i, _i + 1
-    .endr
-.endif
-    s_mov_b32 s[s_kd_line], s[s_m0k]
-    .set _i, 0
-    .rept 2 * (9 - 3 * FP8) * LINES
-        .set _l, _i / (9 - 3 * FP8)
-        pdma_line (_i % (9 - 3 * FP8)), (v_g_k0 + 2 * (_l / LINES) + _l % LINES), (s_krow + (s_vrow - s_krow) * (_l / LINES)), 32 * (_l % LINES), v_cbase_k, s_k_ss, s_kd_line, LDS_K0 + TILE_BYTES * (_l / LINES) + 8192 * (_l % LINES)
-        .set _i, _i + 1
-    .endr
-    s_mov_b32 s[s_krow], 2 * KV_TILE
-    s_mov_b32 s[s_vrow], 0
-.if FP8
-    v_mov_b32 v[v_g_v1], v[v_g_k0]                      ; V(0)'s rows are K(0)'s (pdma_op8), V(1)'s K(1)'s in v_g_v0
-    .set _i, 14 + 4 * BLK
-    .rept 6
-        pdma_op _i, 0                                   ; the page entry of K(2)
-        .set _i, _i + 1
-    .endr
-.else
-    .set _i, 18 * LINES + 2 + 4 * BLK
-    .rept 10 * LINES
-        pdma_op _i, 0
-        .set _i, _i + 1
-    .endr
-.endif
-.if BLKS
-    s_waitcnt lgkmcnt(0)                                ; in flight: table 0's write -> wait for it (before the barriers)
-.endif
+    paged_first_dma                                     ; fmha_paged.inc: K(0), K(1) gathered from pages
     s_branch L_q_scale
 .endif
     dma_tile s_rsrc_k, v_dma_k0, v_dma_k1, s_m0k, LDS_K0
@@ -1817,9 +1209,7 @@ L\g\()_iter:
 L\g\()_next:
     s_add_u32 s[s_j], s[s_j], 1
     .if BLKS
-        s_add_u32 s[s_tbl_r], s[s_tbl_r], TBL_BYTES         ; scale tables rotate mod 3
-        s_cmp_ge_u32 s[s_tbl_r], 3 * TBL_BYTES
-        s_cselect_b32 s[s_tbl_r], 0, s[s_tbl_r]
+        blks_next_table                 ; scale tables rotate mod 3
     .endif
     s_add_u32 s[s_kb_next], s[s_kb_next], TILE_BYTES    ; K buffers rotate mod 3
     s_cmp_ge_u32 s[s_kb_next], 3 * TILE_BYTES
