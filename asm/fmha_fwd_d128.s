@@ -5,13 +5,23 @@
 ;
 ; r = heads_q / heads_k (MHA r = 1, GQA, MQA). Causal (FMHA_CAUSAL = 1): key j is visible
 ; to query i iff j <= i + (seq_k - seq_q) (bottom-right aligned, as flash-attention 2.1+);
-; a query that sees no key gets O = 0 and LSE = -inf. Variants: F16 selects
-; fp16 (else bf16) for Q, K, V, O and the MFMAs; FMHA_CAUSAL the mask.
+; a query that sees no key gets O = 0 and LSE = -inf.
+; Design notes (layouts, schedule, history, batch prefill): docs/fmha_fwd_d128.md.
 ;
+; --- Variants (defines, from kernels.yaml) ----------------------------------------------
+;   F16          fp16 (else bf16) Q, K, V, O and MFMAs
+;   FMHA_CAUSAL  the causal mask
+;   PAGED        batch_prefill_d128: varlen Q, K/V gathered from a paged cache (fmha_paged.inc)
+;   FP8          (PAGED) e4m3 Q/K/V with per-tensor descales, bf16 O (fmha_fp8.inc)
+;   BLK, BLKS    (FP8) K/V scales per page and KV head: one pair per 64-key tile
+;                (page_size >= 64), or per key (any page size) (fmha_block_scale.inc)
+; The dense kernel reads top-down; the batch-prefill pieces are macros in asm/include/,
+; invoked where this file has `.if PAGED` / `.if FP8` / `.if BLK`.
+;
+; --- Launch and arguments ---------------------------------------------------------------
 ; Grid (cdiv(seq_q, 256), heads_q, batch); workgroup 512 = 8 waves. Workgroup x owns the
 ; 256-row Q tile t (causal: t = tiles - 1 - x, the longest rows first, so the short tiles
 ; fill the tail of the dispatch); wave w owns rows 32w..32w+31 of it.
-;
 ; Kernarg (offsets k_* generated from kernels.yaml): q k v o: *bf16|*f16, lse: *f32;
 ; seq_q, seq_k; byte strides {q,k,v,o}_{seq,head,batch}_stride, lse_{head,batch}_stride;
 ; kv_head_magic = ceil(2^32 / r) (0 when r = 1: kv head = h * magic >> 32, exact for
@@ -20,192 +30,50 @@
 ; (seq - 1) * seq_stride + 256 < 2^31 (the ops layer checks this).
 ;
 ; --- Math (per wave, per 64-key tile j) -------------------------------------------------
-; Q is loaded once, pre-scaled by scale*log2(e) in f32 and rounded back to bf16/fp16, so
-; scores are in the log2 domain. MFMA v_mfma_f32_32x32x16 (8 passes) with A = K, B = Q
-; gives S^T: lane l holds query q = l%32 and, in register r of key block kb, the key
-;   key(kb, r, l) = 32kb + 8(r/4) + 4(l/32) + r%4                  (fact sheet §2 C layout)
-; so the row max and row sum are mostly in-lane, plus one v_permlane32_swap.
-;   m_new = max(m, rowmax(S));  lazy rescale: only when some lane has m_new - m > 8
-;   (factor 256) are O and l rescaled by exp2(m - m_new) and m = m_new; otherwise the old
-;   m stays and P <= 2^8 (f32 O/l have the room).   P = exp2(S - m), l += rowsum(P).
-; P converted to bf16 is, without any lane movement, the B operand of O^T += V^T P^T:
-; the MFMA k index of (key block kb, half t) holds keys 32kb + 16t + 4(l/32) + e%4 + 8(e/4),
-; and V^T is read with ds_read_b64_tr_b16 in exactly that key order (fact sheet §3).
-; O^T lives in 4 blocks of 16 f32 (lane q = l%32, d = 32db + 8(r/4) + 4(l/32) + r%4).
-; End: l summed over the lane halves, O /= l, LSE = (m + log2 l) * ln 2.
-; Masking (tail keys >= seq_k, causal) is per element with v_cmp/v_cndmask -> -inf, only
-; on the tiles that need it; tiles entirely above the causal diagonal are never loaded
-; (workgroup) or computed (wave). S is computed as S - m directly: the first MFMA of each
-; key block takes srcC = -m (16 VGPRs, v_negm), so the steady state needs no subtraction;
-; the first tile sets m = max(rowmax, -1e30) (finite: masked rows stay NaN-free).
+; Q is pre-scaled by scale*log2(e), so scores are in the log2 domain. GEMM0:
+; v_mfma_f32_32x32x16 with A = K, B = Q gives S^T - m (srcC = -m, v_negm): lane l holds
+; query l%32 and, in register r of key block kb, key 32kb + 8(r/4) + 4(l/32) + r%4, so the
+; row max and sum are in-lane plus one v_permlane32_swap. P = exp2(S - m) with a lazy
+; rescale (O, l, m change only when some row's max grows by more than 8: P <= 2^8).
+; GEMM1: O^T += V^T P^T, P's registers as they lie are the B operand, V^T comes by
+; ds_read_b64_tr_b16 in the same key order. End: O /= l, LSE = (m + log2 l) * ln 2.
+; Masking (tail keys, causal) is per element, only on the tiles that need it.
 ;
-; --- LDS map (80 KiB) ------------------------------------------------------------------
-;   [LDS_V0 + b*16K, +16K)  V tile, buffer b = 0, 1      (V(t) in V[t % 2])
-;   [LDS_K0 + b*16K, +16K)  K tile, buffer b = 0, 1, 2   (K(t) in K[t % 3]; the buffer part of
-;                           a K read address lives in v_kaddr, moved each iteration)
-; A tile is 64 rows x 256 bytes, row-major, each row's 16-byte chunks XOR-swizzled:
-;   K: chunk c of row r at  r*256 + 16*(c ^ (r % 16))
-;   V: chunk c of row r at  r*256 + 16*(c ^ (4 * (r % 4) | 2 * ((r / 4) % 2)))
-; K's swizzle makes every 16 lanes of a ds_read_b128 (16 keys, same chunk) hit 16
-; different 16-byte bank groups. V's: a ds_read_b64_tr_b16's lanes 32h..32h+31 read rows
-; 4h..4h+3 (+8x +16ks) at chunks 4db + 0..3; XOR with 4(r % 4) puts the four rows in four
-; disjoint chunk quads, so every 32 lanes cover all 64 banks once (with 2r, rows r and r+1
-; shared one quad: 2-way conflicts if the tr read's phases are ds_read_b64's 2 x 32 lanes
-; or ds_read_b128's 4 groups of 16; `gfxasm stats --lds` counts 0 under every phase
-; hypothesis of gfxasm.perf.lds_banks). Tiles arrive by LDS DMA (buffer_load_dwordx4
-; ... lds): one instruction fills 1 KiB = 4 rows (lane i -> row i/16, slot i%16, loading
-; global chunk slot ^ swizzle(row)), so the global side stays coalesced. Wave w fills
-; lines w and w+8 of K and of V: 4 DMA instructions per wave per tile.
+; --- Budget -----------------------------------------------------------------------------
+; VGPRs 256 of 512, no AGPRs (FP8: 240): 2 waves per SIMD, one workgroup per CU. Q 32,
+;   O^T 64, S double buffer 2 x 32, P 16, MFMA operand ring 32, -m 16, the rest addresses
+;   and softmax state (map below). SGPRs 86 (BLK, BLKS: 97).
+; LDS 80 KiB: V tiles in 2 buffers, K tiles in 3, 16 KiB each (64 rows x 256 bytes,
+;   chunks XOR-swizzled; FP8 rows are 128 bytes); BLKS adds 3 scale tables of 512 bytes.
 ;
-; --- Pipeline ---------------------------------------------------------------------------
-; Software-pipelined inside each wave; S double-buffered in VGPRs (S(j) in v_s0/v_s1 by
-; the parity of j). Iteration j (j = 0 .. tiles) of a wave:
-;   phase A: GEMM1(j-1)  O += V(j-1) P(j-1)   16 MFMA, V^T by ds_read_b64_tr_b16
-;            || softmax(j) part 1: row max of S(j) - m (its first 15 ops before the first
-;               MFMA, while the V reads fly), lazy-rescale test, exp2 of key block 0
-;   phase B: GEMM0(j+1)  S(j+1) = K(j+1) Q^T - m   16 MFMA, K by ds_read_b128
-;            || softmax(j) part 2: exp2 of key block 1, row sums, P(j) to bf16/fp16
-; About one exp2 and two other VALU ops ride on each MFMA (32 cycles). Operands of both
-; GEMMs stream through one ring of 8 x 4 VGPRs, PF operands ahead: the K reads of phase B
-; start during phase A.
-; Two wave groups, half an iteration apart (the seed's stagger): waves 0-3 (group 1) and
-; 4-7 (group 2) share the SIMDs pairwise (w and w+4), and
-;   group 1:  | barrier j, DMA j || A(j)   B(j)              | barrier j+1 ...
-;   group 2:  | barrier j, DMA j || B(j-1) | A(j)             | barrier j+1 ...
-; so while one wave of a SIMD runs phase A the other runs phase B, and the MFMA pipe has
-; work while either wave is in its softmax lead or at a barrier. Barrier k: every wave
-; waited (vmcnt) for its own DMA lines of barrier k-1, so K(k+1) and V(k-1) are complete;
-; group 1 finished A/B(k-1), group 2 finished A(k-1) and B(k-2). DMA k (each wave, after
-; barrier k, 4 lines): K(k+2) -> K[(k+2) % 3], whose K(k-1) was last read by B(k-2), and
-; V(k) -> V[k % 2], whose V(k-2) was last read by A(k-1). Group 2 passes one extra barrier
-; first (barrier 0, before its loop) and group 1 one last, so the counts match.
-; s_setprio: phase B's MFMA stream 2, phase A's 1, barriers/dispatch 0 (see `iteration`).
-; The first iteration, the last two and waves whose rows end early (causal) run reduced
-; bodies of the same macro (no GEMM1 / no softmax / no GEMM0), chosen per wave by scalar
-; compares; every wave passes the same barriers. DMA past the workgroup's last tile reads
-; zeros (empty descriptor), so every body issues its DMA unconditionally.
-; Rare paths live out of line after s_endpgm: masking (tail keys, causal diagonal), the
-; lazy rescale (S, m, -m, l at the test; O at the end of phase A, after GEMM1(j-1)).
-;
-; Differences from the seed's pipeline (../shared/seeds/fmha-fwd-d128-mi355x.txt), and why:
-; - One KV tile per iteration in two phases (GEMM1 || softmax part 1, GEMM0 || part 2)
-;   instead of two tiles in 8 clusters: the same overlap (every MFMA cluster carries half a
-;   softmax) with half the code and one S double buffer.
-; - K triple-buffered instead of double, V double: with the groups half an iteration
-;   apart, group 2 still reads K(k) after barrier k; V is read by phase A, which both
-;   groups finish before the barrier that frees its buffer.
-; - S - m comes out of the MFMA (srcC = -m) instead of a subtraction pass.
-; - Causal balance by ordering (longest Q tiles dispatched first) instead of pairing a head
-;   tile with a tail tile in one workgroup: with thousands of 256-row workgroups the
-;   dispatcher balances, and every workgroup stays one Q tile.
-; - LSE of a row with no visible key is -inf (torch.logsumexp); flash-attention writes +inf.
-;
-; --- batch_prefill_d128 (PAGED = 1; loader/ops/batch_prefill.py, issue 10) --------------
-; The same pipeline over varlen Q and a paged KV cache. Grid (cdiv(max seq_q, 256),
-; heads_q, batch); workgroup (x, h, b) reads qo_indptr[b], [b+1] (its rows of q, o, lse
-; [heads_q, total_q]), seqlen_k[b] and kv_start[b] (its first entry of page_list), and
-; exits at once when its Q tile is past the sequence's rows. K/V are
-; [num_pages, page_size, Hkv, 128] with a page's rows one stride apart, so slot
-; page * page_size + r is a global row. Each DMA line is one lane-gathered
-; global_load_lds_dwordx4: lane i's row r = tile row + v_rl (+32 for line w+8) is clamped
-; to seq_k - 1 (branchless: no page entry past the sequence's list is read, and rows past
-; seq_k re-read a valid row that the mask hides, so V there is finite and P = 0), its page
-; entry page_list[kv_start + r >> shift] was loaded by the previous DMA (the entries of the
-; next DMA are loaded right after a DMA's lines go out; the barrier's vmcnt(0) lands them),
-; and its address is cbase (cache + kv head * head stride + 16 * swizzled chunk, 64-bit)
-; + (page << shift | r % page_size) * row stride in 64 bits (v_mul_lo/hi + v_lshl_add_u64):
-; pools may exceed 4 GiB; the slot index is 32-bit. The page entries take 4 VGPRs of the
-; operand ring (RING 7, PF 5). Per iteration a wave spends 58 extra ops (9 per line, 5 per
-; entry): the paging cost.
-; FP8 = 1 (PAGED only): Q/K/V e4m3, O bf16. Both GEMMs use v_mfma_f32_32x32x64_f8f6f4
-; (e4m3 A and B: cbsz = blgp = 0; 16 passes for 4x the work of the bf16 32x32x16's 8: twice
-; the bf16 rate), whose operands are 32 bytes (8 VGPRs) per lane, byte 16h + u (h = 0, 1)
-; at k = 16(l/32) + u + 32h (fact sheet §2; loader/emu/families/mfma.py agrees). A phase is
-; 4 of them, one per 4 of the 16 VALU slots of the bf16 schedule; the operand ring is 4
-; slots of 8 VGPRs, 2 operands ahead (the page entries move to v_kaddr+4..: 4 K addresses
-; suffice). GEMM0: 2 key blocks x 2 d steps of 64; Q (16 VGPRs) and K in natural d order,
-; K by two ds_read_b128 of 16-byte chunks 4s + 2h + l/32 of its row (rows of 128 bytes, chunk
-; c of row r at 16*(c ^ (r/2)%8): 16 lanes of one chunk hit 16 different bank groups).
-; GEMM1: one MFMA per d block over all 64 keys: P's 32 bytes are its S registers in order
-; (byte t = key 32(t/16) + 8((t%16)/4) + 4(l/32) + t%4), and V^T comes in that key order by
-; four ds_read_b64_tr_b8 (16 keys each; chunk c at 16*(c ^ (2((r/2)%2) + 4((r/8)%2))));
-; `gfxasm stats --lds` counted these V reads conflict-free under every phase hypothesis.
-; One DMA line of 8 rows per wave per tile (pdma_op8): V(k)'s rows are K(k)'s, whose
-; global rows K(k)'s line formed two DMAs earlier and kept, so V loads no page entry, and
-; the page entry keeps r % page_size for its line: 14 VALU ops per tile and wave (22 for
-; two lines that each form their rows). Q is not re-quantised: scores stay in
-; raw units (m, -m, the lazy test against 8/c), and c = scale * log2(e) * q_descale *
-; k_descale multiplies S - m before each exp2; P <= 2^8 (lazy threshold) fits e4m3
-; (448) and goes to e4m3 for the P.V MFMA, while l sums the f32 P; O = v_descale P.V / l.
-; The lazy test reads each lane half's own max (some lane's grew by more than the
-; threshold iff some row's did); only rare_prep combines the halves (3 VALU per tile saved).
-;   BLK = 1 (FP8; alone for page_size >= 64: a 64-key tile lies in one page): kv_block_descale, a
-; (k, v) scale per page and KV head. Each DMA also loads its K tile's pair (the page of its
-; line's entry; a vector load, so the barrier's vmcnt(0) lands it; SMEM would leave
-; lgkmcnt(N) unusable for the operand reads) and after each barrier the pairs move down
-; s_sc0..s_sc2 (tiles j-1, j, j+1). GEMM0 starts from 0 (v_negm stays 0) and S stays raw:
-; the row max becomes k_scale(j) max - m (one v_fma; k_scale > 0), so m and the lazy test
-; are in c-units as before, and each exp2 pair takes c k_scale(j) S - c m in one v_pk_fma
-; (v_cks per tile, v_cm = -c m where m changes), in place of a per-element k_scale pass
-; before the max (16 v_pk_fma per tile and wave saved). O is kept in the units of the current tile's v scale: where it
-; changes, the lazy O rescale's out-of-line path multiplies O by v_scale(j-1) / v_scale(j)
-; (with the lazy factor if due) after GEMM1(j-1); the epilogue multiplies by the last one.
-;   BLKS = 1 (BLK, any page size; the op uses it below 64, where a 64-key tile spans 64/p
-; pages and both scales vary per key). Lane l's register r of key block kb is key
-; 32kb + 8(r/4) + 4(l/32) + r%4, so a lane's 32 keys come in 8 groups of 4 consecutive
-; keys, and their scales in 8 x 4 VGPRs whose offsets match S's (vs_reg: key block 0 in
-; v_negm, which GEMM0 no longer needs: its first MFMA takes srcC = 0; key block 1 in
-; v_q+16.., unused by FP8's Q).
-; - Table: the DMA lanes hold their row's clamped page entry (v_g_k0; lane i -> row
-;   8w + i/8), so each loads its row's (k, v) pair with the K DMA (tile_scales into v_ks)
-;   and, after the next barrier's vmcnt(0), writes it to an LDS table (blk_shift:
-;   ds_write2_b32, c k[64] then v[64] f32, 3 tables of 512 bytes past the K/V buffers,
-;   tile t in t % 3; the 8 lanes of a row write the same values). The write after
-;   barrier b (tile b+1) is covered by barrier b+1's lgkmcnt wait, before softmax(b+1)
-;   reads it; table (b+1) % 3 last held tile b-2, whose reads softmax(b-2) finished
-;   before barrier b. Tiles 0 and 1 come from the prologue.
-; - k: softmax(j) starts with 8 broadcast ds_read_b128 of its keys' c k scales (ahead of
-;   the operand prefetch, waited for with the prefetch still in flight) and blk_scores forms
-;   c k(key) S - m (v_pk_fma with a VGPR pair): scores, m and the lazy test (against 8, as
-;   bf16's) are in log2 units, so exp2_op has no c multiply and LSE = (m + log2 l) ln 2.
-; - v: the same registers then take the v scales (8 more reads, landed after the row
-;   max's head); v_ref(j) = the tile's largest (in-lane max3 chain + v_permlane32_swap,
-;   the same in every lane and wave), U(j) = v_ref rounded up to a power of two (SALU, on
-;   the bits). In smB_op, after l took the unscaled P, P v (one v_pk_mul per pair) goes
-;   to e4m3 through v_cvt_scalef32_pk_fp8_f32 with scale U(j), which divides exactly:
-;   P' = P v / U <= P <= 2^8 stays in range, but a P' below 2^-6 is subnormal, so a key
-;   whose v scale sits far below its tile's largest loses relative precision
-;   (fp8_p_bound's v_ratio, U / v < 2 v_ref / v). O is carried in U units: s_vratio =
-;   U(j-1) / U(j) (exponent subtraction) through BLK's out-of-line O rescale, taken only
-;   where U changes; s_vd_cur = U at the end. (A per-tile v_ref without the rounding
-;   rescaled O at almost every tile and needed 16 more v_pk_mul for v / v_ref: modelled
-;   h6/1 S2048 page 1 non-causal, 125.1k -> 110.3k cycles per workgroup round; per-tensor
-;   FP8 91.8k.)
-; - Cost per tile and wave: 16 DS reads, 1 DS write, ~42 VALU over per-tensor's (16
-;   v_pk_fma, 16 max, 16 v_pk_mul, the max's lane swap, the c k multiply; less the 16 c
-;   multiplies before exp2), 5 SALU, and one LDS round trip not fully
-;   hidden (the v scales before v_ref).
+; --- Pipeline (per wave; iteration j) ---------------------------------------------------
+;   phase A: GEMM1(j-1)  O += V(j-1) P(j-1)  || softmax(j) part 1: row max, lazy test,
+;            exp2 of key block 0
+;   phase B: GEMM0(j+1)  S(j+1) = K(j+1) Q^T - m  || softmax(j) part 2: exp2 of key
+;            block 1, row sums, P(j) to bf16/fp16
+; Operands of both GEMMs stream through one ring of VGPRs, PF operands ahead. Waves 0-3
+; (group 1) and 4-7 (group 2) run half an iteration apart, so the two waves of a SIMD run
+; opposite phases; after each barrier every wave issues its LDS DMA lines of K(j+2) (K
+; triple-buffered) and V(j) (double-buffered). Barrier accounting: before `main_loop`.
 
-; --- Registers -----------------------------------------------------------------------
-; 256 VGPRs (no AGPRs): 2 waves per SIMD, one workgroup per CU.
-
+; --- Defines of the batch-prefill variants (0: the dense kernel) ------------------------
 .ifndef PAGED
-    .set PAGED, 0                      ; batch_prefill_d128 (PAGED = 1): varlen Q, paged K/V (see below)
+    .set PAGED, 0                      ; batch_prefill_d128 (PAGED = 1): varlen Q, paged K/V
 .endif
 .ifndef FP8
-    .set FP8, 0                        ; (PAGED only) FP8 e4m3 Q/K/V, bf16 O (see below)
+    .set FP8, 0                        ; (PAGED only) FP8 e4m3 Q/K/V, bf16 O
 .endif
 .if FP8 && !PAGED
     .error "fmha_fwd_d128: FP8 is a batch_prefill (PAGED) variant"
 .endif
 .ifndef BLK
-    .set BLK, 0                        ; (FP8 only) per-page K/V scales: one pair per tile, page_size >= 64 (see below)
+    .set BLK, 0                        ; (FP8 only) per-page K/V scales: one pair per tile, page_size >= 64
 .endif
 .if BLK && !FP8
     .error "fmha_fwd_d128: BLK is an FP8 variant"
 .endif
 .ifndef BLKS
-    .set BLKS, 0                       ; (BLK only) per-key block scales: any page size (see below)
+    .set BLKS, 0                       ; (BLK only) per-key block scales: any page size
 .endif
 .if BLKS && !BLK
     .error "fmha_fwd_d128: BLKS is a BLK variant"
@@ -1183,9 +1051,19 @@ L_loops:
 ; ============================================================================ main loop
 ; Group 1 (waves 0-3) passes barrier j at the top of iteration j; group 2 (waves 4-7)
 ; between phase A and phase B of iteration j-1: each SIMD runs one wave of each, half an
-; iteration apart. Each loop runs j = 0 .. n, choosing per iteration the body this wave
-; runs (w = its tile count): full (1 <= j <= w-2), first (j = 0), last (j = w-1),
-; A only (j = w), DMA only (j > w or w = 0).
+; iteration apart:
+;   group 1:  | barrier j, DMA j || A(j)   B(j)              | barrier j+1 ...
+;   group 2:  | barrier j, DMA j || B(j-1) | A(j)             | barrier j+1 ...
+; Barrier k: every wave waited (vmcnt) for its own DMA lines of barrier k-1, so K(k+1) and
+; V(k-1) are complete; group 1 finished A/B(k-1), group 2 finished A(k-1) and B(k-2).
+; DMA k (each wave, after barrier k): K(k+2) -> K[(k+2) % 3], whose K(k-1) was last read
+; by B(k-2), and V(k) -> V[k % 2], whose V(k-2) was last read by A(k-1). Group 2 passes
+; one extra barrier first (barrier 0, before its loop) and group 1 one last (n+1), so the
+; counts match.
+; Each loop runs j = 0 .. n, choosing per iteration the body this wave runs (w = its tile
+; count): full (1 <= j <= w-2), first (j = 0), last (j = w-1), A only (j = w), DMA only
+; (j > w or w = 0). Every body passes the same barriers and issues its DMA: a tile past
+; the workgroup's last reads zeros (empty descriptor; PAGED: rows clamped to seq_k - 1).
 .macro main_loop g
 L\g\()_iter:
     .if \g == 1
