@@ -120,7 +120,7 @@
 .set PRIO_B, 2                         ; ... of phase B's
 
 .if LDS_BYTES < LDS_NEEDED
-    .error "fmha_fwd_d128: the manifest must give lds_bytes >= 65536"
+    .error "fmha_fwd_d128: the manifest must give lds_bytes >= LDS_NEEDED (5 K/V tiles)"
 .endif
 .if BLKS
     blks_lds_tables                    ; fmha_block_scale.inc: 3 scale tables past the K/V buffers
@@ -269,24 +269,24 @@
     .endif
 .endm
 
-; Operand g of an iteration's MFMA stream: with \a_on the first 16 (FP8: 4) are GEMM1's
+; Operand g of an iteration's MFMA stream: with \gemm1 the first 16 (FP8: 4) are GEMM1's
 ; (V^T), the rest GEMM0's (K). Read into ring slot g % RING.
-.macro op_read g, a_on, kbuf, vbuf
-    .if (\a_on) && ((\g) < 16 / (1 + 3 * FP8))
+.macro op_read g, gemm1, kbuf, vbuf
+    .if (\gemm1) && ((\g) < 16 / (1 + 3 * FP8))
         v_read_op ((\g) % RING), (\g), \vbuf
     .else
-        k_read_op ((\g) % RING), ((\g) - 16*(\a_on) / (1 + 3 * FP8)), \kbuf
+        k_read_op ((\g) % RING), ((\g) - 16*(\gemm1) / (1 + 3 * FP8)), \kbuf
     .endif
 .endm
 
 ; Wait for the reads of operands g and g+1 (g even): those of operands g+2 .. g+PF-1 (< n)
 ; may stay in flight (2 DS reads per GEMM1 operand, 1 per GEMM0 operand).
-.macro op_wait g, a_on, n
+.macro op_wait g, gemm1, n
     .set _w, 0
     .set _o, (\g) + 2
     .rept PF - 2
         .if _o < (\n)
-            .if (\a_on) && (_o < 16)
+            .if (\gemm1) && (_o < 16)
                 .set _w, _w + 2
             .else
                 .set _w, _w + 1
@@ -298,27 +298,27 @@
 .endm
 
 ; One MFMA of the stream: (every second one) wait for operands, issue it, read operand g + PF
-.macro mfma_step g, a_on, n, par
+.macro mfma_step g, gemm1, n, parity
     .if FP8
-        mfma_step8 \g, \a_on, \n, \par
+        mfma_step8 \g, \gemm1, \n, \parity
     .else
         .if (\g) % 2 == 0
-            op_wait \g, \a_on, \n
+            op_wait \g, \gemm1, \n
         .endif
-        mfma_issue \g, \a_on, \n, \par, 16
+        mfma_issue \g, \gemm1, \n, \parity, 16
     .endif
 .endm
 
-; MFMA g of n in an iteration's stream (\na of GEMM1 first when \a_on), then the read of
+; MFMA g of n in an iteration's stream (\na of GEMM1 first when \gemm1), then the read of
 ; operand g + PF
-.macro mfma_issue g, a_on, n, par, na
-    .if (\a_on) && ((\g) < (\na))
+.macro mfma_issue g, gemm1, n, parity, na
+    .if (\gemm1) && ((\g) < (\na))
         pv_mfma ((\g) % RING), (\g)
     .else
-        qk_mfma ((\g) % RING), ((\g) - (\na)*(\a_on)), (1 - (\par))
+        qk_mfma ((\g) % RING), ((\g) - (\na)*(\gemm1)), (1 - (\parity))
     .endif
     .if (\g) + PF < (\n)
-        op_read ((\g) + PF), \a_on, (1 - (\par)), (1 - (\par))
+        op_read ((\g) + PF), \gemm1, (1 - (\parity)), (1 - (\parity))
     .endif
 .endm
 
@@ -451,25 +451,25 @@ L_prep_back_\tag:
 ; Phase A op i of a body: the row max's tail ops (steady tiles), the K address move
 ; (when GEMM0 follows), then exp2 of key block 0 alternating with the 16 DMA ops (group 1).
 ; _lt, _ka, _ex, _dm (set by `iteration`) say which are there.
-.macro a_op i, tag, par
+.macro a_op i, tag, parity
     .if (\i) < _lt
         row_max_op (\i), \tag, 1
     .elseif (\i) < _lt + _ka
         kaddr_op ((\i) - _lt)
     .else
-        .set _ai, (\i) - _lt - _ka
+        .set _ai, (\i) - _lt - _ka         ; index among the exp2 and DMA ops
         .if _ex && _dm && (_ai >= 32)
-            dma_op (_ai - 16), \par        ; (DMA_OPS > 16) the rest after the exp2s
+            dma_op (_ai - 16), \parity        ; (DMA_OPS > 16) the rest after the exp2s
         .elseif _ex && _dm
             .if _ai % 2 == 0
                 exp2_op (_sj + _ai/2)
             .else
-                dma_op (_ai/2), \par
+                dma_op (_ai/2), \parity
             .endif
         .elseif _ex
             exp2_op (_sj + _ai)
         .else
-            dma_op _ai, \par
+            dma_op _ai, \parity
         .endif
     .endif
 .endm
@@ -494,7 +494,7 @@ L_prep_back_\tag:
             .endif
         .endif
         .if _dmb
-            .set _di, ((\k) * DMA_OPS) / 16
+            .set _di, ((\k) * DMA_OPS) / 16   ; first DMA op of this slot (DMA_OPS spread over 16)
             .rept (((\k) + 1) * DMA_OPS) / 16 - _di
                 dma_op _di, \vpar
                 .set _di, _di + 1
@@ -506,51 +506,82 @@ L_prep_back_\tag:
     .endif
 .endm
 
-; One iteration body (see the pipeline in the header). j's parity \par picks the buffers:
-; S(j) = v_s[par], S(j+1) = v_s[1-par], V(j-1) = V[1-par]; K(j+1) = K[(j+1) % 3] through
-; v_kaddr. \grp 1 passes its barrier before the body and issues its DMA in phase A;
-; \grp 2 passes it between the phases and issues its DMA in phase B; \grp 0 (the
-; pre-loop GEMM0(0)) has neither.
-;   a_on: GEMM1(j-1)   sm_on: softmax(j)   b_on: GEMM0(j+1)   first: j = 0
-.macro iteration tag, par, a_on, sm_on, b_on, first, grp
-    .set _n, 16*((\a_on) + (\b_on))
-    .set _sj, v_s0 + 32*(\par)
-    .set _lt, 7 * ((\sm_on) && !(\first))
-    .set _ex, (\sm_on)
-    .set _dm, 0                             ; (comparisons evaluate to -1 in the assembler: .if instead)
-    .set _dmb, 0
-    .if (\grp) == 1
+; ---------------------------------------------------------------- the iteration body
+; One iteration body j of a wave (the pipeline sketch is in the header, the barrier
+; accounting before main_loop). Named arguments, all 0/1 but tag and group:
+;   tag      suffix of this body's labels (L_mask_<tag>, L_prep_<tag>, L_orescale_<tag>)
+;   parity   j % 2: S(j) = v_s[parity], S(j+1) = v_s[1-parity], V(j-1) = V[1-parity];
+;            K(j+1) = K[(j+1) % 3] through v_kaddr
+;   gemm1    phase A runs GEMM1(j-1): O += V(j-1) P(j-1)
+;   softmax  softmax(j) runs: row max, lazy-rescale test, exp2, row sums, P(j)
+;   gemm0    phase B runs GEMM0(j+1): S(j+1) = K(j+1) Q^T - m
+;   first    j = 0: softmax(0) sets m (lead_first) and has no lazy test
+;   group    1: barrier before the body, DMA in phase A; 2: barrier between the phases,
+;            DMA in phase B; 0: neither (the pre-loop GEMM0(0))
+; The body is four clusters; the assembler symbols below size them (comparisons evaluate
+; to -1 in the assembler, so 0/1 flags are set with .if).
+.macro iteration tag, parity, gemm1, softmax, gemm0, first, group
+    .set _n, 16*((\gemm1) + (\gemm0))       ; MFMA slots of the stream, GEMM1's 16 first (FP8: one MFMA per 4 slots)
+    .set _sj, v_s0 + 32*(\parity)           ; first VGPR of S(j), the tile the softmax works on
+    .set _lt, 7 * ((\softmax) && !(\first)) ; row-max tail ops (row_max_op 0..6) riding on phase A (tile 0: in lead_first)
+    .set _ex, (\softmax)                    ; 1: S(j)'s exp2s ride on both phases (key block 0 on A, 1 on B)
+    .set _dm, 0                             ; 1: the DMA's DMA_OPS ops ride on phase A (group 1)
+    .set _dmb, 0                            ; 1: they ride on phase B (group 2)
+    .if (\group) == 1
         .set _dm, 1
-    .elseif (\grp) == 2
+    .elseif (\group) == 2
         .set _dmb, 1
     .endif
-    .set _ka, 0
-    .if (\b_on) && (\a_on) && ((\grp) != 0)
-        .set _ka, 2 + (8 - 4 * FP8)               ; K addresses move during phase A
-    .elseif (\b_on) && ((\grp) != 0)
+    .set _ka, 0                             ; K-address ops (kaddr_op) riding on phase A, ahead of its first K read
+    .if (\gemm0) && (\gemm1) && ((\group) != 0)
+        .set _ka, 2 + (8 - 4 * FP8)
+    .elseif (\gemm0) && ((\group) != 0)
         .set _i, 0
-        .rept 2 + (8 - 4 * FP8)                   ; ... or now, before the first K read
+        .rept 2 + (8 - 4 * FP8)             ; (no GEMM1: the prefetch reads K, so the move runs now)
             kaddr_op _i
             .set _i, _i + 1
         .endr
     .endif
-    .set _na, _lt + _ka + 16*_ex + DMA_OPS*_dm
-    .if BLKS && (\sm_on)
+    .set _na, _lt + _ka + 16*_ex + DMA_OPS*_dm   ; all ops spread over phase A's 16 MFMA slots
+
+    ; Cluster 1: softmax(j) lead: mask check (out of line), the row max's head (tile 0: m, S - m, -m)
+    ;            loads: the stream's first PF operands (V^T(j-1) with GEMM1, else K(j+1)); BLKS: k scales first
+    cluster_lead \tag, \parity, \gemm1, \softmax, \first
+    ; Phase B (GEMM0 with the heavier softmax half) wins issue over phase A: at equal
+    ; priority the older wave of a SIMD would win everything and the other finish alone
+    ; (gfxasm.perf model: B over A 1665, equal 1534, A over B 1534 TFLOP/s at B4 H64/8 S8192).
+    s_setprio PRIO_A                        ; phase A yields to the other wave's phase B
+    ; Cluster 2: GEMM1(j-1) O += V P  ||  row max tail, lazy test, exp2 of key block 0, K address move
+    ;            loads: the rest of V^T(j-1), the first K(j+1) operands; group 1: DMA K(j+2), V(j)
+    cluster_a \tag, \parity, \gemm1
+    ; Cluster 3: O *= corr when a lazy rescale is due (out of line; BLK: also a new v scale);
+    ;            group 2: barrier j+1 (waits for its DMA lines of barrier j)
+    cluster_between \tag, \gemm1, \softmax, \group
+    s_setprio PRIO_B                        ; phase B wins issue
+    ; Cluster 4: GEMM0(j+1) S(j+1) = K Q^T - m  ||  exp2 of key block 1, row sums, P(j) to bf16/fp16
+    ;            loads: the rest of K(j+1); group 2: DMA K(j+3), V(j+1)
+    cluster_b \parity, \gemm1, \gemm0
+    s_setprio 0                             ; barriers and loop control at priority 0
+.endm
+
+; Cluster 1 of `iteration`
+.macro cluster_lead tag, parity, gemm1, softmax, first
+    .if BLKS && (\softmax)
         blks_read 0                         ; the k scales, ahead of the operand prefetch
     .endif
-    .set _g, 0
+    .set _g, 0                              ; operand of the stream to prefetch
     .rept PF
         .if _g < _n / (1 + 3 * FP8)         ; (FP8: one 32x32x64 MFMA, one operand, per 4 slots)
-            op_read _g, \a_on, 0, (1 - (\par))
+            op_read _g, \gemm1, 0, (1 - (\parity))
         .endif
         .set _g, _g + 1
     .endr
-    .if \sm_on
+    .if \softmax
         s_cmp_ge_i32 s[s_j], s[s_maskfrom]
         s_cbranch_scc1 L_mask_\tag          ; tail keys or causal diagonal in this tile: out of line
 L_mask_back_\tag:
         .if BLK
-            blk_lead \first, \a_on          ; fmha_block_scale.inc: the tile's k scales into S
+            blk_lead \first, \gemm1         ; fmha_block_scale.inc: the tile's k scales into S
         .endif
         .if \first
             lead_first
@@ -558,24 +589,21 @@ L_mask_back_\tag:
             row_max_head                    ; while the first operands load
         .endif
         .if BLKS
-            blks_vref \a_on                 ; fmha_block_scale.inc: U(j), the tile's v scale
+            blks_vref \gemm1                ; fmha_block_scale.inc: U(j), the tile's v scale
         .endif
     .endif
-    ; Between two barriers the two waves of a SIMD run opposite phases. Phase B (GEMM0 with
-    ; the heavier softmax half: an exp2 and two more VALU ops per MFMA) wins issue over
-    ; phase A; at equal priority the older wave would win everything, the other one lag and
-    ; finish alone after the first reached the barrier. (Chosen with the gfxasm.perf model:
-    ; B over A 1665, equal 1534, A over B 1534 modelled TFLOP/s at B4 H64/8 S8192.)
-    s_setprio PRIO_A
-    ; phase A: GEMM1(j-1) || row max tail, lazy test, exp2 of key block 0, K addresses, DMA
-    .if \a_on
-        .set _k, 0
-        .set _done, 0
+.endm
+
+; Cluster 2 of `iteration`: phase A, _na ops spread evenly over its 16 MFMAs (a_op)
+.macro cluster_a tag, parity, gemm1
+    .if \gemm1
+        .set _k, 0                          ; MFMA slot 0..15
+        .set _done, 0                       ; a_op ops issued so far
         .rept 16
-            mfma_step _k, \a_on, _n, \par
-            .set _upto, ((_k + 1) * _na) / 16
+            mfma_step _k, \gemm1, _n, \parity
+            .set _upto, ((_k + 1) * _na) / 16   ; ops due by the end of this slot
             .rept _upto - _done
-                a_op _done, \tag, \par
+                a_op _done, \tag, \parity
                 .set _done, _done + 1
             .endr
             .set _k, _k + 1
@@ -583,40 +611,45 @@ L_mask_back_\tag:
     .else
         .set _done, 0
         .rept _na
-            a_op _done, \tag, \par
+            a_op _done, \tag, \parity
             .set _done, _done + 1
         .endr
     .endif
-    .if (\a_on) && (\sm_on) && BLK
+.endm
+
+; Cluster 3 of `iteration`
+.macro cluster_between tag, gemm1, softmax, group
+    .if (\gemm1) && (\softmax) && BLK
         s_cmp_lg_u32 s[s_vratio], 0x3f800000
-        s_cbranch_scc1 L_orescale_\tag     ; the v scale changes (a new page): O *= v_scale(j-1) / v_scale(j)
+        s_cbranch_scc1 L_orescale_\tag      ; the v scale changes (a new page): O *= v_scale(j-1) / v_scale(j)
     .endif
-    .if (\a_on) && (\sm_on)
+    .if (\gemm1) && (\softmax)
         s_cmp_lg_u32 s[s_resc], 0
         s_cbranch_scc1 L_orescale_\tag      ; rare: O *= corr now that GEMM1(j-1) is in
 L_orescale_back_\tag:
     .endif
-    .if (\grp) == 2
-        s_setprio 0
+    .if (\group) == 2
+        s_setprio 0                         ; (at the barrier)
         .if BLKS
-            blks_barrier_wait \sm_on, \a_on  ; (and the scale-table write of the last barrier)
+            blks_barrier_wait \softmax, \gemm1  ; (and the scale-table write of the last barrier)
         .else
         s_waitcnt vmcnt(0)                  ; in flight: my DMA lines of barrier j -> wait for them
         .endif
-        s_barrier                           ; barrier j+1 (see the pipeline in the header)
+        s_barrier                           ; barrier j+1: group 1 finished iteration j, group 2 phase A(j)
         blk_shift
     .endif
-    s_setprio PRIO_B                        ; see phase A
-    ; phase B: GEMM0(j+1) || exp2 of key block 1, row sums, P to bf16/fp16 (, DMA of group 2)
-    .set _k, 0
+.endm
+
+; Cluster 4 of `iteration`: phase B, one b_ops slot per MFMA (and the tail slot 16)
+.macro cluster_b parity, gemm1, gemm0
+    .set _k, 0                              ; MFMA slot 0..15, 16 = the tail
     .rept 17
-        .if (\b_on) && (_k < 16)
-            mfma_step (16*(\a_on) + _k), \a_on, _n, \par
+        .if (\gemm0) && (_k < 16)
+            mfma_step (16*(\gemm1) + _k), \gemm1, _n, \parity
         .endif
-        b_ops _k, (1 - (\par))
+        b_ops _k, (1 - (\parity))
         .set _k, _k + 1
     .endr
-    s_setprio 0
 .endm
 
 ; --- rare paths (placed after s_endpgm) ---
@@ -628,9 +661,9 @@ L_orescale_back_\tag:
 .macro mask_sel e, pair
     v_cndmask_b32_e64 v[_sj + (\e)], v[v_neginf], v[_sj + (\e)], s[\pair:\pair+1]
 .endm
-.macro rare_mask tag, par
+.macro rare_mask tag, parity
 L_mask_\tag:
-    .set _sj, v_s0 + 32*(\par)
+    .set _sj, v_s0 + 32*(\parity)
     v_sub_u32 v[v_mask_t], v[v_lim4], s[s_tile_start]     ; key (in tile) < v_mask_t (4(l/32) folded in) is visible
     ; compares rotate over 3 SGPR pairs so each v_cndmask reads its mask >= 2 wait states
     ; after the v_cmp wrote it (VALU SGPR write -> VALU read)
@@ -663,9 +696,9 @@ L_mask_\tag:
 ; lazy rescale, at the test: delta = max(row max of S - m, 0) (rows whose max did not grow
 ; keep their m); S -= delta, m += delta, -m -= delta, l *= 2^-delta; O waits for GEMM1(j-1)
 ; (FP8: v_diff holds the lane half's max; the row's comes from both halves first)
-.macro rare_prep tag, par
+.macro rare_prep tag, parity
 L_prep_\tag:
-    .set _sj, v_s0 + 32*(\par)
+    .set _sj, v_s0 + 32*(\parity)
 .if FP8
     row_max_halves8                     ; (FP8: v_diff held this lane half's max)
 .endif
@@ -699,7 +732,7 @@ L_prep_\tag:
 .macro rare_orescale tag
 L_orescale_\tag:
     s_nop 7                             ; the last GEMM1 MFMA wrote O: 12 wait states before VALU touches it
-    s_nop 2
+    s_nop 2                             ; (8 + 3, and the s_cmp and branch that led here)
 .if FP8
     s_nop 7                             ; (FP8: 16 passes, 20 wait states)
 .endif
@@ -1040,7 +1073,8 @@ L_q_scale:
     s_barrier                                           ; every wave's lines of K(0) landed
     s_cmp_eq_u32 s[s_wtiles], 0
     s_cbranch_scc1 L_loops
-    iteration pre, 1, 0, 0, 1, 0, 0                     ; GEMM0(0): S(0) into v_s0 from K[0]
+    ; GEMM0(0) only: S(0) into v_s0 from K[0]
+    iteration tag=pre, parity=1, gemm1=0, softmax=0, gemm0=1, first=0, group=0
     s_nop 7                                             ; S(0) was written by the last MFMA: 12 wait states
     s_nop 3                                             ; before the first softmax reads it
 .if FP8
@@ -1083,7 +1117,8 @@ L\g\()_iter:
     s_cbranch_scc0 L\g\()_dispatch_rare
     s_bitcmp1_b32 s[s_j], 0
     s_cbranch_scc1 L\g\()_full_1
-    iteration g\g\()_full_0, 0, 1, 1, 1, 0, \g
+    ; full body, even j: GEMM1(j-1), softmax(j), GEMM0(j+1)
+    iteration tag=g\g\()_full_0, parity=0, gemm1=1, softmax=1, gemm0=1, first=0, group=\g
 L\g\()_next:
     s_add_u32 s[s_j], s[s_j], 1
     .if BLKS
@@ -1098,13 +1133,19 @@ L\g\()_next:
     s_cmp_le_u32 s[s_j], s[s_ntiles]
     s_cbranch_scc1 L\g\()_iter
     .if \g == 1
-        s_waitcnt vmcnt(0)
+        s_waitcnt vmcnt(0)              ; in flight: my DMA lines of barrier n -> wait for them, as at every barrier
         s_barrier                       ; barrier n+1: group 2 passes it in its last iteration
     .endif
     s_branch L_epilogue
 L\g\()_full_1:
-    iteration g\g\()_full_1, 1, 1, 1, 1, 0, \g
+    ; full body, odd j
+    iteration tag=g\g\()_full_1, parity=1, gemm1=1, softmax=1, gemm0=1, first=0, group=\g
     s_branch L\g\()_next
+    main_loop_rare \g
+.endm
+
+; The reduced bodies of main_loop \g: the first, the last, A only and DMA only
+.macro main_loop_rare g
 L\g\()_dispatch_rare:
     s_cmp_eq_u32 s[s_wtiles], 0
     s_cbranch_scc1 L\g\()_dma_only
@@ -1116,34 +1157,39 @@ L\g\()_dispatch_rare:
     s_cbranch_scc1 L\g\()_aonly_0
     s_cmp_eq_u32 s[s_j], 0
     s_cbranch_scc1 L\g\()_dispatch_first
-    iteration g\g\()_last_0, 0, 1, 1, 0, 0, \g          ; j = w-1: GEMM1(j-1), softmax(j)
+    ; last body (j = w-1): GEMM1(j-1), softmax(j), no GEMM0
+    iteration tag=g\g\()_last_0, parity=0, gemm1=1, softmax=1, gemm0=0, first=0, group=\g
     s_branch L\g\()_next
 L\g\()_dispatch_odd:
     s_cmp_eq_u32 s[s_j], s[s_wtiles]
     s_cbranch_scc1 L\g\()_aonly_1
-    iteration g\g\()_last_1, 1, 1, 1, 0, 0, \g
+    iteration tag=g\g\()_last_1, parity=1, gemm1=1, softmax=1, gemm0=0, first=0, group=\g
     s_branch L\g\()_next
 L\g\()_dispatch_first:
     s_cmp_eq_u32 s[s_wtiles], 1
     s_cbranch_scc1 L\g\()_first_only
-    iteration g\g\()_first, 0, 0, 1, 1, 1, \g           ; j = 0: softmax(0), GEMM0(1)
+    ; first body (j = 0): softmax(0), GEMM0(1)
+    iteration tag=g\g\()_first, parity=0, gemm1=0, softmax=1, gemm0=1, first=1, group=\g
     s_branch L\g\()_next
 L\g\()_first_only:
-    iteration g\g\()_first_only, 0, 0, 1, 0, 1, \g      ; j = 0 = w-1: softmax(0)
+    ; j = 0 = w-1: softmax(0) only
+    iteration tag=g\g\()_first_only, parity=0, gemm1=0, softmax=1, gemm0=0, first=1, group=\g
     s_branch L\g\()_next
 L\g\()_aonly_0:
-    iteration g\g\()_aonly_0, 0, 1, 0, 0, 0, \g         ; j = w: GEMM1(w-1)
+    ; A only (j = w): GEMM1(w-1)
+    iteration tag=g\g\()_aonly_0, parity=0, gemm1=1, softmax=0, gemm0=0, first=0, group=\g
     s_branch L\g\()_next
 L\g\()_aonly_1:
-    iteration g\g\()_aonly_1, 1, 1, 0, 0, 0, \g
+    iteration tag=g\g\()_aonly_1, parity=1, gemm1=1, softmax=0, gemm0=0, first=0, group=\g
     s_branch L\g\()_next
 L\g\()_dma_only:
     s_bitcmp1_b32 s[s_j], 0
     s_cbranch_scc1 L\g\()_dma_only_1
-    iteration g\g\()_dma_0, 0, 0, 0, 0, 0, \g
+    ; DMA only (j > w or w = 0): this wave computes nothing but passes the barrier and loads its lines
+    iteration tag=g\g\()_dma_0, parity=0, gemm1=0, softmax=0, gemm0=0, first=0, group=\g
     s_branch L\g\()_next
 L\g\()_dma_only_1:
-    iteration g\g\()_dma_1, 1, 0, 0, 0, 0, \g
+    iteration tag=g\g\()_dma_1, parity=1, gemm1=0, softmax=0, gemm0=0, first=0, group=\g
     s_branch L\g\()_next
 .endm
 
@@ -1153,7 +1199,7 @@ L\g\()_dma_only_1:
     main_loop 1
 L_group2:
     ; group 2 passes barrier 0 and issues its DMA here, then runs half an iteration behind
-    s_waitcnt vmcnt(0)
+    s_waitcnt vmcnt(0)                          ; in flight: none (the prologue waited for K(0), K(1)); as at every barrier
     s_barrier                                   ; barrier 0
     blk_shift
     s_mov_b32 s[s_kd_off], 2 * TILE_BYTES
@@ -1172,7 +1218,7 @@ L_epilogue:
     s_waitcnt vmcnt(0)                  ; in flight: the last DMA's page entries (v_g_* in the O staging below)
 .endif
     s_nop 7                             ; O^T was written by the last MFMA: 12 wait states before VALU reads
-    s_nop 3
+    s_nop 3                             ; (8 + 4)
 .if FP8
     s_nop 7                             ; (FP8: 16 passes, 20 wait states)
 .endif
