@@ -40,7 +40,7 @@
 ; Masking (tail keys, causal) is per element, only on the tiles that need it.
 ;
 ; --- Budget -----------------------------------------------------------------------------
-; VGPRs 256 of 512, no AGPRs (FP8: 240): 2 waves per SIMD, one workgroup per CU. Q 32,
+; VGPRs 256, no AGPRs (FP8 240, BLK 242): 2 waves per SIMD, one workgroup per CU. Q 32,
 ;   O^T 64, S double buffer 2 x 32, P 16, MFMA operand ring 32, -m 16, the rest addresses
 ;   and softmax state (map below). SGPRs 86 (BLK, BLKS: 97).
 ; LDS 80 KiB: V tiles in 2 buffers, K tiles in 3, 16 KiB each (64 rows x 256 bytes,
