@@ -60,18 +60,45 @@ lowering (C++ namespace COMGR::hotswap, seen in the code index; repository not
 identified) uses exactly these thresholds.  That "after rounding" is what the
 silicon does is inferred, not measured.
 
-UNVERIFIED (no primary source found): the exact NaN byte.  The ISA writes
-"NaN" without a sign.  rocjitsu writes sign|0x7F for E4M3 (PR #8800, written
-for gfx1250); the COMGR::hotswap lowering writes 0x7F for E4M3 and 0x7E for
-E5M2 with no sign.  The one hardware data point (issue #9556) is a positive
-overflow giving 0x7F, which both readings match.  The fp8
-encoders therefore take ``nan_encoding``: "reject" (default, raises
-UnverifiedNumericsError when any output would be NaN), "signed"
-(sign | 0x7F, NaN in both formats) or "unsigned" (0x7F E4M3, 0x7E E5M2).
-Also unverified: NaN payload bits of f16/bf16 results (we return a quiet NaN
-keeping the sign and the top payload bits), the f32 NaN produced by decoding
-an fp8 NaN (we return sign | 0x7FC00000), and what the scaled converts do with
-an E8M0 scale of 0xFF (parameter ``nan_scale``).
+The fp8/bf8 NaN byte (docs/fp8-conversion-evidence.md has the sources in full):
+that a NaN source, and an FP8 overflow without FP16_OVFL, give a NaN is settled
+(the ISA table above; on gfx950 hardware, composable_kernel's test_mx_fp8 device test
+gets NaN from v_cvt_scalef32_pk_fp8_f32 for a NaN, an Inf/2, 256/0.5 and -256/0.5;
+rocm-systems issue #9556 measured 0x7F for a positive overflow). The byte itself is
+not measured beyond that positive case. The emulator writes what AMD's own software
+model of these gfx950 conversions writes: ROCm/clr hipamd amd_hip_ocp_host.hpp
+(namespace fcbx, the host side of the __amd_cvt_* API whose device side is the gfx950
+builtin) makes an E4M3 NaN sign | 0x7F and an E5M2 NaN sign | 0x7E, the sign of the
+source kept (nan_encoding "amd_host", GFX950_FP8_NAN below). rocjitsu (AMD's
+emulator, PR #8800, for gfx1250) also keeps the sign for E4M3; a gfx950-on-gfx942
+lowering (C++ namespace COMGR::hotswap, repository not identified) writes 0x7F / 0x7E
+without it. So the SIGN BIT of a negative NaN result is the one unmeasured part: both
+codes are NaN to every consumer (v_cvt_f32_fp8, the MFMAs, torch), and the emulator's
+f32 NaN signs are x86's anyway (vop.py), but a kernel that stores such a byte shows it.
+The fp8 encoders take ``nan_encoding``: "reject" (default of the functions here,
+raises UnverifiedNumericsError when any output would be NaN), "amd_host" (the model
+above), "signed" (sign | 0x7F in both formats) or "unsigned" (0x7F E4M3, 0x7E E5M2).
+Also unverified: NaN payload bits of f16/bf16 results (we return a quiet NaN keeping
+the sign and the top payload bits), and the f32 NaN produced by decoding an fp8 NaN
+(we return sign | 0x7FC00000, which is also what amd_hip_ocp_host.hpp's to_float
+returns).
+
+Scaled up-conversion to f32 (v_cvt_scalef32_{pk_,}f32_{fp8,bf8}): the ISA pseudocode of
+both goes through one helper, fp8_to_f32_scale(src, scale.u8). On gfx950 hardware,
+composable_kernel's test_mx_fp8 / test_mx_bf8 DeviceScaledConvert run
+v_cvt_scalef32_f32_fp8 / _bf8 on all 256 x 256 (E8M0, fp8) pairs: scale 0xFF gives NaN
+for every code (the OCP MX rule), an fp8 NaN gives NaN, a bf8 Inf stays Inf, and every
+other pair is within 4 ulp (gtest ASSERT_FLOAT_EQ) of the f32 product 2^(e-127) * x --
+which is +-Inf where it overflows, so the hardware gives +-Inf or a value within 4 ulp
+of FLT_MAX there (NaN and exponent wrap-around are ruled out), and f32 denormals where
+the product is tiny (flushing to 0 is ruled out, under HIP's default denormal mode).
+amd_hip_ocp_host.hpp's to_float says which: "Overflow: return infinity (gfx950 HW
+behavior)". So: overflow -> +-Inf, scale 0xFF -> NaN (the fp8 code's sign |
+0x7FC00000, as to_float), modelled in families/cvt.py; these tests ran with
+FP16_OVFL = 0, so an overflow with FP16_OVFL set stays rejected there, as does a
+denormal result under a flushing MODE. ``scale_up`` / ``scale_down`` themselves still
+take ``nan_scale``: 'reject' (default) or 'nan'. A 0xFF scale on the DOWN-conversions
+(f32/f16/bf16 -> fp8/bf8/fp4) has no hardware data and stays rejected in cvt.py.
 
 MFMA block scaling
 ------------------
@@ -102,13 +129,16 @@ __all__ = [
     "e8m0_to_f32", "e8m0_to_f64", "mfma_scale_factor",
     "scale_exponent_from_f32_bits", "scale_down", "scale_up",
     "fp4_e2m1_to_f32", "f32_to_fp4_e2m1",
-    "E4M3_MAX", "E5M2_MAX", "E2M1_MAX",
+    "E4M3_MAX", "E5M2_MAX", "E2M1_MAX", "GFX950_FP8_NAN",
 ]
 
 E4M3_MAX = 448.0
 E5M2_MAX = 57344.0
 
-NAN_ENCODINGS = ("reject", "signed", "unsigned")
+NAN_ENCODINGS = ("reject", "amd_host", "signed", "unsigned")
+# The NaN byte the emulator's fp8/bf8 down-conversions write (module docstring): AMD's
+# host model of the gfx950 conversions, ROCm/clr amd_hip_ocp_host.hpp fcbx::nan().
+GFX950_FP8_NAN = "amd_host"
 
 
 class UnverifiedNumericsError(UnsupportedInstruction):
@@ -343,9 +373,11 @@ def _fp8_nan(sign: np.ndarray, fmt: _Fmt, nan_encoding: str, where: np.ndarray,
         if where.any():
             raise UnverifiedNumericsError(
                 f"{what}: result is an fp8 NaN whose exact byte (sign, payload) "
-                "is unverified on gfx950; pass nan_encoding='signed' or "
-                "'unsigned' to choose one")
+                "is unverified on gfx950; pass nan_encoding='amd_host', "
+                "'signed' or 'unsigned' to choose one")
         return np.zeros(sign.shape, np.int64)
+    if nan_encoding == "amd_host":        # fcbx::nan: sign kept, E4M3 0x7F, E5M2 0x7E
+        return np.where(sign, 0x80, 0) | (0x7F if fmt is _E4M3 else 0x7E)
     if nan_encoding == "signed":
         return np.where(sign, 0xFF, 0x7F)
     return np.full(sign.shape, 0x7F if fmt is _E4M3 else 0x7E)
@@ -376,7 +408,7 @@ def f32_to_fp8_e4m3(x, saturate: bool, *, nan_encoding: str = "reject") -> np.nd
 
     saturate = MODE.FP16_OVFL.  True: overflow and +-Inf give +-448 (0x7E/0xFE).
     False: they give NaN.  NaN input gives NaN.  See the module docstring for
-    the sources and for nan_encoding (NaN byte UNVERIFIED).
+    the sources and for nan_encoding (the byte's sign is unmeasured).
     """
     return _encode_fp8(x, _E4M3, saturate, nan_encoding, "f32_to_fp8_e4m3")
 
@@ -386,7 +418,7 @@ def f32_to_fp8_e5m2(x, saturate: bool, *, nan_encoding: str = "reject") -> np.nd
 
     saturate = MODE.FP16_OVFL.  True: overflow and +-Inf give +-57344
     (0x7B/0xFB).  False: they give +-Inf (0x7C/0xFC).  NaN input gives NaN
-    (byte chosen by nan_encoding, UNVERIFIED).
+    (byte chosen by nan_encoding; its sign is unmeasured, see the module docstring).
     """
     return _encode_fp8(x, _E5M2, saturate, nan_encoding, "f32_to_fp8_e5m2")
 
@@ -529,9 +561,9 @@ def scale_down(x, scale_u8, *, nan_scale: str = "reject") -> np.ndarray:
 def scale_up(x, scale_u8, *, nan_scale: str = "reject") -> np.ndarray:
     """x * 2**(scale-127) as exact float64, for v_cvt_scalef32_*_f32_{fp8,bf8}
     etc.: decode the small format first, then round this to the destination
-    (``.astype(np.float32)`` is exact here unless it overflows to Inf; whether
-    the hardware saturates that overflow or flushes f32 denormal results is
-    UNVERIFIED)."""
+    (``.astype(np.float32)`` is exact here unless it overflows to Inf, which is what
+    gfx950 gives with FP16_OVFL = 0, module docstring; whether it flushes f32 denormal
+    results under a flushing MODE is UNVERIFIED)."""
     e, ff = _scale_exp(scale_u8, nan_scale, "scale_up")
     v = _values(x)
     return np.where(ff, np.nan, np.ldexp(v, e))

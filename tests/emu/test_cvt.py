@@ -225,12 +225,76 @@ def test_cvt_pk_fp8_f32_overflow_follows_fp16_ovfl(fmt, ovfl, value, want):
     assert (out & 0xFF == want).all() and ((out >> 8) & 0xFF == want).all()
 
 
-@pytest.mark.parametrize("value", [1000.0, np.nan, np.inf])
-def test_fp8_nan_result_is_rejected(value):
-    """FP8 without FP16_OVFL turns overflow into NaN; the NaN byte is unverified."""
-    x = np.full(64, value, np.float32).view(np.uint32)
-    with pytest.raises(UnsupportedInstruction, match="NaN"):
-        run1("  v_cvt_pk_fp8_f32 v10, v0, v0", x)
+def special_f32(rng, n):
+    """Finite values on both sides of the fp8/bf8 ranges (incl. the E4M3 464/480 and E5M2
+    61440 boundaries), +-Inf, and NaNs of both signs with random payloads."""
+    fin = np.concatenate([rng.uniform(-600, 600, n), np.exp2(rng.uniform(-20, 20, n)),
+                          [464.0, 480.0, 479.9, 448.0, 61440.0, 61439.0, 57344.0, 1e30, 0.0]])
+    fin = fin * rng.choice([-1.0, 1.0], len(fin))
+    nan_bits = (rng.integers(0, 2, n).astype(np.uint32) << 31) | 0x7F800000 | rng.integers(1, 1 << 23, n).astype(np.uint32)
+    return np.concatenate([fin.astype(np.float32).view(np.uint32), nan_bits,
+                           np.array([0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000], np.uint32)])
+
+
+def ref_fp8_nan_model(bits, fmt, ovfl):
+    """Independent reference, the rule written out: torch's RNE byte where the rounded
+    value is in range; past it (E4M3: |x| > 464, the 448/480 tie going to the even 448;
+    E5M2: |x| >= 61440, the tie going to the even 2^16) and for +-Inf the ISA 7.3
+    FP16_OVFL table (E4M3: NaN, or +-448 with the bit; E5M2: +-Inf, or +-57344); a NaN
+    source gives NaN. NaN bytes as AMD's host model writes them (amd_hip_ocp_host.hpp):
+    sign | 0x7F (E4M3), sign | 0x7E (E5M2). (torch's own e4m3fn cast saturates, so it
+    serves only inside the range.)"""
+    x = bits.view(np.float32)
+    with np.errstate(invalid="ignore"):           # signalling NaNs among the inputs
+        a = np.abs(x.astype(np.float64))
+    sign = (bits >> 31).astype(np.uint32) << 7
+    nan = np.isnan(x)
+    with np.errstate(invalid="ignore"):
+        want = t_encode_fp8(np.where(nan, 0, x).astype(np.float32), fmt).astype(np.uint32)
+        big = ~nan & ((a > 464.0) if fmt == "fp8" else (a >= 61440.0))
+    nan_byte = 0x7F if fmt == "fp8" else 0x7E
+    if ovfl:
+        past = sign | (0x7E if fmt == "fp8" else 0x7B)
+    else:
+        past = sign | (0x7F if fmt == "fp8" else 0x7C)
+    want = np.where(big, past, want)
+    return np.where(nan, sign | nan_byte, want).astype(np.uint32)
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf8"])
+@pytest.mark.parametrize("ovfl", [0, 1])
+def test_cvt_pk_fp8_f32_nan_and_overflow_bytes(fmt, ovfl):
+    """NaN sources, +-Inf and overflow: ISA 7.3 FP16_OVFL table for which value, AMD's
+    host model (sign | 0x7F E4M3, sign | 0x7E E5M2; numerics.GFX950_FP8_NAN) for the
+    NaN byte. Both halves of both words, random old contents kept."""
+    rng = np.random.default_rng(seed("fp8 nan", fmt, ovfl))
+    x = special_f32(rng, 600)
+    y = np.roll(x, 13)
+    old = rng.integers(0, 2**32, len(x), dtype=np.uint64).astype(np.uint32)
+    data = np.stack([lanes(x)[:, 0], lanes(y)[:, 0], lanes(old)[:, 0]], axis=1)
+    body = f"  v_cvt_pk_{fmt}_f32 v10, v0, v1 op_sel:[0,0,1]"
+    out = run_batch(body, [("v", 0), ("v", 1), ("v", 10)], data, [("v", 10)], fp16_ovfl=ovfl)[:, 0]
+    got = out.reshape(-1)[:len(x)]
+    want = ref_fp8_nan_model(x, fmt, ovfl) | (ref_fp8_nan_model(y, fmt, ovfl) << 8)
+    np.testing.assert_array_equal(got, (old & 0xFFFF) | (want << 16))
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf8"])
+def test_cvt_scalef32_pk_fp8_f32_nan_and_overflow_bytes(fmt):
+    """The scaled down-conversion: x / 2^s through the same rule (its NaN cases were tested
+    on gfx950 by composable_kernel's test_mx_fp8: NaN, Inf/2, +-256/0.5 all give NaN)."""
+    rng = np.random.default_rng(seed("fp8 nan scaled", fmt))
+    x = special_f32(rng, 400)
+    s_bits, e = scale_operands(rng, len(x), 120, 135)
+    with np.errstate(invalid="ignore"):
+        xs = x.view(np.float32).astype(np.float64) * np.exp2(e - 127.0)
+    keep = ~np.isfinite(xs) | (np.abs(xs) < 3e38) & ((xs == 0) | (np.abs(xs) > 1e-37))   # x = xs / 2^s exactly
+    x, xs, s_bits = x[keep], xs[keep].astype(np.float32), s_bits[keep]
+    data = np.stack([lanes(xs.view(np.uint32))[:, 0], lanes(s_bits)[:, 0]], axis=1)
+    out = run_batch(f"  v_cvt_scalef32_pk_{fmt}_f32 v10, v0, v0, v1", [("v", 0), ("v", 1)], data, [("v", 10)])
+    got = out[:, 0].reshape(-1)[:len(x)]
+    want = ref_fp8_nan_model(x, fmt, 0)
+    np.testing.assert_array_equal(got & 0xFFFF, want | (want << 8))
 
 
 # ---------------------------------------------------------------------------- scalef32
@@ -304,14 +368,67 @@ def test_cvt_scalef32_pk_f32_fp8(fmt):
 
 
 @pytest.mark.parametrize("body,inputs", [
-    ("  v_cvt_scalef32_pk_fp8_f32 v10, v0, v0, v1", {0: 0x3F800000, 1: 0x7F800000}),   # Inf scale
-    ("  v_cvt_scalef32_f32_fp8 v10, v0, v1", {0: 0x7E, 1: 0x7F000000}),                # 448 * 2^127
+    ("  v_cvt_scalef32_pk_fp8_f32 v10, v0, v0, v1", {0: 0x3F800000, 1: 0x7F800000}),   # Inf scale, down
+    ("  v_cvt_scalef32_pk_fp4_f32 v10, v0, v0, v1", {0: 0x3F800000, 1: 0x7FC00000}),   # NaN scale, FP4
+    ("  v_cvt_scalef32_pk_f32_fp4 v[10:11], v0, v1", {0: 0x22, 1: 0x7F800000}),         # NaN scale, from FP4
+    ("  v_cvt_scalef32_f16_fp8 v10, v0, v1", {0: 0x38, 1: 0x7F800000}),                 # NaN scale, to f16
     ("  v_cvt_sr_fp8_f32 v10, v0, v1", {0: 0x3F800000, 1: 0}),                          # stochastic
     ("  v_cvt_f32_fp8_e64 v10, v0 clamp", {0: 0x38}),
 ])
 def test_unverified_conversions_are_rejected(body, inputs):
     with pytest.raises(UnsupportedInstruction):
         run_snippet(body, vgprs={r: np.full(64, v, np.uint32) for r, v in inputs.items()})
+
+
+E8M0_ALL = np.arange(256, dtype=np.uint32)
+
+
+def scaled_up_reference(codes, scale_bytes, fmt):
+    """float64 OCP MX value of (code, E8M0 byte) as the f32 bits gfx950 gives: the exact
+    product 2^(s-127) * x rounded to f32 (+-Inf past its range, which is also f32 IEEE
+    multiplication's answer -- what composable_kernel's device test compares with); NaN
+    for a NaN code or the 0xFF byte, as sign(code) | 0x7FC00000."""
+    x = t_decode_fp8(codes, fmt).astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = np.ldexp(x, scale_bytes.astype(np.int64) - 127).astype(np.float32).view(np.uint32)
+    nan = np.isnan(x) | (scale_bytes == 255)
+    return np.where(nan, ((codes >> 7) << 31) | 0x7FC00000, v).astype(np.uint32)
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "bf8"])
+def test_cvt_scalef32_f32_fp8_every_code_times_every_scale_byte(fmt):
+    """All 256 x 256 (code, E8M0) pairs -- the sweep composable_kernel's test_mx_fp8/bf8 runs
+    on gfx950 -- including 0xFF (NaN), 254 (the products past f32: +-Inf), 0 (denormal
+    products, kept under denorm mode 3), through v_cvt_scalef32_f32_* and both words of
+    v_cvt_scalef32_pk_f32_*, bit for bit. The scale operand is the f32 whose exponent
+    field is the byte (mantissa and sign random: ignored)."""
+    rng = np.random.default_rng(seed("scale sweep", fmt))
+    codes = np.tile(np.arange(256, dtype=np.uint32), 256)
+    sbyte = np.repeat(E8M0_ALL, 256)
+    s_bits = (rng.integers(0, 2, len(codes)).astype(np.uint32) << 31) | (sbyte << 23) \
+        | rng.integers(0, 1 << 23, len(codes)).astype(np.uint32)
+    partner = np.roll(codes, 77)
+    words = codes | (partner << 8) | (np.roll(codes, 5) << 16) | (codes << 24)
+    data = np.stack([lanes(words)[:, 0], lanes(s_bits)[:, 0]], axis=1)
+    body = (f"  v_cvt_scalef32_f32_{fmt} v10, v0, v1 op_sel:[1,1,0]\n"          # byte 3
+            f"  v_cvt_scalef32_pk_f32_{fmt} v[12:13], v0, v1\n"                  # bytes 0, 1
+            f"  v_cvt_scalef32_pk_f32_{fmt} v[14:15], v0, v1 op_sel:[1,0,0]")     # bytes 2, 3
+    out = run_batch(body, [("v", 0), ("v", 1)], data, [("v", r) for r in (10, 12, 13, 14, 15)])
+    got = [out[:, k].reshape(-1) for k in range(5)]
+    for k, byte_codes in enumerate([codes, codes, partner, np.roll(codes, 5), codes]):
+        np.testing.assert_array_equal(got[k], scaled_up_reference(byte_codes, sbyte, fmt), err_msg=f"output {k}")
+    # the sweep does reach the cases it is about
+    assert np.isinf(got[0].view(np.float32)).any() and np.isnan(got[0].view(np.float32)).sum() >= 256
+
+
+def test_scaled_f32_overflow_with_fp16_ovfl_is_rejected():
+    """The hardware data for +-Inf (numerics docstring) are from FP16_OVFL = 0 only."""
+    data = np.array([[np.full(64, 0x7E, np.uint32), np.full(64, 0x7F000000, np.uint32)]])   # 448 * 2^127
+    body = "  v_cvt_scalef32_f32_fp8 v10, v0, v1"
+    got = run_batch(body, [("v", 0), ("v", 1)], data, [("v", 10)], fp16_ovfl=0)[0, 0]
+    assert (got == 0x7F800000).all()
+    with pytest.raises(UnsupportedInstruction, match="FP16_OVFL"):
+        run_batch(body, [("v", 0), ("v", 1)], data, [("v", 10)], fp16_ovfl=1)
 
 
 def test_scaled_f32_denormal_result_under_flush_mode_is_rejected():
@@ -351,7 +468,9 @@ def test_cvt_scalef32_pk_fp4_byte0_write_needs_no_wait():
 def test_scaled_up_conversion_checks_only_lanes_exec_enables():
     """Regression: v_cvt_scalef32_pk_f32_fp8 raised UnsupportedInstruction for an Inf scale
     operand (and an overflowing product) in lanes EXEC had switched off, whose results the
-    hardware never computes. A GEMV's partial last chunk leaves exactly such lanes."""
+    hardware never computes. A GEMV's partial last chunk leaves exactly such lanes. (Both
+    are modelled now, NaN and +Inf; a refusal that stays -- a 0xFF scale on an FP4
+    up-conversion -- must likewise come only from enabled lanes.)"""
     lane = np.arange(64)
     src = np.full(64, 0x7E7E, np.uint32)                                  # two e4m3 448s
     scale = np.where(lane < 32, 0x3F800000, 0x7F800000).astype(np.uint32)  # 2^0 | Inf (exponent 0xFF)
@@ -363,22 +482,32 @@ def test_scaled_up_conversion_checks_only_lanes_exec_enables():
         for name in ("v10", "v11"):
             got = out[name].view(np.float32)
             assert (got[:32] == 448.0).all() and (got[32:] == 0).all()
+    out = run_snippet("  v_cvt_scalef32_pk_f32_fp8 v[10:11], v0, v1", vgprs={0: src, 1: scale},
+                      outputs=["v10"], exec_mask=0x1FFFFFFFF)         # lane 32 enabled: NaN there
+    assert out["v10"][32] == 0x7FC00000 and (out["v10"][:32].view(np.float32) == 448.0).all()
+    fp4 = {0: np.full(64, 0x22, np.uint32), 1: scale, 10: np.zeros(64, np.uint32), 11: np.zeros(64, np.uint32)}
+    out = run_snippet("  v_cvt_scalef32_pk_f32_fp4 v[10:11], v0, v1", vgprs=fp4, outputs=["v10"],
+                      exec_mask=0xFFFFFFFF)
+    assert (out["v10"][:32].view(np.float32) == 1.0).all()
     with pytest.raises(UnsupportedInstruction, match="0xFF"):          # an enabled lane still raises
-        run_snippet("  v_cvt_scalef32_pk_f32_fp8 v[10:11], v0, v1", vgprs={0: src, 1: scale},
-                    outputs=["v10"], exec_mask=0x1FFFFFFFF)
+        run_snippet("  v_cvt_scalef32_pk_f32_fp4 v[10:11], v0, v1", vgprs=fp4, outputs=["v10"],
+                    exec_mask=0x1FFFFFFFF)
 
 
-def test_fp8_down_convert_ignores_nan_in_lanes_exec_disables():
-    # Regression: a NaN in a lane EXEC switches off was converted (and rejected as an
-    # unverified NaN encoding) although that lane writes nothing.
+def test_fp8_down_convert_ignores_inf_scale_in_lanes_exec_disables():
+    # Regression (first found with a NaN source, modelled since): a lane EXEC switches off
+    # was converted, and a refusal raised for it, although that lane writes nothing. An
+    # Inf scale operand on the down-conversion is still refused in an enabled lane.
     x = np.random.default_rng(71).uniform(-4, 4, 64).astype(np.float32)
-    x[63] = np.nan
-    out = run_snippet("v_cvt_pk_fp8_f32 v2, v0, v0", vgprs={0: x.view(np.uint32)}, outputs=["v2"],
+    scale = np.full(64, 0x3F800000, np.uint32)
+    scale[63] = 0x7F800000
+    regs = {0: x.view(np.uint32), 1: scale}
+    out = run_snippet("v_cvt_scalef32_pk_fp8_f32 v2, v0, v0, v1", vgprs=regs, outputs=["v2"],
                       exec_mask=(1 << 63) - 1)
     want = torch.from_numpy(x[:63]).to(torch.float8_e4m3fn).view(torch.uint8).numpy().astype(np.uint32)
     np.testing.assert_array_equal(out["v2"][:63] & 0xFFFF, want | (want << 8))
-    with pytest.raises(UnsupportedInstruction):
-        run_snippet("v_cvt_pk_fp8_f32 v2, v0, v0", vgprs={0: x.view(np.uint32)}, outputs=["v2"])
+    with pytest.raises(UnsupportedInstruction, match="0xFF"):
+        run_snippet("v_cvt_scalef32_pk_fp8_f32 v2, v0, v0, v1", vgprs=regs, outputs=["v2"])
 
 
 # ---------------------------------------------------------------------------- FP4 (E2M1)

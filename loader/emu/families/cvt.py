@@ -27,13 +27,19 @@ destination bit as the last list entry whatever the operand count.
 Numerics: f32 sources follow the f32 denormal mode (flushed when it says so:
 "Conversion from F32 supports MODE-based denormal control"); fp8 results may be
 denormal regardless of MODE. Saturation of fp8/bf8 results is MODE.FP16_OVFL
-(`ex.fp16_ovfl`, from the kernel descriptor's rsrc1 bit 26). Rejected as unverified
-(UnsupportedInstruction): an fp8/bf8 NaN result (its exact byte is unknown — numerics
-rejects by default), a scale operand with exponent field 0xFF, an up-conversion whose
-f32 result would overflow, or would be an f32 denormal under a flushing denormal mode,
-clamp/omod on any of these, and the stochastic-rounding converts (not registered).
-f16/bf16 NaN payloads and the f32 NaN decoded from an fp8 NaN follow numerics.py
-(UNVERIFIED payload bits).
+(`ex.fp16_ovfl`, from the kernel descriptor's rsrc1 bit 26). An fp8/bf8 NaN result (a
+NaN source; FP8 overflow or Inf without FP16_OVFL) is the NaN byte of AMD's host model,
+sign | 0x7F (E4M3) / sign | 0x7E (E5M2) (numerics.GFX950_FP8_NAN; NaN-ness is hardware-
+tested, the sign bit of a negative one is not). The scaled up-conversions to f32 give
++-Inf when the scaled value overflows f32 and NaN (sign of the code | 0x7FC00000) for a
+scale exponent field of 0xFF (composable_kernel's gfx950 device tests and
+amd_hip_ocp_host.hpp, numerics docstring; docs/fp8-conversion-evidence.md). Rejected as
+unverified (UnsupportedInstruction): a 0xFF scale on every other scaled convert (the
+down-conversions, FP4, the 16-bit ones), such an f32 overflow with FP16_OVFL set, an f32
+denormal result under a flushing denormal mode, clamp/omod (llvm-mc 22 refuses `clamp`
+and `mul:` on these, and its disassembler calls a set clamp bit an invalid encoding), and
+the stochastic-rounding converts (not registered). f16/bf16 NaN payloads and the f32 NaN
+decoded from an fp8 NaN follow numerics.py (UNVERIFIED payload bits).
 """
 from __future__ import annotations
 
@@ -253,10 +259,9 @@ def _encode(ex, inst, w, fmt: str, x):
     sat = bool(getattr(ex, "fp16_ovfl", False))
     enc = numerics.f32_to_fp8_e5m2 if fmt == "bf8" else numerics.f32_to_fp8_e4m3
     x = np.where(ex.exec_bits(w), x, 0)
-    try:
-        return enc(x, sat)
-    except numerics.UnverifiedNumericsError as err:
-        raise _unverified(ex, inst, err) from err
+    # NaN results get AMD's host-model byte (numerics.GFX950_FP8_NAN): that they are NaN
+    # is hardware-tested (ISA 7.3 table; composable_kernel test_mx_fp8 on gfx950).
+    return enc(x, sat, nan_encoding=numerics.GFX950_FP8_NAN)
 
 
 def _decode(fmt: str, codes):
@@ -321,13 +326,15 @@ def cvt_pk_f32_fp8(ex, inst, w):
 
 
 # ------------------------------------------------------------------ scaled converts
-def _scale(ex, inst, w, op):
+def _scale(ex, inst, w, op, nan_ok: bool = False):
     """E8M0 exponent byte taken from the exponent field of the f32 scale operand. Only lanes
-    EXEC enables are checked; the others (whose results are never written) get 127."""
+    EXEC enables are checked; the others (whose results are never written) get 127.
+    nan_ok: the caller models a 0xFF byte (NaN) and gets it through; otherwise an enabled
+    lane with 0xFF is rejected."""
     bits = ex.v32(op, w)
     e = numerics.scale_exponent_from_f32_bits(bits)
     active = ex.exec_bits(w)
-    if ((e == 0xFF) & active).any():
+    if not nan_ok and ((e == 0xFF) & active).any():
         raise UnsupportedInstruction(f"{inst.name}: scale operand with exponent field 0xFF (Inf/NaN): "
                                      f"gfx950 behaviour unverified ({ex.where()})")
     return np.where(active, e, np.uint8(127)).astype(np.uint8)
@@ -347,14 +354,32 @@ def cvt_scalef32_pk_fp8_f32(ex, inst, w):
     _write_word(ex, inst, w, dst, bool(sel[3]), out[0] | (out[1] << np.uint32(8)))
 
 
+_F32_QNAN = np.uint32(0x7FC00000)
+
+
 def _scale_up_f32(ex, inst, w, codes, fmt, scale):
-    x = numerics.scale_up(_decode(fmt, codes).astype(np.float64), scale)
-    with np.errstate(over="ignore"):
+    """f32 of fp8/bf8 `codes` times 2^(scale-127) (scale: E8M0 bytes, 0xFF allowed), as
+    fp8_to_f32_scale does on gfx950 (numerics docstring; docs/fp8-conversion-evidence.md):
+    the exact product, +-Inf where it overflows f32 (composable_kernel's gfx950 device test
+    of all 256 x 256 scale/code pairs, amd_hip_ocp_host.hpp's "Overflow: return infinity
+    (gfx950 HW behavior)"), and NaN for an fp8 NaN or a 0xFF scale (the OCP MX rule; the
+    same device test) with the bits amd_hip_ocp_host.hpp's to_float gives, the code's sign
+    | 0x7FC00000 -- the same bits _decode gives an fp8 NaN (payload UNVERIFIED)."""
+    codes = np.asarray(codes, np.uint32)
+    x = numerics.scale_up(_decode(fmt, codes).astype(np.float64), scale, nan_scale="nan")
+    with np.errstate(over="ignore", invalid="ignore"):
         r = x.astype(np.float32)
-    finite = np.isfinite(x) & ex.exec_bits(w)       # lanes EXEC disables produce nothing
-    if (finite & ~np.isfinite(r)).any():
-        raise UnsupportedInstruction(f"{inst.name}: the scaled result overflows f32; saturation or "
-                                     f"Inf is unverified ({ex.where()})")
+    active = ex.exec_bits(w)                        # lanes EXEC disables produce nothing
+    finite = np.isfinite(x) & active
+    if getattr(ex, "fp16_ovfl", False) and (finite & ~np.isfinite(r)).any():
+        # The hardware data above are all from FP16_OVFL = 0 (HIP's and CK's default);
+        # whether the bit turns this f32 overflow into saturation is untested.
+        raise UnsupportedInstruction(f"{inst.name}: the scaled result overflows f32 with MODE.FP16_OVFL "
+                                     f"set; gfx950 behaviour unverified ({ex.where()})")
+    nan = np.isnan(x)
+    if nan.any():
+        bits = ((codes >> np.uint32(7)) << np.uint32(31)) | _F32_QNAN
+        r = np.where(nan, bits.view(np.float32), r)
     tiny = finite & (r != 0) & (np.abs(r) < F32_MIN_NORMAL)
     if not ex.denorm_f32 and tiny.any():
         raise UnsupportedInstruction(f"{inst.name}: the scaled result is an f32 denormal while the f32 "
@@ -372,7 +397,7 @@ def cvt_scalef32_f32_fp8(ex, inst, w):
         raise UnsupportedInstruction(f"{inst.name}: source modifiers are not modelled ({ex.where()})")
     byte = sel[0] + 2 * sel[1]
     codes = (ex.v32(src, w) >> np.uint32(8 * byte)) & np.uint32(0xFF)
-    r = _scale_up_f32(ex, inst, w, codes, _fmt(inst.name), _scale(ex, inst, w, s_op))
+    r = _scale_up_f32(ex, inst, w, codes, _fmt(inst.name), _scale(ex, inst, w, s_op, nan_ok=True))
     ex.set_v(dst, w, r.view(np.uint32), ex.exec_bits(w), hazards.VALU)
 
 
@@ -384,7 +409,7 @@ def cvt_scalef32_pk_f32_fp8(ex, inst, w):
     if src.neg or src.abs:
         raise UnsupportedInstruction(f"{inst.name}: source modifiers are not modelled ({ex.where()})")
     word = ex.v32(src, w) >> np.uint32(16 * sel[0])
-    scale = _scale(ex, inst, w, s_op)
+    scale = _scale(ex, inst, w, s_op, nan_ok=True)      # same fp8_to_f32_scale as the single form
     fmt = _fmt(inst.name)
     pair = [_scale_up_f32(ex, inst, w, (word >> np.uint32(8 * b)) & np.uint32(0xFF), fmt, scale).view(np.uint32)
             for b in (0, 1)]
