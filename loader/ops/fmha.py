@@ -22,11 +22,11 @@ gives what a query without visible keys gets: O = 0, LSE = -inf. Everything is c
 here, before launching; a violation is a ValueError/TypeError naming the argument, what
 was expected and what was given.
 
-torch ops (loader/ops/library.py): gfxasm::fmha_fwd(q, k, v, causal, softmax_scale,
-return_lse) -> (out, lse), lse empty unless return_lse; gfxasm::fmha_fwd_out(q, k, v,
-out!, lse!?, causal, softmax_scale). Both have fake kernels (meta tensors,
-torch.compile). The validated launch is cached per tensor layout (shapes, strides,
-dtypes, devices) and scalars, so a repeated call only checks pointers and launches.
+torch ops (declared on loader/ops/framework.py): gfxasm::fmha_fwd(q, k, v, causal,
+softmax_scale, return_lse) -> (out, lse), lse empty unless return_lse;
+gfxasm::fmha_fwd_out(q, k, v, out!, lse!?, causal, softmax_scale). Both have fake kernels
+(meta tensors, torch.compile). The validated launch is cached per tensor layout (shapes,
+strides, dtypes, devices) and scalars, so a repeated call only checks pointers and launches.
 
 `reference` computes the float32 answer; `reference_lowp` the same attention evaluated
 with PyTorch in the inputs' precision, which sets the error budget (flash-attention's
@@ -35,14 +35,12 @@ rule: the kernel's error may be at most twice the error of that implementation).
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 
-from ..launcher import BACKEND_ENV, PreparedLaunch, prepare
+from ..launcher import prepare
 from ..manifest import default_manifest
-from . import arguments, library
-from .aliasing import extent, refuse_internal_overlap, refuse_overlap
+from . import arguments, framework
 
 HEAD_DIM = 128
 Q_TILE = 256                       # rows of Q per workgroup (the grid's x: cdiv(seq_q, 256))
@@ -105,8 +103,6 @@ def _validate(q, k, v, out, softmax_scale) -> float:
     for name, t in (("k", k), ("v", v)):
         if t.dtype != q.dtype:
             raise TypeError(f"fmha_fwd: '{name}' dtype must equal q's ({q.dtype}), got {t.dtype}")
-        if t.device != q.device:
-            raise ValueError(f"fmha_fwd: '{name}' must be on q's device ({q.device}), got {t.device}")
     for name, t in (("q", q), ("k", k), ("v", v)):
         _check_layout(name, t)
     batch, seq_q, heads_q, _ = q.shape
@@ -127,8 +123,6 @@ def _validate(q, k, v, out, softmax_scale) -> float:
             raise ValueError(f"fmha_fwd: 'out' shape must equal q's {tuple(q.shape)}, got {tuple(out.shape)}")
         if out.dtype != q.dtype:
             raise TypeError(f"fmha_fwd: 'out' dtype must equal q's ({q.dtype}), got {out.dtype}")
-        if out.device != q.device:
-            raise ValueError(f"fmha_fwd: 'out' must be on q's device ({q.device}), got {out.device}")
         _check_layout("out", out)
     if softmax_scale is None:
         return 1.0 / math.sqrt(HEAD_DIM)
@@ -140,7 +134,7 @@ def _validate(q, k, v, out, softmax_scale) -> float:
 
 
 def _check_lse(lse, q: torch.Tensor) -> None:
-    """The out= op's lse: f32, contiguous [batch, heads_q, seq_q], on q's device."""
+    """The out= op's lse: f32, contiguous [batch, heads_q, seq_q]."""
     batch, seq_q, heads_q, _ = q.shape
     if not isinstance(lse, torch.Tensor):
         raise TypeError(f"fmha_fwd: 'lse' must be a torch.Tensor or None, got {type(lse).__name__}")
@@ -148,24 +142,15 @@ def _check_lse(lse, q: torch.Tensor) -> None:
         raise ValueError(f"fmha_fwd: 'lse' must be a contiguous float32 [batch, heads_q, seq_q] = "
                          f"[{batch}, {heads_q}, {seq_q}], got {lse.dtype} shape {tuple(lse.shape)} "
                          f"strides {lse.stride()}")
-    if lse.device != q.device:
-        raise ValueError(f"fmha_fwd: 'lse' must be on q's device ({q.device}), got {lse.device}")
 
 
-def _check_flag(name: str, value) -> None:
-    if not isinstance(value, bool):
-        raise TypeError(f"fmha_fwd: '{name}' must be a bool, got {type(value).__name__}")
-
-
-def _check_metadata(q, k, v, out, lse, causal, softmax_scale) -> float:
-    """Everything the tensors' metadata can tell (the fake kernels run only this); returns
-    the softmax scale."""
-    scale = _validate(q, k, v, out, softmax_scale)
-    _check_flag("causal", causal)
-    if out is not None:
-        refuse_internal_overlap("fmha_fwd", "out", out)
-    if lse is not None:
-        _check_lse(lse, q)
+def _check(call) -> float:
+    """Everything the tensors' metadata can tell; returns the softmax scale."""
+    scale = _validate(call.q, call.k, call.v, call.out, call.softmax_scale)
+    if not isinstance(call.causal, bool):
+        raise TypeError(f"fmha_fwd: 'causal' must be a bool, got {type(call.causal).__name__}")
+    if call.lse is not None:
+        _check_lse(call.lse, call.q)
     return scale
 
 
@@ -196,98 +181,43 @@ def kernel_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
 
 # ------------------------------------------------------------------ the op
 
-class _Plan:
-    """A checked call: its launch (None: nothing to launch) and the byte extents the
-    per-call pointer checks need."""
-    __slots__ = ("launch", "no_keys", "extents", "in_place_ok")
-
-    def __init__(self, q, k, v, out, lse, causal: bool, softmax_scale):
-        scale = _check_metadata(q, k, v, out, lse, causal, softmax_scale)
-        if q.device.type not in ("cpu", "cuda"):
-            raise ValueError(f"fmha_fwd: tensors must be on the CPU (emulator) or a ROCm gfx950 GPU, got {q.device}")
-        self.no_keys = k.shape[1] == 0
-        self.launch: PreparedLaunch | None = None
-        if q.numel() and not self.no_keys:
-            variant = default_manifest().kernel(KERNEL).variant(variant_name(q.dtype, causal))
-            self.launch = prepare(variant, kernel_args(q, k, v, out, lse, scale))
-        self.extents = tuple(extent(t) for t in (q, k, v, out))
-        self.in_place_ok = out.shape == q.shape and out.stride() == q.stride()
+def _allocate(call, names: frozenset) -> dict:
+    q = call.tensor("q", 4, f"[batch, seq, heads, {HEAD_DIM}]")
+    outs = {}
+    if "out" in names:
+        outs["out"] = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if "lse" in names:
+        outs["lse"] = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    return outs
 
 
-_PLANS: dict[tuple, _Plan] = {}
-_MAX_PLANS = 4096                  # a bound on memory for callers that never repeat a layout
+def _plan(scale: float, call) -> framework.Plan:
+    q, k, out, lse = call.q, call.k, call.out, call.lse
+    if not q.numel():
+        return framework.Plan()
+    if k.shape[1] == 0:                       # no keys: what a query without visible keys gets
+        def no_keys(c) -> None:
+            c.out.zero_()
+            if c.lse is not None:
+                c.lse.fill_(float("-inf"))
+        return framework.Plan(empty=no_keys)
+    variant = default_manifest().kernel(KERNEL).variant(variant_name(q.dtype, call.causal))
+    args = kernel_args(q, k, call.v, out, lse, scale)
+    placeholder = args["lse"]                 # the kernel never touches lse without store_lse
+
+    def bind(c) -> dict:
+        return dict(q=c.q, k=c.k, v=c.v, o=c.out, lse=placeholder if c.lse is None else c.lse)
+    return framework.Plan((prepare(variant, args),), bind=bind)
 
 
-def _run(q, k, v, out, lse, causal, softmax_scale) -> None:
-    """Check and launch on given tensors (out and lse are written)."""
-    try:
-        key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
-               v.shape, v.stride(), v.dtype, v.device, out.shape, out.stride(), out.dtype, out.device,
-               None if lse is None else (lse.shape, lse.stride(), lse.dtype, lse.device),
-               type(causal), causal, type(softmax_scale), softmax_scale, os.environ.get(BACKEND_ENV))
-        plan = _PLANS.get(key)
-    except (AttributeError, TypeError):       # not tensors, or an unhashable scale: _Plan says what is wrong
-        key, plan = None, None
-    if plan is None:
-        plan = _Plan(q, k, v, out, lse, causal, softmax_scale)
-        if len(_PLANS) >= _MAX_PLANS:
-            _PLANS.clear()
-        _PLANS[key] = plan
-    if plan.launch is None:
-        if plan.no_keys:
-            out.zero_()
-            if lse is not None:
-                lse.fill_(float("-inf"))
-        return
-    pointers = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr())
-    for name, pointer in zip(("q", "k", "v", "out"), pointers):
-        if pointer % 16:
-            raise ValueError(f"fmha_fwd: '{name}' data must be 16-byte aligned, got address {pointer:#x}")
-    q_bytes, k_bytes, v_bytes, out_bytes = plan.extents
-    refuse_overlap("fmha_fwd", "out", pointers[3], out_bytes,
-                   (("q", pointers[0], q_bytes, plan.in_place_ok), ("k", pointers[1], k_bytes, False),
-                    ("v", pointers[2], v_bytes, False)))
-    if lse is not None:
-        refuse_overlap("fmha_fwd", "lse", lse.data_ptr(), extent(lse),
-                       (("q", pointers[0], q_bytes, False), ("k", pointers[1], k_bytes, False),
-                        ("v", pointers[2], v_bytes, False), ("out", pointers[3], out_bytes, False)))
-    plan.launch(q, k, v, out, lse)
-
-
-def _new_lse(q: torch.Tensor) -> torch.Tensor:
-    return torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
-
-
-def _fmha_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax_scale: float | None,
-              return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    _check_flag("return_lse", return_lse)
-    q = _tensor("q", q, 4)
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = _new_lse(q) if return_lse else None
-    _run(q, k, v, out, lse, causal, softmax_scale)
-    return out, lse if lse is not None else torch.empty(0, dtype=torch.float32, device=q.device)
-
-
-def _fmha_fwd_fake(q, k, v, causal, softmax_scale, return_lse):
-    _check_flag("return_lse", return_lse)
-    _check_metadata(q, k, v, None, None, causal, softmax_scale)
-    lse = _new_lse(q) if return_lse else torch.empty(0, dtype=torch.float32, device=q.device)
-    return torch.empty(q.shape, dtype=q.dtype, device=q.device), lse
-
-
-def _fmha_fwd_out(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None,
-                  causal: bool, softmax_scale: float | None) -> None:
-    if out is None:
-        raise TypeError("fmha_fwd: 'out' must be a torch.Tensor, got NoneType")
-    _run(q, k, v, out, lse, causal, softmax_scale)
-
-
-def _fmha_fwd_out_fake(q, k, v, out, lse, causal, softmax_scale) -> None:
-    _check_metadata(q, k, v, out, lse, causal, softmax_scale)
-
-
-fmha_fwd_op = library.define("fmha_fwd", _fmha_fwd, _fmha_fwd_fake)
-fmha_fwd_out_op = library.define("fmha_fwd_out", _fmha_fwd_out, _fmha_fwd_out_fake, mutates_args=("out", "lse"))
+_ALIGNED = dict(align=16)
+FMHA_FWD = framework.define(framework.Spec(
+    "fmha_fwd",
+    params=(framework.Param("q", "Tensor", **_ALIGNED), framework.Param("k", "Tensor", **_ALIGNED),
+            framework.Param("v", "Tensor", **_ALIGNED), framework.Param("causal", "bool"),
+            framework.Param("softmax_scale", "float?")),
+    outputs=(framework.Output("out", may_alias="q", **_ALIGNED), framework.Output("lse", optional=True)),
+    check=_check, allocate=_allocate, plan=_plan, out_after="v"))
 
 
 def fmha_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
@@ -295,13 +225,7 @@ def fmha_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool 
     """Attention forward (flash-attention conventions); returns out, or (out, lse) with
     return_lse. See the module docstring for the layout rules; runs torch.ops.gfxasm.fmha_fwd
     (or fmha_fwd_out when `out` is given)."""
-    if out is None:
-        out, lse = fmha_fwd_op(q, k, v, causal, softmax_scale, return_lse)
-        return (out, lse) if return_lse else out
-    _check_flag("return_lse", return_lse)
-    lse = _new_lse(_tensor("q", q, 4)) if return_lse else None
-    fmha_fwd_out_op(q, k, v, out, lse, causal, softmax_scale)
-    return (out, lse) if return_lse else out
+    return FMHA_FWD(q, k, v, causal, softmax_scale, out=out, return_lse=return_lse)
 
 
 # ------------------------------------------------------------------ references

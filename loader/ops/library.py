@@ -60,6 +60,20 @@ def define(name: str, impl: Callable, fake: Callable, mutates_args: Sequence[str
     return Op(name, op, impl, arg_names)
 
 
+def define_schema(name: str, impl: Callable, fake: Callable, schema: str, arg_names: Sequence[str],
+                  mutates_args: Sequence[str] = ()) -> Op:
+    """`gfxasm::<name>` with an explicit schema (the op framework writes it from a Spec);
+    `impl` and `fake` take the schema's arguments positionally."""
+    op = torch.library.custom_op(f"{NAMESPACE}::{name}", impl, mutates_args=tuple(mutates_args), schema=schema)
+    op.register_fake(fake)
+    arg_names = tuple(arg_names)
+    if not mutates_args:
+        def refuse(ctx, inputs, output) -> None:   # runs only when some input requires grad
+            refuse_grad(name, arg_names, inputs)
+        op.register_autograd(_no_backward, setup_context=refuse)
+    return Op(name, op, impl, arg_names)
+
+
 def _no_backward(ctx, *grads):
     raise AssertionError("unreachable: setup_context refuses every input that requires grad")
 

@@ -1,0 +1,390 @@
+"""The op framework: an op is a declaration, the framework does the rest.
+
+An op module declares one `Spec`: its parameters (names and torch schema types), its
+outputs, and three functions of its own —
+
+    check(call)            everything the arguments can tell: metadata always, tensor data
+                           where `call.data` (real tensors; never in a fake). Returns the
+                           checked call (any object the op likes) or raises an error that
+                           names the op and the argument.
+    allocate(call, names)  fresh outputs, a dict holding those of `names` (the functional
+                           form's outputs; in the out form, the optional ones asked for).
+                           It may run before `check` on the raw arguments, so it reads only
+                           what it checks itself.
+    plan(checked, call)    the launches (`Plan`): prepared kernels, the tensors the plan
+                           owns, and how a call's tensors map onto kernel arguments.
+
+From that the framework builds, once, for every op:
+
+    gfxasm::<name>         functional: allocates and returns its outputs (an optional
+                           output is returned only when `return_<output>` is True, an
+                           empty float32 tensor otherwise)
+    gfxasm::<name>_out     writes the caller's outputs (declared mutated), returns nothing
+    their fake kernels     `check` on metadata, then `allocate`: a traced call is
+                           validated exactly like an eager one
+    grad refusal           (library.py) — these ops have no backward
+    the Python call        `Op.__call__(*params, out=None, return_<output>=False)`, which
+                           the op module wraps in a function with its own signature and
+                           docstring
+    one launch cache       keyed by the tensors' layouts (shape, strides, dtype, device)
+                           and the other arguments' types and values, bounded (the oldest
+                           entry goes first): a
+                           repeated call skips `check` and `plan` and only rechecks what
+                           the data can change (pointers, the op's `recheck`)
+    device, alignment and  every tensor of a call (index tensors and outputs included) on
+    overlap refusals       one device; declared pointer alignments; an output may not
+                           overlap an input or another output, nor itself, except the one
+                           input it may alias exactly (`Output.may_alias`)
+
+Errors are raised before anything is launched and read "<op>: '<argument>' ...".
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from ..launcher import BACKEND_ENV, PreparedLaunch
+from . import arguments, library
+from .aliasing import extent, refuse_internal_overlap, refuse_overlap
+
+REQUIRED = object()                     # a Param without a default
+MAX_CACHED_CALLS = 4096                 # a bound on memory for callers that never repeat a layout
+
+
+@dataclass(frozen=True)
+class Param:
+    """One argument of the op, in schema order. `type` is its torch schema type ("Tensor",
+    "Tensor?", "bool", "int?", "float?", "ScalarType", "str", ...). `align`: the byte
+    alignment its data pointer needs (checked on every call)."""
+    name: str
+    type: str
+    align: int = 1
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.type.startswith("Tensor")
+
+
+@dataclass(frozen=True)
+class Output:
+    """One output. `optional`: produced only on request (`return_<name>`); `may_alias`: the
+    input it may be exactly (same address, shape, strides, dtype) because the kernel reads
+    that input's element before writing the output's; `align` as for Param."""
+    name: str
+    optional: bool = False
+    may_alias: str | None = None
+    align: int = 1
+
+
+@dataclass
+class Plan:
+    """A checked call's launches. `launches` run in order; each takes its pointer arguments
+    by kernel-argument name from `fixed` (tensors the plan made: placeholders, tables) and
+    `bind(call)` (this call's tensors; by default each tensor argument and output under its
+    own name). `recheck(call)` repeats the data checks a cached call still needs; `empty`
+    is what a call with nothing to launch does to its outputs (e.g. O = 0, LSE = -inf)."""
+    launches: tuple[PreparedLaunch, ...] = ()
+    fixed: dict[str, torch.Tensor] = field(default_factory=dict)
+    bind: Callable[["Call"], dict] | None = None
+    recheck: Callable[["Call"], None] | None = None
+    empty: Callable[["Call"], None] | None = None
+
+
+class Call:
+    """One call: its arguments and outputs by name (`call.q`, `call.out`; an output the
+    call did not ask for is None), `call.data` (whether tensor contents may be read) and
+    the op's name for errors (`call.fail`, `call.tensor`)."""
+    __slots__ = ("op", "values", "data")
+
+    def __init__(self, op: str, values: dict, data: bool):
+        self.op, self.values, self.data = op, values, data
+
+    def __getattr__(self, name: str):
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def fail(self, kind: type[Exception], message: str):
+        arguments.fail(self.op, kind, message)
+
+    def tensor(self, name: str, rank: int | None = None, what: str = "") -> torch.Tensor:
+        return arguments.tensor(self.op, name, self.values[name], rank, what)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """An op's declaration (module docstring). `out_after`: the parameter the outputs follow
+    in the `_out` schema (None: after the last); `out_form`: whether there is an `_out` op."""
+    name: str
+    params: tuple[Param, ...]
+    outputs: tuple[Output, ...]
+    check: Callable[[Call], Any]
+    allocate: Callable[[Call, frozenset], dict]
+    plan: Callable[[Any, Call], Plan]
+    out_after: str | None = None
+    out_form: bool = True
+
+
+class _Cached:
+    """A planned call: its plan and the byte extents of its tensors (fixed by the layout)."""
+    __slots__ = ("plan", "extents")
+
+    def __init__(self, plan: Plan, extents: dict[str, int]):
+        self.plan, self.extents = plan, extents
+
+
+class Op:
+    """A declared op: both torch ops, their fakes, and the call path with its cache."""
+
+    def __init__(self, spec: Spec):
+        self.spec = spec
+        self.name = spec.name
+        self.required = tuple(o for o in spec.outputs if not o.optional)
+        self.optional = tuple(o for o in spec.outputs if o.optional)
+        self._param_names = tuple(p.name for p in spec.params)
+        self._output_names = tuple(o.name for o in spec.outputs)
+        self._required_names = frozenset(o.name for o in self.required)
+        tensors = [p.name for p in spec.params if p.is_tensor]
+        self._aligned = tuple((p.name, p.align) for p in (*spec.params, *spec.outputs) if p.align > 1)
+        # each output against the tensor arguments and the outputs before it
+        self._overlaps = tuple((o.name, o.may_alias, tuple(tensors) + tuple(x.name for x in spec.outputs[:i]))
+                               for i, o in enumerate(spec.outputs))
+        self._cache: dict[tuple, _Cached] = {}         # insertion order: the oldest is dropped first
+        self._lock = threading.Lock()
+        self.functional = library.define_schema(spec.name, self._functional, self._functional_fake,
+                                                self._schema(functional=True), [p.name for p in self._flags_params()])
+        self._out_order = tuple(p.name for p in self._out_params())
+        self.out_op = None
+        if spec.out_form:
+            self.out_op = library.define_schema(f"{spec.name}_out", self._out, self._out_fake,
+                                                self._schema(functional=False), self._out_order,
+                                                mutates_args=self._output_names)
+
+    # ---------------------------------------------------------------- schemas
+
+    def _flags_params(self) -> list[Param]:
+        return list(self.spec.params) + [Param(f"return_{o.name}", "bool") for o in self.optional]
+
+    def _out_params(self) -> list[Param]:
+        outs = [Param(o.name, "Tensor", o.align) for o in self.spec.outputs]
+        params = list(self.spec.params)
+        at = len(params) if self.spec.out_after is None else \
+            [p.name for p in params].index(self.spec.out_after) + 1
+        return params[:at] + outs + params[at:]
+
+    def _schema(self, functional: bool) -> str:
+        if functional:
+            args = [f"{p.type} {p.name}" for p in self._flags_params()]
+            results = ", ".join("Tensor" for _ in self.spec.outputs)
+            return f"({', '.join(args)}) -> ({results})" if len(self.spec.outputs) > 1 else \
+                f"({', '.join(args)}) -> Tensor"
+        outputs = {o.name: o for o in self.spec.outputs}
+        args = []
+        for i, p in enumerate(self._out_params()):
+            if p.name in outputs:
+                alias = chr(ord("a") + [o.name for o in self.spec.outputs].index(p.name))
+                args.append(f"Tensor({alias}!){'?' if outputs[p.name].optional else ''} {p.name}")
+            else:
+                args.append(f"{p.type} {p.name}")
+        return f"({', '.join(args)}) -> ()"
+
+    # ---------------------------------------------------------------- the Python call
+
+    def __call__(self, *params, out=None, **flags):
+        """Run the op: `params` in declaration order; `out` the caller's required output (a
+        tensor when the op has one, a tuple otherwise); `return_<name>` asks for an optional
+        output. Returns the one required output alone, else the tuple of required outputs,
+        followed by each optional output asked for."""
+        wanted = self._wanted(flags) if flags else frozenset()
+        if out is None:
+            results = self.functional(*params, *(o.name in wanted for o in self.optional))
+            if not self.optional:
+                return results
+            outs = dict(zip(self._output_names, results))
+        else:
+            if self.out_op is None:
+                raise TypeError(f"{self.name}: takes no 'out' argument")
+            outs = dict(zip((o.name for o in self.required), self._given_outputs(out)))
+            if wanted:
+                outs.update(self.spec.allocate(Call(self.name, dict(zip(self._param_names, params)), True), wanted))
+            values = dict(zip(self._param_names, params))
+            values.update((name, outs.get(name)) for name in self._output_names)
+            self.out_op(*(values[name] for name in self._out_order))
+        picked = [outs[o.name] for o in self.required] + [outs[o.name] for o in self.optional if o.name in wanted]
+        return picked[0] if len(picked) == 1 else tuple(picked)
+
+    def _wanted(self, flags: dict) -> frozenset:
+        wanted = set()
+        names = {f"return_{o.name}": o.name for o in self.optional}
+        for flag, value in flags.items():
+            if flag not in names:
+                raise TypeError(f"{self.name}: unexpected keyword argument '{flag}'")
+            self._check_flag(flag, value)
+            if value:
+                wanted.add(names[flag])
+        return frozenset(wanted)
+
+    def _check_flag(self, name: str, value) -> None:
+        if not isinstance(value, bool):
+            arguments.fail(self.name, TypeError, f"'{name}' must be a bool, got {type(value).__name__}")
+
+    def _given_outputs(self, out) -> tuple:
+        if len(self.required) == 1:
+            return (out,)
+        names = ", ".join(o.name for o in self.required)
+        if not isinstance(out, (tuple, list)) or len(out) != len(self.required):
+            arguments.fail(self.name, TypeError, f"'out' must be a ({names}) tuple or None, got {type(out).__name__}")
+        return tuple(out)
+
+    # ---------------------------------------------------------------- the torch ops
+
+    def _split(self, args: tuple) -> tuple[dict, frozenset]:
+        """(values by name, wanted optional outputs) from the functional op's arguments."""
+        n = len(self._param_names)
+        wanted = frozenset()
+        if self.optional:
+            for o, flag in zip(self.optional, args[n:]):
+                self._check_flag(f"return_{o.name}", flag)
+            wanted = frozenset(o.name for o, flag in zip(self.optional, args[n:]) if flag)
+        return dict(zip(self._param_names, args[:n])), wanted
+
+    def _functional(self, *args):
+        values, wanted = self._split(args)
+        call = Call(self.name, values, True)
+        outs = self._allocate(call, wanted)
+        values.update(outs)
+        self._run(call)
+        return self._results(outs, values)
+
+    def _functional_fake(self, *args):
+        values, wanted = self._split(args)
+        self._check_new(Call(self.name, {**values, **dict.fromkeys(self._output_names)}, False))
+        return self._results(self._allocate(Call(self.name, values, False), wanted), values)
+
+    def _out(self, *args) -> None:
+        values = dict(zip(self._out_order, args))
+        for o in self.required:
+            if values[o.name] is None:
+                arguments.fail(self.name, TypeError, f"'{o.name}' must be a torch.Tensor, got NoneType")
+        self._run(Call(self.name, values, True))
+
+    def _out_fake(self, *args) -> None:
+        self._check_new(Call(self.name, dict(zip(self._out_order, args)), False))
+
+    def _allocate(self, call: Call, wanted: frozenset) -> dict:
+        """The functional form's outputs: the required ones and the optional ones wanted."""
+        outs = self.spec.allocate(call, self._required_names | wanted)
+        return {name: outs.get(name) for name in self._output_names}
+
+    def _results(self, outs: dict, values: dict):
+        if len(self._output_names) == 1:
+            return outs[self._output_names[0]]
+        device = next(v for v in values.values() if isinstance(v, torch.Tensor)).device
+        return tuple(t if t is not None else torch.empty(0, dtype=torch.float32, device=device)
+                     for t in outs.values())
+
+    # ---------------------------------------------------------------- checks and launch
+
+    def _check_new(self, call: Call):
+        """The checks of a call not seen before: one device, the op's own, outputs with one
+        location per element."""
+        self._check_devices(call)
+        checked = self.spec.check(call)
+        for o in self.spec.outputs:
+            t = call.values[o.name]
+            if isinstance(t, torch.Tensor):
+                refuse_internal_overlap(self.name, o.name, t)
+        return checked
+
+    def _check_devices(self, call: Call) -> None:
+        """Every tensor of the call on one device (the first tensor argument's)."""
+        named = [(name, t) for name, t in call.values.items() if isinstance(t, torch.Tensor)]
+        if not named:
+            return
+        first, device = named[0][0], named[0][1].device
+        for name, t in named[1:]:
+            if t.device != device:
+                arguments.fail(self.name, ValueError, f"'{name}' must be on {first}'s device ({device}), got {t.device}")
+        if call.data and device.type not in ("cpu", "cuda"):
+            arguments.fail(self.name, ValueError,
+                           f"tensors must be on the CPU (emulator) or a ROCm gfx950 GPU, got {device}")
+
+    def _key(self, call: Call) -> tuple:
+        """The cache key: each tensor's layout, each other value with its type, the backend."""
+        parts = [(v.shape, v.stride(), v.dtype, v.device) if isinstance(v, torch.Tensor) else (type(v), v)
+                 for v in call.values.values()]
+        parts.append(os.environ.get(BACKEND_ENV))
+        return tuple(parts)
+
+    def _planned(self, call: Call) -> _Cached:
+        key = self._key(call)
+        try:
+            cached = self._cache.get(key)
+        except TypeError:                  # an unhashable value: check() says what is wrong
+            key, cached = None, None
+        if cached is not None:
+            if cached.plan.recheck is not None:
+                cached.plan.recheck(call)
+            return cached
+        checked = self._check_new(call)
+        extents = {name: extent(t) for name, t in call.values.items() if isinstance(t, torch.Tensor)}
+        cached = _Cached(self.spec.plan(checked, call), extents)
+        if key is not None:
+            with self._lock:
+                self._cache[key] = cached
+                while len(self._cache) > MAX_CACHED_CALLS:
+                    del self._cache[next(iter(self._cache))]
+        return cached
+
+    def _run(self, call: Call) -> None:
+        cached = self._planned(call)
+        plan = cached.plan
+        if not plan.launches:
+            if plan.empty is not None:
+                plan.empty(call)
+            return
+        self._check_pointers(call, cached.extents)
+        given = {**plan.fixed, **(plan.bind(call) if plan.bind is not None else call.values)}
+        for launch in plan.launches:
+            launch(*(given[name] for name, _, _ in launch.pointers))
+
+    def _check_pointers(self, call: Call, extents: dict[str, int]) -> None:
+        """Alignment of declared pointers, and outputs that meet an input or each other."""
+        values = call.values
+        for name, align in self._aligned:
+            t = values[name]
+            if t is not None and t.data_ptr() % align and extents[name]:
+                arguments.fail(self.name, ValueError,
+                               f"'{name}' data must be {align}-byte aligned, got address {t.data_ptr():#x}")
+        for out, may_alias, before in self._overlaps:
+            t = values[out]
+            if t is None or not extents[out]:
+                continue
+            start = t.data_ptr()
+            end = start + extents[out]
+            for name in before:
+                x = values[name]
+                if x is None or not extents[name]:
+                    continue
+                ptr = x.data_ptr()
+                if start < ptr + extents[name] and ptr < end and \
+                        not (name == may_alias and ptr == start and self._same_view(x, t)):
+                    refuse_overlap(self.name, out, start, extents[out], ((name, ptr, extents[name], False),))
+
+    @staticmethod
+    def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+        return a.shape == b.shape and a.stride() == b.stride() and a.dtype == b.dtype
+
+    def clear_cache(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
+
+def define(spec: Spec) -> Op:
+    """Register `spec` as gfxasm::<name> (and <name>_out) and return its Op."""
+    return Op(spec)
