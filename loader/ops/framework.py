@@ -119,7 +119,9 @@ class Call:
 @dataclass(frozen=True)
 class Spec:
     """An op's declaration (module docstring). `out_after`: the parameter the outputs follow
-    in the `_out` schema (None: after the last); `out_form`: whether there is an `_out` op."""
+    in the `_out` schema (None: after the last); `out_form`: whether there is an `_out` op;
+    `cacheable`: False where the launches depend on tensor data (a grid read from an index
+    tensor), so that every call is checked and planned anew."""
     name: str
     params: tuple[Param, ...]
     outputs: tuple[Output, ...]
@@ -128,6 +130,7 @@ class Spec:
     plan: Callable[[Any, Call], Plan]
     out_after: str | None = None
     out_form: bool = True
+    cacheable: bool = True
 
 
 class _Cached:
@@ -322,6 +325,8 @@ class Op:
         return tuple(parts)
 
     def _planned(self, call: Call) -> _Cached:
+        if not self.spec.cacheable:
+            return self._plan_new(call)
         key = self._key(call)
         try:
             cached = self._cache.get(key)
@@ -331,15 +336,18 @@ class Op:
             if cached.plan.recheck is not None:
                 cached.plan.recheck(call)
             return cached
-        checked = self._check_new(call)
-        extents = {name: extent(t) for name, t in call.values.items() if isinstance(t, torch.Tensor)}
-        cached = _Cached(self.spec.plan(checked, call), extents)
+        cached = self._plan_new(call)
         if key is not None:
             with self._lock:
                 self._cache[key] = cached
                 while len(self._cache) > MAX_CACHED_CALLS:
                     del self._cache[next(iter(self._cache))]
         return cached
+
+    def _plan_new(self, call: Call) -> _Cached:
+        checked = self._check_new(call)
+        extents = {name: extent(t) for name, t in call.values.items() if isinstance(t, torch.Tensor)}
+        return _Cached(self.spec.plan(checked, call), extents)
 
     def _run(self, call: Call) -> None:
         cached = self._planned(call)
