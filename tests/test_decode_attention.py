@@ -114,12 +114,16 @@ def poisoned_out(q):
 
 
 def check(seqlens, heads_q, heads_kv, seq_q=1, dim=128, dtype=torch.bfloat16, page_size=None, causal=True,
-          window_left=-1, sinks=False, num_splits=None, seed=0, cache=None, softmax_scale=None, fp8=None):
+          window_left=-1, sinks=False, num_splits=None, seed=0, cache=None, softmax_scale=None, fp8=None,
+          scales=None, q=None):
     """fp8: None (cache in q's dtype), "tensor" (e4m3, random per-tensor descales) or "token"
-    (e4m3, random per-token (scale, shift) pairs, NaN where the cache is unused)."""
+    (e4m3, random per-token (scale, shift) pairs, NaN where the cache is unused). sinks: a
+    bool (True: random) or the [heads_q] tensor itself; scales: the FP8 scale arguments
+    themselves, instead of random ones; q: q itself, instead of a random one."""
     gen = torch.Generator().manual_seed(seed)
     batch = len(seqlens)
-    q = torch.randn(batch, seq_q, heads_q, dim, generator=gen).to(dtype)
+    if q is None:
+        q = torch.randn(batch, seq_q, heads_q, dim, generator=gen).to(dtype)
     kv_dtype = torch.float8_e4m3fn if fp8 else dtype
     k, v, table = cache if cache is not None else make_cache(seqlens, heads_kv, dim, kv_dtype, gen, page_size)
     descales = {}
@@ -127,8 +131,13 @@ def check(seqlens, heads_q, heads_kv, seq_q=1, dim=128, dtype=torch.bfloat16, pa
         descales = dict(k_descale=torch.rand(1, generator=gen) + 0.2, v_descale=torch.rand(1, generator=gen) * 3)
     elif fp8 == "token":
         descales = dict(k_scale_shift=nan_pairs_like(k, gen), v_scale_shift=nan_pairs_like(v, gen))
+    if scales is not None:
+        descales = scales
     seqlens_t = torch.tensor(seqlens, dtype=torch.int32)
-    sink_t = torch.randn(heads_q, generator=gen) * 2 if sinks else None
+    if isinstance(sinks, torch.Tensor):
+        sink_t = sinks
+    else:
+        sink_t = torch.randn(heads_q, generator=gen) * 2 if sinks else None
     out, base = poisoned_out(q)
     names = ["k", "v"] + [n for n, t in descales.items() if t.dim() == 4]
     given = [k, v] + [descales[n] for n in names[2:]]
@@ -464,3 +473,19 @@ def test_fp8_schedule_independent(fp8):
     found = adversarial.check(lambda: gfxasm.decode_attention(q, k, v, seqlens, block_table=table, num_splits=2,
                                                               return_lse=True, **scales), range(3))
     assert not found, "\n".join(map(str, found))
+
+
+# ------------------------------------------------------------------ legal inputs at the edges (issue 26)
+
+@pytest.mark.parametrize("dim,dtype,fp8,sinks,seq_q", [(64, "bf16", None, False, 1), (128, "f16", None, True, 2),
+                                                       (128, "bf16", "tensor", False, 1), (64, "f16", "token", True, 1)])
+def test_contiguous_cache_of_one_key(dim, dtype, fp8, sinks, seq_q):
+    # S_max = 1: the seq axis of the cache (and of its FP8 pairs) has one element, and its stride
+    # reached the kernel as 0; decode_attn bounds each block's descriptor at (valid keys) x (seq
+    # stride), so the one key read as zeros. A cache of one key is never split (a split holds
+    # >= 32 keys); sinks take it through the merge. Batch entry 1 is empty and NaN.
+    gen = torch.Generator().manual_seed(20)
+    kv_dtype = torch.float8_e4m3fn if fp8 else DTYPES[dtype]
+    k, v = ((torch.randn(3, 1, 2, dim, generator=gen) * 2).to(kv_dtype) for _ in range(2))
+    k[1], v[1] = float("nan"), float("nan")
+    check([1, 0, 1], 4, 2, seq_q, dim, DTYPES[dtype], cache=(k, v, None), sinks=sinks, fp8=fp8)

@@ -585,6 +585,10 @@ def _runs(a: dict, out: torch.Tensor, lse: torch.Tensor | None) -> list:
     ks_t, vs_t = (k_scale_shift, v_scale_shift) if per_token else (no_pairs, no_pairs)
     pair_strides = {f"{n}_{x}": _stride(t, i) * 2 for n, t in (("ks", ks_t), ("vs", vs_t))
                     for i, x in enumerate(("ps", "ss", "hs"))}
+    # decode_attn bounds each block's descriptors at (valid keys) x (seq stride): a seq axis of
+    # one key (S_max 1, which _stride gives as 0) passes its row's bytes, or the key reads as 0
+    k_ss, v_ss = ks[1] or dim * k.element_size(), vs[1] or dim * v.element_size()
+    pair_strides.update(ks_ss=pair_strides["ks_ss"] or 4, vs_ss=pair_strides["vs_ss"] or 4)
     runs = [(KERNEL, variant_name(KERNEL, q.dtype, dim, a["fp8"]), dict(
         q=q, k_cache=k, v_cache=v, cache_seqlens=a["seqlens"], block_table=table, o=out, lse=lse_t, ws_o=ws_o,
         ws_lse=ws_lse, k_descale=k_descale.reshape(1) if per_tensor else dummy,
@@ -592,7 +596,7 @@ def _runs(a: dict, out: torch.Tensor, lse: torch.Tensor | None) -> list:
         **pair_strides, num_splits=p.num_splits, heads_kv=heads_kv, row_tiles=p.row_tiles, seq_q=seq_q,
         heads_q=heads_q, group=group, group_magic=_magic(group), tiles_magic=_magic(p.row_tiles),
         rows=seq_q * group, max_pages=table.shape[1], pages_m1=pages - 1, page_shift=shift,
-        k_ps=ks[0], k_ss=ks[1], k_hs=ks[2], v_ps=vs[0], v_ss=vs[1], v_hs=vs[2],
+        k_ps=ks[0], k_ss=k_ss, k_hs=ks[2], v_ps=vs[0], v_ss=v_ss, v_hs=vs[2],
         q_ss=qs[1], q_hs=qs[2], q_bs=qs[0], o_ss=o_ss, o_hs=o_hs, o_bs=o_bs, lse_hs=lse_hs, lse_bs=lse_bs,
         ws_stride=ws_stride, wsl_stride=rows_total * 4, chunk=p.chunk, window=window,
         future=0 if a["causal"] else NO_LIMIT, scale_log2=a["scale"] * LOG2E, partial=int(partial),
