@@ -51,7 +51,7 @@ from ..launcher import BACKEND_ENV, PreparedLaunch
 from . import arguments, library
 from .aliasing import extent, refuse_internal_overlap, refuse_overlap
 
-REQUIRED = object()                     # a Param without a default
+_NONE = frozenset()
 MAX_CACHED_CALLS = 4096                 # a bound on memory for callers that never repeat a layout
 
 
@@ -97,17 +97,18 @@ class Plan:
 class Call:
     """One call: its arguments and outputs by name (`call.q`, `call.out`; an output the
     call did not ask for is None), `call.data` (whether tensor contents may be read) and
-    the op's name for errors (`call.fail`, `call.tensor`)."""
-    __slots__ = ("op", "values", "data")
+    the op's name for errors (`call.fail`, `call.tensor`). The values dict is the
+    instance's own __dict__, so reading an argument is a plain attribute lookup (this is
+    on every call's path)."""
+    __slots__ = ("op", "data", "__dict__")
 
     def __init__(self, op: str, values: dict, data: bool):
-        self.op, self.values, self.data = op, values, data
+        self.op, self.data = op, data
+        self.__dict__ = values
 
-    def __getattr__(self, name: str):
-        try:
-            return self.values[name]
-        except KeyError:
-            raise AttributeError(name) from None
+    @property
+    def values(self) -> dict:
+        return self.__dict__
 
     def fail(self, kind: type[Exception], message: str):
         arguments.fail(self.op, kind, message)
@@ -134,17 +135,22 @@ class Spec:
 
 
 class _Cached:
-    """A planned call: its plan and the byte extents of its tensors (fixed by the layout)."""
-    __slots__ = ("plan", "extents")
+    """A planned call: its plan, the byte extents of its tensors (fixed by the layout) and
+    each launch's pointer arguments by name."""
+    __slots__ = ("plan", "extents", "launches")
 
     def __init__(self, plan: Plan, extents: dict[str, int]):
         self.plan, self.extents = plan, extents
+        self.launches = tuple((launch, tuple(name for name, _, _ in launch.pointers)) for launch in plan.launches)
 
 
 class Op:
     """A declared op: both torch ops, their fakes, and the call path with its cache."""
 
     def __init__(self, spec: Spec):
+        taken = {n for n in dir(Call) if not n.startswith("__")} & {p.name for p in (*spec.params, *spec.outputs)}
+        if taken:
+            raise ValueError(f"{spec.name}: argument names {sorted(taken)} are Call attributes")
         self.spec = spec
         self.name = spec.name
         self.required = tuple(o for o in spec.outputs if not o.optional)
@@ -162,6 +168,7 @@ class Op:
         self.functional = library.define_schema(spec.name, self._functional, self._functional_fake,
                                                 self._schema(functional=True), [p.name for p in self._flags_params()])
         self._out_order = tuple(p.name for p in self._out_params())
+        self._out_at = self._out_order.index(self._output_names[0])     # where the outputs sit in it
         self.out_op = None
         if spec.out_form:
             self.out_op = library.define_schema(f"{spec.name}_out", self._out, self._out_fake,
@@ -212,12 +219,12 @@ class Op:
         else:
             if self.out_op is None:
                 raise TypeError(f"{self.name}: takes no 'out' argument")
-            outs = dict(zip((o.name for o in self.required), self._given_outputs(out)))
+            given = self._given_outputs(out)
+            outs = dict(zip((o.name for o in self.required), given))
             if wanted:
                 outs.update(self.spec.allocate(Call(self.name, dict(zip(self._param_names, params)), True), wanted))
-            values = dict(zip(self._param_names, params))
-            values.update((name, outs.get(name)) for name in self._output_names)
-            self.out_op(*(values[name] for name in self._out_order))
+            at = self._out_at
+            self.out_op(*params[:at], *[outs.get(name) for name in self._output_names], *params[at:])
         picked = [outs[o.name] for o in self.required] + [outs[o.name] for o in self.optional if o.name in wanted]
         return picked[0] if len(picked) == 1 else tuple(picked)
 
@@ -249,11 +256,11 @@ class Op:
     def _split(self, args: tuple) -> tuple[dict, frozenset]:
         """(values by name, wanted optional outputs) from the functional op's arguments."""
         n = len(self._param_names)
-        wanted = frozenset()
-        if self.optional:
-            for o, flag in zip(self.optional, args[n:]):
+        wanted = _NONE
+        for o, flag in zip(self.optional, args[n:]):
+            if flag is not False:
                 self._check_flag(f"return_{o.name}", flag)
-            wanted = frozenset(o.name for o, flag in zip(self.optional, args[n:]) if flag)
+                wanted = wanted | {o.name}
         return dict(zip(self._param_names, args[:n])), wanted
 
     def _functional(self, *args):
@@ -262,12 +269,12 @@ class Op:
         outs = self._allocate(call, wanted)
         values.update(outs)
         self._run(call)
-        return self._results(outs, values)
+        return self._results(outs)
 
     def _functional_fake(self, *args):
         values, wanted = self._split(args)
         self._check_new(Call(self.name, {**values, **dict.fromkeys(self._output_names)}, False))
-        return self._results(self._allocate(Call(self.name, values, False), wanted), values)
+        return self._results(self._allocate(Call(self.name, values, False), wanted))
 
     def _out(self, *args) -> None:
         values = dict(zip(self._out_order, args))
@@ -284,12 +291,13 @@ class Op:
         outs = self.spec.allocate(call, self._required_names | wanted)
         return {name: outs.get(name) for name in self._output_names}
 
-    def _results(self, outs: dict, values: dict):
+    def _results(self, outs: dict):
+        """The functional op's results: an output not asked for is an empty float32 tensor."""
         if len(self._output_names) == 1:
             return outs[self._output_names[0]]
-        device = next(v for v in values.values() if isinstance(v, torch.Tensor)).device
-        return tuple(t if t is not None else torch.empty(0, dtype=torch.float32, device=device)
-                     for t in outs.values())
+        device = outs[self.required[0].name].device
+        return tuple([t if t is not None else torch.empty(0, dtype=torch.float32, device=device)
+                      for t in outs.values()])
 
     # ---------------------------------------------------------------- checks and launch
 
@@ -357,9 +365,11 @@ class Op:
                 plan.empty(call)
             return
         self._check_pointers(call, cached.extents)
-        given = {**plan.fixed, **(plan.bind(call) if plan.bind is not None else call.values)}
-        for launch in plan.launches:
-            launch(*(given[name] for name, _, _ in launch.pointers))
+        given = plan.bind(call) if plan.bind is not None else call.values
+        if plan.fixed:
+            given = {**plan.fixed, **given}
+        for launch, names in cached.launches:
+            launch(*[given[name] for name in names])
 
     def _check_pointers(self, call: Call, extents: dict[str, int]) -> None:
         """Alignment of declared pointers, and outputs that meet an input or each other."""
