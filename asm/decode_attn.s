@@ -36,10 +36,13 @@
 ; are D/2 contiguous bytes of its key row (dwordx4 loads straight into the A operand).
 ; C layout: lane l holds query row n = l%16 and keys 16kb + 4g + r (r = 0..3) — 8 scores per
 ; lane per tile. Scores are scaled by scale*log2(e) in f32 and masked (-inf) per element;
-; the running max m (floor -1e30, so a row with no key stays NaN-free) is reduced over the 4
-; lane groups with v_permlane32_swap / v_permlane16_swap; P = exp2(S - m); each lane keeps a
-; partial row sum l (summed over the groups at the end); O is rescaled by exp2(m_old - m)
-; only when some row's max grew.
+; the running max m is reduced over the 4 lane groups with v_permlane32_swap /
+; v_permlane16_swap; P = exp2(S - m); each lane keeps a partial row sum l (summed over the
+; groups at the end); O is rescaled by exp2(m_old - m) only when some row's max grew. m
+; starts at -FLT_MAX, not -inf (a row with no key stays NaN-free: exp2(m_old - m) never
+; meets -inf - -inf) nor a larger floor (at or below every finite score, so the key that
+; set m weighs exactly 1: l >= 1 once a row saw a finite score, and l = 0 only when all its
+; scores were -inf, masked or from the data).
 ; O^T += V^T P^T (A = V^T: row = dim, B = P^T: column = query row). The B operand's k index
 ; 8g + e is key 16(e/4) + 4g + e%4 — exactly the lane's own P values, packed to bf16/fp16,
 ; no lane movement. A must hold 8 keys of one dim per lane: each lane loads one dword (2
@@ -51,8 +54,9 @@
 ; Each 16-key block gets its own K and V descriptors: base = cache + page * page_stride
 ; (64-bit product: pools over 4 GiB, page ids >= 65536) + slot * seq_stride + head offset,
 ; num_records = (valid keys of the block) * seq_stride, so keys past min(seqlen, split end)
-; read zeros and never touch memory. Page-table entries are read only for keys below that
-; end (the entry index is clamped to the last valid key's). Page ids are clamped to
+; read zeros and never touch memory (seq_stride must be at least a row's bytes, also for a
+; cache of one key, whose seq axis is never stepped along). Page-table entries are read only
+; for keys below that end (the entry index is clamped to the last valid key's). Page ids are clamped to
 ; num_pages - 1 (unsigned: negative ids too), so a bad id reads a wrong page of the pool,
 ; never outside it. Query rows past `rows` load and store through an out-of-range offset.
 ;
@@ -61,15 +65,20 @@
 ; partial = 1: this split's normalised O in f32 to ws_o[split, (b*seq_q + s)*heads_q + h, :]
 ; and its log2-sum-exp to ws_lse[split, same row] (-inf for no key); decode_attn_merge
 ; combines the splits.
+; O is the sum of P V divided by l only at the end (1 / max(l, 1): l >= 1 for a row with a
+; finite score, and 0 x 1 keeps O = 0 for one without), times v_descale (FP8 = 1) after the
+; division, and the waves' results are combined with weights normalised first: no
+; intermediate exceeds the largest |dequantised V| (none overflows where that fits f32).
+; A row whose scores are all -inf (it sees no key, or -inf from the data): O = 0, LSE = -inf.
 ;
 ;
 ; --- FP8 caches (FP8 = 1) ---
 ; K and V are OCP e4m3 with per-tensor f32 descales (read from k_descale[0], v_descale[0]):
-; k_descale is folded into the score scale, v_descale into O's final 1/l. Each lane loads
-; its K slice as D/4 bytes and widens it to bf16/fp16 (v_cvt_pk_f32_fp8, exact) into the
-; same A operand as above; for V it loads 2 bytes (2 dims) per key with buffer_load_ushort
-; where the 16-bit path loads a dword, and the widening packs the even and odd dims of key
-; pairs directly (no v_perm). Everything else is the 16-bit path.
+; k_descale is folded into the score scale, v_descale into O's final 1 / max(l, 1) (<= 1).
+; Each lane loads its K slice as D/4 bytes and widens it to bf16/fp16 (v_cvt_pk_f32_fp8,
+; exact) into the same A operand as above; for V it loads 2 bytes (2 dims) per key with
+; buffer_load_ushort where the 16-bit path loads a dword, and the widening packs the even
+; and odd dims of key pairs directly (no v_perm). Everything else is the 16-bit path.
 ;
 ;
 ; --- FP8 caches with per-token scale/shift (FP8 = 2) ---
@@ -142,9 +151,8 @@
 .set ROW_BYTES, 2 * D
 .set OOB, 0x80000000                   ; an offset every descriptor here rejects
 .set RECORDS_ALL, 0x7fffffff           ; num_records of Q/O/LSE/ws (the ops layer keeps offsets below)
-.set M_INIT, 0xf149f2ca                ; -1e30f: finite floor of m
+.set M_INIT, 0xff7fffff                ; -FLT_MAX: finite floor of m, at or below every finite score
 .set NEG_INF, 0xff800000
-.set L_FLOOR, 0x0da24260               ; 1e-30f: 1/max(l, floor) keeps O = 0 for rows with no key
 .set LN2, 0x3f317218
 .set SEL_LO, 0x05040100                ; v_perm_b32: low halves of (src1, src0) -> one dword
 .set SEL_HI, 0x07060302                ; high halves
@@ -397,8 +405,10 @@
 
 ; W > 1: every wave puts its normalised O (v_o) and log2-sum-exp (v_t1) in LDS; after the
 ; barrier the other waves end and wave 0 replaces v_o and v_t1 by the combination:
-; weights 2^(lse_w - max), O = sum_w weight_w O_w / sum_w weight_w (max floored at -1e30:
-; a row no wave saw gives O = 0, -inf)
+; weights 2^(lse_w - max) / sum_w 2^(lse_w - max), O = sum_w weight_w O_w. The weights are
+; normalised before the sum, so it never exceeds the largest |O_w| (summing first and
+; dividing after could overflow where O fits). Max floored at -FLT_MAX: a row no wave saw
+; gives O = 0, -inf.
 .macro combine_waves
     s_lshl_b32 s[s_t], s[s_wave], 6
     v_add_u32 v[v_t2], s[s_t], v[v_lane]                ; 64 wave + l
@@ -431,16 +441,32 @@
         .endif
     .endr
     v_mov_b32 v[v_l], 0
+    .irp w, 0, 1, 2, 3, 4, 5, 6, 7
+        .if \w < W
+            v_sub_f32 v[v_s + \w], v[v_s + \w], v[v_t1]
+            v_exp_f32 v[v_s + \w], v[v_s + \w]           ; weight of wave w (the max's: exactly 1)
+        .endif
+    .endr
+    s_nop 0                                             ; transcendental result -> VALU read: 1 wait state
+    .irp w, 0, 1, 2, 3, 4, 5, 6, 7
+        .if \w < W
+            v_add_f32 v[v_l], v[v_l], v[v_s + \w]
+        .endif
+    .endr
+    v_max_f32 v[v_t2], 1.0, v[v_l]                      ; (the LSE reads' address is free)
+    v_rcp_f32 v[v_t2], v[v_t2]                          ; 1 / sum of weights (>= 1 when any wave saw a score)
+    s_nop 0                                             ; transcendental result -> VALU read: 1 wait state
+    .irp w, 0, 1, 2, 3, 4, 5, 6, 7
+        .if \w < W
+            v_mul_f32 v[v_s + \w], v[v_s + \w], v[v_t2]    ; normalised weight of wave w
+        .endif
+    .endr
     ; wave w's O is read one wave ahead, into the buffer the wave before it used
     .irp w, 0, 1, 2, 3, 4, 5, 6, 7
         .if \w < W
             .if \w + 1 < W
                 read_wave_o \w + 1
             .endif
-            v_sub_f32 v[v_s + \w], v[v_s + \w], v[v_t1]
-            v_exp_f32 v[v_s + \w], v[v_s + \w]           ; weight of wave w
-            s_nop 0                                     ; transcendental result -> VALU read: 1 wait state
-            v_add_f32 v[v_l], v[v_l], v[v_s + \w]
             .if \w + 1 < W
                 s_waitcnt lgkmcnt(2 * NC)               ; in flight: wave w+1's O -> wait for wave w's
             .else
@@ -453,12 +479,9 @@
             .endr
         .endif
     .endr
-    v_max_f32 v[v_t0], L_FLOOR, v[v_l]
-    v_rcp_f32 v[v_t0], v[v_t0]
     v_log_f32 v[v_l], v[v_l]
     s_nop 0                                             ; transcendental result -> VALU read: 1 wait state
     v_add_f32 v[v_t1], v[v_t1], v[v_l]                  ; log2-sum-exp of the workgroup
-    o_each v_mul_f32, v_t0
 .endm
 
 ; The registers of tile buffer \p: _kld (where K loads land), _kop (the MFMA's K operand),
@@ -842,11 +865,11 @@ L_epilogue:
 .if FP8_TOKEN
     group_reduce v_add_f32, v_c
 .endif
-    v_max_f32 v[v_t0], L_FLOOR, v[v_l]
-    v_rcp_f32 v[v_t0], v[v_t0]                          ; 1 / l (O stays 0 for a row with no key)
+    v_max_f32 v[v_t0], 1.0, v[v_l]
+    v_rcp_f32 v[v_t0], v[v_t0]                          ; 1 / l (l >= 1 for a row with a score; O stays 0 without)
 .if FP8_TENSOR
     s_nop 0                                             ; transcendental result -> VALU read: 1 wait state
-    v_mul_f32 v[v_t0], s[s_vdesc], v[v_t0]              ; v_descale folded into 1 / l
+    v_mul_f32 v[v_t0], s[s_vdesc], v[v_t0]              ; v_descale folded into 1 / l (<= v_descale)
 .endif
     v_log_f32 v[v_t1], v[v_l]                           ; log2 l: -inf for a row with no key
     s_lshl_b32 s[s_t], s[s_tile], 4

@@ -1,16 +1,23 @@
 ; decode_attn_merge — second pass of split-K decode attention: combine the splits' partial
 ; results, add the attention sinks, write O in q's dtype and the natural-log LSE.
 ;
-;   lse2 = log2(sum_z 2^ws_lse[z, R] + 2^(sink[h] log2 e))      (sink only with has_sinks)
-;   O[b, s, h, :] = sum_z 2^(ws_lse[z, R] - lse2) ws_o[z, R, :]      R = (b seq_q + s) heads_q + h
-;   LSE[b, h, s] = lse2 * ln 2                                       (with store_lse)
+;   A = ln 2 log2(sum_z 2^ws_lse[z, R])                              R = (b seq_q + s) heads_q + h
+;   LSE[b, h, s] = ln(e^A + e^sink[h])      (A without has_sinks; with store_lse)
+;   O[b, s, h, :] = e^(A - LSE) sum_z 2^ws_lse[z, R] ws_o[z, R, :] / sum_z 2^ws_lse[z, R]
 ;
 ; ws_o holds each split's normalised O (f32), ws_lse its log2-sum-exp (-inf: no key), as
 ; decode_attn writes them with partial = 1. The sum runs over the splits in order with an
-; online max (floor -1e30, so a row with no key and no sink gives O = 0, LSE = -inf):
-; deterministic, no atomics. The splits are read BATCH at a time, every load of a batch in
-; flight together (the kernel is latency-bound); a split index past the last is clamped
-; for the address and its term weighted 0 (lse -inf).
+; online max: deterministic, no atomics. The splits are read BATCH at a time, every load of
+; a batch in flight together (the kernel is latency-bound); a split index past the last is
+; clamped for the address and its term weighted 0 (lse -inf).
+; The max starts at -FLT_MAX (at or below every finite log2-sum-exp; a row with no key gives
+; 0 weights, not -inf - -inf). Each split weighs 2^-7 2^(lse - max) (the scale is exact and
+; cancels in the division): with at most 128 splits (the ops layer's MAX_SPLITS is 64) the
+; weights sum to at most 1, so the running sum of weighted O stays below the largest split's |O|
+; and overflows only where that does. The sink is added after the splits, in natural-log
+; units (sink * log2 e would overflow f32 for |sink| > 2.36e38); only the differences from
+; the max, <= 0, are scaled by log2 e, and one past -FLT_MAX weighs 0 as -inf does.
+; A row whose splits all weigh 0 and that has no sink gets O = 0, LSE = -inf.
 ;
 ; gfx950, wave64; grid (heads_q, seq_q, batch), one wave per output row; lane l owns dims
 ; (D/64) l .. (D/64) l + D/64 - 1. Defines: D (64 | 128), F16 (0: bf16 out, 1: fp16).
@@ -22,8 +29,9 @@
     .error "decode_attn_merge: D must be 64 or 128"
 .endif
 .set DPL, D / 64                       ; dims per lane
-.set M_INIT, 0xf149f2ca                ; -1e30f
-.set L_FLOOR, 0x0da24260               ; 1e-30f
+.set M_INIT, 0xff7fffff                ; -FLT_MAX
+.set L_FLOOR, 0x0da24260               ; 1e-30f (a finite term weighs >= 2^-7)
+.set SPLIT_SCALE, -7                   ; log2 of every split's weight scale
 .set LN2, 0x3f317218
 .set LOG2E, 0x3fb8aa3b
 .set RECORDS_ALL, 0x7fffffff
@@ -55,6 +63,7 @@
 .set s_store_lse, 41
 .set s_row, 42              ; R
 .set s_z, 43                ; split
+.set s_left, 45             ; splits - z
 .set s_t, 46
 .set s_u, 47
 .set s_splits_m1, 48
@@ -70,8 +79,8 @@
 .set v_acc, 8               ; [8:9]  sum of weighted O
 .set v_part, 10             ; [10:26) the batch's O rows, split i at v_part + 2i
 
-; running (m, l, acc) += the term 2^x (with O row v[\part] when \with_o); \x an SGPR or VGPR operand
-.macro merge_term x, with_o, part=v_part
+; running (m, l, acc) += the term 2^-7 2^x with O row v[\part]; \x an SGPR
+.macro merge_term x, part
     v_max_f32 v[v_t0], \x, v[v_m]
     v_sub_f32 v[v_a], v[v_m], v[v_t0]
     v_sub_f32 v[v_w], \x, v[v_t0]
@@ -79,14 +88,13 @@
     v_exp_f32 v[v_a], v[v_a]
     v_exp_f32 v[v_w], v[v_w]
     s_nop 0                                             ; transcendental result -> VALU read: 1 wait state
+    v_ldexp_f32 v[v_w], v[v_w], SPLIT_SCALE
     v_mul_f32 v[v_l], v[v_l], v[v_a]
     v_add_f32 v[v_l], v[v_l], v[v_w]
     .irp i, 0, 1
         .if \i < DPL
             v_mul_f32 v[v_acc + \i], v[v_acc + \i], v[v_a]
-            .if \with_o
-                v_fma_f32 v[v_acc + \i], v[v_w], v[\part + \i], v[v_acc + \i]
-            .endif
+            v_fma_f32 v[v_acc + \i], v[v_w], v[\part + \i], v[v_acc + \i]
         .endif
     .endr
 .endm
@@ -133,34 +141,53 @@ L_batch:
 .endif
     .endr
     s_waitcnt vmcnt(0) lgkmcnt(0)                       ; in flight: the batch's lse and O -> wait for all
+    s_sub_u32 s[s_left], s[s_splits], s[s_z]            ; splits from z on
     .irp i, 0, 1, 2, 3, 4, 5, 6, 7
-        s_add_u32 s[s_t], s[s_z], \i
-        s_cmp_lt_u32 s[s_t], s[s_splits]
-        s_cselect_b32 s[s_x + \i], s[s_x + \i], NEG_INF
-        merge_term s[s_x + \i], 1, v_part + 2*\i
+        .if \i > 0                                     ; (split z itself exists: z < splits)
+            s_cmp_gt_u32 s[s_left], \i
+            s_cselect_b32 s[s_x + \i], s[s_x + \i], NEG_INF
+        .endif
+        merge_term s[s_x + \i], v_part + 2*\i
     .endr
     s_add_u32 s[s_z], s[s_z], BATCH
     s_cmp_lt_u32 s[s_z], s[s_splits]
     s_cbranch_scc1 L_batch
 
-    s_cmp_eq_u32 s[s_has_sinks], 0
-    s_cbranch_scc1 L_store
-    s_lshl_b32 s[s_t], s[s_wg_x], 2
-    s_load_dword s[s_x], s[s_ptr_sink:s_ptr_sink+1], s[s_t]
-    s_waitcnt lgkmcnt(0)                                ; in flight: sink[h] -> wait
-    v_mov_b32 v[v_part], s[s_x]
-    v_mul_f32 v[v_part], LOG2E, v[v_part]               ; the sink in log2 units
-    merge_term v[v_part], 0
-
-L_store:
+    ; the splits: O = acc / l, A = ln 2 (m + log2 l + 7)
     v_max_f32 v[v_t0], L_FLOOR, v[v_l]
     v_rcp_f32 v[v_t0], v[v_t0]                          ; 1 / l (O stays 0 for a row with no key)
-    v_log_f32 v[v_w], v[v_l]                            ; log2 l: -inf for nothing
+    v_ldexp_f32 v[v_w], v[v_l], -SPLIT_SCALE            ; the sum of the weights 2^(lse - m), exactly
+    v_log_f32 v[v_w], v[v_w]                            ; log2 of it: -inf for nothing
     s_nop 0                                             ; transcendental result -> VALU read: 1 wait state
     v_mul_f32 v[v_acc], v[v_acc], v[v_t0]
     v_mul_f32 v[v_acc + 1], v[v_acc + 1], v[v_t0]
     v_add_f32 v[v_w], v[v_m], v[v_w]
-    v_mul_f32 v[v_w], LN2, v[v_w]                       ; LSE (natural log)
+    v_mul_f32 v[v_w], LN2, v[v_w]                       ; A: LSE of the splits (natural log)
+    s_cmp_eq_u32 s[s_has_sinks], 0
+    s_cbranch_scc1 L_store
+    ; + the sink, in natural-log units: M = max(A, sink), LSE = M + ln(e^(A - M) + e^(sink - M)),
+    ; O *= e^(A - M) / (e^(A - M) + e^(sink - M)). The larger term weighs 1, so the sum is >= 1.
+    s_lshl_b32 s[s_t], s[s_wg_x], 2
+    s_load_dword s[s_x], s[s_ptr_sink:s_ptr_sink+1], s[s_t]
+    s_waitcnt lgkmcnt(0)                                ; in flight: sink[h] -> wait
+    v_max_f32 v[v_t0], s[s_x], v[v_w]                   ; M (A = -inf: the sink)
+    v_sub_f32 v[v_a], v[v_w], v[v_t0]                   ; A - M <= 0 (-inf for no key)
+    v_sub_f32 v[v_l], s[s_x], v[v_t0]                   ; sink - M <= 0
+    v_mul_f32 v[v_a], LOG2E, v[v_a]                     ; (x log2 e: -inf past -FLT_MAX, weight 0 either way)
+    v_mul_f32 v[v_l], LOG2E, v[v_l]
+    v_exp_f32 v[v_a], v[v_a]
+    v_exp_f32 v[v_l], v[v_l]
+    s_nop 0                                             ; transcendental result -> VALU read: 1 wait state
+    v_add_f32 v[v_l], v[v_a], v[v_l]
+    v_rcp_f32 v[v_w], v[v_l]
+    v_log_f32 v[v_l], v[v_l]
+    s_nop 0                                             ; transcendental result -> VALU read: 1 wait state
+    v_mul_f32 v[v_a], v[v_a], v[v_w]                    ; the splits' share
+    v_mul_f32 v[v_l], LN2, v[v_l]
+    v_mul_f32 v[v_acc], v[v_acc], v[v_a]
+    v_mul_f32 v[v_acc + 1], v[v_acc + 1], v[v_a]
+    v_add_f32 v[v_w], v[v_t0], v[v_l]                   ; LSE (natural log)
+L_store:
 .if F16
     v_cvt_pk_f16_f32 v[v_acc], v[v_acc], v[v_acc + 1]   ; round to nearest even
 .else

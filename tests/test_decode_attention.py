@@ -489,3 +489,65 @@ def test_contiguous_cache_of_one_key(dim, dtype, fp8, sinks, seq_q):
     k, v = ((torch.randn(3, 1, 2, dim, generator=gen) * 2).to(kv_dtype) for _ in range(2))
     k[1], v[1] = float("nan"), float("nan")
     check([1, 0, 1], 4, 2, seq_q, dim, DTYPES[dtype], cache=(k, v, None), sinks=sinks, fp8=fp8)
+
+
+@pytest.mark.parametrize("dim,page,splits", [(64, None, 1), (128, 16, 3), (128, None, 2), (64, 64, None)])
+def test_sinks_far_from_the_scores(dim, page, splits):
+    # A row that sees no key (batch 0; tokens 0 and 1 of batch 1) has LSE = its sink and O = 0,
+    # whatever the sink: -1e30 used to fall below the merge's floor of the running max (-1e30
+    # in log2 units) and weigh 0 (LSE -inf); +-3e38 overflow f32 in log2 units (x log2 e),
+    # which gave -inf and NaN. Rows with keys: a sink of 3e38 takes all the weight (O = 0).
+    sinks = torch.tensor([-1e30, -3e38, 3e38, 0.5, -1e30, 1e30, -3e38, 2.0])
+    check([0, 2, 40], 8, 2, 4, dim, torch.bfloat16, page, sinks=sinks, num_splits=splits, seed=21)
+
+
+@pytest.mark.parametrize("dim,page,splits", [(64, None, 1), (128, 16, 2)])
+def test_scores_below_minus_1e30(dim, page, splits):
+    # Every score near -1e31 (log2 units): q > 0 and k < 0, both ~1e15. The running max was
+    # floored at -1e30, so every P underflowed to 0 and the rows came out as if they saw no
+    # key (O = 0, LSE = -inf); the softmax of such scores is well defined (here: the best key's V).
+    gen = torch.Generator().manual_seed(22)
+    q = ((torch.rand(2, 2, 4, dim, generator=gen) + 0.5) * 1e15).to(torch.bfloat16)
+    k, v, table = make_cache([45, 130], 2, dim, torch.bfloat16, gen, page_size=page)
+    k = -(k.abs() + 0.5) * 1e15                                                   # NaN slots stay NaN
+    check([45, 130], 4, 2, 2, dim, torch.bfloat16, cache=(k, v, table), num_splits=splits, q=q)
+
+
+def fp8_between(cache, lo, hi, gen):
+    """The e4m3 cache with its visible (non-NaN) values replaced by random ones in [lo, hi)."""
+    x = cache.float()
+    return torch.where(torch.isnan(x), x, torch.rand(x.shape, generator=gen) * (hi - lo) + lo).to(cache.dtype)
+
+
+@pytest.mark.parametrize("dim,page,splits,v_range,k_descale,v_descale", [
+    (64, None, 1, None, 0.7, 2.0**60),               # the reproducer: waves with no key made 0 x inf
+    (128, 16, 3, None, 1.5, 2.0**60),
+    (64, None, 1, (4, 8), 2.0**-12, 2.0**124),        # 8 waves of O ~1.3e38 summed past 3.4e38
+    (128, 16, 5, (4, 8), 2.0**-12, 2.0**124),         # 5 splits likewise, in the merge
+])
+def test_fp8_large_v_descale(dim, page, splits, v_range, k_descale, v_descale):
+    # O fits f32 (and bf16) whenever every dequantised V value does; no intermediate may
+    # overflow. v_descale used to be folded into 1 / max(l, 1e-30) (inf for a wave with no
+    # key: 0 x inf = NaN), and the waves' and splits' O were summed with weights up to 1 each
+    # before the division by the sum of weights. k_descale 2^-12: equal weights.
+    gen = torch.Generator().manual_seed(23)
+    k, v, table = make_cache([0, 1, 37, 256], 1, dim, torch.float8_e4m3fn, gen, page_size=page)
+    if v_range:
+        v = fp8_between(v, *v_range, gen)
+    scales = dict(k_descale=torch.tensor([k_descale]), v_descale=torch.tensor([v_descale]))
+    check([0, 1, 37, 256], 8, 1, 1, dim, torch.bfloat16, cache=(k, v, table), num_splits=splits, fp8="tensor",
+          scales=scales)
+
+
+@pytest.mark.parametrize("dim,page,splits", [(128, None, 1), (64, 16, 4)])
+def test_fp8_pairs_at_the_fp16_limit(dim, page, splits):
+    # Per-token pairs of +-65504 (fp16's largest): V = fp8 x scale + shift up to ~2.9e7, kept in
+    # range by construction (P x scale <= 65504 fits q's dtype; O from the f32 sums / l)
+    gen = torch.Generator().manual_seed(24)
+    k, v, table = make_cache([0, 40, 100], 2, dim, torch.float8_e4m3fn, gen, page_size=page)
+    k_pairs, v_pairs = nan_pairs_like(k, gen), nan_pairs_like(v, gen)
+    shift = (torch.randint(0, 2, v_pairs.shape[:-1], generator=gen) * 2 - 1) * 65504.0
+    extreme = torch.stack([torch.full_like(shift, 65504.0), shift], -1).to(torch.float16)
+    v_pairs = torch.where(torch.isnan(v_pairs), v_pairs, extreme)
+    check([0, 40, 100], 4, 2, 1, dim, torch.bfloat16, cache=(k, v, table), num_splits=splits, fp8="token",
+          scales=dict(k_scale_shift=k_pairs, v_scale_shift=v_pairs))
