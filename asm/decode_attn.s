@@ -69,7 +69,12 @@
 ; finite score, and 0 x 1 keeps O = 0 for one without), times v_descale (FP8 = 1) after the
 ; division, and the waves' results are combined with weights normalised first: no
 ; intermediate exceeds the largest |dequantised V| (none overflows where that fits f32).
-; A row whose scores are all -inf (it sees no key, or -inf from the data): O = 0, LSE = -inf.
+; A row that sees keys of the split but whose every visible score is -inf (+-inf in q or K)
+; has the softmax 0 / 0: partial = 0 writes O = NaN (LSE -inf, as the float64 reference
+; gives); partial = 1 writes O = 0 and log2-sum-exp LSE_EMPTY, a NaN that no NaN of the
+; data can be (an f32 NaN widened from bf16, fp16 or e4m3 has its low 13 bits 0, a NaN made
+; by arithmetic is 0x7fc00000 or 0xffc00000), so that the merge gives NaN only if no split
+; and no sink weighs anything. A row that sees no key: O = 0, LSE = -inf.
 ;
 ;
 ; --- FP8 caches (FP8 = 1) ---
@@ -153,6 +158,8 @@
 .set RECORDS_ALL, 0x7fffffff           ; num_records of Q/O/LSE/ws (the ops layer keeps offsets below)
 .set M_INIT, 0xff7fffff                ; -FLT_MAX: finite floor of m, at or below every finite score
 .set NEG_INF, 0xff800000
+.set F32_NAN, 0x7fc00000
+.set LSE_EMPTY, 0x7fc00001             ; ws_lse of a row whose visible keys all scored -inf (decode_attn_merge)
 .set LN2, 0x3f317218
 .set SEL_LO, 0x05040100                ; v_perm_b32: low halves of (src1, src0) -> one dword
 .set SEL_HI, 0x07060302                ; high halves
@@ -236,6 +243,7 @@
 .set s_vs_ps, s_q_ss
 .set s_vs_ss, s_q_hs
 .set s_rowmask, 98          ; [98:99] epilogue: lanes whose row exists
+.set s_empty, s_tmp64       ; [52:53] epilogue: lanes whose row saw keys, every score -inf
 
 ; --- VGPRs ---
 .set v_lane, 1              ; l = work-item % 64: lane in the wave
@@ -408,7 +416,7 @@
 ; weights 2^(lse_w - max) / sum_w 2^(lse_w - max), O = sum_w weight_w O_w. The weights are
 ; normalised before the sum, so it never exceeds the largest |O_w| (summing first and
 ; dividing after could overflow where O fits). Max floored at -FLT_MAX: a row no wave saw
-; gives O = 0, -inf.
+; gives O = 0, -inf (and empty_rows applies).
 .macro combine_waves
     s_lshl_b32 s[s_t], s[s_wave], 6
     v_add_u32 v[v_t2], s[s_t], v[v_lane]                ; 64 wave + l
@@ -455,7 +463,8 @@
     .endr
     v_max_f32 v[v_t2], 1.0, v[v_l]                      ; (the LSE reads' address is free)
     v_rcp_f32 v[v_t2], v[v_t2]                          ; 1 / sum of weights (>= 1 when any wave saw a score)
-    s_nop 0                                             ; transcendental result -> VALU read: 1 wait state
+    empty_rows_mask                                     ; (its VALU ops give the rcp's 1 wait state)
+    empty_rows_nan v_t2
     .irp w, 0, 1, 2, 3, 4, 5, 6, 7
         .if \w < W
             v_mul_f32 v[v_s + \w], v[v_s + \w], v[v_t2]    ; normalised weight of wave w
@@ -482,6 +491,30 @@
     v_log_f32 v[v_l], v[v_l]
     s_nop 0                                             ; transcendental result -> VALU read: 1 wait state
     v_add_f32 v[v_t1], v[v_t1], v[v_l]                  ; log2-sum-exp of the workgroup
+.endm
+
+; The rows the workgroup saw keys of (span > 0) but whose sum of weights v_l is 0: every
+; visible score -inf, softmax 0 / 0. s_empty = their lanes.
+.macro empty_rows_mask
+    v_cmp_eq_f32 s[s_empty:s_empty+1], 0, v[v_l]
+    v_cmp_lt_i32 vcc, 0, v[v_span]
+    s_and_b64 s[s_empty:s_empty+1], vcc, s[s_empty:s_empty+1]
+.endm
+
+; partial = 0: v[\inv] (the 1 / l that O is multiplied by, 0 x NaN) = NaN in the s_empty lanes
+.macro empty_rows_nan inv
+    s_cmp_eq_u32 s[s_partial], 0
+    s_cselect_b64 vcc, s[s_empty:s_empty+1], 0
+    v_mov_b32 v[v_t3], F32_NAN
+    v_cndmask_b32 v[\inv], v[\inv], v[v_t3], vcc
+.endm
+
+; partial = 1: the log2-sum-exp v_t1 = LSE_EMPTY in the s_empty lanes (O stays 0), for the merge
+.macro empty_rows_lse
+    s_cmp_eq_u32 s[s_partial], 0
+    s_cselect_b64 vcc, 0, s[s_empty:s_empty+1]
+    v_mov_b32 v[v_t3], LSE_EMPTY
+    v_cndmask_b32 v[v_t1], v[v_t1], v[v_t3], vcc
 .endm
 
 ; The registers of tile buffer \p: _kld (where K loads land), _kop (the MFMA's K operand),
@@ -877,6 +910,10 @@ L_epilogue:
     v_cmp_gt_u32 s[s_rowmask:s_rowmask+1], s[s_rows], v[v_t2]   ; row exists
     s_nop 0                                             ; transcendental result -> VALU read: 1 wait state
     v_add_f32 v[v_t1], v[v_m], v[v_t1]                  ; log2-sum-exp of the row (this split)
+.if W == 1
+    empty_rows_mask
+    empty_rows_nan v_t0
+.endif
     s_nop 4                                             ; last PV MFMA (4 passes) result -> VALU read
 .if FP8_TOKEN
     o_each v_add_f32, v_c                               ; + sum p b' (every dim)
@@ -885,6 +922,7 @@ L_epilogue:
 .if W > 1
     combine_waves
 .endif
+    empty_rows_lse
     v_mov_b32 v[v_t3], OOB
     v_cmp_eq_u32 vcc, 0, v[v_g]                         ; one lane per row writes the LSE
     s_and_b64 vcc, vcc, s[s_rowmask:s_rowmask+1]

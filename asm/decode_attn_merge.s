@@ -17,7 +17,9 @@
 ; and overflows only where that does. The sink is added after the splits, in natural-log
 ; units (sink * log2 e would overflow f32 for |sink| > 2.36e38); only the differences from
 ; the max, <= 0, are scaled by log2 e, and one past -FLT_MAX weighs 0 as -inf does.
-; A row whose splits all weigh 0 and that has no sink gets O = 0, LSE = -inf.
+; A split whose visible keys all scored -inf writes ws_lse = LSE_EMPTY (decode_attn): it
+; weighs 0, and a row whose splits all weigh 0 and that has no sink gets O = NaN (0 / 0,
+; the float64 softmax) if one of them was such a split, else O = 0 (no key seen); LSE -inf.
 ;
 ; gfx950, wave64; grid (heads_q, seq_q, batch), one wave per output row; lane l owns dims
 ; (D/64) l .. (D/64) l + D/64 - 1. Defines: D (64 | 128), F16 (0: bf16 out, 1: fp16).
@@ -32,6 +34,8 @@
 .set M_INIT, 0xff7fffff                ; -FLT_MAX
 .set L_FLOOR, 0x0da24260               ; 1e-30f (a finite term weighs >= 2^-7)
 .set SPLIT_SCALE, -7                   ; log2 of every split's weight scale
+.set F32_NAN, 0x7fc00000
+.set LSE_EMPTY, 0x7fc00001             ; decode_attn's ws_lse of a row whose visible keys all scored -inf
 .set LN2, 0x3f317218
 .set LOG2E, 0x3fb8aa3b
 .set RECORDS_ALL, 0x7fffffff
@@ -63,6 +67,7 @@
 .set s_store_lse, 41
 .set s_row, 42              ; R
 .set s_z, 43                ; split
+.set s_empty, 44            ; nonzero once a split wrote LSE_EMPTY
 .set s_left, 45             ; splits - z
 .set s_t, 46
 .set s_u, 47
@@ -127,6 +132,7 @@
     v_add_u32 v[v_off], s[s_t], v[v_off]
     s_add_u32 s[s_splits_m1], s[s_splits], -1
     s_mov_b32 s[s_z], 0
+    s_mov_b32 s[s_empty], 0
 L_batch:
     .irp i, 0, 1, 2, 3, 4, 5, 6, 7
         s_add_u32 s[s_t], s[s_z], \i
@@ -147,6 +153,9 @@ L_batch:
             s_cmp_gt_u32 s[s_left], \i
             s_cselect_b32 s[s_x + \i], s[s_x + \i], NEG_INF
         .endif
+        s_cmp_eq_u32 s[s_x + \i], LSE_EMPTY                ; the split saw keys of the row, all scoring -inf:
+        s_cselect_b32 s[s_x + \i], NEG_INF, s[s_x + \i]    ; it weighs 0, and is remembered
+        s_cselect_b32 s[s_empty], 1, s[s_empty]
         merge_term s[s_x + \i], v_part + 2*\i
     .endr
     s_add_u32 s[s_z], s[s_z], BATCH
@@ -164,7 +173,7 @@ L_batch:
     v_add_f32 v[v_w], v[v_m], v[v_w]
     v_mul_f32 v[v_w], LN2, v[v_w]                       ; A: LSE of the splits (natural log)
     s_cmp_eq_u32 s[s_has_sinks], 0
-    s_cbranch_scc1 L_store
+    s_cbranch_scc1 L_no_sink
     ; + the sink, in natural-log units: M = max(A, sink), LSE = M + ln(e^(A - M) + e^(sink - M)),
     ; O *= e^(A - M) / (e^(A - M) + e^(sink - M)). The larger term weighs 1, so the sum is >= 1.
     s_lshl_b32 s[s_t], s[s_wg_x], 2
@@ -187,6 +196,15 @@ L_batch:
     v_mul_f32 v[v_acc], v[v_acc], v[v_a]
     v_mul_f32 v[v_acc + 1], v[v_acc + 1], v[v_a]
     v_add_f32 v[v_w], v[v_t0], v[v_l]                   ; LSE (natural log)
+    s_branch L_store
+L_no_sink:
+    s_cmp_eq_u32 s[s_empty], 0
+    s_cbranch_scc1 L_store
+    v_cmp_eq_f32 vcc, 0, v[v_l]                         ; no split weighs anything, one saw keys: 0 / 0
+    v_mov_b32 v[v_t0], F32_NAN
+    v_cndmask_b32 v[v_acc], v[v_acc], v[v_t0], vcc
+    v_cndmask_b32 v[v_acc + 1], v[v_acc + 1], v[v_t0], vcc
+
 L_store:
 .if F16
     v_cvt_pk_f16_f32 v[v_acc], v[v_acc], v[v_acc + 1]   ; round to nearest even

@@ -475,7 +475,7 @@ def test_fp8_schedule_independent(fp8):
     assert not found, "\n".join(map(str, found))
 
 
-# ------------------------------------------------------------------ legal inputs at the edges (issue 26)
+# ------------------------------------------------------------------ legal inputs at the edges of f32 and of the shapes
 
 @pytest.mark.parametrize("dim,dtype,fp8,sinks,seq_q", [(64, "bf16", None, False, 1), (128, "f16", None, True, 2),
                                                        (128, "bf16", "tensor", False, 1), (64, "f16", "token", True, 1)])
@@ -551,3 +551,70 @@ def test_fp8_pairs_at_the_fp16_limit(dim, page, splits):
     v_pairs = torch.where(torch.isnan(v_pairs), v_pairs, extreme)
     check([0, 40, 100], 4, 2, 1, dim, torch.bfloat16, cache=(k, v, table), num_splits=splits, fp8="token",
           scales=dict(k_scale_shift=k_pairs, v_scale_shift=v_pairs))
+
+
+def check_special(q, k, v, seqlens, table, nan_rows, **options):
+    """decode_attention against the float64 reference where inputs hold +-inf: O NaN exactly
+    where the reference's is (`nan_rows` rows, all of each), the rest within tolerance; LSE
+    -inf where the reference's is, NaN where it is NaN or +inf (a +inf score: m = inf, the
+    kernel's sum is NaN), finite within LSE_TOL elsewhere."""
+    seqlens_t = torch.tensor(seqlens, dtype=torch.int32)
+    out, base = poisoned_out(q)
+    o, lse = gfxasm.decode_attention(q, k, v, seqlens_t, block_table=table, out=out, return_lse=True, **options)
+    assert torch.isnan(base[:, :, 0]).all() and torch.isnan(base[:, :, -1]).all(), "a store landed outside out"
+    options.pop("num_splits")
+    o_ref, lse_ref, o_abs = da.reference(q, k, v, seqlens_t, block_table=table, **options)
+    ref_nan = torch.isnan(o_ref).all(-1)
+    assert int(ref_nan.sum()) == nan_rows and not torch.isnan(o_ref[~ref_nan]).any()
+    assert torch.equal(torch.isnan(o), torch.isnan(o_ref)), "O NaN where the reference is not (or not)"
+    ok = ~torch.isnan(o_ref)
+    assert ((o.double() - o_ref).abs()[ok] <= da.tolerance(o_ref, o_abs, q.dtype)[ok]).all()
+    assert torch.equal(torch.isnan(lse), torch.isnan(lse_ref) | torch.isposinf(lse_ref))
+    assert torch.equal(torch.isneginf(lse), torch.isneginf(lse_ref))
+    finite = torch.isfinite(lse_ref)
+    assert ((lse.double() - lse_ref)[finite].abs() <= da.LSE_TOL * lse_ref[finite].abs().clamp(min=1)).all()
+
+
+@pytest.mark.parametrize("dim,page,splits,causal", [(64, None, 1, False), (128, 16, 3, False), (128, None, 2, False),
+                                                    (64, 64, None, True)])
+def test_inf_in_q(dim, page, splits, causal):
+    # q holding +-inf: the scores of its row are +-inf (NaN where k is 0) and the float64
+    # softmax is NaN: a +inf score gives inf - inf, and a row whose visible keys all score
+    # -inf gives 0 / 0. The latter came out as O = 0 (l = 0, like a row that sees no key).
+    # Dims 3 and 5 of every key are made negative and positive, so the sign of the inf in q
+    # picks the case; batch 2 sees no key (O = 0, LSE = -inf, inf or not).
+    gen = torch.Generator().manual_seed(25)
+    seqlens = [5, 40, 0]
+    q = torch.randn(3, 2, 4, dim, generator=gen).to(torch.float16)
+    k, v, table = make_cache(seqlens, 2, dim, torch.float16, gen, page_size=page)
+    k[..., 3] = -(k[..., 3].abs() + 0.25)
+    k[..., 5] = k[..., 5].abs() + 0.25
+    q[0, 0, 0, 3] = q[2, 0, 0, 3] = float("inf")                          # every visible score -inf
+    q[1, 1, 2, 5] = float("-inf")                                         # likewise
+    q[0, 1, 1, 3] = float("-inf")                                         # every visible score +inf
+    q[1, 0, 3, 5] = float("inf")                                          # likewise
+    q[1, 1, 0, 3] = q[1, 1, 0, 5] = float("inf")                          # -inf + inf terms: NaN scores
+    check_special(q, k, v, seqlens, table, 5, causal=causal, num_splits=splits)
+
+
+@pytest.mark.parametrize("page,splits,sinks", [(None, 3, False), (16, 3, False), (None, 1, False), (16, 2, True)])
+def test_inf_in_k(page, splits, sinks):
+    # -inf in dim 3 of keys 0-31 of batch 0 (all of split 0 with 3 splits of 32) and of every
+    # key of batch 1; q's dim 3 > 0, so those keys score -inf. Batch 0's rows still see finite
+    # keys: the split (or wave) whose keys all score -inf must weigh 0, not make O NaN, while
+    # batch 1's rows are 0 / 0 (NaN) unless a sink weighs (then O = 0, LSE = the sink). One row
+    # of batch 0 has q's dim 3 < 0: +inf scores, NaN.
+    gen = torch.Generator().manual_seed(26)
+    seqlens = [80, 20]
+    q = torch.randn(2, 2, 4, 128, generator=gen).to(torch.float16)
+    q[..., 3] = q[..., 3].abs() + 0.25
+    q[0, 1, 3, 3] = -q[0, 1, 3, 3]
+    k, v, table = make_cache(seqlens, 2, 128, torch.float16, gen, page_size=page)
+    for b, keys in ((0, range(32)), (1, range(20))):
+        for j in keys:
+            if table is None:
+                k[b, j, :, 3] = float("-inf")
+            else:
+                k[int(table[b, j // page]), j % page, :, 3] = float("-inf")
+    sink_t = torch.randn(4, generator=gen) if sinks else None
+    check_special(q, k, v, seqlens, table, 1 if sinks else 9, causal=False, num_splits=splits, sinks=sink_t)

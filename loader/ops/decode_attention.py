@@ -678,7 +678,10 @@ def reference(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_descale
         if sinks is not None:
             s = torch.cat([s, sinks.double()[:, None, None].expand(heads_q, seq_q, 1)], dim=-1)
         row_lse = torch.logsumexp(s, dim=-1)                                                      # [Hq, Sq]
-        p = torch.exp(s - row_lse[..., None]).nan_to_num(0.0)[..., :n]
+        # rows that see no key (and no sink) get O = 0; elsewhere exp's NaN stands (an inf
+        # score, or every visible score -inf: 0 / 0)
+        no_key = ~visible.any(-1)[:, None] & (sinks is None)                                     # [Sq, 1]
+        p = torch.exp(s - row_lse[..., None]).masked_fill(no_key, 0.0)[..., :n]
         o[b] = torch.matmul(p, vb).transpose(0, 1)
         o_abs[b] = torch.matmul(p, per_head(v_mag(v_cache, b, n))).transpose(0, 1)
         lse[b] = row_lse
