@@ -130,6 +130,17 @@ class Kernel:
             raise ValueError(f"kernel '{self.name}' has no variant '{name}'; "
                              f"it has: {', '.join(self.variants)}") from None
 
+    def variant_with(self, **defines: int) -> Variant:
+        """The one variant whose defines have these values (the source's own switches pick
+        it, so an op never spells a variant's name)."""
+        found = [v for v in self.variants.values()
+                 if all(v.defines.get(name, 0) == int(value) for name, value in defines.items())]
+        if len(found) != 1:
+            wanted = ", ".join(f"{name}={int(value)}" for name, value in defines.items())
+            raise ValueError(f"kernel '{self.name}': {len(found)} variants have {wanted} "
+                             f"({', '.join(v.name for v in found) or 'none'}); expected exactly one")
+        return found[0]
+
 
 @dataclass(eq=False)
 class Manifest:
