@@ -552,7 +552,7 @@ def test_moe_sum_exact(T, top_k, H, has_map):
     gfxasm.launch("moe_sum", y=y, topk_ids=ids.view(-1),
                   expert_map=expert_map if has_map else torch.empty(0, dtype=torch.int32), out=out, T=T, H=H,
                   top_k=top_k, num_experts=E, has_map=int(has_map), num_local=local)
-    assert torch.equal(out, moe_layer.sum_reference(y, ids, E, expert_map, local))
+    assert torch.equal(out, mxfp8_moe_gemm.sum_reference(y, ids, E, expert_map, local))
     assert base[:64].eq(0xFF).all() and base[64 + out.numel() * 2:].eq(0xFF).all()
 
 

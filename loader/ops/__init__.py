@@ -9,4 +9,5 @@ from . import mxfp8_gemm  # noqa: F401
 from . import mxfp8_moe_gemm  # noqa: F401
 from . import moe_align  # noqa: F401
 from . import moe_layer  # noqa: F401
+from . import moe_cases  # noqa: F401
 from . import swiglu_quant  # noqa: F401

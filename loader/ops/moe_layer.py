@@ -70,7 +70,7 @@ from ..manifest import default_manifest
 from . import arguments, library, moe_align, mxfp8_moe_gemm, swiglu_quant
 from .aliasing import extent, refuse_overlap
 from .mxfp8_gemm import BLOCK, E4M3, E8M0
-from .mxfp8_moe_gemm import BLOCK_MS, MAX_A_DIV, sum_reference
+from .mxfp8_moe_gemm import BLOCK_MS, MAX_A_DIV
 
 OP = "mxfp8_moe"
 # The decode form up to here. It reads an expert's weights once per slot routed to it, the
@@ -281,22 +281,3 @@ def mxfp8_moe(x: torch.Tensor, x_scale: torch.Tensor, w1: torch.Tensor, w1_scale
 def kernel_names() -> list[str]:
     """This layer's own kernels (the GEMMs' are mxfp8_moe_gemm.build_kernels()'s."""
     return ["moe_align", "moe_sum"]
-
-
-
-def _register_run_case() -> None:
-    from ..runcases import RunCase, run_case
-
-    @run_case("moe_sum")
-    def sum_case(variant, gen, T=5, top_k=4, H=264, E=8) -> RunCase:
-        y = torch.randn(T * top_k, H, generator=gen).to(torch.bfloat16)
-        ids = torch.randint(-1, E + 1, (T, top_k), generator=gen, dtype=torch.int32)   # some out of range
-        expert_map = torch.randint(-1, 3, (E,), generator=gen, dtype=torch.int32)      # some absent, some >= 2
-        return RunCase(args=dict(y=y, topk_ids=ids.view(-1), expert_map=expert_map,
-                                 out=torch.full((T, H), float("nan"), dtype=torch.bfloat16), T=T, H=H, top_k=top_k,
-                                 num_experts=E, has_map=1, num_local=2),
-                       expected=dict(out=sum_reference(y, ids, E, expert_map, 2)), atol=0, rtol=0,
-                       note=f"T={T} top_k={top_k} H={H}, expert map")
-
-
-_register_run_case()

@@ -1,0 +1,127 @@
+"""`gfxasm run` cases of the MoE kernels: random inputs and their references for every kernel
+of loader/ops/mxfp8_moe_gemm.py (the grouped GEMM, its SWIGLU and DIRECT forms) and for the
+layer's moe_sum (loader/ops/moe_layer.py). Importing this module (gfxasm.ops does) registers
+them."""
+from __future__ import annotations
+
+import torch
+
+from ..runcases import RunCase, run_case
+from .moe_align import reference as align
+from .mxfp8_gemm import BLOCK, E4M3, E8M0, OPERAND_RANGES, dequantize, random_operands
+from .mxfp8_moe_gemm import (DIRECT_SWIGLU_KERNEL, direct_kernel_names, direct_sum_launch_args,
+                             direct_swiglu_launch_args, kernel_names, launch_args, reference, sum_reference,
+                             swiglu_kernel_names, swiglu_launch_args, validate)
+from .swiglu_quant import activation_reference, quantize_reference
+
+
+def gemm_case(variant, gen: torch.Generator, T: int = 5, top_k: int = 3, E: int = 6, N: int = 40,
+              K: int = 416) -> RunCase:
+    """T tokens on top_k random experts, experts 1 and 4 absent (-1: their rows stay NaN),
+    a_div = top_k, topk weights; K % 128 = 32 (a partial step), N off every tile."""
+    out_dtype = torch.float16 if variant.defines["OUT_F16"] else torch.bfloat16
+    block_m = 16 * variant.defines["MT"]
+    a, a_scale, _, _ = random_operands(T, 1, K, gen, **OPERAND_RANGES[out_dtype])
+    _, _, w, w_scale = random_operands(1, E * N, K, gen, **OPERAND_RANGES[out_dtype])
+    w, w_scale = w.view(E, N, K), w_scale.view(E, N, K // BLOCK)
+    ids = torch.stack([torch.randperm(E, generator=gen)[:top_k] for _ in range(T)]).flatten().tolist()
+    expert_map = [-1 if e in (1, 4) else e for e in range(E)]
+    routing = tuple(torch.tensor(x, dtype=torch.int32).reshape(-1) for x in align(ids, E, block_m, expert_map))
+    tw = torch.rand(T, top_k, generator=gen)
+    out = torch.full((T * top_k, N), float("nan"), dtype=out_dtype)
+    call = (a, a_scale, w, w_scale, *routing, top_k, tw, out, out_dtype)
+    _, _, args = launch_args(*call, validate(*call))
+    values, written = reference(a, a_scale, w, w_scale, *routing, top_k, tw)
+    values[~written] = float("nan")
+    magnitude, _ = reference(a, a_scale, w, w_scale, *routing, top_k, tw, absolute=True)
+    rtol = 2.0 ** -8 if out_dtype == torch.bfloat16 else 2.0 ** -11
+    atol = (float(((K / 16 + 128) * 2.0 ** -24 * magnitude).max())
+            + 2.0 ** -24 * float(values.nan_to_num().abs().max()))
+    return RunCase(args=args, expected={"out": values.float()}, atol=atol, rtol=rtol,
+                   note=f"T={T} top_k={top_k} E={E} N={N} K={K} block_m={block_m}")
+
+
+def ones(gen, *shape) -> torch.Tensor:
+    """e4m3 codes in {-1, 0, 1}."""
+    return torch.randint(-1, 2, shape, generator=gen).float().to(E4M3)
+
+
+def unit(*shape) -> torch.Tensor:
+    """E8M0 scales 2^0."""
+    return torch.full(shape, 127, dtype=torch.uint8).view(E8M0)
+
+
+def swiglu_case(variant, gen: torch.Generator, T: int = 5, top_k: int = 3, E: int = 6, I: int = 64,
+                K: int = 160) -> RunCase:
+    """gate_up_swiglu (or its DIRECT form) with alpha = beta = 0 and no clamp on codes in {-1, 0,
+    1} with unit scales: every h is an integer of magnitude <= K < 256 (exact in f32 and bf16)
+    and y = gate * up / 2 is exact, so q and scale are compared bit for bit; experts 1 and 4
+    absent (rows stay NaN)."""
+    direct = variant.defines.get("DIRECT", 0)
+    block_m = 16 * variant.defines["MT"]
+    a, a_scale = ones(gen, T, K), unit(T, K // BLOCK)
+    w, w_scale = ones(gen, E, 2 * I, K), unit(E, 2 * I, K // BLOCK)
+    ids = torch.stack([torch.randperm(E, generator=gen)[:top_k] for _ in range(T)]).to(torch.int32)
+    expert_map = [-1 if e in (1, 4) else e for e in range(E)]
+    routing = tuple(torch.tensor(x, dtype=torch.int32).reshape(-1)
+                    for x in align(ids.flatten().tolist(), E, block_m, expert_map))
+    S = T * top_k
+    q = torch.full((S, I), 0x7F, dtype=torch.uint8).view(E4M3)                            # NaN
+    scale = torch.full((S, I // BLOCK), 0xFF, dtype=torch.uint8).view(E8M0)                 # NaN
+    if direct:
+        _, _, args = direct_swiglu_launch_args(a, a_scale, w, w_scale, ids, torch.tensor(expert_map).int(), E, q,
+                                               scale, 0.0, 0.0, float("inf"))
+    else:
+        _, _, args = swiglu_launch_args(a, a_scale, w, w_scale, *routing, top_k, q, scale, 0.0, 0.0, float("inf"))
+    h, written = reference(a, a_scale, w, w_scale, *routing, top_k)
+    q_want, s_want = quantize_reference(activation_reference(h, 0.0, 0.0, float("inf")))
+    q_want.view(torch.uint8)[~written], s_want.view(torch.uint8)[~written] = 0x7F, 0xFF
+    return RunCase(args=args, expected=dict(q=q_want, scale=s_want), atol=0, rtol=0,
+                   note=f"T={T} top_k={top_k} E={E} I={I} K={K} " + ("direct" if direct else f"block_m={block_m}")
+                   + ", alpha = 0 (exact)")
+
+
+def direct_sum_case(variant, gen: torch.Generator, T: int = 3, top_k: int = 5, E: int = 6, N: int = 40,
+                    K: int = 416) -> RunCase:
+    """The DIRECT down GEMM + top-k sum on codes in {-1, 0, 1} with unit scales: each slot's
+    row is an integer below 2^24 (exact in f32 whatever the order), so bf16(weight * row) and
+    the f32 sum in slot order are known bit for bit (sum_reference). Experts 1 and 4
+    absent, one id out of range; K % 128 = 32 (a partial step), N off every tile."""
+    S = T * top_k
+    a, a_scale, w, w_scale = ones(gen, S, K), unit(S, K // BLOCK), ones(gen, E, N, K), unit(E, N, K // BLOCK)
+    ids = torch.stack([torch.randperm(E, generator=gen)[:top_k] for _ in range(T)]).to(torch.int32)
+    ids[1, 2] = E
+    expert_map = torch.tensor([-1 if e in (1, 4) else e for e in range(E)], dtype=torch.int32)
+    tw = torch.rand(T, top_k, generator=gen)
+    out = torch.full((T, N), float("nan"), dtype=torch.bfloat16)
+    _, _, args = direct_sum_launch_args(a, a_scale, w, w_scale, ids, expert_map, E, tw, out, variant.defines["NT"])
+    rows = torch.zeros(S, N, dtype=torch.float32)
+    for t, e in enumerate(ids.flatten().tolist()):
+        if 0 <= e < E and expert_map[e] >= 0:
+            rows[t] = (dequantize(a[t:t + 1], a_scale[t:t + 1]) @ dequantize(w[expert_map[e]],
+                                                                             w_scale[expert_map[e]]).T).float()
+    y = (tw.reshape(-1, 1) * rows).to(torch.bfloat16)
+    return RunCase(args=args, expected=dict(out=sum_reference(y, ids, E, expert_map)), atol=0, rtol=0,
+                   note=f"T={T} top_k={top_k} E={E} N={N} K={K}, codes in {{-1, 0, 1}} (exact)")
+
+
+@run_case("moe_sum")
+def sum_case(variant, gen: torch.Generator, T: int = 5, top_k: int = 4, H: int = 264, E: int = 8) -> RunCase:
+    """The layer's top-k sum on random rows: some ids out of range, a map with absent experts
+    and local ids past the 2 local experts (all skipped); exact (sum_reference)."""
+    y = torch.randn(T * top_k, H, generator=gen).to(torch.bfloat16)
+    ids = torch.randint(-1, E + 1, (T, top_k), generator=gen, dtype=torch.int32)   # some out of range
+    expert_map = torch.randint(-1, 3, (E,), generator=gen, dtype=torch.int32)      # some absent, some >= 2
+    return RunCase(args=dict(y=y, topk_ids=ids.view(-1), expert_map=expert_map,
+                             out=torch.full((T, H), float("nan"), dtype=torch.bfloat16), T=T, H=H, top_k=top_k,
+                             num_experts=E, has_map=1, num_local=2),
+                   expected=dict(out=sum_reference(y, ids, E, expert_map, 2)), atol=0, rtol=0,
+                   note=f"T={T} top_k={top_k} H={H}, expert map")
+
+
+for name in kernel_names():
+    run_case(name)(gemm_case)
+for name in swiglu_kernel_names() + [DIRECT_SWIGLU_KERNEL]:
+    run_case(name)(swiglu_case)
+for name in direct_kernel_names()[1:]:
+    run_case(name)(direct_sum_case)
