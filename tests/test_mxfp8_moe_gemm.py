@@ -172,9 +172,10 @@ def test_stray_expert_and_slot_ids_are_skipped(block_m):
 
 @pytest.mark.parametrize("block_m,nt", [(16, 4), (16, 2), (32, 2), (32, 1)])
 def test_wide_tiles(block_m, nt, monkeypatch):
-    # the variants choose_nt takes for many busy blocks, forced on a small problem
+    # the variants choose_nt takes for many busy blocks, forced on a small problem; the op's
+    # cached plans (of the real choice) are set aside, and those of the forced one dropped after
     monkeypatch.setattr(moe, "choose_nt", lambda sizes: nt)
-    monkeypatch.setattr(moe, "_PLANS", {})
+    monkeypatch.setattr(moe.MXFP8_MOE_GEMM, "_cache", {})
     check("random", 20, 4, 16, 72, 160, block_m)
 
 

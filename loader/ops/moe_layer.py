@@ -14,7 +14,7 @@ Two forms, chosen by choose_form (the same result up to the order of f32 additio
 the down GEMM's per-slot sums: bit-equal when cdiv(I, 128) % 4 == 0).
 
 The sorted form (block_m given, top_k > 16, or more than DIRECT_MAX_TOKENS tokens): launches,
-in order (each its own kernel; intermediates allocated here):
+in order (each its own kernel; intermediates allocated per call):
   1. gfxasm.moe_align_block_size(topk_ids, E_global, block_m, expert_map)   (asm/moe_align.s)
   2. the gate_up GEMM fused with the activation (mxfp8_moe_gemm.gate_up_swiglu, the SWIGLU
      variant of asm/mxfp8_moe_gemm.s): h = gfxasm.mxfp8_moe_gemm(x, ..., w1, ..., a_div=top_k)
@@ -57,18 +57,20 @@ multiples of 32, x [T, H], w1 [E, 2I, H], w2 [E, H, I] with matching E, H and I,
 and topk_ids [T, top_k] (top_k <= 64), out bf16 [T, H] not overlapping an input. T = 0
 launches nothing.
 
-torch ops: gfxasm::mxfp8_moe(...) -> out and gfxasm::mxfp8_moe_out(..., out!), fake kernels.
+torch ops (declared on loader/ops/framework.py): gfxasm::mxfp8_moe(...) -> out and
+gfxasm::mxfp8_moe_out(..., out!), fake kernels. Each form's launches are prepared once per
+tensor layout and scalars (one plan, cached by the framework): a repeated call allocates the
+intermediates, checks pointers and launches.
 """
 from __future__ import annotations
 
-import os
+from dataclasses import replace
 
 import torch
 
-from ..launcher import BACKEND_ENV, PreparedLaunch, prepare
+from ..launcher import PreparedLaunch, prepare
 from ..manifest import default_manifest
-from . import arguments, library, moe_align, mxfp8_moe_gemm, swiglu_quant
-from .aliasing import extent, refuse_overlap
+from . import arguments, framework, moe_align, mxfp8_moe_gemm, swiglu_quant
 from .mxfp8_gemm import BLOCK, E4M3, E8M0
 from .mxfp8_moe_gemm import BLOCK_MS, MAX_A_DIV
 
@@ -148,13 +150,26 @@ def _validate_steps(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_i
     swiglu_quant.validate(torch.empty((0, 2 * sizes["I"]), dtype=torch.bfloat16, device=x.device), alpha, beta, limit)
     if sizes["T"] == 0:
         return
-    S = sizes["T"] * sizes["top_k"]
-    ids = [torch.empty(n, dtype=torch.int32, device=x.device)
-           for n in moe_align.sizes(S, sizes["E_global"], sizes["block_m"]) + (1,)]
-    mxfp8_moe_gemm.validate(x, x_scale, w1, w1_scale, *ids, sizes["top_k"], None, None, torch.bfloat16)
-    q = torch.empty((S, sizes["I"]), dtype=E4M3, device=x.device)
-    q_scale = torch.empty((S, sizes["I"] // BLOCK), dtype=torch.uint8, device=x.device)
-    mxfp8_moe_gemm.validate(q, q_scale, w2, w2_scale, *ids, 1, topk_weights, None, torch.bfloat16)
+    t = _intermediates(sizes, torch.device("meta"), routed=True)      # metadata is all the checks read
+    routing = (t["sorted_token_ids"], t["expert_ids"], t["num_tokens_post_padded"])
+    mxfp8_moe_gemm.validate(x, x_scale, w1, w1_scale, *routing, sizes["top_k"], None, None, torch.bfloat16)
+    mxfp8_moe_gemm.validate(t["q"], t["scale"], w2, w2_scale, *routing, 1, topk_weights, None, torch.bfloat16)
+
+
+def _intermediates(sizes: dict, device: torch.device, routed: bool) -> dict:
+    """Fresh tensors between the steps, by the names the plan's launches take them under:
+    q and scale (the down GEMM's activations), and with `routed` (the sorted form) the
+    routing arrays and y (the weighted rows)."""
+    S, I = sizes["T"] * sizes["top_k"], sizes["I"]
+    made = dict(q=torch.empty((S, I), dtype=E4M3, device=device),
+                scale=torch.empty((S, I // BLOCK), dtype=E8M0, device=device))
+    if routed:
+        padded, blocks = moe_align.sizes(S, sizes["E_global"], sizes["block_m"])
+        made.update(sorted_token_ids=torch.empty(padded, dtype=torch.int32, device=device),
+                    expert_ids=torch.empty(blocks, dtype=torch.int32, device=device),
+                    num_tokens_post_padded=torch.empty(1, dtype=torch.int32, device=device),
+                    y=torch.empty((S, sizes["H"]), dtype=torch.bfloat16, device=device))
+    return made
 
 
 def sum_launch_args(y, topk_ids, expert_map, out, sizes) -> dict:
@@ -165,102 +180,79 @@ def sum_launch_args(y, topk_ids, expert_map, out, sizes) -> dict:
                 has_map=int(expert_map is not None), num_local=sizes["E"])
 
 
-_SUMS: dict[tuple, PreparedLaunch] = {}
-_DIRECT: dict[tuple, tuple[PreparedLaunch, PreparedLaunch]] = {}
+# Both GEMMs' kernels call their operands a, a_scale, w, w_scale (and the sorted form's down
+# GEMM its output out): in the layer's plan, whose launches take their tensors from one
+# namespace, those are the layer's tensors and intermediates. (The gate_up kernels' topk_weights
+# is the layer's too, though they do not read it: has_weights 0.)
+_GATE_UP = dict(a="x", a_scale="x_scale", w="w1", w_scale="w1_scale")
+_DOWN = dict(a="q", a_scale="scale", w="w2", w_scale="w2_scale")
 
 
-def _run_direct(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit, out,
-                sizes) -> None:
-    """The decode form's two launches (module docstring)."""
-    S, I, dev = sizes["T"] * sizes["top_k"], sizes["I"], x.device
-    q = torch.empty((S, I), dtype=E4M3, device=dev)
-    s = torch.empty((S, I // BLOCK), dtype=E8M0, device=dev)
-    tensors = (x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, out)
-    key = tuple((t.shape, t.stride(), t.dtype, t.device) if t is not None else None for t in tensors) + (
-        sizes["E_global"], float(alpha), float(beta), float(limit), os.environ.get(BACKEND_ENV))
-    if key not in _DIRECT:
-        manifest = default_manifest()
-        launches = (mxfp8_moe_gemm.direct_swiglu_launch_args(x, x_scale, w1, w1_scale, topk_ids, expert_map,
-                                                             sizes["E_global"], q, s, alpha, beta, limit),
-                    mxfp8_moe_gemm.direct_sum_launch_args(q, s, w2, w2_scale, topk_ids, expert_map,
-                                                          sizes["E_global"], topk_weights, out))
-        _DIRECT[key] = tuple(prepare(manifest.kernel(k).variant(v), args) for k, v, args in launches)
-    gate_up, down = _DIRECT[key]
-    ids = topk_ids.reshape(-1)                  # expert_map None: the kernels read no map (has_map 0)
-    gate_up(x, x_scale.view(E8M0), w1, w1_scale.view(E8M0), ids, expert_map, None, q, s)
-    down(q, s, w2, w2_scale.view(E8M0), ids, expert_map, topk_weights.reshape(-1), out)
+def _prepared(kernel: str, variant: str | None, args: dict, **names: str) -> PreparedLaunch:
+    """The launch of `kernel` on `args`, taking its pointer arguments under `names` (kernel
+    argument -> the plan's name) where the layer's names differ from the kernel's."""
+    launch = prepare(default_manifest().kernel(kernel).variant(variant), args)
+    return replace(launch, pointers=tuple((names.get(name, name), offset, untouched)
+                                          for name, offset, untouched in launch.pointers))
 
 
-def _moe_sum(y, topk_ids, expert_map, out, sizes) -> None:
-    key = (y.shape, topk_ids.shape, y.device, sizes["E_global"], expert_map is not None, os.environ.get(BACKEND_ENV))
-    if key not in _SUMS:
-        _SUMS[key] = prepare(default_manifest().kernel("moe_sum").variant(None),
-                             sum_launch_args(y, topk_ids, expert_map, out, sizes))
-    _SUMS[key](y, topk_ids, expert_map, out)
+def _sorted_launches(sizes: dict, call, t: dict) -> tuple[PreparedLaunch, ...]:
+    """moe_align, the fused gate_up, the down GEMM, moe_sum (module docstring)."""
+    routing = (t["sorted_token_ids"], t["expert_ids"], t["num_tokens_post_padded"])
+    down = (t["q"], t["scale"], call.w2, call.w2_scale, *routing, 1, call.topk_weights, t["y"], torch.bfloat16)
+    return (
+        _prepared("moe_align", None, moe_align.launch_args(call.topk_ids, sizes["E_global"], sizes["block_m"],
+                                                           call.expert_map, routing)),
+        _prepared(*mxfp8_moe_gemm.swiglu_launch_args(call.x, call.x_scale, call.w1, call.w1_scale, *routing,
+                                                     sizes["top_k"], t["q"], t["scale"], call.alpha, call.beta,
+                                                     call.limit), **_GATE_UP),
+        _prepared(*mxfp8_moe_gemm.launch_args(*down, mxfp8_moe_gemm.validate(*down)), **_DOWN, out="y"),
+        _prepared("moe_sum", None, sum_launch_args(t["y"], call.topk_ids, call.expert_map, call.out, sizes)))
 
 
-def _run(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit, out,
-         sizes) -> None:
-    """The launches of sizes['form'] on checked arguments (validate's sizes)."""
-    inputs = (("x", x), ("x_scale", x_scale), ("w1", w1), ("w1_scale", w1_scale), ("w2", w2),
-              ("w2_scale", w2_scale), ("topk_weights", topk_weights), ("topk_ids", topk_ids)) + (
-        (("expert_map", expert_map),) if expert_map is not None else ())
-    refuse_overlap(OP, "out", out.data_ptr(), extent(out),
-                   tuple((name, t.data_ptr(), extent(t), False) for name, t in inputs))
+def _direct_launches(sizes: dict, call, t: dict) -> tuple[PreparedLaunch, ...]:
+    """The decode form's gate_up and down-and-sum (module docstring)."""
+    return (
+        _prepared(*mxfp8_moe_gemm.direct_swiglu_launch_args(call.x, call.x_scale, call.w1, call.w1_scale, call.topk_ids,
+                                                            call.expert_map, sizes["E_global"], t["q"], t["scale"],
+                                                            call.alpha, call.beta, call.limit), **_GATE_UP),
+        _prepared(*mxfp8_moe_gemm.direct_sum_launch_args(t["q"], t["scale"], call.w2, call.w2_scale, call.topk_ids,
+                                                         call.expert_map, sizes["E_global"], call.topk_weights,
+                                                         call.out), **_DOWN))
+
+
+def _plan(sizes: dict, call) -> framework.Plan:
+    """sizes['form']'s launches, prepared on stand-ins of the intermediates; each call binds
+    fresh ones."""
     if sizes["T"] == 0:
-        return
-    mxfp8_moe_gemm.refuse_misaligned(OP, (("x", x), ("w1", w1), ("w2", w2)))
-    if sizes["form"] == "direct":
-        _run_direct(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit,
-                    out, sizes)
-        return
-    S, I, top_k, dev = sizes["T"] * sizes["top_k"], sizes["I"], sizes["top_k"], x.device
-    sorted_ids, expert_ids, post = moe_align.moe_align_block_size(topk_ids, sizes["E_global"], sizes["block_m"],
-                                                                  expert_map)
-    q = torch.empty((S, I), dtype=E4M3, device=dev)
-    s = torch.empty((S, I // BLOCK), dtype=E8M0, device=dev)
-    mxfp8_moe_gemm.gate_up_swiglu(x, x_scale, w1, w1_scale, sorted_ids, expert_ids, post, top_k, q, s, alpha, beta,
-                                  limit)
-    y = mxfp8_moe_gemm.mxfp8_moe_gemm(q, s, w2, w2_scale, sorted_ids, expert_ids, post, a_div=1,
-                                      topk_weights=topk_weights)
-    _moe_sum(y, topk_ids, expert_map, out, sizes)
+        return framework.Plan()
+    routed = sizes["form"] == "sorted"
+    stand_ins = _intermediates(sizes, call.x.device, routed)
+    launches = (_sorted_launches if routed else _direct_launches)(sizes, call, stand_ins)
+    return framework.Plan(launches, bind=lambda c: dict(c.values, **_intermediates(sizes, c.x.device, routed)))
 
 
-def _new_out(x) -> torch.Tensor:
-    return torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
+def _check(call) -> dict:
+    return validate(**call.values)
 
 
-def _impl(x: torch.Tensor, x_scale: torch.Tensor, w1: torch.Tensor, w1_scale: torch.Tensor, w2: torch.Tensor,
-          w2_scale: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor, expert_map: torch.Tensor | None,
-          alpha: float, beta: float, limit: float, block_m: int | None) -> torch.Tensor:
-    args = (x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit)
-    sizes = validate(*args, block_m)
-    out = _new_out(x)
-    _run(*args, out, sizes)
-    return out
+def _allocate(call, names: frozenset) -> dict:
+    x = call.tensor("x", what="[T, H] e4m3")
+    return {"out": torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)}
 
 
-def _fake(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit, block_m):
-    validate(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit, block_m)
-    return _new_out(x)
-
-
-def _impl_out(x: torch.Tensor, x_scale: torch.Tensor, w1: torch.Tensor, w1_scale: torch.Tensor, w2: torch.Tensor,
-              w2_scale: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
-              expert_map: torch.Tensor | None, alpha: float, beta: float, limit: float, block_m: int | None,
-              out: torch.Tensor) -> None:
-    args = (x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit)
-    _run(*args, out, validate(*args, block_m, out))
-
-
-def _fake_out(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit,
-              block_m, out) -> None:
-    validate(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit, block_m,
-             out)
-
-
-mxfp8_moe_op = library.define(OP, _impl, _fake)
-mxfp8_moe_out_op = library.define(OP + "_out", _impl_out, _fake_out, mutates_args=("out",))
+_ALIGNED = dict(align=16)          # both forms load x, w1 and w2 16 bytes at a time
+MXFP8_MOE = framework.define(framework.Spec(
+    OP,
+    params=(framework.Param("x", "Tensor", **_ALIGNED), framework.Param("x_scale", "Tensor"),
+            framework.Param("w1", "Tensor", **_ALIGNED), framework.Param("w1_scale", "Tensor"),
+            framework.Param("w2", "Tensor", **_ALIGNED), framework.Param("w2_scale", "Tensor"),
+            framework.Param("topk_weights", "Tensor"), framework.Param("topk_ids", "Tensor"),
+            framework.Param("expert_map", "Tensor?"), framework.Param("alpha", "float"),
+            framework.Param("beta", "float"), framework.Param("limit", "float"),
+            framework.Param("block_m", "SymInt?")),
+    outputs=(framework.Output("out"),),
+    check=_check, allocate=_allocate, plan=_plan))
 
 
 def mxfp8_moe(x: torch.Tensor, x_scale: torch.Tensor, w1: torch.Tensor, w1_scale: torch.Tensor, w2: torch.Tensor,
@@ -270,12 +262,8 @@ def mxfp8_moe(x: torch.Tensor, x_scale: torch.Tensor, w1: torch.Tensor, w1_scale
     """The MX-FP8 MoE layer (module docstring): out [T, H] bf16 = sum over top_k of the routed
     experts' SwiGLU-OAI MLPs, weighted by topk_weights. Runs torch.ops.gfxasm.mxfp8_moe (or
     mxfp8_moe_out when `out` is given)."""
-    if out is None:
-        return mxfp8_moe_op(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta,
-                            limit, block_m)
-    mxfp8_moe_out_op(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit,
-                     block_m, out)
-    return out
+    return MXFP8_MOE(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit,
+                     block_m, out=out)
 
 
 def kernel_names() -> list[str]:

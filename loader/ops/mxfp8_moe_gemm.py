@@ -42,6 +42,11 @@ count, every expert present is read exactly once per launch. Tile width: choose_
 64 columns for block_m 16, 16 or 32 for 32, 16 for 64). Modelled speed at the seed's shapes:
 bench/moe_gemm.py.
 
+torch ops (declared on loader/ops/framework.py): gfxasm::mxfp8_moe_gemm(a, a_scale, w, w_scale,
+sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, topk_weights, out_dtype) -> out and
+gfxasm::mxfp8_moe_gemm_out(..., topk_weights, out!, out_dtype), with fake kernels. The checked
+launch is cached per tensor layout and scalars, so a repeated call only checks pointers and launches.
+
 The MoE layer (gfxasm.mxfp8_moe) runs its gate_up product through `gate_up_swiglu`, a private
 fused form (the SWIGLU variant of the same kernel): each workgroup takes 32 gate columns and
 the matching up columns, rounds the sums to bf16 as this op would, and applies
@@ -53,15 +58,12 @@ gfxasm.swiglu_mxfp8_quant, one launch and the h round trip fewer.
 """
 from __future__ import annotations
 
-import os
-
 import torch
 
 from ..gridexpr import cdiv
-from ..launcher import BACKEND_ENV, PreparedLaunch, prepare
+from ..launcher import launch, prepare
 from ..manifest import default_manifest
-from . import arguments, library
-from .aliasing import extent, refuse_overlap
+from . import arguments, framework
 from .mxfp8_gemm import BLOCK, E4M3, E8M0, OUT_DTYPES, SCALE_DTYPES, dequantize
 
 OP = "mxfp8_moe_gemm"
@@ -70,7 +72,6 @@ MAX_A_DIV = 64                     # the kernel's t // a_div by multiply-high is
 MAX_VALID = 2**24                  # ... for slot ids below this
 MAX_K = 2**24                      # weight-row offsets (N + 63) * K stay below 2^32
 _MAX_BYTES = 2**31                 # 32-bit buffer offsets (OOB_OFFSET = 2^31)
-_ALIGN = 16                        # 16-byte loads of a and w
 CUS = 256                          # compute units of an MI355X
 WIDE_SLACK = 1.25                  # choose_nt: how much less even a wider tile may spread the columns
 
@@ -88,9 +89,16 @@ def _shape(name: str, t: torch.Tensor, shape: tuple, what: str) -> None:
         _fail(ValueError, f"'{name}' must be {what} = {list(shape)}, got shape {tuple(t.shape)}")
 
 
+def _check_a_div(a_div) -> None:
+    if isinstance(a_div, bool) or not isinstance(a_div, int) or not 1 <= a_div <= MAX_A_DIV:
+        _fail(ValueError, f"'a_div' must be an int in [1, {MAX_A_DIV}] (top_k for gate_up, 1 for down), got "
+                          f"{a_div!r}")
+
+
 def validate(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, topk_weights,
              out, out_dtype) -> dict:
-    """Check everything metadata can tell (the fake kernels run this); return the sizes."""
+    """Check everything metadata can tell (the fake kernels run this); return the sizes.
+    The devices are the framework's to check (one device for every tensor of the call)."""
     if out_dtype not in OUT_DTYPES:
         _fail(TypeError, f"'out_dtype' must be torch.bfloat16 or torch.float16, got {out_dtype}")
     what = {"a": "[M, K] activations", "a_scale": "[M, K/32] E8M0 scales", "w": "[E, N, K] expert weights",
@@ -129,9 +137,7 @@ def validate(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_po
         _fail(ValueError, f"block_m = len(sorted_token_ids) / len(expert_ids) must be exactly one of {BLOCK_MS}, got "
                           f"{S} / {blocks}")
     block_m = S // blocks
-    if isinstance(a_div, bool) or not isinstance(a_div, int) or not 1 <= a_div <= MAX_A_DIV:
-        _fail(ValueError, f"'a_div' must be an int in [1, {MAX_A_DIV}] (top_k for gate_up, 1 for down), got "
-                          f"{a_div!r}")
+    _check_a_div(a_div)
     valid = M * a_div
     if topk_weights is not None:
         tw = _tensor("topk_weights", topk_weights, "[T, top_k] or [T*top_k] float32 router weights")
@@ -155,8 +161,6 @@ def validate(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_po
     for name, t in named.items():
         if t.numel() and not t.is_contiguous():
             _fail(ValueError, f"'{name}' must be contiguous, got strides {t.stride()}")
-        if t.device != a.device:
-            _fail(ValueError, f"'{name}' must be on a's device ({a.device}), got {t.device}")
     for name, nbytes in (("a", M * K), ("a_scale", M * K // BLOCK), ("w (one expert, N * K)", N * K),
                          ("out", valid * N * 2), ("sorted_token_ids", 4 * S)):
         if nbytes >= _MAX_BYTES:
@@ -184,30 +188,8 @@ def variant_name(block_m: int, nt: int, out_dtype: torch.dtype) -> tuple[str, st
     return kernel, f"{kernel}_{OUT_DTYPES[out_dtype]}"
 
 
-class _Plan:
-    """A checked call: its launch (none when out is empty) and the byte extents the per-call
-    pointer checks need."""
-    __slots__ = ("launch", "extents", "block_m")
-
-    def __init__(self, a, a_scale, w, w_scale, sorted_token_ids, expert_ids, ntpp, a_div, topk_weights, out,
-                 out_dtype):
-        sizes = validate(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, ntpp, a_div, topk_weights, out,
-                         out_dtype)
-        if a.device.type not in ("cpu", "cuda"):
-            _fail(ValueError, f"tensors must be on the CPU (emulator) or a ROCm gfx950 GPU, got {a.device}")
-        self.extents = tuple(extent(t) for t in (a, a_scale, w, w_scale, sorted_token_ids, expert_ids, ntpp)
-                             + ((topk_weights,) if topk_weights is not None else ()))
-        self.launch: PreparedLaunch | None = None
-        self.block_m = sizes["block_m"]
-        if sizes["valid"] * sizes["N"] * sizes["K"] == 0:
-            return
-        kernel, variant, args = launch_args(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, ntpp, a_div,
-                                            topk_weights, out, out_dtype, sizes)
-        self.launch = prepare(default_manifest().kernel(kernel).variant(variant), args)
-
-
-def launch_args(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, ntpp, a_div, topk_weights, out, out_dtype,
-                sizes: dict) -> tuple[str, str, dict]:
+def launch_args(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, topk_weights,
+                out, out_dtype, sizes: dict) -> tuple[str, str, dict]:
     """(kernel, variant, kernel arguments) of a validated call (`sizes` from validate)."""
     kernel, variant = variant_name(sizes["block_m"], choose_nt(sizes), out_dtype)
     has_w = topk_weights is not None
@@ -216,7 +198,7 @@ def launch_args(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, ntpp, a_di
     return kernel, variant, dict(
         a=a, a_scale=_scales(a_scale), w=w, w_scale=_scales(w_scale),
         sorted_token_ids=sorted_token_ids.view(sizes["blocks"], sizes["block_m"]),
-        expert_ids=expert_ids, num_tokens_post_padded=ntpp.reshape(1), topk_weights=tw, out=out,
+        expert_ids=expert_ids, num_tokens_post_padded=num_tokens_post_padded.reshape(1), topk_weights=tw, out=out,
         M=sizes["M"], N=sizes["N"], K=sizes["K"], E=sizes["E"], valid=sizes["valid"], blocks=sizes["blocks"],
         block_m=sizes["block_m"], a_div_magic=magic, has_weights=int(has_w))
 
@@ -225,92 +207,41 @@ def _scales(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype == E8M0 else t.view(E8M0)
 
 
-_PLANS: dict[tuple, _Plan] = {}
-_MAX_PLANS = 4096                  # a bound on memory for callers that never repeat a layout
+# ------------------------------------------------------------------ the op
+
+def _check(call) -> dict:
+    return validate(**call.values)
 
 
-def _layout(t) -> tuple:
-    return (None,) if t is None else (t.shape, t.stride(), t.dtype, t.device)
-
-
-def _run(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, ntpp, a_div, topk_weights, out, out_dtype) -> None:
-    """Check and launch; `out` is written."""
-    args = (a, a_scale, w, w_scale, sorted_token_ids, expert_ids, ntpp, a_div, topk_weights, out, out_dtype)
+def _allocate(call, names: frozenset) -> dict:
     try:
-        key = tuple(x for t in (a, a_scale, w, w_scale, sorted_token_ids, expert_ids, ntpp, topk_weights, out)
-                    for x in _layout(t)) + (type(a_div), a_div, out_dtype, os.environ.get(BACKEND_ENV))
-        plan_ = _PLANS.get(key)
-    except (AttributeError, TypeError):       # not tensors, or unhashable: _Plan says what is wrong
-        key, plan_ = None, None
-    if plan_ is None:
-        plan_ = _Plan(*args)
-        if len(_PLANS) >= _MAX_PLANS:
-            _PLANS.clear()
-        _PLANS[key] = plan_
-    if plan_.launch is None:
-        return
-    refuse_misaligned(OP, (("a", a), ("w", w)))
-    inputs = (a, a_scale, w, w_scale, sorted_token_ids, expert_ids, ntpp) + (
-        (topk_weights,) if topk_weights is not None else ())
-    names = ("a", "a_scale", "w", "w_scale", "sorted_token_ids", "expert_ids", "num_tokens_post_padded",
-             "topk_weights")
-    refuse_overlap(OP, "out", out.data_ptr(), out.numel() * out.element_size(),
-                   tuple((name, t.data_ptr(), nbytes, False) for name, t, nbytes in zip(names, inputs, plan_.extents)))
-    tw = topk_weights.reshape(-1) if topk_weights is not None else None
-    plan_.launch(a, _scales(a_scale), w, _scales(w_scale), sorted_token_ids.view(-1, plan_.block_m), expert_ids,
-                 ntpp.reshape(1), tw, out)
-
-
-def refuse_misaligned(op: str, named) -> None:
-    """The per-call check of the kernels' 16-byte operand loads: (name, tensor) pairs, op's error."""
-    for name, t in named:
-        if t.data_ptr() % _ALIGN:
-            arguments.fail(op, ValueError, f"'{name}' data must be {_ALIGN}-byte aligned (16-byte loads), got "
-                                           f"address {t.data_ptr():#x}")
-
-
-def _new_out(a, w, a_div, out_dtype) -> torch.Tensor:
-    return torch.empty((a.shape[0] * a_div, w.shape[1]), dtype=out_dtype, device=a.device)
-
-
-def _impl(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
-          sorted_token_ids: torch.Tensor, expert_ids: torch.Tensor, num_tokens_post_padded: torch.Tensor, a_div: int,
-          topk_weights: torch.Tensor | None, out_dtype: torch.dtype) -> torch.Tensor:
-    try:
-        if isinstance(a_div, bool) or not isinstance(a_div, int) or not 1 <= a_div <= MAX_A_DIV:
-            raise ValueError                                        # before sizing an allocation by it
-        out = _new_out(a, w, a_div, out_dtype)
+        _check_a_div(call.a_div)                                    # before sizing an allocation by it
+        return {"out": torch.empty((call.a.shape[0] * call.a_div, call.w.shape[1]), dtype=call.out_dtype,
+                                   device=call.a.device)}
     except (AttributeError, IndexError, TypeError, RuntimeError, ValueError):
-        validate(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, topk_weights,
-                 None, out_dtype)                                   # names what is wrong
+        validate(**call.values, out=None)        # names the first thing wrong (no output yet)
         raise
-    _run(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, topk_weights, out,
-         out_dtype)
-    return out
 
 
-def _fake(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, topk_weights,
-          out_dtype):
-    validate(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, topk_weights,
-             None, out_dtype)
-    return _new_out(a, w, a_div, out_dtype)
+def _plan(sizes: dict, call) -> framework.Plan:
+    if sizes["valid"] * sizes["N"] * sizes["K"] == 0:
+        return framework.Plan()
+    kernel, variant, args = launch_args(**call.values, sizes=sizes)
+    # the kernel's pointer arguments are the call's tensors under their own names (the
+    # launch reads only their addresses: uint8 scales and [T, top_k] weights need no view)
+    return framework.Plan((prepare(default_manifest().kernel(kernel).variant(variant), args),))
 
 
-def _impl_out(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
-              sorted_token_ids: torch.Tensor, expert_ids: torch.Tensor, num_tokens_post_padded: torch.Tensor,
-              a_div: int, topk_weights: torch.Tensor | None, out: torch.Tensor, out_dtype: torch.dtype) -> None:
-    _run(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, topk_weights, out,
-         out_dtype)
-
-
-def _fake_out(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, topk_weights,
-              out, out_dtype) -> None:
-    validate(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, topk_weights,
-             out, out_dtype)
-
-
-mxfp8_moe_gemm_op = library.define(OP, _impl, _fake)
-mxfp8_moe_gemm_out_op = library.define(OP + "_out", _impl_out, _fake_out, mutates_args=("out",))
+_ALIGNED = dict(align=16)          # 16-byte loads of a and w
+MXFP8_MOE_GEMM = framework.define(framework.Spec(
+    OP,
+    params=(framework.Param("a", "Tensor", **_ALIGNED), framework.Param("a_scale", "Tensor"),
+            framework.Param("w", "Tensor", **_ALIGNED), framework.Param("w_scale", "Tensor"),
+            framework.Param("sorted_token_ids", "Tensor"), framework.Param("expert_ids", "Tensor"),
+            framework.Param("num_tokens_post_padded", "Tensor"), framework.Param("a_div", "SymInt"),
+            framework.Param("topk_weights", "Tensor?"), framework.Param("out_dtype", "ScalarType")),
+    outputs=(framework.Output("out"),),
+    check=_check, allocate=_allocate, plan=_plan, out_after="topk_weights"))
 
 
 def mxfp8_moe_gemm(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
@@ -324,12 +255,8 @@ def mxfp8_moe_gemm(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_sc
     if torch.compiler.is_compiling():     # see mxfp8_gemm: Inductor and float8_e8m0fnu mutating ops
         a_scale, w_scale = (s.view(torch.uint8) if isinstance(s, torch.Tensor) and s.dtype == E8M0 else s
                             for s in (a_scale, w_scale))
-    if out is None:
-        return mxfp8_moe_gemm_op(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded,
-                                 a_div, topk_weights, out_dtype)
-    mxfp8_moe_gemm_out_op(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div,
-                          topk_weights, out, out_dtype)
-    return out
+    return MXFP8_MOE_GEMM(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div,
+                          topk_weights, out_dtype, out=out)
 
 
 TILES = ((16, 1), (16, 2), (16, 4), (32, 1), (32, 2), (64, 1))     # every (block_m, NT) choose_nt can pick
@@ -343,7 +270,6 @@ def kernel_names() -> list[str]:
 # ------------------------------------------------------------------ the layer's fused gate_up step
 
 SWIGLU_KERNEL = "mxfp8_moe_gemm_swiglu_m{}"
-_SWIGLU_PLANS: dict[tuple, PreparedLaunch] = {}
 
 
 def swiglu_launch_args(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, q,
@@ -379,15 +305,11 @@ def gate_up_swiglu(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tok
     bf16, then q, scale = swiglu_mxfp8_quant(h, alpha, beta, limit) for the slots the routing
     processes, written into q [M * a_div, I] e4m3 and scale [M * a_div, I/32] E8M0; other rows
     untouched. No h in memory. Arguments as mxfp8_moe_gemm's (checked by its validate) and
-    swiglu_mxfp8_quant's; I % 32 == 0; q and scale fresh, contiguous (the caller's)."""
-    key = tuple(x for t in (a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, q, scale)
-                for x in _layout(t)) + (a_div, float(alpha), float(beta), float(limit), os.environ.get(BACKEND_ENV))
-    if key not in _SWIGLU_PLANS:
-        kernel, variant, args = swiglu_launch_args(a, a_scale, w, w_scale, sorted_token_ids, expert_ids,
-                                                   num_tokens_post_padded, a_div, q, scale, alpha, beta, limit)
-        _SWIGLU_PLANS[key] = prepare(default_manifest().kernel(kernel).variant(variant), args)
-    _SWIGLU_PLANS[key](a, _scales(a_scale), w, _scales(w_scale), sorted_token_ids.view(expert_ids.numel(), -1),
-                       expert_ids, num_tokens_post_padded.reshape(1), None, q, scale)
+    swiglu_mxfp8_quant's; I % 32 == 0; q and scale fresh, contiguous (the caller's). Checked and
+    prepared on every call: the layer prepares this launch once per layout in its own plan."""
+    kernel, variant, args = swiglu_launch_args(a, a_scale, w, w_scale, sorted_token_ids, expert_ids,
+                                               num_tokens_post_padded, a_div, q, scale, alpha, beta, limit)
+    launch(kernel, variant=variant, **args)
 
 
 # ------------------------------------------------------------------ the layer's decode form (DIRECT)
