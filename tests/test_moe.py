@@ -645,6 +645,19 @@ def test_layer_refuses_misaligned_operands(name, no_launch):
             gfxasm.mxfp8_moe(**args, block_m=block_m)
 
 
+@pytest.mark.parametrize("name", ["topk_ids", "topk_weights", "expert_map"])
+def test_layer_refuses_a_tensor_on_another_device(name, no_launch):
+    """Issue 26: topk_ids (or the weights, or the map) on another device than x (here meta, the
+    rest on the CPU) is refused before launch, naming it, with and without out=, in the decode
+    and in the sorted form (not accepted with an uninitialised result)."""
+    args = dict(bad_layer_args(), expert_map=torch.arange(4, dtype=torch.int32))
+    args[name] = args[name].to("meta")
+    for out in (None, torch.empty(2, 64, dtype=torch.bfloat16)):
+        for block_m in (None, 16):
+            with pytest.raises(ValueError, match=f"'{name}' must be on x's device \\(cpu\\), got meta"):
+                gfxasm.mxfp8_moe(**args, block_m=block_m, out=out)
+
+
 def test_layer_refuses_out_overlapping_input(no_launch):
     args = bad_layer_args()
     w = torch.zeros(1024, dtype=torch.float32)

@@ -336,3 +336,14 @@ def test_misaligned_weights_are_refused(no_launch):
     base = torch.zeros(4 * 8 * 64 + 16, dtype=torch.uint8)
     with pytest.raises(ValueError, match="'w' data must be 16-byte aligned"):
         call(**good(w=base[1:1 + 4 * 8 * 64].view(E4M3).view(4, 8, 64)))
+
+
+@pytest.mark.parametrize("name", ["sorted_token_ids", "expert_ids", "num_tokens_post_padded", "topk_weights"])
+def test_index_tensor_on_another_device_is_refused(name, no_launch):
+    """Issue 26: an index tensor on another device than the data (here meta, the rest on the
+    CPU) is refused before launch, naming it, in both forms (not an uninitialised result)."""
+    args = good(topk_weights=torch.ones(2, 2))
+    args[name] = args[name].to("meta")
+    for out in (None, torch.empty(4, 8, dtype=torch.bfloat16)):
+        with pytest.raises(ValueError, match=f"'{name}' must be on a's device \\(cpu\\), got meta"):
+            call(**args, out=out)
