@@ -28,10 +28,12 @@ every page size).
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 import gfxasm
 from gfxasm import build
@@ -349,6 +351,39 @@ def test_fp8_bad_input(change, error, words):
     args = dict(q=q, k_cache=k, v_cache=v, qo_indptr=qo, **sglang)
     args.update(change)
     with pytest.raises(error, match=words):
+        gfxasm.batch_prefill(**args)
+
+
+@pytest.mark.parametrize("mode", ["meta", "fake"])
+@pytest.mark.parametrize("change, error, words", [
+    (dict(q=torch.zeros(14, 2, 64, dtype=torch.bfloat16)), ValueError, "'q' head dim"),
+    (dict(k_cache=torch.zeros(5, 16, 1, 128, dtype=torch.float16)), TypeError, "'k_cache' dtype"),
+    (dict(kv_indptr=torch.zeros(2, dtype=torch.int32)), ValueError, "'kv_indptr' must have 3 entries"),
+    (dict(block_table=torch.zeros(2, 4, dtype=torch.int32), seqlens_k=torch.ones(2, dtype=torch.int32)),
+     ValueError, "not both"),
+    (dict(out=torch.zeros(14, 2, 128, dtype=torch.float16)), TypeError, "'out' dtype"),
+])
+def test_traced_call_refuses_bad_shapes(change, error, words, mode):
+    # the fake kernels run the metadata checks (they once checked only q's rank, so a
+    # torch.compile trace accepted these): meta tensors, and FakeTensorMode as a trace has
+    q, k, v, qo, sglang, _ = _base()
+    args = dict(q=q, k_cache=k, v_cache=v, qo_indptr=qo, **sglang)
+    args.update(change)
+    fake = FakeTensorMode()
+    args = {n: t.to("meta") if mode == "meta" else fake.from_tensor(t) for n, t in args.items()}
+    with fake if mode == "fake" else contextlib.nullcontext(), pytest.raises(error, match=words):
+        gfxasm.batch_prefill(**args)
+
+
+@pytest.mark.parametrize("name", ["qo_indptr", "kv_page_indices", "block_table", "out"])
+def test_index_tensor_on_another_device_refused(name):
+    # issue 26 item 2: qo_indptr on "meta", the rest on the CPU, returned an uninitialised
+    # tensor (the fake ran and checked nothing); every tensor of a call must be on q's device
+    q, k, v, qo, sglang, vllm = _base()
+    args = dict(q=q, k_cache=k, v_cache=v, qo_indptr=qo, **(vllm if name == "block_table" else sglang),
+                out=torch.empty_like(q))
+    args[name] = args[name].to("meta")
+    with pytest.raises(ValueError, match=f"'{name}' must be on q's device \\(cpu\\), got meta"):
         gfxasm.batch_prefill(**args)
 
 
