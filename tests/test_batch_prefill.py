@@ -302,6 +302,8 @@ def _call(**change):
           v_cache=torch.zeros(8, 16, 2, 128, dtype=torch.bfloat16)), ValueError, "multiple"),
     (dict(qo_indptr=torch.tensor([0, 9, 5], dtype=torch.int32)), ValueError, "qo_indptr"),
     (dict(qo_indptr=torch.tensor([0, 5, 13], dtype=torch.int32)), ValueError, "total_q"),
+    (dict(qo_indptr=torch.tensor([0], dtype=torch.int32), kv_indptr=torch.tensor([0], dtype=torch.int32),
+          kv_last_page_len=torch.zeros(0, dtype=torch.int32)), ValueError, "total_q"),      # no sequence, 14 rows
     (dict(qo_indptr=torch.tensor([0, 5, 14])), TypeError, "'qo_indptr' dtype"),
     (dict(kv_indptr=torch.tensor([0, 3, 2], dtype=torch.int32)), ValueError, "kv_indptr"),
     (dict(kv_indptr=torch.tensor([0, 2, 9], dtype=torch.int32)), ValueError, "kv_indptr"),

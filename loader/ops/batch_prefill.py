@@ -348,7 +348,7 @@ def _check(call) -> _Checked:
     readable = call.data and q.device.type == "cpu"
     num_pages, page_size = k_cache.shape[0], k_cache.shape[1]
     _check_table(call, batch, page_size, num_pages, readable)
-    if readable and batch:
+    if readable:
         total_q, indptr = q.shape[0], qo_indptr.tolist()
         if indptr[0] != 0 or _decreases(indptr) or indptr[-1] != total_q:
             call.fail(ValueError, f"'qo_indptr' must start at 0, never decrease and end at total_q = {total_q}, got "
