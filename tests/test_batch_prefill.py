@@ -342,8 +342,20 @@ def _fp8_base():
     (dict(k_descale=torch.tensor([1.0], dtype=torch.float64)), ValueError, "'k_descale' must be a float32"),
     (dict(v_descale=torch.ones(2)), ValueError, "'v_descale' must be a float32"),
     (dict(q_descale=0.5), TypeError, "'q_descale'"),
-    (dict(k_descale=torch.tensor([-1.0])), ValueError, "'k_descale' must be >= 0"),
+    (dict(k_descale=torch.tensor([-1.0])), ValueError, "'k_descale' must be finite and > 0"),
+    # issue 26 crash 6: descales that make the kernel's rows NaN (c = q k scale and 8 / c in f32)
+    (dict(q_descale=torch.tensor([-0.0])), ValueError, "'q_descale' must be finite and > 0"),
+    (dict(q_descale=torch.tensor([1e-45])), ValueError, "'q_descale' must be finite and > 0"),
+    (dict(k_descale=torch.tensor([float("inf")])), ValueError, "'k_descale' must be finite and > 0"),
+    (dict(v_descale=torch.tensor([float("nan")])), ValueError, "'v_descale' must be finite and > 0"),
+    (dict(v_descale=torch.tensor([2.0**63])), ValueError, "'v_descale' must be finite and > 0, within 2\\^-62"),
     (dict(softmax_scale=-0.1), ValueError, "'softmax_scale' must be >= 0"),
+    # c = softmax_scale log2(e) q_descale k_descale in f32 (the kernel divides by it): 0 or inf -> NaN rows
+    (dict(softmax_scale=0.0), ValueError, "'softmax_scale' \\* log2\\(e\\) \\* q_descale \\* k_descale must be"),
+    (dict(softmax_scale=1e-30, q_descale=torch.tensor([2.0**-62]), k_descale=torch.tensor([2.0**62])), ValueError,
+     "'softmax_scale' \\* log2"),                               # (q_descale times scale underflows first)
+    (dict(softmax_scale=1e30, q_descale=torch.tensor([2.0**62]), k_descale=torch.tensor([2.0**62])), ValueError,
+     "'softmax_scale' \\* log2"),
     (dict(kv_block_descale=torch.zeros(8, 1, 2)), ValueError, "'kv_block_descale' must be finite and > 0"),
     (dict(kv_block_descale=torch.ones(8, 2, 2)), ValueError, "kv_block_descale' must be a contiguous float32"),
     (dict(k_cache=torch.zeros(8, 16, 1, 128, dtype=torch.bfloat16)), TypeError, "'k_cache' dtype"),
@@ -354,6 +366,21 @@ def test_fp8_bad_input(change, error, words):
     args.update(change)
     with pytest.raises(error, match=words):
         gfxasm.batch_prefill(**args)
+
+
+@pytest.mark.parametrize("softmax_scale, descales", [(None, (2.0**-62, 2.0**62, 2.0**-62)), (1e-40, (1.0, 1.0, 1.0))])
+def test_fp8_extreme_legal_scales(softmax_scale, descales):
+    # the ends of the descale range, and a c = softmax_scale log2(e) q_descale k_descale that is
+    # an f32 subnormal: accepted, and the answer the reference gives
+    q, k, v, qo, sglang = _fp8_base()
+    scales = dict(zip(("q_descale", "k_descale", "v_descale"), (torch.tensor([d]) for d in descales)))
+    out = torch.full(q.shape, float("nan"), dtype=torch.bfloat16)
+    o, lse = gfxasm.batch_prefill(q, k, v, qo, **sglang, causal=True, softmax_scale=softmax_scale, **scales, out=out,
+                                  return_lse=True)
+    table = bp.normalise(2, 16, k.shape[0], **sglang)
+    o_ref, lse_ref, bound = bp.reference(q, k, v, qo, *table, causal=True, softmax_scale=softmax_scale,
+                                         descales=descales, p_bound=True)
+    check_fp8(o, lse, o_ref, lse_ref, bound, descales[2] * v.float().nan_to_num(0.0).abs().max().item())
 
 
 @pytest.mark.parametrize("mode", ["meta", "fake"])

@@ -17,9 +17,13 @@
   sequence's first entry in it (kv_start) and seqlen_k.
 - bf16 or fp16 q/k/v give the same dtype out. float8_e4m3fn q/k/v give bf16 out, with
   per-tensor float32 descales q_descale, k_descale, v_descale (one element each, default
-  1; >= 0, and softmax_scale >= 0: the kernel keeps scores in raw units, so their order must
-  not flip; a descale on a GPU is not checked). P is rounded to e4m3 for the P.V product
-  (the row sum uses unrounded P); `fp8_p_bound` gives the error that allows.
+  1; finite, in 2^-62 .. 2^62) and softmax_scale >= 0: the kernel keeps scores in raw
+  units, so their order must not flip, and forms c = softmax_scale log2(e) q_descale
+  k_descale and 8 / c in f32, so c must come out nonzero and finite there (a zero,
+  subnormal or infinite descale, or softmax_scale 0, would make rows NaN). Descales are
+  checked in CPU tensors; on a GPU they are not (reading one would synchronise). P is
+  rounded to e4m3 for the P.V product (the row sum uses unrounded P); `fp8_p_bound` gives
+  the error that allows.
 - kv_block_descale (FP8): float32 [num_pages, Hkv, 2], the (k, v) scale of each physical
   page and KV head, instead of k_descale / v_descale (q_descale stays per-tensor); scales
   in 2^-62 .. 2^62 (checked on the CPU only); any page size.
@@ -78,7 +82,7 @@ FP8 = torch.float8_e4m3fn
 LOG2E = 1.4426950408889634
 MAX_PAGE_SIZE = 1024
 BLOCK_SCALE_MIN_PAGE = 64          # kv_block_descale: one (k, v) pair per 64-key tile from here, per key below
-SCALE_RANGE = (2.0**-62, 2.0**62)  # kv_block_descale (the docstring says why)
+SCALE_RANGE = (2.0**-62, 2.0**62)  # descales and kv_block_descale (the docstring says why)
 _U32 = 2**32
 _MAX_SPAN = 2**31                  # Q/O rows of a sequence: 32-bit buffer offsets
 _MAX_HEADS = 2**16
@@ -147,7 +151,7 @@ def _in_range(call, name: str, smallest: float, largest: float, why: str) -> Non
 
 
 def _check_descales(call, fp8: bool, readable: bool) -> None:
-    """Per-tensor descales: FP8 only, float32 of one element, >= 0 where `readable`."""
+    """Per-tensor descales: FP8 only, float32 of one element, in SCALE_RANGE where `readable`."""
     given = [n for n in _DESCALES if call.values[n] is not None]
     if call.kv_block_descale is not None and ("k_descale" in given or "v_descale" in given):
         call.fail(ValueError, "pass per-tensor k_descale/v_descale or kv_block_descale, not both")
@@ -165,8 +169,13 @@ def _check_descales(call, fp8: bool, readable: bool) -> None:
         if t.dtype != torch.float32 or t.numel() != 1:
             call.fail(ValueError, f"'{name}' must be a float32 tensor of one element, got {t.dtype} shape "
                                   f"{tuple(t.shape)}")
-        if readable and not float(t) >= 0:
-            call.fail(ValueError, f"'{name}' must be >= 0 (the FP8 kernel keeps scores in raw units), got {float(t)}")
+        if readable:
+            # q, k: the kernel forms c = softmax_scale log2(e) q_descale k_descale and 8 / c in f32,
+            # NaN rows for a zero, subnormal, infinite or NaN descale; v: O = v_descale P V / l, NaN
+            # for an infinite or NaN one. One range for the three, kv_block_descale's.
+            value = float(t)
+            _in_range(call, name, value, value, f"the kernel multiplies by it and divides by q_descale k_descale in "
+                                                f"f32; got {value}")
 
 
 def _check_block_scales(call, k_cache: torch.Tensor, readable: bool) -> None:
@@ -289,6 +298,25 @@ def _softmax_scale(call) -> float:
     return float(value)
 
 
+def _check_score_scale(call, scale: float, readable: bool) -> None:
+    """FP8: the kernel keeps scores in raw units and scales them by c = softmax_scale log2(e)
+    q_descale k_descale, formed in f32 in that order, and divides 8 by c (the lazy-rescale
+    threshold): c must be >= 0 (the scores' order), and neither 0 nor inf, which make rows
+    NaN. Checked where the descales are readable."""
+    if scale < 0:
+        call.fail(ValueError, f"'softmax_scale' must be >= 0 for float8_e4m3fn inputs (the kernel keeps scores in "
+                              f"raw units and orders them by their sign), got {scale}")
+    factors = [call.values[n] for n in ("q_descale", "k_descale") if call.values[n] is not None]
+    if factors and not readable:
+        return
+    c = torch.tensor(scale * LOG2E, dtype=torch.float32)
+    for t in factors:
+        c = t.reshape(()) * c                   # (the kernel's order, each product rounded to f32)
+    if not 0 < float(c) < math.inf:
+        call.fail(ValueError, f"'softmax_scale' * log2(e) * q_descale * k_descale must be a nonzero finite float32 "
+                              f"for float8_e4m3fn inputs (the kernel divides by it), got {float(c)} in float32")
+
+
 @dataclass(frozen=True)
 class _Checked:
     """What the checks derive from a call: its variant and the launch scalars its layouts fix."""
@@ -358,9 +386,8 @@ def _check(call) -> _Checked:
     block_scales = fp8 and call.kv_block_descale is not None
     if block_scales:
         _check_block_scales(call, k_cache, readable)
-    if fp8 and scale < 0:
-        call.fail(ValueError, f"'softmax_scale' must be >= 0 for float8_e4m3fn inputs (the kernel keeps scores in "
-                              f"raw units and orders them by their sign), got {scale}")
+    if fp8:
+        _check_score_scale(call, scale, readable)
     if call.out is not None:
         _check_out(call, q)
     if call.lse is not None:
