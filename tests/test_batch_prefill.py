@@ -383,6 +383,28 @@ def test_fp8_extreme_legal_scales(softmax_scale, descales):
     check_fp8(o, lse, o_ref, lse_ref, bound, descales[2] * v.float().nan_to_num(0.0).abs().max().item())
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_nan_key_gives_nan_rows(causal):
+    # issue 26 crash 6: an e4m3 NaN code in K is legal input whose answer is NaN: exactly the
+    # rows that see that key get NaN O and LSE (IEEE; the float64 reference likewise), every
+    # other row, causally masked ones included, its value within the FP8 bound
+    q, k, v, qo, sglang, _ = make_problem([17, 70, 5], [40, 130, 9], 16, 4, 2, bp.FP8, 7)
+    key = 100                                                               # of sequence 1, KV head 1
+    k.view(torch.uint8)[page_list(sglang, 1)[key // 16], key % 16, 1, 5] = 0x7F
+    out = torch.full(q.shape, float("nan"), dtype=torch.bfloat16)
+    o, lse = gfxasm.batch_prefill(q, k, v, qo, **sglang, causal=causal, out=out, return_lse=True)
+    table = bp.normalise(3, 16, k.shape[0], **sglang)
+    o_ref, lse_ref, bound = bp.reference(q, k, v, qo, *table, causal=causal, p_bound=True)
+    sees = torch.isnan(o_ref).all(-1)                                       # [total_q, Hq]
+    first = key - (130 - 70) if causal else 0                              # sequence 1's first query seeing it
+    assert sees.sum() == 2 * (70 - first) and sees[17 + first:17 + 70, 2:].all()   # (the input does what it claims)
+    assert torch.equal(torch.isnan(o).any(-1), sees) and torch.isnan(o[sees]).all()
+    assert torch.equal(torch.isnan(lse), sees.t()) and torch.equal(torch.isnan(lse_ref), sees.t())
+    rows = ~sees[..., None]
+    check_fp8(o.where(rows, 0), lse.where(~sees.t(), 0), o_ref.where(rows, 0), lse_ref.where(~sees.t(), 0),
+              bound.where(rows, 0), v.float().nan_to_num(0.0).abs().max().item())
+
+
 @pytest.mark.parametrize("mode", ["meta", "fake"])
 @pytest.mark.parametrize("change, error, words", [
     (dict(q=torch.zeros(14, 2, 64, dtype=torch.bfloat16)), ValueError, "'q' head dim"),

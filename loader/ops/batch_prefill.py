@@ -37,7 +37,9 @@
   Per-key scaling costs VALU work and LDS scale reads per tile (bench/prefill.py models it).
 - causal: query i of a sequence sees key j iff j <= i + seqlen_k - seqlen_q (bottom-right).
   A query that sees no key (seqlen_k = 0, or causal with seqlen_q > seqlen_k) gets O = 0
-  and LSE = -inf; seqlen_q = 0 is legal.
+  and LSE = -inf; seqlen_q = 0 is legal. A NaN in a query or in a key it sees makes that
+  row's O and LSE NaN (IEEE; `reference` agrees); a NaN in K that the causal mask hides
+  from a row does not reach it, one in V can (0 * NaN).
 - LSE `[Hq, total_q]` float32, natural log of the sum of exp(scaled scores).
 - `out` (optional): q's shape, q's dtype (bf16 for FP8), 16-byte rows; it may not share
   memory with any input (refused, no in-place form).
@@ -519,8 +521,10 @@ def reference(q, k_cache, v_cache, qo_indptr, page_list, kv_start, seqlen_k, *, 
               p_bound=False) -> tuple[torch.Tensor, ...]:
     """(O [total_q, Hq, 128], LSE [Hq, total_q]) in float64 from the normalised page table
     (page_list, kv_start, seqlen_k: the form `normalise` returns), inputs dequantised by
-    `descales` (q, k, v) and, per page and KV head, `kv_block_descale`. With p_bound, also the bound on |O - O_ref| that P's rounding to
-    FP8 e4m3 allows (see `fp8_p_bound`)."""
+    `descales` (q, k, v) and, per page and KV head, `kv_block_descale`. A row that sees no
+    key gets O = 0, LSE = -inf; one that sees a NaN score (a NaN in its query or a visible
+    key) gets NaN. With p_bound, also the bound on |O - O_ref| that P's rounding to FP8
+    e4m3 allows (see `fp8_p_bound`)."""
     scale = 1.0 / math.sqrt(HEAD_DIM) if softmax_scale is None else softmax_scale
     total_q, heads_q, _ = q.shape
     ratio = heads_q // k_cache.shape[2]
@@ -550,7 +554,9 @@ def reference(q, k_cache, v_cache, qo_indptr, page_list, kv_start, seqlen_k, *, 
             j = torch.arange(sk)[None, :]
             s = s.masked_fill(~(j <= i + sk - sq), float("-inf"))
         lse_b = torch.logsumexp(s, dim=-1)
-        p = torch.exp(s - lse_b[..., None]).nan_to_num(0.0)
+        # a row without a visible key gets P = 0; a NaN among the visible scores (a NaN in Q or a
+        # visible key) makes its row NaN, as IEEE arithmetic does in the kernel
+        p = torch.where(lse_b[..., None] == float("-inf"), 0.0, torch.exp(s - lse_b[..., None]))
         o[q0:q1] = torch.einsum("hqk,khd->qhd", p, vb)
         lse[:, q0:q1] = lse_b
         if p_bound:
