@@ -383,6 +383,29 @@ def test_fp8_extreme_legal_scales(softmax_scale, descales):
     check_fp8(o, lse, o_ref, lse_ref, bound, descales[2] * v.float().nan_to_num(0.0).abs().max().item())
 
 
+def test_block_scales_judged_on_referenced_pages_only():
+    # issue 22: an engine's pool holds whatever was there before; the launch reads the scales of
+    # the pages the tables name only, so a NaN or 0 scale on any other page is accepted (and
+    # harmless: O matches the reference), while one on a page a sequence uses is refused
+    q, k, v, qo, sglang, vllm = make_problem([5, 9], [20, 33], 16, 2, 1, bp.FP8, 9)
+    kv_block = block_descales(k.shape[0], 1, sglang, 10)
+    used = sglang["kv_page_indices"].long()
+    unused = torch.ones(k.shape[0], dtype=torch.bool)
+    unused[used] = False
+    assert unused.sum() == 3                                                # (make_problem's spare pages)
+    kv_block[unused] = torch.tensor([float("nan"), 0.0])
+    table = bp.normalise(2, 16, k.shape[0], **sglang)
+    o_ref, lse_ref, bound = bp.reference(q, k, v, qo, *table, kv_block_descale=kv_block, p_bound=True)
+    v_max = kv_block[used, :, 1].max().item() * v.float().nan_to_num(0.0).abs().max().item()
+    for tables in (sglang, vllm):
+        out = torch.full(q.shape, float("nan"), dtype=torch.bfloat16)
+        o, lse = gfxasm.batch_prefill(q, k, v, qo, **tables, kv_block_descale=kv_block, out=out, return_lse=True)
+        check_fp8(o, lse, o_ref, lse_ref, bound, v_max)
+    kv_block[used[-1], 0, 1] = float("nan")
+    with pytest.raises(ValueError, match="'kv_block_descale' must be finite and > 0"):
+        gfxasm.batch_prefill(q, k, v, qo, **sglang, kv_block_descale=kv_block)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_nan_key_gives_nan_rows(causal):
     # issue 26 crash 6: an e4m3 NaN code in K is legal input whose answer is NaN: exactly the

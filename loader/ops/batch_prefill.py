@@ -26,7 +26,8 @@
   the error that allows.
 - kv_block_descale (FP8): float32 [num_pages, Hkv, 2], the (k, v) scale of each physical
   page and KV head, instead of k_descale / v_descale (q_descale stays per-tensor); scales
-  in 2^-62 .. 2^62 (checked on the CPU only); any page size.
+  in 2^-62 .. 2^62 for the pages the tables use (checked on the CPU only; a pool page no
+  table names is never read, so its scales may hold anything); any page size.
   page_size >= 64 (a 64-key tile in one page) runs the `_blk` variants: one (k, v) pair
   per tile. Smaller pages run the `_blks` variants: the scales vary per key, so k
   multiplies each score, and v each P element before its e4m3 rounding, relative to U, the
@@ -180,9 +181,10 @@ def _check_descales(call, fp8: bool, readable: bool) -> None:
                                                 f"f32; got {value}")
 
 
-def _check_block_scales(call, k_cache: torch.Tensor, readable: bool) -> None:
-    """kv_block_descale: float32 contiguous [num_pages, Hkv, 2] (k, v); its scales in
-    SCALE_RANGE where `readable`."""
+def _check_block_scales(call, k_cache: torch.Tensor, used: torch.Tensor | None) -> None:
+    """kv_block_descale: float32 contiguous [num_pages, Hkv, 2] (k, v); the scales of the
+    pages the tables use (`used`, where they were read) in SCALE_RANGE. The launch reads no
+    other page's scales, so a pool page no table names may hold anything."""
     t = call.kv_block_descale
     num_pages, _, heads_k, _ = k_cache.shape
     if not isinstance(t, torch.Tensor):
@@ -192,8 +194,8 @@ def _check_block_scales(call, k_cache: torch.Tensor, readable: bool) -> None:
                               f"{heads_k}, 2], got {t.dtype} shape {tuple(t.shape)} strides {t.stride()}")
     if num_pages * heads_k * 8 >= _U32:
         call.fail(ValueError, f"kv_block_descale spans {num_pages * heads_k * 8} bytes; the kernel's offset is 32-bit")
-    if readable and t.numel():
-        smallest, largest = torch.aminmax(t)
+    if used is not None and used.numel():
+        smallest, largest = torch.aminmax(t[used])
         _in_range(call, "kv_block_descale", float(smallest), float(largest),
                   "O is rescaled by ratios of v scales, formed by exponent arithmetic")
 
@@ -210,8 +212,9 @@ def _check_page_ids(call, name: str, used: torch.Tensor, num_pages: int) -> None
                                   f"{high})")
 
 
-def _check_table(call, batch: int, page_size: int, num_pages: int, readable: bool) -> None:
-    """The call's one page table, checked (its contents where `readable`)."""
+def _check_table(call, batch: int, page_size: int, num_pages: int, readable: bool) -> torch.Tensor | None:
+    """The call's one page table, checked (its contents where `readable`); returns the page
+    ids its sequences use, or None where they were not read."""
     sglang = [call.values[n] is not None for n in _SGLANG]
     vllm = [call.values[n] is not None for n in _VLLM]
     if any(sglang) and any(vllm):
@@ -220,23 +223,21 @@ def _check_table(call, batch: int, page_size: int, num_pages: int, readable: boo
     if any(sglang):
         if not all(sglang):
             call.fail(ValueError, "the SGLang page table needs all of kv_indptr, kv_page_indices and kv_last_page_len")
-        _check_sglang(call, batch, page_size, num_pages, readable)
-        return
+        return _check_sglang(call, batch, page_size, num_pages, readable)
     if any(vllm):
         if not all(vllm):
             call.fail(ValueError, "the vLLM page table needs both block_table and seqlens_k")
-        _check_vllm(call, batch, page_size, num_pages, readable)
-        return
+        return _check_vllm(call, batch, page_size, num_pages, readable)
     call.fail(ValueError, "a page table is required: SGLang's (kv_indptr, kv_page_indices, kv_last_page_len) or "
                           "vLLM's (block_table, seqlens_k)")
 
 
-def _check_sglang(call, batch: int, page_size: int, num_pages: int, readable: bool) -> None:
+def _check_sglang(call, batch: int, page_size: int, num_pages: int, readable: bool) -> torch.Tensor | None:
     kv_indptr = _index(call, "kv_indptr", batch + 1)
     pages = _index(call, "kv_page_indices")
     last = _index(call, "kv_last_page_len", batch)
     if not (readable and batch):
-        return
+        return None
     indptr, lasts = kv_indptr.tolist(), last.tolist()          # (host reads: cheaper than tensor ops at these sizes)
     if indptr[0] < 0 or _decreases(indptr) or indptr[-1] > pages.shape[0]:
         call.fail(ValueError, f"'kv_indptr' must start >= 0, never decrease and end <= len(kv_page_indices) = "
@@ -247,9 +248,10 @@ def _check_sglang(call, batch: int, page_size: int, num_pages: int, readable: bo
                                   f"pages, got {lasts[b]} for sequence {b}")
     used = pages[indptr[0]:indptr[-1]]                            # (monotonic: the sequences' lists back to back)
     _check_page_ids(call, "kv_page_indices", used, num_pages)
+    return used
 
 
-def _check_vllm(call, batch: int, page_size: int, num_pages: int, readable: bool) -> None:
+def _check_vllm(call, batch: int, page_size: int, num_pages: int, readable: bool) -> torch.Tensor | None:
     table = call.tensor("block_table", 2, "int32 [batch, max_blocks]")
     if table.dtype != torch.int32:
         call.fail(TypeError, f"'block_table' dtype must be torch.int32, got {table.dtype}")
@@ -259,7 +261,7 @@ def _check_vllm(call, batch: int, page_size: int, num_pages: int, readable: bool
         call.fail(ValueError, f"'block_table' rows must be contiguous, got strides {table.stride()}")
     seqlens_k = _index(call, "seqlens_k", batch)
     if not (readable and batch):
-        return
+        return None
     lengths = seqlens_k.tolist()
     if min(lengths) < 0 or max(lengths) > table.shape[1] * page_size:
         call.fail(ValueError, f"'seqlens_k' must be in 0..max_blocks * page_size = {table.shape[1] * page_size}, "
@@ -267,6 +269,7 @@ def _check_vllm(call, batch: int, page_size: int, num_pages: int, readable: bool
     # entry j of a row is read iff j * page_size < its seqlen_k (entries past a list are never read)
     used = table[torch.arange(table.shape[1]) * page_size < seqlens_k[:, None]]
     _check_page_ids(call, "block_table", used, num_pages)
+    return used
 
 
 def _check_out(call, q: torch.Tensor) -> None:
@@ -377,7 +380,7 @@ def _check(call) -> _Checked:
     batch = qo_indptr.shape[0] - 1
     readable = call.data and q.device.type == "cpu"
     num_pages, page_size = k_cache.shape[0], k_cache.shape[1]
-    _check_table(call, batch, page_size, num_pages, readable)
+    used = _check_table(call, batch, page_size, num_pages, readable)
     if readable:
         total_q, indptr = q.shape[0], qo_indptr.tolist()
         if indptr[0] != 0 or _decreases(indptr) or indptr[-1] != total_q:
@@ -387,7 +390,7 @@ def _check(call) -> _Checked:
     _check_descales(call, fp8, readable)
     block_scales = fp8 and call.kv_block_descale is not None
     if block_scales:
-        _check_block_scales(call, k_cache, readable)
+        _check_block_scales(call, k_cache, used)
     if fp8:
         _check_score_scale(call, scale, readable)
     if call.out is not None:
