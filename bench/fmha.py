@@ -24,24 +24,12 @@ Three kinds of numbers, each labelled:
   launched as bench_conformance does) under every params.BRACKETS variant, and aiter's time
   over ours as a range over them (never one number).
 * modelled: gfxasm.perf's MI355X timing model (calibrated on aiter's published FMHA
-  numbers). Non-causal: gfxasm.perf.estimate of the launch. Causal: work differs per Q
-  tile, so the workgroup of Q tile t is modelled on its own (the same launch, that one
-  workgroup sampled) at five t with linear interpolation between, and the grid's
-  workgroups are list-scheduled on 256 CUs in dispatch order (one workgroup per CU at a
-  time) — the makespan is the kernel time. Where S exceeds the probe cap (PROBE_CAP_KEYS,
-  --probe-cap-keys; 16,384 keys), the five t are spread over the Q tiles whose workgroups
-  walk at most the cap's keys, and the longer tiles are extrapolated on the line through
-  the last two probes: past a few KV tiles a workgroup's time is affine in the tiles it
-  visits (its steady-state loop), but for a curvature that fades with length, mostly from
-  the probe's own sustained clock (it falls as the workgroup's MFMA-busy share nears the
-  loop's). Capped probes skip gfxasm.perf.grid's class search, which on such a grid
-  ends in None (the sample scaling) after emulating workgroups as long as the sequence.
-  --validate-cap compares the five-probe and capped times, per probe and in total, on
-  h6/1 launches (bench/out/fmha_probe_cap.json). Measured at 1d1c5c1: the 16k cap lowers
-  the total by 0.011-0.013% at 32k (paged fp8, paged bf16, dense bf16), 0.020-0.022% at
-  65k (paged fp8, bf16), 0.031% at 131k (paged fp8; every probe within 0.03%); smaller
-  caps err more (4k: 0.03-0.37% at 8k-65k; 1k: up to 2.6%), always low. At 8k the
-  class-search skip changed no probe's time (bit for bit) and ran 3.2x faster.
+  numbers), as bench/causal_model.py models a launch: non-causal, gfxasm.perf.estimate of it;
+  causal, five Q tiles' workgroups probed, the others interpolated (or, past the probe cap
+  of --probe-cap-keys, extrapolated) and list-scheduled on 256 CUs. --validate-cap compares
+  the five-probe and capped times, per probe and in total, on h6/1 launches of this kernel
+  and of bench/prefill.py's paged one (bench/out/fmha_probe_cap.json; findings in
+  bench/causal_model.py's docstring).
 
 Buffers are torch.empty (untouched pages read as zeros): the model needs addresses and
 control flow; zero scores never trigger the rare rescale path, as in the steady state.
@@ -50,12 +38,8 @@ FLOP counts are the problem's: 4 B Hq Sq Sk D, causal counting only visible (q, 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import heapq
-import importlib
 import json
-import math
 import sys
 import time
 from collections import Counter
@@ -67,15 +51,16 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from gfxasm import kernarg                                    # noqa: E402
 from gfxasm.build import build_manifest                       # noqa: E402
 from gfxasm.manifest import default_manifest                  # noqa: E402
+from gfxasm.ops import batch_prefill as bp                    # noqa: E402
 from gfxasm.ops import fmha                                   # noqa: E402
 from gfxasm.perf import params as P                           # noqa: E402
 
+from bench import attention_launches as launches             # noqa: E402
+from bench import causal_model                                # noqa: E402
 from bench.common import BenchCase, has_gfx950, measure       # noqa: E402
 
-D = fmha.HEAD_DIM
 CONFIGS = [(4, 64, 8, 1024), (4, 64, 8, 4096), (4, 64, 8, 8192), (4, 64, 8, 16384), (16, 64, 64, 8192)]
 PUBLISHED = {  # aiter asm fwd v3 on MI355X (issue 5): B4 H64/8 S8192
     (4, 64, 8, 8192, False): (1390, "aiter fmha fwd v3 asm, issue 5"),
@@ -182,32 +167,13 @@ def static_facts(variant_name: str) -> dict:
 
 # ------------------------------------------------------------------ launches
 
-def _launch_parts(B, Hq, Hk, Sq, Sk, causal):
-    q = torch.empty(B, Sq, Hq, D, dtype=torch.bfloat16)
-    k = torch.empty(B, Sk, Hk, D, dtype=torch.bfloat16)
-    v = torch.empty(B, Sk, Hk, D, dtype=torch.bfloat16)
-    o = torch.empty(B, Sq, Hq, D, dtype=torch.bfloat16)
-    lse = torch.empty(B, Hq, Sq, dtype=torch.float32)
-    args = fmha.kernel_args(q, k, v, o, lse, 1.0 / math.sqrt(D))
-    variant = default_manifest().kernel(fmha.KERNEL).variant(fmha.variant_name(torch.bfloat16, causal))
-    values = {a.name: args[a.name].data_ptr() if a.type.is_pointer else args[a.name] for a in variant.args}
-    raw = kernarg.pack(variant.args, variant.kernarg_size, values)
-    grid = (math.ceil(Sq / fmha.Q_TILE), Hq, B)
-    return variant, grid, raw, [args[a.name] for a in variant.args if a.type.is_pointer]
-
-
-def flops(B, Hq, S, causal) -> float:
-    pairs = S * (S + 1) / 2 if causal else S * S
-    return 4.0 * B * Hq * pairs * D
-
-
 def bench_case(B, Hq, Hk, S, causal) -> BenchCase:
-    variant, grid, raw, buffers = _launch_parts(B, Hq, Hk, S, S, causal)
+    variant, grid, raw, buffers = launches.dense_parts(B, Hq, Hk, S, S, causal)
     nbytes = sum(t.numel() * t.element_size() for t in buffers)
     pub = PUBLISHED.get((B, Hq, Hk, S, causal))
     return BenchCase(f"fmha_fwd_d128 bf16{' causal' if causal else ''} B{B} H{Hq}/{Hk} S{S}", "fmha fwd bf16 d128",
-                     str(variant.co_path), variant.kernel.symbol, grid, (512, 1, 1), raw, buffers,
-                     flops(B, Hq, S, causal), nbytes, "bf16", pub[0] if pub else None, pub[1] if pub else "")
+                     str(variant.co_path), variant.kernel.symbol, grid, launches.BLOCK, raw, buffers,
+                     launches.flops(B, Hq, S, causal), nbytes, "bf16", pub[0] if pub else None, pub[1] if pub else "")
 
 
 def cases(full: bool = True) -> list[BenchCase]:
@@ -217,128 +183,18 @@ def cases(full: bool = True) -> list[BenchCase]:
     return [bench_case(*c, causal) for c in configs for causal in (False, True)]
 
 
-def _estimate(B, Hq, Hk, Sq, Sk, causal, workgroup=None, class_search=True):
-    """gfxasm.perf.estimate of the launch; with `workgroup` (x, y, z), that one workgroup is
-    the sample instead of the ones compute unit 0 would run (same grid and buffers, so the
-    cache/DRAM accounting is the whole problem's). class_search=False: gfxasm.perf.grid's
-    probing for workgroup classes is skipped (as if it found none: the sample scaling)."""
-    from gfxasm.perf import estimate
-    from gfxasm.perf import estimator as est_module
-    variant, grid, raw, buffers = _launch_parts(B, Hq, Hk, Sq, Sk, causal)
-    chooser, finder = est_module.representative_workgroups, est_module.grid_mod.find_classes
-    if workgroup is not None:
-        est_module.representative_workgroups = lambda grid, per_cu, rounds: [tuple(workgroup)]
-    if not class_search:
-        est_module.grid_mod.find_classes = lambda *args: None
-    try:
-        return estimate(str(variant.co_path), grid, (512, 1, 1), raw, buffers, variant.kernel.symbol)
-    finally:
-        est_module.representative_workgroups, est_module.grid_mod.find_classes = chooser, finder
-
-
-# Longest KV length (keys) a causal probe workgroup walks in the emulator by default; Q tiles
-# past it are extrapolated (probe_tiles, q_tile_seconds); None: no cap. Validated with --validate-cap
-# (module docstring); rows of S <= 16384 (all of bench/out/fmha.json's) are not capped.
-PROBE_CAP_KEYS = 16384
-
-
-def probe_tiles(tiles: int, cap_tiles: int | None = None) -> list[int]:
-    """The Q tiles whose workgroups a causal launch of `tiles` Q tiles models: five spread over
-    the grid (first, quarters, last); with `cap_tiles` below `tiles`, the same five spread over
-    the first cap_tiles only (the rest are extrapolated from the last two)."""
-    n = tiles if cap_tiles is None else min(tiles, cap_tiles)
-    return sorted({0, n // 4, n // 2, (3 * n) // 4, n - 1})
-
-
-def q_tile_seconds(probed: dict[int, float], t: int) -> float:
-    """Seconds of Q tile t's workgroup from the probed ones: linear between the probes around
-    t; past the last probe, on the line through the last two (a causal workgroup's time is
-    affine in the KV tiles it visits once its steady-state loop dominates)."""
-    ts = sorted(probed)
-    if t in probed:
-        return probed[t]
-    if t > ts[-1]:
-        lo, hi = (ts[-2], ts[-1]) if len(ts) > 1 else (ts[-1], ts[-1])
-    else:
-        lo = max(p for p in ts if p < t)
-        hi = min(p for p in ts if p > t)
-    if lo == hi:
-        return probed[lo]
-    return probed[lo] + (probed[hi] - probed[lo]) * (t - lo) / (hi - lo)
-
-
-def _cap_tiles(S: int, cap_keys: int | None) -> int | None:
-    """Q tiles under the cap (None: no cap applies, every probe is modelled)."""
-    if cap_keys is None or S <= cap_keys:
-        return None
-    if cap_keys < 4 * fmha.Q_TILE:
-        raise ValueError(f"cap_keys must be at least {4 * fmha.Q_TILE} (four Q tiles), got {cap_keys}")
-    return cap_keys // fmha.Q_TILE
-
-
-def _probe_seconds(B, Hq, Hk, S, tiles: list[int], class_search: bool = True) -> dict[int, tuple[float, float]]:
-    """Q tile -> (seconds, clock_hz) of its workgroup, each probe modelled in the whole launch
-    (its cycles at the sustained clock its own activity gives). Workgroup x runs Q tile
-    T-1-x (longest first)."""
-    T = math.ceil(S / fmha.Q_TILE)
-    out = {}
-    for t in tiles:
-        e = _estimate(B, Hq, Hk, S, S, True, workgroup=(T - 1 - t, 0, 0), class_search=class_search)
-        out[t] = (e.cycles_per_round / e.clock_hz, e.clock_hz)
-    return out
-
-
-def causal_makespan(B, Hq, S, probed: dict[int, float]) -> float:
-    """Seconds from the first dispatch to the last workgroup's end: per-workgroup seconds
-    (q_tile_seconds) list-scheduled on the CUs in dispatch order (x fastest, one workgroup
-    per CU at a time)."""
-    tiles = math.ceil(S / fmha.Q_TILE)
-    per_tile = [q_tile_seconds(probed, tiles - 1 - x) for x in range(tiles)]
-    free = [0.0] * P.NUM_CUS
-    heapq.heapify(free)
-    end = 0.0
-    for _ in range(B * Hq):
-        for c in per_tile:
-            start = heapq.heappop(free)
-            heapq.heappush(free, start + c)
-            end = max(end, start + c)
-    return end
-
-
-def modelled_seconds(B, Hq, Hk, S, causal, cap_keys: int | None = PROBE_CAP_KEYS) -> tuple[float, dict]:
-    """Modelled seconds of the launch and its detail. Causal: the workgroups of the Q tiles of
-    probe_tiles modelled, the others interpolated (q_tile_seconds), list-scheduled. Where S
-    exceeds `cap_keys` (None: never), only Q tiles whose workgroups walk at most cap_keys keys
-    are probed and the longer ones extrapolated; those probes skip gfxasm.perf.grid's class
-    search, which in such a grid (every Q tile's work differs) ends in None, the sample
-    scaling (--validate-cap checks both)."""
-    if not causal:
-        est = _estimate(B, Hq, Hk, S, S, False)
-        return est.seconds, dict(cycles_per_workgroup=est.cycles_per_round, rounds=est.rounds,
-                                 mfma_pipe_busy=est.mfma_utilization, clock_hz=est.clock_hz)
-    tiles = math.ceil(S / fmha.Q_TILE)
-    cap = _cap_tiles(S, cap_keys)
-    probes = _probe_seconds(B, Hq, Hk, S, probe_tiles(tiles, cap), class_search=cap is None)
-    measured = {t: s for t, (s, _) in probes.items()}
-    end = causal_makespan(B, Hq, S, measured)
-    return end + P.DEFAULT.launch_overhead_us * 1e-6, dict(
-        seconds_per_q_tile={str(t): s for t, s in measured.items()}, makespan_s=end,
-        clock_hz={str(t): c for t, (_, c) in probes.items()},
-        probe_cap_keys=cap_keys, extrapolated_past_q_tile=None if cap is None else cap - 1)
-
-
 def versus_aiter(B, Hq, Hk, S) -> dict:
     """Ours and aiter's fwd_hd128_bf16 (non-causal, launched as bench_conformance does),
     both modelled under every params.BRACKETS variant: per bracket the two times and aiter's
     time over ours (our speed-up), and the range of that ratio over the brackets."""
     from bench.bench_conformance import fmha_case as aiter_case
     from gfxasm.perf import estimate
-    variant, grid, raw, buffers = _launch_parts(B, Hq, Hk, S, S, False)
+    variant, grid, raw, buffers = launches.dense_parts(B, Hq, Hk, S, S, False)
     theirs = aiter_case(B, Hq, Hk, S)
     per = {}
     for name, changes in P.BRACKETS.items():
         prm = dataclasses.replace(P.DEFAULT, **changes)
-        ours = estimate(str(variant.co_path), grid, (512, 1, 1), raw, buffers, variant.kernel.symbol, params=prm)
+        ours = estimate(str(variant.co_path), grid, launches.BLOCK, raw, buffers, variant.kernel.symbol, params=prm)
         aiter = estimate(theirs.co, theirs.grid, theirs.block, theirs.kernarg, theirs.buffers, theirs.kernel,
                          params=prm)
         per[name] = dict(ours_s=ours.seconds, aiter_s=aiter.seconds, speedup=aiter.seconds / ours.seconds)
@@ -346,59 +202,12 @@ def versus_aiter(B, Hq, Hk, S) -> dict:
     return dict(brackets=per, speedup_min=min(ratios), speedup_max=max(ratios))
 
 
-# ------------------------------------------------------------------ probe cap validation
-
-def _variant_context(name: str):
-    """The launch a validation variant models: dense bf16 fmha_fwd, or bench/prefill.py's
-    paged batch_prefill (page 1, SGLang table) in fp8 (per-tensor), fp8-blk (KV block
-    scales, page 1024) or bf16."""
-    if name == "dense-bf16":
-        return contextlib.nullcontext()
-    from bench import prefill
-    from gfxasm.ops import batch_prefill as bp
-    dtype = {"paged-fp8": bp.FP8, "paged-fp8-blk": bp.FP8, "paged-bf16": torch.bfloat16}[name]
-    return prefill._paged(dtype, block_scales=name == "paged-fp8-blk")
-
-
-def validate_cap(variants, sizes, caps, heads=(6, 1), class_search=False) -> list[dict]:
-    """Causal B1 launches: the five-probe time (class search as `class_search`) against the
-    capped time for each cap below S (probes without class search), per probe (the probed
-    Q tile's seconds against the capped interpolation or extrapolation there) and in total."""
-    this = importlib.import_module("bench.fmha")      # the module bench/prefill.py patches (not __main__)
-    Hq, Hk = heads
-    out = []
-    for name in variants:
-        for S in sizes:
-            T = math.ceil(S / fmha.Q_TILE)
-            t0 = time.time()
-            with _variant_context(name):
-                ref = {t: s for t, (s, _) in this._probe_seconds(1, Hq, Hk, S, probe_tiles(T), class_search).items()}
-                capped_tiles = {c: probe_tiles(T, _cap_tiles(S, c)) for c in caps if c < S}
-                need = sorted(set().union(*capped_tiles.values()) - (set() if class_search else set(ref)))
-                extra = {t: s for t, (s, _) in this._probe_seconds(1, Hq, Hk, S, need, False).items()}
-            ref_total = causal_makespan(1, Hq, S, ref)
-            row = dict(variant=name, S=S, Hq=Hq, Hk=Hk, class_search=class_search, probes_s={str(t): v for t, v in ref.items()},
-                       total_s=ref_total, caps=[], wall_s=round(time.time() - t0, 1))
-            for c, tiles in capped_tiles.items():
-                probed = {t: extra[t] if t in extra else ref[t] for t in tiles}
-                total = causal_makespan(1, Hq, S, probed)
-                row["caps"].append(dict(cap_keys=c, probed_q_tiles=tiles, total_s=total,
-                                        total_diff=total / ref_total - 1,
-                                        probe_diff={str(t): q_tile_seconds(probed, t) / v - 1 for t, v in ref.items()}))
-            out.append(row)
-            _print_validation(row)
-    return out
-
-
-def _print_validation(row: dict) -> None:
-    ref = row["probes_s"]
-    print(f"{row['variant']} causal h{row['Hq']}/{row['Hk']} S{row['S']} (class search {'on' if row['class_search'] else 'off'}"
-          f" in the reference; wall {row['wall_s']:.0f} s): five-probe total {row['total_s'] * 1e6:.2f} us; probes (Q tile: us) "
-          + ", ".join(f"{t}: {v * 1e6:.2f}" for t, v in ref.items()))
-    for c in row["caps"]:
-        print(f"  cap {c['cap_keys']:6} keys (probes {c['probed_q_tiles']}): total {c['total_s'] * 1e6:.2f} us, "
-              f"{100 * c['total_diff']:+.3f}%; per probe " + ", ".join(f"{t}: {100 * d:+.3f}%" for t, d in c["probe_diff"].items()),
-              flush=True)
+# --validate-cap: the launches by name (dense bf16 fmha_fwd, or bench/prefill.py's paged
+# batch_prefill, page 1 through an SGLang table, in fp8 (per-tensor), fp8-blk (KV block
+# scales, page 1024) or bf16)
+VALIDATION_LAUNCHES = {"dense-bf16": launches.DENSE_BF16, "paged-fp8": launches.paged(bp.FP8),
+                       "paged-fp8-blk": launches.paged(bp.FP8, block_scales=True),
+                       "paged-bf16": launches.paged(torch.bfloat16)}
 
 
 # ------------------------------------------------------------------ main
@@ -426,7 +235,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", help="only configurations whose label contains this text")
     ap.add_argument("--out", help="JSON path (default bench/out/fmha.json; --validate-cap: bench/out/fmha_probe_cap.json)")
     ap.add_argument("--no-versus", action="store_true", help="leave out the modelled side by side with aiter")
-    ap.add_argument("--probe-cap-keys", type=int, default=PROBE_CAP_KEYS,
+    ap.add_argument("--probe-cap-keys", type=int, default=causal_model.PROBE_CAP_KEYS,
                     help="causal: probe only workgroups walking at most this many keys, extrapolate the rest (0: no cap)")
     ap.add_argument("--validate-cap", metavar="S,S,...",
                     help="instead of the table: causal h6/1 five-probe vs capped times at these S (--caps, --variants)")
@@ -439,8 +248,9 @@ def main(argv=None) -> int:
     build_manifest(default_manifest())
     cap = args.probe_cap_keys or None
     if args.validate_cap:
-        rows = validate_cap(args.variants.split(","), [int(v) for v in args.validate_cap.split(",")],
-                            [int(v) for v in args.caps.split(",")], class_search=args.class_search)
+        rows = causal_model.validate_cap({name: VALIDATION_LAUNCHES[name] for name in args.variants.split(",")},
+                                         [int(v) for v in args.validate_cap.split(",")],
+                                         [int(v) for v in args.caps.split(",")], class_search=args.class_search)
         out = Path(args.out or REPO / "bench" / "out" / "fmha_probe_cap.json")
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(dict(probe_cap_validation=rows), indent=1))
@@ -466,7 +276,7 @@ def main(argv=None) -> int:
                 if device:
                     seconds, detail, source = measure(case), {}, "measured"
                 else:
-                    seconds, detail = modelled_seconds(B, Hq, Hk, S, causal, cap)
+                    seconds, detail = causal_model.modelled_seconds(launches.DENSE_BF16, B, Hq, Hk, S, causal, cap)
                     source = "modelled"
                 tflops = case.flops / seconds / 1e12
                 row = dict(label=case.label, B=B, Hq=Hq, Hk=Hk, S=S, causal=causal, source=source, seconds=seconds,

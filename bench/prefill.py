@@ -16,20 +16,17 @@ beside per-tensor FP8 at the same page size and shape; there the block scales ar
 (0.5 .. 2, seeded), so each tile's largest v scale differs and O is rescaled at every tile,
 as with real scales (at page 1024 they are ones, as before).
 
-Numbers are gfxasm.perf's MI355X timing model (labelled modelled), never measurements; the
-causal launches are modelled as bench/fmha.py models them (the workgroups of five Q tiles
-sampled, interpolated, list-scheduled on 256 CUs), reusing its code with our launch in
-place of fmha_fwd's. Inputs are zeros (as the steady state: no rescale), the page table a
-permutation. FLOPs: 4 Hq S^2 D,
-causal counting only visible pairs (CK's convention, as far as its table says).
+Numbers are gfxasm.perf's MI355X timing model (labelled modelled), never measurements; every
+launch, paged or dense, is modelled by bench/causal_model.py as bench/fmha.py's are (causal:
+the workgroups of five Q tiles sampled, interpolated, list-scheduled on 256 CUs), the
+launches built by bench/attention_launches.py. Inputs are zeros (as the steady state: no
+rescale), the page table a permutation. FLOPs: 4 Hq S^2 D, causal counting only visible
+pairs (CK's convention, as far as its table says).
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
-import functools
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -40,16 +37,13 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from gfxasm import kernarg                                    # noqa: E402
 from gfxasm import build                                       # noqa: E402
-from gfxasm.manifest import default_manifest                  # noqa: E402
 from gfxasm.ops import batch_prefill as bp                    # noqa: E402
-from gfxasm.perf import estimator                             # noqa: E402
 from gfxasm.perf import params as P                           # noqa: E402
 
-from bench import fmha as dense                               # noqa: E402
+from bench import attention_launches as launches             # noqa: E402
+from bench.causal_model import modelled_seconds               # noqa: E402
 
-D = bp.HEAD_DIM
 # (Hq, Hkv, S, causal) -> CK V3 TFLOP/s (per-tensor FP8 page 1 SGLang; KV block-scale page 1024)
 CK = {
     (6, 1, 1024, True): (47.7, 45.2), (6, 1, 2048, True): (120.1, 111.6), (6, 1, 4096, True): (259.5, 241.1),
@@ -63,52 +57,6 @@ SMALL_PAGE_SHAPES = [(6, 1, 8192, True)]           # (Hq, Hkv, S, causal): block
 SMALL_PAGES = (1, 16)
 
 
-def _paged_parts(B, Hq, Hk, Sq, Sk, causal, dtype=torch.bfloat16, block_scales=False, page=None):
-    """bench/fmha.py's _launch_parts for batch_prefill_d128: one sequence, page size `page`
-    (default 1; block scales: 1024, CK's configuration)."""
-    assert B == 1 and Sq == Sk
-    g = torch.Generator().manual_seed(0)
-    page = page or (1024 if block_scales else 1)
-    pages = -(-Sk // page)
-    q = torch.zeros(Sq, Hq, D, dtype=dtype)           # (zeros: an e4m3 NaN byte would stop the emulator)
-    k = torch.zeros(pages, page, Hk, D, dtype=dtype)
-    v = torch.zeros(pages, page, Hk, D, dtype=dtype)
-    o = torch.empty(Sq, Hq, D, dtype=bp.out_dtype(dtype))
-    lse = torch.empty(Hq, Sq, dtype=torch.float32)
-    e = q.element_size()
-    args = dict(q=q, k_cache=k, v_cache=v, o=o, lse=lse, qo_indptr=torch.tensor([0, Sq], dtype=torch.int32),
-                kv_start=torch.zeros(1, dtype=torch.int32), seqlen_k=torch.tensor([Sk], dtype=torch.int32),
-                page_list=torch.randperm(pages, generator=g).to(torch.int32), descales=torch.ones(3),
-                kv_scales=(torch.rand(pages * Hk * 2, generator=g) * 1.5 + 0.5 if page < bp.BLOCK_SCALE_MIN_PAGE
-                           else torch.ones(pages * Hk * 2)), heads_k=Hk, max_seq_q=Sq,
-                q_seq_stride=q.stride(0) * e, q_head_stride=q.stride(1) * e, k_seq_stride=k.stride(1) * e,
-                k_head_stride=k.stride(2) * e, v_seq_stride=v.stride(1) * e, v_head_stride=v.stride(2) * e,
-                o_seq_stride=o.stride(0) * 2, o_head_stride=o.stride(1) * 2, lse_head_stride=lse.stride(0) * 4,
-                page_shift=page.bit_length() - 1, kv_head_magic=0 if Hq == Hk else -(-2**32 // (Hq // Hk)),
-                scale_log2=bp.LOG2E / math.sqrt(D), store_lse=1)
-    variant = default_manifest().kernel(bp.KERNEL).variant(bp.variant_name(dtype, causal, block_scales, page))
-    values = {a.name: args[a.name].data_ptr() if a.type.is_pointer else args[a.name] for a in variant.args}
-    raw = kernarg.pack(variant.args, variant.kernarg_size, values)
-    grid = (math.ceil(Sq / bp.Q_TILE), Hq, B)
-    return variant, grid, raw, [args[a.name] for a in variant.args if a.type.is_pointer]
-
-
-@contextlib.contextmanager
-def _paged(dtype, block_scales=False, page=None):
-    """bench/fmha.py's modelling with our launch in place of fmha_fwd's. FP8: the timing
-    run executes the MFMAs instead of stubbing them (gfxasm.perf.trace.record's default), so
-    the scores are real: a stub leaves stale registers, whose NaN the emulator's e4m3
-    conversion of P refuses (its NaN byte is unverified). Timing is unaffected."""
-    saved, saved_record = dense._launch_parts, estimator.record
-    dense._launch_parts = functools.partial(_paged_parts, dtype=dtype, block_scales=block_scales, page=page)
-    if dtype == bp.FP8:
-        estimator.record = functools.partial(saved_record, skip_mfma=False)
-    try:
-        yield
-    finally:
-        dense._launch_parts, estimator.record = saved, saved_record
-
-
 def _small_pages(args, rows: list, save) -> None:
     """Block scales below page 64 (the per-key _blks variants) beside per-tensor FP8 at the
     same page size and shape, modelled; rows appended to `rows` (and saved) as they finish."""
@@ -119,11 +67,9 @@ def _small_pages(args, rows: list, save) -> None:
         if (args.only and args.only not in label) or S > args.max_tokens:
             continue
         t0 = time.time()
-        flops = dense.flops(1, Hq, S, causal)
-        with _paged(bp.FP8, page=page):
-            fp8_s, fp8_detail = dense.modelled_seconds(1, Hq, Hk, S, causal)
-        with _paged(bp.FP8, block_scales=True, page=page):
-            blk_s, blk_detail = dense.modelled_seconds(1, Hq, Hk, S, causal)
+        flops = launches.flops(1, Hq, S, causal)
+        fp8_s, fp8_detail = modelled_seconds(launches.paged(bp.FP8, page=page), 1, Hq, Hk, S, causal)
+        blk_s, blk_detail = modelled_seconds(launches.paged(bp.FP8, block_scales=True, page=page), 1, Hq, Hk, S, causal)
         rows.append(dict(label=label, Hq=Hq, Hk=Hk, S=S, causal=causal, page=page, flops=flops,
                          ours_fp8_tflops=flops / fp8_s / 1e12, ours_fp8_block_tflops=flops / blk_s / 1e12,
                          block_over_tensor_time=blk_s / fp8_s, source="modelled",
@@ -166,14 +112,11 @@ def main(argv=None) -> int:
         if (args.only and args.only not in label) or S > args.max_tokens:
             continue
         t0 = time.time()
-        flops = dense.flops(1, Hq, S, causal)
-        with _paged(bp.FP8):
-            fp8_s, fp8_detail = dense.modelled_seconds(1, Hq, Hk, S, causal)
-        with _paged(bp.FP8, block_scales=True):
-            blk_s, blk_detail = dense.modelled_seconds(1, Hq, Hk, S, causal)
-        with _paged(torch.bfloat16):
-            paged_s, paged_detail = dense.modelled_seconds(1, Hq, Hk, S, causal)
-        dense_s, dense_detail = dense.modelled_seconds(1, Hq, Hk, S, causal)
+        flops = launches.flops(1, Hq, S, causal)
+        fp8_s, fp8_detail = modelled_seconds(launches.paged(bp.FP8), 1, Hq, Hk, S, causal)
+        blk_s, blk_detail = modelled_seconds(launches.paged(bp.FP8, block_scales=True), 1, Hq, Hk, S, causal)
+        paged_s, paged_detail = modelled_seconds(launches.paged(torch.bfloat16), 1, Hq, Hk, S, causal)
+        dense_s, dense_detail = modelled_seconds(launches.DENSE_BF16, 1, Hq, Hk, S, causal)
         row = dict(label=label, Hq=Hq, Hk=Hk, S=S, causal=causal, flops=flops, ck_fp8_tflops=ck,
                    ck_fp8_block_tflops=ck_block, ours_fp8_tflops=flops / fp8_s / 1e12,
                    ours_fp8_block_tflops=flops / blk_s / 1e12,
