@@ -5,7 +5,9 @@
 ;
 ; r = heads_q / heads_k (MHA r = 1, GQA, MQA). Causal (FMHA_CAUSAL = 1): key j is visible
 ; to query i iff j <= i + (seq_k - seq_q) (bottom-right aligned, as flash-attention 2.1+);
-; a query that sees no key gets O = 0 and LSE = -inf.
+; a query that sees no key gets O = 0 and LSE = -inf. Elsewhere IEEE arithmetic stands, as
+; in the float64 softmax: a query whose visible scores are all -inf (+-inf in q or K) gets
+; O = NaN (0 / 0) and LSE = -inf; a +inf or NaN score makes O and LSE NaN.
 ; Design notes (layouts, schedule, history, batch prefill): docs/fmha_fwd_d128.md.
 ;
 ; --- Variants (defines, from kernels.yaml) ----------------------------------------------
@@ -36,7 +38,9 @@
 ; row max and sum are in-lane plus one v_permlane32_swap. P = exp2(S - m) with a lazy
 ; rescale (O, l, m change only when some row's max grows by more than 8: P <= 2^8).
 ; GEMM1: O^T += V^T P^T, P's registers as they lie are the B operand, V^T comes by
-; ds_read_b64_tr_b16 in the same key order. End: O /= l, LSE = (m + log2 l) * ln 2.
+; ds_read_b64_tr_b16 in the same key order. End: O /= max(l, 1), LSE = (m + log2 l) * ln 2:
+; m starts at -FLT_MAX (at or below every finite score), so the key that sets m weighs
+; exactly 1 and l >= 1 once a row saw a finite score; l = 0 only where every score was -inf.
 ; Masking (tail keys, causal) is per element, only on the tiles that need it.
 ;
 ; --- Budget -----------------------------------------------------------------------------
@@ -105,9 +109,10 @@
 .set LDS_K0, 2 * TILE_BYTES            ; K[0..2] at LDS_K0 + buf * TILE_BYTES (buffer part in v_kaddr)
 .set LDS_NEEDED, 5 * TILE_BYTES
 .set LAZY_THRESHOLD, 0x41000000        ; 8.0f: rescale only when the max grows by more (log2 units)
-.set M_INIT, 0xf149f2ca                ; -1e30f: finite floor of m
+.set M_INIT, 0xff7fffff                ; -FLT_MAX: finite floor of m, at or below every finite score
 .set NEG_INF, 0xff800000
-.set L_FLOOR, 0x0da24260               ; 1e-30f: 1/max(l, floor) keeps O = 0 for rows with no key
+.set F32_MAX, 0x7f7fffff
+.set F32_NAN, 0x7fc00000
 .set LN2, 0x3f317218                   ; ln(2)
 .if PAGED
     paged_constants                    ; fmha_paged.inc
@@ -422,7 +427,7 @@ L_prep_back_\tag:
     .endif
 .endm
 
-; Softmax lead of the first tile: m = max(row max, -1e30); S -= m; -m into v_negm
+; Softmax lead of the first tile: m = max(row max, -FLT_MAX); S -= m; -m into v_negm
 .macro lead_first
     row_max_head
     .set _i, 0
@@ -432,7 +437,7 @@ L_prep_back_\tag:
     .endr
     v_max_f32 v[v_m], M_INIT, v[v_diff]
     .if BLK && !BLKS
-        v_mul_f32 v[v_cm], s[s_negc], v[v_m]            ; (S stays raw: exp2_op adds -c m)
+        blk_cm                                          ; (S stays raw: exp2_op adds -c m)
     .else
     v_sub_f32 v[v_t2], 0, v[v_m]
     .endif
@@ -652,6 +657,20 @@ L_orescale_back_\tag:
     .endr
 .endm
 
+; Epilogue, v_t0 = l of the row: v_corr (1 / max(l, 1)) = NaN for a row that sees keys
+; (lim(q) = v_lim4 + 4(l/32) > 0) but whose l is 0: every visible score was -inf (+-inf in
+; q or K), the softmax is 0 / 0, O = NaN as the float64 reference gives (LSE: -inf). A row
+; that sees no key (causal, seq_q > seq_k) keeps O = 0.
+.macro empty_rows_nan
+    v_lshrrev_b32 v[v_t1], 5, v[v_lane]
+    v_lshl_add_u32 v[v_t1], v[v_t1], 2, v[v_lim4]      ; lim(q): the keys the row sees
+    v_cmp_lt_i32 vcc, 0, v[v_t1]
+    v_cmp_eq_f32 s[s_tmp64:s_tmp64+1], 0, v[v_t0]
+    s_and_b64 vcc, vcc, s[s_tmp64:s_tmp64+1]
+    v_mov_b32 v[v_t1], F32_NAN
+    v_cndmask_b32 v[v_corr], v[v_corr], v[v_t1], vcc
+.endm
+
 ; --- rare paths (placed after s_endpgm) ---
 
 ; mask S(j) (-inf where the key is not visible): element e = key block e/16, register e%16
@@ -711,7 +730,7 @@ L_prep_\tag:
 .endif
     v_exp_f32 v[v_corr], v[v_corr]
 .if BLK && !BLKS
-    v_mul_f32 v[v_cm], s[s_negc], v[v_m]    ; (BLK: S stays raw; exp2_op adds -c m)
+    blk_cm                              ; (BLK: S stays raw; exp2_op adds -c m)
 .endif
     .set _r, 0
     .rept 16 * (1 - BLK + BLKS)
@@ -1010,7 +1029,7 @@ L_no_clamp:
 
 .endif
 
-    ; --- state: O = 0, m = -1e30 (its -m starts at 0: the first GEMM0 gives plain S), l = 0 ---
+    ; --- state: O = 0, m = -FLT_MAX (its -m starts at 0: the first GEMM0 gives plain S), l = 0 ---
     .set _r, 0
     .rept 32
         v_mov_b64 v[v_o + _r : v_o + _r + 1], 0
@@ -1228,12 +1247,12 @@ L_epilogue:
     s_nop 1                             ; VALU write -> v_permlane32_swap read: 2 wait states
     v_permlane32_swap_b32 v[v_t0], v[v_t1]
     v_add_f32 v[v_t0], v[v_t0], v[v_t1] ; l of the row, in both halves
-    v_max_f32 v[v_t1], L_FLOOR, v[v_t0]
-    v_rcp_f32 v[v_corr], v[v_t1]
-    v_log_f32 v[v_t2], v[v_t0]          ; log2 l (-inf for a row that saw no key)
-    s_nop 0                             ; transcendental result -> VALU read: 1 wait state
+    v_max_f32 v[v_t1], 1.0, v[v_t0]
+    v_rcp_f32 v[v_corr], v[v_t1]        ; 1 / l (l >= 1 once the row saw a finite score; O = 0 x 1 without)
+    v_log_f32 v[v_t2], v[v_t0]          ; log2 l (-inf for a row whose scores were all -inf)
+    empty_rows_nan                      ; (its VALU ops give the rcp's 1 wait state)
 .if FP8
-    v_mul_f32 v[v_corr], s[s_vd], v[v_corr]             ; O = v_descale * P V / l
+    v_mul_f32 v[v_corr], s[s_vd], v[v_corr]             ; O = v_descale * P V / l (the factor <= v_descale)
 .endif
 .if BLK
     v_mul_f32 v[v_corr], s[s_vd_cur], v[v_corr]         ; ... * v_scale of the last tile (O_acc is in its units)

@@ -14,6 +14,11 @@ value appears — Sq, Sk in {1, 17, 64, 255, 256, 257, 1000} (Sq = Sk and Sq != 
 and fp16, q/k/v as views into a packed qkv tensor, with and without LSE — sized to keep
 the emulator time of this file to a few minutes on a 2-core machine.
 
+Inputs at the edges of f32 (+-inf in q, scores below -1e30; the batch-prefill FP8 variants
+of the same source with extreme scales): against the float64 reference, outputs poisoned
+with values no row can have (NaN is a legal result there: a row whose visible scores are
+all -inf is 0 / 0).
+
 The full cross-product (7 x 7 sequence pairs x head layouts x B x causal x dtype x layout)
 is `test_full_cross_product`, marked `full`: the project's pytest options deselect that
 marker, so CI (.ci/run, a plain `pytest -q`) does not collect it. Run it with
@@ -260,3 +265,151 @@ def test_out_is_q_in_place():
 ], ids=lambda x: str(x))
 def test_full_cross_product(batch, seq_q, seq_k, heads, dtype, causal, layout):
     check(batch, seq_q, seq_k, heads[0], heads[1], DTYPES[dtype], causal, layout, True)
+
+
+# --- legal inputs at the edges of f32: +-inf in q, scores far below -1e30 ---
+
+POISON_O, POISON_LSE = 512.0, 4096.5   # no row here can have them: a store that did not land stays
+
+
+def run_poisoned(q, k, v, causal, softmax_scale=None):
+    """fmha_fwd_out into outputs poisoned with POISON_O / POISON_LSE (NaN is a legal result here)."""
+    out = torch.full(q.shape, POISON_O, dtype=q.dtype)
+    lse = torch.full((q.shape[0], q.shape[2], q.shape[1]), POISON_LSE)
+    torch.ops.gfxasm.fmha_fwd_out(q, k, v, out, lse, causal, softmax_scale)
+    return out, lse
+
+
+def no_key_rows(q, k, causal):
+    """[B, Sq, Hq] True where the row sees no key (causal, Sq > Sk: rows i < Sq - Sk)."""
+    i = torch.arange(q.shape[1])[None, :, None]
+    return (i < q.shape[1] - k.shape[1]).expand(q.shape[0], -1, q.shape[2]) if causal else torch.zeros(q.shape[:3], dtype=torch.bool)
+
+
+def check_special(q, k, v, causal, nan_rows):
+    """The kernel against the float64 reference where q holds +-inf: O NaN exactly where the
+    reference's is (`nan_rows` rows, all of each), exactly 0 in rows that see no key, the
+    other rows within fmha.tolerances of inputs with the infinities replaced by 0 (an inf in
+    q touches only its own row); LSE -inf where the reference's is, NaN where it is NaN or
+    +inf (a +inf score: m = +inf, the kernel's sum is inf - inf), the rest within tolerance."""
+    o, lse = run_poisoned(q, k, v, causal)
+    o_ref, lse_ref = fmha.reference(q, k, v, causal=causal, dtype=torch.float64)
+    ref_nan = torch.isnan(o_ref).all(-1)
+    assert int(ref_nan.sum()) == nan_rows and not torch.isnan(o_ref[~ref_nan]).any()
+    assert torch.equal(torch.isnan(o), torch.isnan(o_ref)), \
+        f"O NaN in rows {torch.isnan(o).all(-1).nonzero().tolist()}, the reference's {ref_nan.nonzero().tolist()}"
+    empty = no_key_rows(q, k, causal)
+    assert (o[empty] == 0).all() and torch.isneginf(lse.transpose(1, 2)[empty]).all()
+    clean = q.masked_fill(torch.isinf(q), 0.0)
+    o_tol, lse_tol = fmha.tolerances(clean, k, v, *fmha.reference(clean, k, v, causal=causal), causal=causal)
+    assert fmha.max_error(o[~ref_nan].float(), o_ref[~ref_nan]) <= o_tol
+    assert torch.equal(torch.isnan(lse), torch.isnan(lse_ref) | torch.isposinf(lse_ref)), "LSE NaN"
+    assert torch.equal(torch.isneginf(lse), torch.isneginf(lse_ref)), "LSE -inf"
+    finite = torch.isfinite(lse_ref)
+    assert fmha.max_error(lse[finite], lse_ref[finite]) <= lse_tol
+
+
+@pytest.mark.parametrize("dtype,causal", [("f16", False), ("bf16", False), ("f16", True), ("bf16", True)])
+def test_inf_in_q(dtype, causal):
+    # q holding +-inf: its row's scores are +-inf (NaN where k is 0), and the float64 softmax
+    # is NaN: a +inf score gives inf - inf, a row whose visible keys all score -inf 0 / 0. The
+    # latter came out O = 0 (l = 0, as for a row that sees no key: issue 26, "an fp16 q holding
+    # +inf gives 0.0 where NaN is expected"). Dims 3 and 5 of every key are negative and
+    # positive, so the sign of the inf picks the case; the other rows of the same waves stay
+    # finite. Causal (Sq 100 > Sk 70): rows 0..29 see no key, O = 0 and LSE = -inf, inf or not.
+    seq_q, seq_k = (100, 70) if causal else (70, 100)
+    q, k, v = make_inputs(1, seq_q, seq_k, 2, 1, DTYPES[dtype], "bshd", seed=11)
+    k[..., 3] = -(k[..., 3].abs() + 0.25)
+    k[..., 5] = k[..., 5].abs() + 0.25
+    q[0, 40, 0, 3] = float("inf")                                         # every visible score -inf
+    q[0, 41, 1, 5] = float("-inf")                                        # likewise
+    q[0, 45, 0, 5] = float("inf")                                         # every visible score +inf
+    q[0, 65, 1, 3] = float("-inf")                                        # likewise
+    q[0, 50, 1, 3] = q[0, 50, 1, 5] = float("inf")                        # -inf + inf terms: NaN scores
+    q[0, 2, 0, 3] = float("inf")                                          # all -inf; causal: sees no key (O = 0)
+    check_special(q, k, v, causal, 5 if causal else 6)
+
+
+@pytest.mark.parametrize("seq_q,seq_k,causal", [(40, 150, False), (150, 100, True)])
+def test_scores_below_minus_1e30(seq_q, seq_k, causal):
+    # Every score near -1.6e31 (log2 units): q > 0 and k < 0, both ~1e15. The running max was
+    # floored at -1e30, so every P underflowed to 0 and the rows came out as if they saw no
+    # key (O = 0, LSE = -inf); the float64 softmax of such scores is well defined (here: the
+    # best key's V, |O| up to ~3). scale * log2(e) = 2^-3 keeps the kernel's pre-scaled Q
+    # exact, so its scores differ from the reference's only by the f32 sums. 150 keys: the
+    # lazy rescale runs between tiles (the max grows by ~1e30); causal, Sq > Sk: rows 0..49
+    # see no key.
+    g = torch.Generator().manual_seed(12)
+    q = ((torch.rand(1, seq_q, 2, 128, generator=g) + 0.5) * 1e15).to(torch.bfloat16)
+    k = (-(torch.rand(1, seq_k, 1, 128, generator=g) + 0.5) * 1e15).to(torch.bfloat16)
+    v = (torch.randn(1, seq_k, 1, 128, generator=g)).to(torch.bfloat16)
+    scale = 0.125 / fmha.LOG2E
+    out = torch.full(q.shape, POISON_O, dtype=q.dtype)
+    lse = torch.full((1, 2, seq_q), POISON_LSE)
+    torch.ops.gfxasm.fmha_fwd_out(q, k, v, out, lse, causal, scale)
+    o_ref, lse_ref = fmha.reference(q, k, v, causal=causal, softmax_scale=scale, dtype=torch.float64)
+    assert (lse_ref[torch.isfinite(lse_ref)] < -1e30).all() and o_ref.abs().max() > 2
+    assert fmha.max_error(out.double(), o_ref) <= 2 * torch.finfo(torch.bfloat16).eps * o_ref.abs().max()
+    assert fmha.max_error(lse.double(), lse_ref) <= 1e-5 * lse_ref[torch.isfinite(lse_ref)].abs().max()
+    empty = no_key_rows(q, k, causal)
+    assert (out[empty] == 0).all() and int(empty.sum()) == (2 * 50 if causal else 0)
+
+
+# --- the same bookkeeping in this source's batch-prefill FP8 variants (batch_prefill_d128_fp8*) ---
+
+def fp8_sequence(seq_q, seq_k, page, seed, q_sign, k_sign):
+    """One sequence of e4m3 q [Sq, 2, 128] and k/v caches [pages, page, 1, 128] (pages in
+    order), |x| + 0.5 with the given sign where one is given; its vLLM table."""
+    g = torch.Generator().manual_seed(seed)
+
+    def values(*shape, sign=0):
+        x = torch.randn(*shape, generator=g)
+        return (sign * (x.abs() + 0.5) if sign else x).to(torch.float8_e4m3fn)
+    pages = -(-seq_k // page)
+    q = values(seq_q, 2, 128, sign=q_sign)
+    k, v = values(pages, page, 1, 128, sign=k_sign), values(pages, page, 1, 128)
+    table = dict(block_table=torch.arange(pages, dtype=torch.int32)[None],
+                 seqlens_k=torch.tensor([seq_k], dtype=torch.int32))
+    return q, k, v, table
+
+
+@pytest.mark.parametrize("seq_q,seq_k,page,causal,descales,kv_block,signs", [
+    # v_descale 2^60 was folded into 1 / max(l, 1e-30): 1e30 x 2^60 = inf, 0 x inf = NaN in
+    # the rows that see no key (causal, Sq > Sk)
+    (100, 60, 16, True, (0.5, 0.7, 2.0**60), None, (0, 0)),
+    # per-tile block scales, c = scale log2(e) q_descale k_scale = 4: with m = -FLT_MAX for a
+    # row with no key, -c m must not become +inf (-inf + inf = NaN); v scale 2^61 likewise
+    (100, 60, 64, True, (8.0, 1.0, 1.0), (4.0, 2.0**61), (0, 0)),
+    # per-key block scales put the scores in log2 units: ~ -1e31 here (q > 0, k < 0, c k ~
+    # 6.5e29), below the old -1e30 floor of m: every P was 0 (O = 0, LSE = -inf)
+    (40, 100, 16, False, (2.0**62, 1.0, 1.0), (2.0**40, 1.0), (1, -1)),
+    (100, 60, 16, True, (2.0**62, 1.0, 1.0), (2.0**40, 1.0), (1, -1)),
+])
+def test_fp8_variants_at_the_edges(seq_q, seq_k, page, causal, descales, kv_block, signs):
+    from gfxasm.ops import batch_prefill as bp
+    q, k, v, table = fp8_sequence(seq_q, seq_k, page, 14, *signs)
+    qo_indptr = torch.tensor([0, seq_q], dtype=torch.int32)
+    if signs[0]:      # (no row's two best keys tie: bp.reference's exp(s - lse) loses log 2 at |s| ~ 1e31)
+        s = torch.einsum("qhd,kd->hqk", q.double(), k.double().reshape(-1, 128)[:seq_k])
+        if causal:
+            s = s.masked_fill(torch.arange(seq_k)[None] > torch.arange(seq_q)[:, None] - (seq_q - seq_k), float("-inf"))
+        best = s.topk(2, -1).values
+        assert not (best[..., 0] == best[..., 1])[torch.isfinite(best[..., 0])].any()
+    scales = dict(q_descale=torch.tensor([descales[0]]))
+    if kv_block is None:
+        scales.update(k_descale=torch.tensor([descales[1]]), v_descale=torch.tensor([descales[2]]))
+    else:
+        scales.update(kv_block_descale=torch.tensor(kv_block).expand(k.shape[0], 1, 2).contiguous())
+    out = torch.full((seq_q, 2, 128), POISON_O, dtype=torch.bfloat16)
+    o, lse = gfxasm.batch_prefill(q, k, v, qo_indptr, **table, causal=causal, out=out, return_lse=True, **scales)
+    o_ref, lse_ref, bound = bp.reference(q, k, v, qo_indptr, *bp.normalise(1, page, k.shape[0], **table),
+                                         causal=causal, descales=descales, kv_block_descale=scales.get("kv_block_descale"),
+                                         p_bound=True)
+    empty = torch.arange(seq_q) < (seq_q - seq_k if causal else 0)
+    assert (o[empty] == 0).all() and torch.isneginf(lse[:, empty]).all()
+    v_max = v.float().abs().max().item() * descales[2] * (kv_block[1] if kv_block else 1.0)
+    tol = bound + 2.0**-8 * o_ref.abs() + 2.0**-16 * v_max                    # test_batch_prefill's FP8 rule
+    assert not torch.isnan(o).any() and ((o.double() - o_ref).abs() <= tol).all()
+    finite = torch.isfinite(lse_ref)
+    assert torch.equal(torch.isneginf(lse), torch.isneginf(lse_ref))
+    assert fmha.max_error(lse[finite].double(), lse_ref[finite]) <= 2.0**-14 * (1 + lse_ref[finite].abs().max())
