@@ -325,6 +325,9 @@ def good(dtype=torch.bfloat16, paged=True):
                 block_table=table)
 
 
+FP8_CACHE = torch.zeros(6, 16, 2, 128, dtype=torch.float8_e4m3fn)     # good()'s paged cache in FP8
+
+
 def raises(exc, match, **changes):
     args = good()
     args.update(changes)
@@ -394,8 +397,13 @@ def test_bad_contiguous_cache(no_launch):
            v_cache=three, block_table=None)
     raises(ValueError, r"max\(cache_seqlens\) = 41 exceeds the cache: the cache holds 40 keys", k_cache=c["k_cache"],
            v_cache=c["v_cache"], block_table=None, cache_seqlens=torch.tensor([41, 3], dtype=torch.int32))
+    shifted = torch.zeros(2 * 40 * 2 * 128 + 1, dtype=torch.bfloat16)[1:].view(2, 40, 2, 128)   # 2 bytes off
+    raises(ValueError, "'k_cache' data must be 16-byte aligned", k_cache=shifted, v_cache=shifted, block_table=None)
+    # misaligned and with 260-byte head strides: the strides are checked first (the pointers
+    # only when the call is about to launch)
     wide = torch.zeros(2, 40, 2, 130, dtype=torch.bfloat16)[..., 1:129]
-    raises(ValueError, "'k_cache' data must be 16-byte aligned", k_cache=wide, v_cache=wide, block_table=None)
+    raises(ValueError, "'k_cache' strides must be non-negative multiples of 16 bytes", k_cache=wide, v_cache=wide,
+           block_table=None)
     t = torch.zeros(2, 128, 40, 2, dtype=torch.bfloat16).permute(0, 2, 3, 1)
     raises(ValueError, "'k_cache' must be contiguous in the head dim", k_cache=t, v_cache=t, block_table=None)
 
@@ -416,8 +424,27 @@ def test_bad_options(no_launch):
     raises(ValueError, "'out' overlaps the memory of 'q'", q=q, out=q)
     raises(ValueError, "'out' has elements sharing memory", out=torch.zeros(1, 1, 1, 128, dtype=torch.bfloat16)
            .expand(2, 1, 8, 128))
-    raises(ValueError, "must be on the CPU \\(emulator\\) or a ROCm gfx950 GPU, got meta",
+    # q and the caches on meta, the index tensors on the CPU: a device mix like any other
+    raises(ValueError, r"'cache_seqlens' must be on q's device \(meta\), got cpu",
            q=good()["q"].to("meta"), k_cache=good()["k_cache"].to("meta"), v_cache=good()["v_cache"].to("meta"))
+
+
+@pytest.mark.parametrize("name", ["cache_seqlens", "block_table", "sinks", "out"])
+def test_device_mix_refused(no_launch, name):
+    # issue 26: every tensor of a call on q's device, index tensors and outputs included
+    changes = dict(sinks=torch.zeros(8), out=torch.empty(2, 1, 8, 128, dtype=torch.bfloat16))
+    changes[name] = dict(good(), **changes)[name].to("meta")
+    raises(ValueError, rf"'{name}' must be on q's device \(cpu\), got meta", **changes)
+
+
+@pytest.mark.parametrize("name", ["k_descale", "v_scale_shift"])
+def test_fp8_scale_on_another_device_refused(no_launch, name):
+    scales = (dict(k_descale=torch.ones(1), v_descale=torch.ones(1)) if name == "k_descale" else
+              dict(k_scale_shift=torch.ones(6, 16, 2, 2, dtype=torch.float16),
+                   v_scale_shift=torch.ones(6, 16, 2, 2, dtype=torch.float16)))
+    scales[name] = scales[name].to("meta")
+    raises(ValueError, rf"'{name}' must be on q's device \(cpu\), got meta", k_cache=FP8_CACHE, v_cache=FP8_CACHE,
+           **scales)
 
 
 def test_reference_known_answer():

@@ -36,38 +36,38 @@ float32 k_descale and v_descale (one element each, read on the device: the keys 
 k * k_descale), or per-token per-KV-head float16 (scale, shift) pairs k_scale_shift /
 v_scale_shift shaped like the cache's token dims plus 2 — [B, S_max, Hkv, 2] or
 [num_pages, page_size, Hkv, 2], read through the same block table (key = fp8 * scale +
-shift, xformers' row-wise asymmetric FP8). One kind, for both K and V.
+shift, xformers' row-wise asymmetric FP8). One kind (`Fp8`), for both K and V.
 
 Everything checkable on the host is checked before any launch: a violation is a
 ValueError/TypeError naming the argument.
 
-torch ops (loader/ops/library.py): gfxasm::decode_attention(q, k_cache, v_cache,
-cache_seqlens, block_table, k_descale, v_descale, k_scale_shift, v_scale_shift,
+torch ops (declared on loader/ops/framework.py): gfxasm::decode_attention(q, k_cache,
+v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift, v_scale_shift,
 softmax_scale, causal, window_left, sinks, num_splits, return_lse) -> (out, lse), lse
 empty unless return_lse; gfxasm::decode_attention_out(the same but return_lse, out!,
 lse!?). Their fake kernels check what metadata tells (meta tensors throughout give the
-output shapes; torch.compile traces them); what needs the data (pointers' alignment and
-overlaps, a CPU cache_seqlens' range) is checked only on real tensors. The checked, prepared
-launches are cached per tensor layout (shapes, strides, dtypes, devices) and scalars, so a
-repeated call checks only what its data can change, allocates and launches.
+output shapes; torch.compile traces them). The checked, prepared launches are cached per
+tensor layout and scalars, so a repeated call checks only what its data can change
+(pointers, a CPU cache_seqlens' range), allocates and launches.
 """
 from __future__ import annotations
 
+import enum
+import inspect
 import math
-import os
 from dataclasses import dataclass
 
 import torch
 
 from ..gridexpr import cdiv
-from ..launcher import BACKEND_ENV, prepare
-from ..manifest import default_manifest
-from . import arguments, library
-from .aliasing import extent, refuse_internal_overlap, refuse_overlap
+from ..launcher import prepare
+from ..manifest import Variant, default_manifest
+from . import framework
 
+NAME = "decode_attention"
 KERNEL = "decode_attn"
 MERGE = "decode_attn_merge"
-DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
+DTYPES = (torch.bfloat16, torch.float16)
 HEAD_DIMS = (64, 128)
 MAX_SEQ_Q = 16
 ROW_TILE = 16                      # query rows (token, head of the group) per wave
@@ -86,6 +86,15 @@ _MAX_OFFSET = 2**31                # the kernels' descriptors hold offsets below
 _ALIGN = 16
 E4M3 = torch.float8_e4m3fn
 _FP8 = (E4M3, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
+_DESCALES = ("k_descale", "v_descale")
+_PAIRS = ("k_scale_shift", "v_scale_shift")
+
+
+class Fp8(enum.IntEnum):
+    """How the cache is stored; the value is decode_attn's FP8 define."""
+    NONE = 0                       # in q's dtype
+    PER_TENSOR = 1                 # e4m3 with k_descale, v_descale
+    PER_TOKEN = 2                  # e4m3 with (scale, shift) pairs k_scale_shift, v_scale_shift
 
 
 @dataclass(frozen=True)
@@ -119,28 +128,15 @@ def plan(batch: int, heads_kv: int, rows: int, capacity: int, num_splits: int | 
     return Plan(splits, chunk, row_tiles, splits > 1)
 
 
-# ------------------------------------------------------------------ validation
+# ------------------------------------------------------------------ checks
 
-def _fail(exc, msg: str):
-    arguments.fail("decode_attention", exc, msg)
-
-
-def _tensor(name: str, value, rank: int, what: str) -> torch.Tensor:
-    return arguments.tensor("decode_attention", name, value, rank, what)
-
-
-def _vector(name: str, value, dtype: torch.dtype, length: int, what: str, device) -> torch.Tensor:
-    """A contiguous rank-1 tensor of `length` elements of `dtype` on `device`."""
-    t = _tensor(name, value, 1, what)
-    if t.dtype != dtype:
-        _fail(TypeError, f"'{name}' dtype must be {dtype}, got {t.dtype}")
-    if t.shape[0] != length:
-        _fail(ValueError, f"'{name}' must be [{length}], got {tuple(t.shape)}")
-    if t.device != device:
-        _fail(ValueError, f"'{name}' must be on q's device ({device}), got {t.device}")
-    if not t.is_contiguous():
-        _fail(ValueError, f"'{name}' must be contiguous")
-    return t
+@dataclass(frozen=True)
+class _Checked:
+    """What the checks derive from a call; the rest the plan reads off the call itself."""
+    fp8: Fp8
+    scale: float                   # softmax_scale
+    window_left: int               # -1: no window
+    capacity: int                  # keys one sequence can hold (contiguous: S_max)
 
 
 def _stride(t: torch.Tensor, axis: int) -> int:
@@ -148,32 +144,9 @@ def _stride(t: torch.Tensor, axis: int) -> int:
     return 0 if t.shape[axis] == 1 else t.stride(axis)
 
 
-def _check_rows(name: str, t: torch.Tensor, row_axis: int, data: bool) -> list[int]:
-    """Head dim contiguous, 16-byte aligned data (`data`: real tensors) and strides; returns
-    the byte strides."""
-    e = t.element_size()
-    if t.stride(-1) != 1 and t.shape[-1] > 1:
-        _fail(ValueError, f"'{name}' must be contiguous in the head dim (stride 1), got strides {t.stride()}")
-    if data:
-        _check_aligned(name, t)
-    strides = [_stride(t, a) * e for a in range(t.dim() - 1)]
-    for axis, s in enumerate(strides):
-        if s % _ALIGN or s < 0:
-            _fail(ValueError, f"'{name}' strides must be non-negative multiples of 16 bytes, got {t.stride()}")
-        if s >= _U32:
-            _fail(ValueError, f"'{name}' stride {t.stride(axis)} (axis {axis}) must be below 2^32 bytes")
-    if t.shape[row_axis] > 1 and strides[row_axis] < t.shape[-1] * e:
-        _fail(ValueError, f"'{name}' rows may not overlap (seq stride >= head dim), got strides {t.stride()}")
-    return strides
-
-
-def _check_aligned(name: str, t: torch.Tensor) -> None:
-    if t.data_ptr() % _ALIGN:
-        _fail(ValueError, f"'{name}' data must be 16-byte aligned, got address {t.data_ptr():#x}")
-
-
-def _fail_pairs(name: str, t: torch.Tensor):
-    _fail(ValueError, f"'{name}' pairs must be contiguous and 4-byte aligned (even strides), got strides {t.stride()}")
+def _byte_strides(t: torch.Tensor) -> list[int]:
+    """The byte strides of every dim but the last (0 for a dim of size 1)."""
+    return [_stride(t, a) * t.element_size() for a in range(t.dim() - 1)]
 
 
 def _span(t: torch.Tensor, axes) -> int:
@@ -182,338 +155,377 @@ def _span(t: torch.Tensor, axes) -> int:
     return sum((t.shape[a] - 1) * _stride(t, a) * e for a in axes) + t.shape[-1] * e
 
 
-def _fp8_kind(fp8: bool, q: torch.Tensor, k_cache: torch.Tensor, descales: dict, pairs: dict, data: bool) -> int:
-    """0: 16-bit cache; 1: FP8 with per-tensor descales; 2: FP8 with per-token (scale, shift)
-    pairs. Checks the scale arguments of the kind (both K and V, never both kinds)."""
-    given = {n: t for n, t in {**descales, **pairs}.items() if t is not None}
-    if not fp8:
-        for name in given:
-            _fail(ValueError, f"'{name}' is only for an FP8 (float8_e4m3fn) cache; this cache is {k_cache.dtype}")
-        return 0
-    if any(t is not None for t in descales.values()) and any(t is not None for t in pairs.values()):
-        _fail(ValueError, "give per-tensor descales (k_descale, v_descale) or per-token pairs "
-                          "(k_scale_shift, v_scale_shift), not both")
-    chosen = pairs if any(t is not None for t in pairs.values()) else descales
-    for name, t in chosen.items():
-        if t is None:
-            _fail(ValueError, f"'{name}' is required for a float8_e4m3fn cache (k_descale and v_descale, or "
-                              f"k_scale_shift and v_scale_shift)")
-        if not isinstance(t, torch.Tensor):
-            _fail(TypeError, f"'{name}' must be a torch.Tensor, got {type(t).__name__}")
-        if t.device != q.device:
-            _fail(ValueError, f"'{name}' must be on q's device ({q.device}), got {t.device}")
-        if chosen is descales:
-            if t.dtype != torch.float32 or t.numel() != 1:
-                _fail(TypeError, f"'{name}' must be one float32 element, got {t.dtype} of shape {tuple(t.shape)}")
-            continue
-        if t.dtype != torch.float16:
-            _fail(TypeError, f"'{name}' dtype must be torch.float16 (scale, shift) pairs, got {t.dtype}")
-        if tuple(t.shape) != tuple(k_cache.shape[:3]) + (2,):
-            _fail(ValueError, f"'{name}' must be shaped like the cache's token dims plus 2: "
-                              f"{tuple(k_cache.shape[:3]) + (2,)}, got {tuple(t.shape)}")
-        if t.stride(3) != 1 or (data and t.data_ptr() % 4) or any(_stride(t, i) % 2 for i in range(3)):
-            _fail_pairs(name, t)
-        if any(_stride(t, i) * 2 >= _U32 for i in range(3)):
-            _fail(ValueError, f"'{name}' strides must be below 2^32 bytes, got {t.stride()}")
-    return 2 if chosen is pairs else 1
+def _vector(call, name: str, dtype: torch.dtype, length: int, what: str) -> None:
+    """A contiguous rank-1 tensor of `length` elements of `dtype`."""
+    t = call.tensor(name, 1, what)
+    if t.dtype != dtype:
+        call.fail(TypeError, f"'{name}' dtype must be {dtype}, got {t.dtype}")
+    if t.shape[0] != length:
+        call.fail(ValueError, f"'{name}' must be [{length}], got {tuple(t.shape)}")
+    if not t.is_contiguous():
+        call.fail(ValueError, f"'{name}' must be contiguous")
 
 
-def _check_lse(lse, q: torch.Tensor) -> None:
-    """The out= op's lse: float32, contiguous [batch, heads_q, seq_q], on q's device."""
-    batch, seq_q, heads_q, _ = q.shape
-    if not isinstance(lse, torch.Tensor):
-        _fail(TypeError, f"'lse' must be a torch.Tensor or None, got {type(lse).__name__}")
-    if lse.dtype != torch.float32 or tuple(lse.shape) != (batch, heads_q, seq_q) or not lse.is_contiguous():
-        _fail(ValueError, f"'lse' must be a contiguous float32 [batch, heads_q, seq_q] = [{batch}, {heads_q}, "
-                          f"{seq_q}], got {lse.dtype} shape {tuple(lse.shape)} strides {lse.stride()}")
-    if lse.device != q.device:
-        _fail(ValueError, f"'lse' must be on q's device ({q.device}), got {lse.device}")
+def _check_rows(call, name: str, t: torch.Tensor) -> None:
+    """Head dim contiguous; strides multiples of 16 bytes below 2^32; rows (dim 1) apart."""
+    if t.stride(-1) != 1 and t.shape[-1] > 1:
+        call.fail(ValueError, f"'{name}' must be contiguous in the head dim (stride 1), got strides {t.stride()}")
+    strides = _byte_strides(t)
+    for axis, s in enumerate(strides):
+        if s % _ALIGN or s < 0:
+            call.fail(ValueError, f"'{name}' strides must be non-negative multiples of 16 bytes, got {t.stride()}")
+        if s >= _U32:
+            call.fail(ValueError, f"'{name}' stride {t.stride(axis)} (axis {axis}) must be below 2^32 bytes")
+    if t.shape[1] > 1 and strides[1] < t.shape[-1] * t.element_size():
+        call.fail(ValueError, f"'{name}' rows may not overlap (seq stride >= head dim), got strides {t.stride()}")
 
 
-def _validate(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift, v_scale_shift,
-              softmax_scale, causal, window_left, sinks, num_splits, out, lse, return_lse, data=True) -> dict:
-    """Every check of a call (arguments in the ops' order). Without `data` (the fake
-    kernels: their tensors have no memory) only what metadata tells; with it also what
-    the data does: pointers' alignment and overlaps, and the range of a CPU cache_seqlens."""
-    descales = dict(k_descale=k_descale, v_descale=v_descale)
-    pairs = dict(k_scale_shift=k_scale_shift, v_scale_shift=v_scale_shift)
-    q = _tensor("q", q, 4, "[batch, seq_q, heads_q, head_dim]")
+def _check_q(call) -> torch.Tensor:
+    q = call.tensor("q", 4, "[batch, seq_q, heads_q, head_dim]")
     if q.dtype not in DTYPES:
-        _fail(TypeError, f"'q' dtype must be torch.bfloat16 or torch.float16, got {q.dtype}")
-    given = (q, k_cache, v_cache, cache_seqlens, block_table, sinks, out, lse, *descales.values(), *pairs.values())
-    # meta tensors throughout are a shape query, answered by the fake kernels (where the
-    # dispatcher sends meta tensors); q alone on meta is a mistake like any other device
-    if q.device.type not in ("cpu", "cuda") and not all(t.is_meta for t in given if isinstance(t, torch.Tensor)):
-        _fail(ValueError, f"tensors must be on the CPU (emulator) or a ROCm gfx950 GPU, got {q.device}")
-    batch, seq_q, heads_q, dim = q.shape
+        call.fail(TypeError, f"'q' dtype must be torch.bfloat16 or torch.float16, got {q.dtype}")
+    dim, seq_q = q.shape[3], q.shape[1]
     if dim not in HEAD_DIMS:
-        _fail(ValueError, f"'q' head dim must be 64 or 128, got {dim}")
+        call.fail(ValueError, f"'q' head dim must be 64 or 128, got {dim}")
     if not 1 <= seq_q <= MAX_SEQ_Q:
-        _fail(ValueError, f"'q' seq_q must be in 1..{MAX_SEQ_Q}, got {seq_q}")
-    paged = block_table is not None
+        call.fail(ValueError, f"'q' seq_q must be in 1..{MAX_SEQ_Q}, got {seq_q}")
+    return q
+
+
+def _check_caches(call, q: torch.Tensor) -> Fp8:
+    """k_cache and v_cache against q (dtypes, shapes, heads, pages) and their scales."""
+    paged = call.block_table is not None
     what = "[num_pages, page_size, heads_kv, head_dim]" if paged else "[batch, seq_max, heads_kv, head_dim]"
-    k_cache = _tensor("k_cache", k_cache, 4, what)
-    v_cache = _tensor("v_cache", v_cache, 4, what)
+    k_cache = call.tensor("k_cache", 4, what)
+    v_cache = call.tensor("v_cache", 4, what)
     fp8 = k_cache.dtype in _FP8
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         if t.dtype != (E4M3 if fp8 else q.dtype):
-            _fail(TypeError, f"'{name}' dtype must be q's ({q.dtype}) or torch.float8_e4m3fn (both caches alike), "
-                             f"got {t.dtype}")
-        if t.device != q.device:
-            _fail(ValueError, f"'{name}' must be on q's device ({q.device}), got {t.device}")
-    fp8 = _fp8_kind(fp8, q, k_cache, descales, pairs, data)
+            call.fail(TypeError, f"'{name}' dtype must be q's ({q.dtype}) or torch.float8_e4m3fn (both caches "
+                                 f"alike), got {t.dtype}")
+    kind = _check_scales(call, fp8)
     if v_cache.shape != k_cache.shape:
-        _fail(ValueError, f"'v_cache' shape must equal k_cache's {tuple(k_cache.shape)}, got {tuple(v_cache.shape)}")
+        call.fail(ValueError, f"'v_cache' shape must equal k_cache's {tuple(k_cache.shape)}, got "
+                              f"{tuple(v_cache.shape)}")
+    batch, _, heads_q, dim = q.shape
     pages, page_size, heads_kv, kdim = k_cache.shape
     if kdim != dim:
-        _fail(ValueError, f"'k_cache' head dim must equal q's ({dim}), got {kdim}")
+        call.fail(ValueError, f"'k_cache' head dim must equal q's ({dim}), got {kdim}")
     if heads_kv < 1 or heads_q % heads_kv:
-        _fail(ValueError, f"heads of q must be a multiple of the cache's KV heads (Hq % Hkv == 0), "
-                          f"got Hq={heads_q}, Hkv={heads_kv}")
+        call.fail(ValueError, f"heads of q must be a multiple of the cache's KV heads (Hq % Hkv == 0), "
+                              f"got Hq={heads_q}, Hkv={heads_kv}")
     if not paged and pages != batch:
-        _fail(ValueError, f"'k_cache' batch must equal q's ({batch}) for a contiguous cache, got {pages}")
+        call.fail(ValueError, f"'k_cache' batch must equal q's ({batch}) for a contiguous cache, got {pages}")
     if paged:
         if page_size < MIN_PAGE or page_size & (page_size - 1):
-            _fail(ValueError, f"'k_cache' page_size must be a power of two >= {MIN_PAGE}, got {page_size}")
+            call.fail(ValueError, f"'k_cache' page_size must be a power of two >= {MIN_PAGE}, got {page_size}")
         if pages < 1:
-            _fail(ValueError, "'k_cache' must have at least one page")
-        block_table = _tensor("block_table", block_table, 2, "[batch, max_pages] int32")
-        if block_table.dtype != torch.int32:
-            _fail(TypeError, f"'block_table' dtype must be torch.int32, got {block_table.dtype}")
-        if block_table.shape[0] != batch or block_table.shape[1] < 1:
-            _fail(ValueError, f"'block_table' must be [{batch}, max_pages >= 1], got {tuple(block_table.shape)}")
-        if not block_table.is_contiguous():
-            _fail(ValueError, f"'block_table' must be contiguous, got strides {block_table.stride()}")
-        if block_table.device != q.device:
-            _fail(ValueError, f"'block_table' must be on q's device ({q.device}), got {block_table.device}")
-    cache_seqlens = _vector("cache_seqlens", cache_seqlens, torch.int32, batch, "[batch] int32", q.device)
-    capacity = block_table.shape[1] * page_size if paged else page_size
-    if data:
-        _check_seqlens(cache_seqlens, block_table, page_size)
-    q_strides = _check_rows("q", q, 1, data)
-    k_strides = _check_rows("k_cache", k_cache, 1, data)
-    v_strides = _check_rows("v_cache", v_cache, 1, data)
+            call.fail(ValueError, "'k_cache' must have at least one page")
+    return kind
+
+
+def _check_scales(call, fp8: bool) -> Fp8:
+    """The cache's kind from its scale arguments: both K and V of one kind (FP8 only), checked."""
+    given = [n for n in _DESCALES + _PAIRS if call.values[n] is not None]
+    if not fp8:
+        for name in given:
+            call.fail(ValueError, f"'{name}' is only for an FP8 (float8_e4m3fn) cache; this cache is "
+                                  f"{call.k_cache.dtype}")
+        return Fp8.NONE
+    if set(given) & set(_DESCALES) and set(given) & set(_PAIRS):
+        call.fail(ValueError, "give per-tensor descales (k_descale, v_descale) or per-token pairs "
+                              "(k_scale_shift, v_scale_shift), not both")
+    kind = Fp8.PER_TOKEN if set(given) & set(_PAIRS) else Fp8.PER_TENSOR
+    for name in _PAIRS if kind is Fp8.PER_TOKEN else _DESCALES:
+        t = call.values[name]
+        if t is None:
+            call.fail(ValueError, f"'{name}' is required for a float8_e4m3fn cache (k_descale and v_descale, or "
+                                  f"k_scale_shift and v_scale_shift)")
+        if not isinstance(t, torch.Tensor):
+            call.fail(TypeError, f"'{name}' must be a torch.Tensor, got {type(t).__name__}")
+        if kind is Fp8.PER_TENSOR:
+            if t.dtype != torch.float32 or t.numel() != 1:
+                call.fail(TypeError, f"'{name}' must be one float32 element, got {t.dtype} of shape {tuple(t.shape)}")
+        else:
+            _check_pairs_layout(call, name, t)
+    return kind
+
+
+def _check_pairs_layout(call, name: str, t: torch.Tensor) -> None:
+    """(scale, shift) fp16 pairs shaped like the cache's token dims, one dword per pair."""
+    token_dims = tuple(call.k_cache.shape[:3])
+    if t.dtype != torch.float16:
+        call.fail(TypeError, f"'{name}' dtype must be torch.float16 (scale, shift) pairs, got {t.dtype}")
+    if tuple(t.shape) != token_dims + (2,):
+        call.fail(ValueError, f"'{name}' must be shaped like the cache's token dims plus 2: {token_dims + (2,)}, got "
+                              f"{tuple(t.shape)}")
+    if t.stride(3) != 1 or any(_stride(t, i) % 2 for i in range(3)):
+        call.fail(ValueError, f"'{name}' pairs must be contiguous and 4-byte aligned (even strides), got strides "
+                              f"{t.stride()}")
+    if any(_stride(t, i) * 2 >= _U32 for i in range(3)):
+        call.fail(ValueError, f"'{name}' strides must be below 2^32 bytes, got {t.stride()}")
+
+
+def _check_block_table(call, batch: int) -> None:
+    block_table = call.tensor("block_table", 2, "[batch, max_pages] int32")
+    if block_table.dtype != torch.int32:
+        call.fail(TypeError, f"'block_table' dtype must be torch.int32, got {block_table.dtype}")
+    if block_table.shape[0] != batch or block_table.shape[1] < 1:
+        call.fail(ValueError, f"'block_table' must be [{batch}, max_pages >= 1], got {tuple(block_table.shape)}")
+    if not block_table.is_contiguous():
+        call.fail(ValueError, f"'block_table' must be contiguous, got strides {block_table.stride()}")
+
+
+def _check_cache_layout(call) -> None:
+    """q's and the caches' strides: 16-byte rows, pages apart, 32-bit descriptor offsets."""
+    q, k_cache, v_cache = call.q, call.k_cache, call.v_cache
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        _check_rows(call, name, t)
     if _span(q, (1, 2)) >= _MAX_OFFSET:
-        _fail(ValueError, "'q' is too large: offsets within one batch entry must stay below 2^31 bytes")
+        call.fail(ValueError, "'q' is too large: offsets within one batch entry must stay below 2^31 bytes")
+    pages, page_size, heads_kv, _ = k_cache.shape
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
-        if paged and page_size * _stride(t, 1) * t.element_size() > _stride(t, 0) * t.element_size() and pages > 1:
-            _fail(ValueError, f"'{name}' pages may not overlap (page stride >= page_size x seq stride)")
-        if page_size * _stride(t, 1) * t.element_size() >= _U32:
-            _fail(ValueError, f"'{name}' one page (contiguous: one batch entry) must span < 2^32 bytes of rows")
-        if (heads_kv - 1) * _stride(t, 2) * t.element_size() + 16 * _stride(t, 1) * t.element_size() >= _U32:
-            _fail(ValueError, f"'{name}' head or seq strides too large (need < 2^32 bytes per 16 keys of all heads)")
-    if not isinstance(causal, bool):
-        _fail(TypeError, f"'causal' must be a bool, got {type(causal).__name__}")
+        page_stride, seq_stride, head_stride = _byte_strides(t)
+        if call.block_table is not None and page_size * seq_stride > page_stride and pages > 1:
+            call.fail(ValueError, f"'{name}' pages may not overlap (page stride >= page_size x seq stride)")
+        if page_size * seq_stride >= _U32:
+            call.fail(ValueError, f"'{name}' one page (contiguous: one batch entry) must span < 2^32 bytes of rows")
+        if (heads_kv - 1) * head_stride + 16 * seq_stride >= _U32:
+            call.fail(ValueError, f"'{name}' head or seq strides too large (need < 2^32 bytes per 16 keys of all "
+                                  f"heads)")
+
+
+def _check_options(call, heads_q: int, dim: int) -> tuple[float, int]:
+    """causal, window_left, sinks, num_splits, softmax_scale; returns (softmax scale, window_left)."""
+    if not isinstance(call.causal, bool):
+        call.fail(TypeError, f"'causal' must be a bool, got {type(call.causal).__name__}")
+    window_left = call.window_left
     if isinstance(window_left, bool) or not isinstance(window_left, int) or window_left < -1:
-        _fail(ValueError, f"'window_left' must be an int >= -1 (-1: no window), got {window_left!r}")
-    if window_left >= NO_LIMIT:
-        window_left = -1
-    if sinks is not None:
-        sinks = _vector("sinks", sinks, torch.float32, heads_q, "[heads_q] float32", q.device)
+        call.fail(ValueError, f"'window_left' must be an int >= -1 (-1: no window), got {window_left!r}")
+    if call.sinks is not None:
+        _vector(call, "sinks", torch.float32, heads_q, "[heads_q] float32")
+    num_splits = call.num_splits
     if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int)
                                    or not 1 <= num_splits <= MAX_SPLITS):
-        _fail(ValueError, f"'num_splits' must be an int in [1, {MAX_SPLITS}] or None, got {num_splits!r}")
-    _check_return_lse(return_lse)
+        call.fail(ValueError, f"'num_splits' must be an int in [1, {MAX_SPLITS}] or None, got {num_splits!r}")
+    scale = call.softmax_scale
+    if scale is None:
+        scale = 1.0 / math.sqrt(dim)
+    elif isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+        call.fail(ValueError, f"'softmax_scale' must be a finite float > 0, got {scale!r}")
+    return float(scale), -1 if window_left >= NO_LIMIT else window_left
+
+
+def _check_outputs(call, q: torch.Tensor) -> None:
+    """The out form's out (q's shape and dtype, 16-byte rows) and lse (contiguous float32)."""
+    out, lse = call.out, call.lse
     if out is not None:
         if not isinstance(out, torch.Tensor):
-            _fail(TypeError, f"'out' must be a torch.Tensor, got {type(out).__name__}")
+            call.fail(TypeError, f"'out' must be a torch.Tensor, got {type(out).__name__}")
         if out.shape != q.shape:
-            _fail(ValueError, f"'out' shape must equal q's {tuple(q.shape)}, got {tuple(out.shape)}")
+            call.fail(ValueError, f"'out' shape must equal q's {tuple(q.shape)}, got {tuple(out.shape)}")
         if out.dtype != q.dtype:
-            _fail(TypeError, f"'out' dtype must equal q's ({q.dtype}), got {out.dtype}")
-        if out.device != q.device:
-            _fail(ValueError, f"'out' must be on q's device ({q.device}), got {out.device}")
-        _check_rows("out", out, 1, data)
+            call.fail(TypeError, f"'out' dtype must equal q's ({q.dtype}), got {out.dtype}")
+        _check_rows(call, "out", out)
         if _span(out, (1, 2)) >= _MAX_OFFSET:
-            _fail(ValueError, "'out' is too large: offsets within one batch entry must stay below 2^31 bytes")
-        refuse_internal_overlap("decode_attention", "out", out)
+            call.fail(ValueError, "'out' is too large: offsets within one batch entry must stay below 2^31 bytes")
     if lse is not None:
-        _check_lse(lse, q)
-    if data:
-        _refuse_overlaps(q, k_cache, v_cache, pairs, out, lse)
-    if softmax_scale is None:
-        softmax_scale = 1.0 / math.sqrt(dim)
-    elif isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)) \
-            or not math.isfinite(softmax_scale) or softmax_scale <= 0:
-        _fail(ValueError, f"'softmax_scale' must be a finite float > 0, got {softmax_scale!r}")
-    return dict(q=q, k=k_cache, v=v_cache, seqlens=cache_seqlens, block_table=block_table, paged=paged,
-                capacity=capacity, window_left=window_left, fp8=fp8, sinks=sinks, scale=float(softmax_scale),
-                q_strides=q_strides, k_strides=k_strides, v_strides=v_strides, causal=causal, num_splits=num_splits,
-                descales=descales, pairs=pairs)
+        batch, seq_q, heads_q, _ = q.shape
+        if not isinstance(lse, torch.Tensor):
+            call.fail(TypeError, f"'lse' must be a torch.Tensor or None, got {type(lse).__name__}")
+        if lse.dtype != torch.float32 or tuple(lse.shape) != (batch, heads_q, seq_q) or not lse.is_contiguous():
+            call.fail(ValueError, f"'lse' must be a contiguous float32 [batch, heads_q, seq_q] = [{batch}, {heads_q}, "
+                                  f"{seq_q}], got {lse.dtype} shape {tuple(lse.shape)} strides {lse.stride()}")
 
 
-def _check_seqlens(cache_seqlens: torch.Tensor, block_table: torch.Tensor | None, page_size: int) -> None:
-    """cache_seqlens within [0, capacity], where it is known on the host without a sync (CPU)."""
-    if cache_seqlens.device.type != "cpu" or not cache_seqlens.numel():
+def _check(call) -> _Checked:
+    """Every check of a call the framework does not make: metadata always, and a CPU
+    cache_seqlens' range where `call.data`."""
+    q = _check_q(call)
+    fp8 = _check_caches(call, q)
+    batch, _, heads_q, dim = q.shape
+    page_size = call.k_cache.shape[1]
+    if call.block_table is not None:
+        _check_block_table(call, batch)
+    _vector(call, "cache_seqlens", torch.int32, batch, "[batch] int32")
+    capacity = call.block_table.shape[1] * page_size if call.block_table is not None else page_size
+    _check_cache_layout(call)
+    scale, window_left = _check_options(call, heads_q, dim)
+    _check_outputs(call, q)
+    checked = _Checked(fp8, scale, window_left, capacity)
+    if call.data and q.device.type == "cpu":
+        _check_seqlens(call, capacity)
+    return checked
+
+
+def _check_seqlens(call, capacity: int) -> None:
+    """cache_seqlens within [0, capacity] (CPU tensors: read without a device sync)."""
+    seqlens = call.cache_seqlens
+    if not seqlens.numel():
         return
-    lo, hi = int(cache_seqlens.min()), int(cache_seqlens.max())
+    lo, hi = map(int, torch.aminmax(seqlens))
     if lo < 0:
-        _fail(ValueError, f"'cache_seqlens' must be >= 0, got {lo}")
-    capacity = block_table.shape[1] * page_size if block_table is not None else page_size
+        call.fail(ValueError, f"'cache_seqlens' must be >= 0, got {lo}")
     if hi > capacity:
-        where = f"block_table holds {block_table.shape[1]} pages x {page_size}" if block_table is not None else \
+        table, page_size = call.block_table, call.k_cache.shape[1]
+        where = f"block_table holds {table.shape[1]} pages x {page_size}" if table is not None else \
             f"the cache holds {page_size} keys"
-        _fail(ValueError, f"max(cache_seqlens) = {hi} exceeds the cache: {where}")
-
-
-def _check_return_lse(return_lse) -> None:
-    if not isinstance(return_lse, bool):
-        _fail(TypeError, f"'return_lse' must be a bool, got {type(return_lse).__name__}")
-
-
-def _refuse_overlaps(q, k_cache, v_cache, pairs: dict, out: torch.Tensor | None, lse: torch.Tensor | None) -> None:
-    """Outputs given by the caller may not share memory with the inputs (nor lse with out)."""
-    named = [("q", q), ("k_cache", k_cache), ("v_cache", v_cache)] + [(n, t) for n, t in pairs.items() if t is not None]
-    inputs = tuple((n, t.data_ptr(), extent(t), False) for n, t in named)
-    if out is not None:
-        refuse_overlap("decode_attention", "out", out.data_ptr(), extent(out), inputs)
-        inputs += (("out", out.data_ptr(), extent(out), False),)
-    if lse is not None:
-        refuse_overlap("decode_attention", "lse", lse.data_ptr(), extent(lse), inputs)
+        call.fail(ValueError, f"max(cache_seqlens) = {hi} exceeds the cache: {where}")
 
 
 # ------------------------------------------------------------------ launch
-
-FP8_SUFFIX = ("", "_fp8", "_fp8_ss")          # by FP8 kind: 16-bit, per-tensor descales, per-token pairs
-
-
-def variant_name(kernel: str, dtype: torch.dtype, dim: int, fp8: int = 0) -> str:
-    return f"{kernel}_d{dim}_{DTYPES[dtype]}{FP8_SUFFIX[fp8]}"
-
 
 def _magic(divisor: int) -> int:
     return -(-2**31 // divisor)
 
 
-def _new_lse(q: torch.Tensor) -> torch.Tensor:
-    return torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+def _runs(checked: _Checked, call) -> list[tuple[Variant, dict]]:
+    """The launches of a checked call on its outputs, in order: decode_attn, then
+    decode_attn_merge where there are splits or sinks (with fresh split-K workspaces)."""
+    q = call.q
+    if not q.numel():
+        return []
+    batch, seq_q, heads_q, dim = q.shape
+    heads_kv = call.k_cache.shape[2]
+    split = plan(batch, heads_kv, seq_q * (heads_q // heads_kv), checked.capacity, call.num_splits)
+    partial = split.partial or call.sinks is not None
+    outputs = _output_args(call, split.num_splits, partial)
+    kernel = default_manifest().kernel(KERNEL).variant_with(D=dim, F16=q.dtype == torch.float16, FP8=checked.fp8)
+    runs = [(kernel, dict(**outputs, **_attention_args(checked, call, split, partial)))]
+    if partial:
+        merge = default_manifest().kernel(MERGE).variant_with(D=dim, F16=q.dtype == torch.float16)
+        sinks = call.sinks if call.sinks is not None else _placeholder(q.device)
+        runs.append((merge, dict(**outputs, sinks=sinks, splits=split.num_splits,
+                                 has_sinks=int(call.sinks is not None))))
+    return runs
 
 
-class _Plan:
-    """A checked call's launches, prepared but for the data pointers, with the tensors that
-    stay the same from call to call (placeholders, a contiguous cache's page table) and
-    the workspace sizes; a call with the same layouts and scalars reuses it."""
-    __slots__ = ("launches", "fixed", "ws_numel", "page_size")
-
-    def __init__(self, a: dict, out: torch.Tensor, lse: torch.Tensor | None):
-        manifest = default_manifest()
-        runs = _runs(a, out, lse)
-        self.launches = tuple(prepare(manifest.kernel(kernel).variant(variant), args) for kernel, variant, args in runs)
-        merged = {name: t for _, _, args in runs for name, t in args.items() if isinstance(t, torch.Tensor)}
-        self.ws_numel = (merged["ws_o"].numel(), merged["ws_lse"].numel()) if len(runs) > 1 else None
-        varying = _call_tensors(self, a["q"], a["k"], a["v"], a["seqlens"], a["block_table"], *a["descales"].values(),
-                                *a["pairs"].values(), a["sinks"], out, lse)
-        self.fixed = {name: t for name, t in merged.items() if name not in varying}     # holds no caller tensor
-        self.page_size = a["k"].shape[1]
+def _placeholder(device) -> torch.Tensor:
+    """A buffer the kernel never touches with these arguments."""
+    return torch.empty(4, dtype=torch.float32, device=device)
 
 
-def _call_tensors(plan: _Plan, q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale,
-                  k_scale_shift, v_scale_shift, sinks, out, lse) -> dict:
-    """The launch tensors that change from call to call, by kernel argument name; the
-    split-K workspace is new for each call."""
-    t = dict(q=q, k_cache=k_cache, v_cache=v_cache, cache_seqlens=cache_seqlens, o=out)
-    optional = dict(block_table=block_table, lse=lse, sinks=sinks, k_scale_shift=k_scale_shift,
-                    v_scale_shift=v_scale_shift)
-    t.update((name, x) for name, x in optional.items() if x is not None)
-    if k_descale is not None:
-        t.update(k_descale=k_descale.reshape(1), v_descale=v_descale.reshape(1))
-    if plan.ws_numel:
-        t.update(ws_o=torch.empty(plan.ws_numel[0], dtype=torch.float32, device=q.device),
-                 ws_lse=torch.empty(plan.ws_numel[1], dtype=torch.float32, device=q.device))
-    return t
+def _output_args(call, num_splits: int, partial: bool) -> dict:
+    """The arguments both kernels take: O, LSE (a placeholder without store_lse) and the
+    split-K workspaces (placeholders unless `partial`), with their strides."""
+    q, out, lse = call.q, call.out, call.lse
+    batch, seq_q, heads_q, dim = q.shape
+    rows = batch * seq_q * heads_q
+    ws_stride = rows * dim * 4
+    if num_splits * ws_stride >= _MAX_OFFSET:
+        call.fail(ValueError, f"the split-K workspace ({num_splits} x {ws_stride} bytes) must stay below 2^31 bytes; "
+                              f"pass a smaller num_splits")
+    dummy = _placeholder(q.device)
+    ws_o, ws_lse = dummy, dummy
+    if partial:
+        ws_o = torch.empty(num_splits * rows * dim, dtype=torch.float32, device=q.device)
+        ws_lse = torch.empty(num_splits * rows, dtype=torch.float32, device=q.device)
+    o_bs, o_ss, o_hs = _byte_strides(out)
+    lse_bs, lse_hs = (lse.stride(0) * 4, lse.stride(1) * 4) if lse is not None else (0, 0)
+    return dict(o=out, lse=lse if lse is not None else dummy.view(1, 1, 4), ws_o=ws_o, ws_lse=ws_lse, seq_q=seq_q,
+                heads_q=heads_q, ws_stride=ws_stride, wsl_stride=rows * 4, o_ss=o_ss, o_hs=o_hs, o_bs=o_bs,
+                lse_hs=lse_hs, lse_bs=lse_bs, store_lse=int(lse is not None))
 
 
-_PLANS: dict[tuple, _Plan] = {}
-_MAX_PLANS = 4096                  # a bound on memory for callers that never repeat a layout
-
-
-def _layout(t) -> tuple | None:
-    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
-
-
-def _run(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift, v_scale_shift,
-         softmax_scale, causal, window_left, sinks, num_splits, out, lse) -> None:
-    """Check and launch on given outputs (out, and lse unless None, are written). The
-    first call of a layout checks everything in order and plans; a repeat checks only
-    what the data can change (pointers, overlaps, a CPU cache_seqlens' range)."""
-    tensors = (q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift, v_scale_shift,
-               sinks, out, lse)
-    try:
-        key = (tuple(_layout(t) for t in tensors), type(softmax_scale), softmax_scale, type(causal), causal,
-               type(window_left), window_left, type(num_splits), num_splits, os.environ.get(BACKEND_ENV))
-        plan_ = _PLANS.get(key)
-    except (AttributeError, TypeError):       # not tensors, or unhashable: _validate says what is wrong
-        key, plan_ = None, None
-    if plan_ is None:
-        a = _validate(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift,
-                      v_scale_shift, softmax_scale, causal, window_left, sinks, num_splits, out, lse, lse is not None)
-        plan_ = _Plan(a, out, lse)
-        if len(_PLANS) >= _MAX_PLANS:
-            _PLANS.clear()
-        _PLANS[key] = plan_
+def _attention_args(checked: _Checked, call, split: Plan, partial: bool) -> dict:
+    """decode_attn's own arguments: q, the caches through their page table, the FP8 scales,
+    the shape and split scalars."""
+    q, k, v = call.q, call.k_cache, call.v_cache
+    batch, seq_q, heads_q, dim = q.shape
+    heads_kv = k.shape[2]
+    group = heads_q // heads_kv
+    if call.block_table is not None:
+        table, shift, pages = call.block_table, int(math.log2(k.shape[1])), k.shape[0]
     else:
-        _check_seqlens(cache_seqlens, block_table, plan_.page_size)
-        for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("out", out)):
-            _check_aligned(name, t)
-        for name, t in (("k_scale_shift", k_scale_shift), ("v_scale_shift", v_scale_shift)):
-            if t is not None and t.data_ptr() % 4:
-                _fail_pairs(name, t)
-        _refuse_overlaps(q, k_cache, v_cache, dict(k_scale_shift=k_scale_shift, v_scale_shift=v_scale_shift), out,
-                         lse)
-    if not plan_.launches:
-        return
-    given = {**plan_.fixed, **_call_tensors(plan_, q, k_cache, v_cache, cache_seqlens, block_table, k_descale,
-                                            v_descale, k_scale_shift, v_scale_shift, sinks, out, lse)}
-    for launch in plan_.launches:
-        launch(*(given[name] for name, _, _ in launch.pointers))
+        table = torch.arange(batch, dtype=torch.int32, device=q.device).view(batch, 1)
+        shift, pages = CONTIGUOUS_SHIFT, batch
+    q_bs, q_ss, q_hs = _byte_strides(q)
+    k_ps, k_ss, k_hs = _byte_strides(k)
+    v_ps, v_ss, v_hs = _byte_strides(v)
+    return dict(q=q, k_cache=k, v_cache=v, cache_seqlens=call.cache_seqlens, block_table=table,
+                **_scale_args(checked.fp8, call), num_splits=split.num_splits, heads_kv=heads_kv,
+                row_tiles=split.row_tiles, group=group, group_magic=_magic(group),
+                tiles_magic=_magic(split.row_tiles), rows=seq_q * group, max_pages=table.shape[1],
+                pages_m1=pages - 1, page_shift=shift,
+                # decode_attn bounds each block's descriptors at (valid keys) x (seq stride): a seq
+                # axis of one key (S_max 1, which _stride gives as 0) passes its row's bytes, or the
+                # key reads as 0
+                k_ps=k_ps, k_ss=k_ss or dim * k.element_size(), k_hs=k_hs,
+                v_ps=v_ps, v_ss=v_ss or dim * v.element_size(), v_hs=v_hs,
+                q_ss=q_ss, q_hs=q_hs, q_bs=q_bs, chunk=split.chunk,
+                window=NO_LIMIT if checked.window_left < 0 else checked.window_left,
+                future=0 if call.causal else NO_LIMIT, scale_log2=checked.scale * LOG2E, partial=int(partial))
 
 
-def _decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
-                      block_table: torch.Tensor | None, k_descale: torch.Tensor | None,
-                      v_descale: torch.Tensor | None, k_scale_shift: torch.Tensor | None,
-                      v_scale_shift: torch.Tensor | None, softmax_scale: float | None, causal: bool,
-                      window_left: int, sinks: torch.Tensor | None, num_splits: int | None,
-                      return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    out, lse = _outputs(q, return_lse)
-    _run(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift, v_scale_shift,
-         softmax_scale, causal, window_left, sinks, num_splits, out, lse if return_lse else None)
-    return out, lse
+def _scale_args(fp8: Fp8, call) -> dict:
+    """The FP8 scale arguments (placeholders where the kind has none) and the pairs' byte
+    strides (page, seq, head; a seq axis of one key as one pair's 4 bytes, as for K/V)."""
+    device = call.q.device
+    dummy = _placeholder(device)
+    args = dict(k_descale=dummy, v_descale=dummy)
+    if fp8 is Fp8.PER_TENSOR:
+        args.update(k_descale=call.k_descale.reshape(1), v_descale=call.v_descale.reshape(1))
+    no_pairs = torch.empty(1, 1, 1, 2, dtype=torch.float16, device=device)
+    for prefix, name in (("ks", "k_scale_shift"), ("vs", "v_scale_shift")):
+        pairs = call.values[name] if fp8 is Fp8.PER_TOKEN else no_pairs
+        page_stride, seq_stride, head_stride = _byte_strides(pairs)
+        args.update({name: pairs, f"{prefix}_ps": page_stride, f"{prefix}_ss": seq_stride or 4,
+                     f"{prefix}_hs": head_stride})
+    return args
 
 
-def _outputs(q, return_lse) -> tuple[torch.Tensor, torch.Tensor]:
-    """The functional op's (out, lse); lse is empty unless return_lse."""
-    _check_return_lse(return_lse)
-    q = _tensor("q", q, 4, "[batch, seq_q, heads_q, head_dim]")
-    lse = _new_lse(q) if return_lse else torch.empty(0, dtype=torch.float32, device=q.device)
-    return torch.empty(q.shape, dtype=q.dtype, device=q.device), lse
+# kernel argument <- the call's tensor of that name (where they differ)
+_KERNEL_ARG = {"out": "o"}
 
 
-def _decode_attention_fake(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift,
-                           v_scale_shift, softmax_scale, causal, window_left, sinks, num_splits, return_lse):
-    _validate(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift, v_scale_shift,
-              softmax_scale, causal, window_left, sinks, num_splits, None, None, return_lse, data=False)
-    return _outputs(q, return_lse)
+def _plan(checked: _Checked, call) -> framework.Plan:
+    """The call's runs prepared. A later call of the layout binds its own tensors (those it
+    passes; the plan holds the placeholders and a contiguous cache's page table) and fresh
+    split-K workspaces: concurrent calls of one layout must not share one."""
+    runs = _runs(checked, call)
+    if not runs:
+        return framework.Plan()
+    passed = tuple((_KERNEL_ARG.get(name, name), name) for name, t in call.values.items()
+                   if isinstance(t, torch.Tensor))
+    made = {name: t for _, args in runs for name, t in args.items() if isinstance(t, torch.Tensor)}
+    workspaces = {name: made[name].numel() for name in ("ws_o", "ws_lse")} if len(runs) > 1 else {}
+    per_call = {arg for arg, _ in passed} | set(workspaces)
+    fixed = {name: t for name, t in made.items() if name not in per_call}
+
+    def bind(c) -> dict:
+        values = c.values
+        given = {arg: values[name] for arg, name in passed}
+        for name, numel in workspaces.items():
+            given[name] = torch.empty(numel, dtype=torch.float32, device=c.q.device)
+        return given
+    recheck = (lambda c: _check_seqlens(c, checked.capacity)) if call.q.device.type == "cpu" else None
+    return framework.Plan(tuple(prepare(variant, args) for variant, args in runs), fixed=fixed, bind=bind,
+                          recheck=recheck)
 
 
-def _decode_attention_out(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                          cache_seqlens: torch.Tensor, block_table: torch.Tensor | None,
-                          k_descale: torch.Tensor | None, v_descale: torch.Tensor | None,
-                          k_scale_shift: torch.Tensor | None, v_scale_shift: torch.Tensor | None,
-                          softmax_scale: float | None, causal: bool, window_left: int, sinks: torch.Tensor | None,
-                          num_splits: int | None, out: torch.Tensor, lse: torch.Tensor | None) -> None:
-    _run(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift, v_scale_shift,
-         softmax_scale, causal, window_left, sinks, num_splits, out, lse)
+def _allocate(call, names: frozenset) -> dict:
+    q = call.tensor("q", 4, "[batch, seq_q, heads_q, head_dim]")
+    outs = {}
+    if "out" in names:
+        outs["out"] = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if "lse" in names:
+        outs["lse"] = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    return outs
 
 
-def _decode_attention_out_fake(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift,
-                               v_scale_shift, softmax_scale, causal, window_left, sinks, num_splits, out, lse) -> None:
-    _validate(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift, v_scale_shift,
-              softmax_scale, causal, window_left, sinks, num_splits, out, lse, lse is not None, data=False)
-
-
-decode_attention_op = library.define("decode_attention", _decode_attention, _decode_attention_fake)
-decode_attention_out_op = library.define("decode_attention_out", _decode_attention_out, _decode_attention_out_fake,
-                                         mutates_args=("out", "lse"))
+_ALIGNED = dict(align=16)          # 16-byte loads and stores
+_PAIRED = dict(align=4)            # one dword per (scale, shift) pair
+DECODE_ATTENTION = framework.define(framework.Spec(
+    NAME,
+    params=(framework.Param("q", "Tensor", **_ALIGNED), framework.Param("k_cache", "Tensor", **_ALIGNED),
+            framework.Param("v_cache", "Tensor", **_ALIGNED), framework.Param("cache_seqlens", "Tensor"),
+            framework.Param("block_table", "Tensor?"), framework.Param("k_descale", "Tensor?"),
+            framework.Param("v_descale", "Tensor?"), framework.Param("k_scale_shift", "Tensor?", **_PAIRED),
+            framework.Param("v_scale_shift", "Tensor?", **_PAIRED), framework.Param("softmax_scale", "float?"),
+            framework.Param("causal", "bool"), framework.Param("window_left", "SymInt"),
+            framework.Param("sinks", "Tensor?"), framework.Param("num_splits", "SymInt?")),
+    outputs=(framework.Output("out", **_ALIGNED), framework.Output("lse", optional=True)),
+    check=_check, allocate=_allocate, plan=_plan))
 
 
 def decode_attention(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_descale=None, v_descale=None,
@@ -522,92 +534,28 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_
     """Attention of q's new tokens over the KV cache; returns out, or (out, lse) with
     return_lse. See the module docstring for conventions and limits; runs
     torch.ops.gfxasm.decode_attention (or decode_attention_out when `out` is given)."""
-    args = (q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift, v_scale_shift,
-            softmax_scale, causal, window_left, sinks, num_splits)
-    if out is None:
-        out, lse = decode_attention_op(*args, return_lse)
-        return (out, lse) if return_lse else out
-    _check_return_lse(return_lse)
-    lse = _new_lse(_tensor("q", q, 4, "[batch, seq_q, heads_q, head_dim]")) if return_lse else None
-    decode_attention_out_op(*args, out, lse)
-    return (out, lse) if return_lse else out
+    return DECODE_ATTENTION(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift,
+                            v_scale_shift, softmax_scale, causal, window_left, sinks, num_splits, out=out,
+                            return_lse=return_lse)
 
 
-def launches(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_descale=None, v_descale=None,
-             k_scale_shift=None, v_scale_shift=None, softmax_scale=None, causal=True, window_left=-1, sinks=None,
-             num_splits=None, out=None, return_lse=False) -> tuple[torch.Tensor, torch.Tensor | None, list]:
-    """Validate and plan a call: (out, lse or None, [(kernel, variant, arguments), ...]) —
-    the launches decode_attention runs, in order (bench/decode.py models the same ones)."""
-    a = _validate(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift, v_scale_shift,
-                  softmax_scale, causal, window_left, sinks, num_splits, out, None, return_lse)
-    if out is None:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = _new_lse(q) if return_lse else None
-    return out, lse, _runs(a, out, lse)
+_SIGNATURE = inspect.signature(decode_attention)
 
 
-def _runs(a: dict, out: torch.Tensor, lse: torch.Tensor | None) -> list:
-    """The launches of a validated call on its outputs."""
-    q, k, v = a["q"], a["k"], a["v"]
-    batch, seq_q, heads_q, dim = q.shape
-    heads_kv = k.shape[2]
-    group = heads_q // heads_kv
-    dev = q.device
-    if not q.numel():
-        return []
-    p = plan(batch, heads_kv, seq_q * group, a["capacity"], a["num_splits"])
-    partial = p.partial or a["sinks"] is not None
-    if a["paged"]:
-        table, shift, pages = a["block_table"], int(math.log2(k.shape[1])), k.shape[0]
-    else:
-        table, shift, pages = torch.arange(batch, dtype=torch.int32, device=dev).view(batch, 1), CONTIGUOUS_SHIFT, batch
-    rows_total = batch * seq_q * heads_q
-    ws_stride = rows_total * dim * 4
-    if p.num_splits * ws_stride >= _MAX_OFFSET:
-        _fail(ValueError, f"the split-K workspace ({p.num_splits} x {ws_stride} bytes) must stay below 2^31 bytes; "
-                          f"pass a smaller num_splits")
-    dummy = torch.empty(4, dtype=torch.float32, device=dev)
-    if partial:
-        ws_o = torch.empty(p.num_splits * rows_total * dim, dtype=torch.float32, device=dev)
-        ws_lse = torch.empty(p.num_splits * rows_total, dtype=torch.float32, device=dev)
-    else:
-        ws_o = ws_lse = dummy
-    lse_t = lse if lse is not None else dummy.view(1, 1, 4)
-    e = q.element_size()
-    o_bs, o_ss, o_hs = (_stride(out, i) * e for i in range(3))
-    lse_bs, lse_hs = (lse.stride(0) * 4, lse.stride(1) * 4) if lse is not None else (0, 0)
-    qs, ks, vs = a["q_strides"], a["k_strides"], a["v_strides"]
-    window = NO_LIMIT if a["window_left"] < 0 else a["window_left"]
-    per_tensor, per_token = a["fp8"] == 1, a["fp8"] == 2
-    k_descale, v_descale = a["descales"].values()
-    k_scale_shift, v_scale_shift = a["pairs"].values()
-    no_pairs = torch.empty(1, 1, 1, 2, dtype=torch.float16, device=dev)
-    ks_t, vs_t = (k_scale_shift, v_scale_shift) if per_token else (no_pairs, no_pairs)
-    pair_strides = {f"{n}_{x}": _stride(t, i) * 2 for n, t in (("ks", ks_t), ("vs", vs_t))
-                    for i, x in enumerate(("ps", "ss", "hs"))}
-    # decode_attn bounds each block's descriptors at (valid keys) x (seq stride): a seq axis of
-    # one key (S_max 1, which _stride gives as 0) passes its row's bytes, or the key reads as 0
-    k_ss, v_ss = ks[1] or dim * k.element_size(), vs[1] or dim * v.element_size()
-    pair_strides.update(ks_ss=pair_strides["ks_ss"] or 4, vs_ss=pair_strides["vs_ss"] or 4)
-    runs = [(KERNEL, variant_name(KERNEL, q.dtype, dim, a["fp8"]), dict(
-        q=q, k_cache=k, v_cache=v, cache_seqlens=a["seqlens"], block_table=table, o=out, lse=lse_t, ws_o=ws_o,
-        ws_lse=ws_lse, k_descale=k_descale.reshape(1) if per_tensor else dummy,
-        v_descale=v_descale.reshape(1) if per_tensor else dummy, k_scale_shift=ks_t, v_scale_shift=vs_t,
-        **pair_strides, num_splits=p.num_splits, heads_kv=heads_kv, row_tiles=p.row_tiles, seq_q=seq_q,
-        heads_q=heads_q, group=group, group_magic=_magic(group), tiles_magic=_magic(p.row_tiles),
-        rows=seq_q * group, max_pages=table.shape[1], pages_m1=pages - 1, page_shift=shift,
-        k_ps=ks[0], k_ss=k_ss, k_hs=ks[2], v_ps=vs[0], v_ss=v_ss, v_hs=vs[2],
-        q_ss=qs[1], q_hs=qs[2], q_bs=qs[0], o_ss=o_ss, o_hs=o_hs, o_bs=o_bs, lse_hs=lse_hs, lse_bs=lse_bs,
-        ws_stride=ws_stride, wsl_stride=rows_total * 4, chunk=p.chunk, window=window,
-        future=0 if a["causal"] else NO_LIMIT, scale_log2=a["scale"] * LOG2E, partial=int(partial),
-        store_lse=int(lse is not None)))]
-    if partial:
-        sinks_t = a["sinks"] if a["sinks"] is not None else dummy
-        runs.append((MERGE, variant_name(MERGE, q.dtype, dim), dict(
-            ws_o=ws_o, ws_lse=ws_lse, sinks=sinks_t, o=out, lse=lse_t, splits=p.num_splits, seq_q=seq_q,
-            heads_q=heads_q, ws_stride=ws_stride, wsl_stride=rows_total * 4, o_ss=o_ss, o_hs=o_hs, o_bs=o_bs,
-            lse_hs=lse_hs, lse_bs=lse_bs, has_sinks=int(a["sinks"] is not None), store_lse=int(lse is not None))))
-    return runs
+def launches(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None, list]:
+    """decode_attention's arguments checked and planned, not run: (out, lse or None,
+    [(kernel, variant, arguments), ...]) — the launches decode_attention runs, in order
+    (bench/decode.py models the same ones). The op's metadata checks only, as in a fake
+    call: the data is not read (bench/decode.py passes empty tensors)."""
+    given = _SIGNATURE.bind(*args, **kwargs)
+    given.apply_defaults()
+    arguments = given.arguments
+    values = {p.name: arguments[p.name] for p in DECODE_ATTENTION.spec.params}
+    call = framework.Call(NAME, {**values, "out": arguments["out"], "lse": None}, False)
+    checked = _check(call)
+    wanted = ({"out"} if call.out is None else set()) | ({"lse"} if arguments["return_lse"] else set())
+    call.values.update(_allocate(call, frozenset(wanted)))
+    return call.out, call.lse, [(variant.kernel.name, variant.name, args) for variant, args in _runs(checked, call)]
 
 
 def build_kernels(force: bool = False) -> None:
@@ -719,13 +667,14 @@ def _register_run_cases() -> None:
         arguments exactly as decode_attention builds them."""
         dim = variant.defines["D"]
         dtype = torch.float16 if variant.defines["F16"] else torch.bfloat16
-        fp8 = variant.defines["FP8"]
+        fp8 = Fp8(variant.defines["FP8"])
         batch, seq_q, heads_q, heads_kv, page, pages = 2, 2, 8, 2, 16, 12
         q = torch.randn(batch, seq_q, heads_q, dim, generator=gen).to(dtype)
         k = torch.randn(pages, page, heads_kv, dim, generator=gen).to(E4M3 if fp8 else dtype)
         v = torch.randn(pages, page, heads_kv, dim, generator=gen).to(E4M3 if fp8 else dtype)
-        scales = {1: dict(k_descale=torch.tensor([0.75]), v_descale=torch.tensor([1.5])),
-                  2: dict(k_scale_shift=random_pairs(k.shape, gen), v_scale_shift=random_pairs(v.shape, gen))}
+        scales = {Fp8.PER_TENSOR: dict(k_descale=torch.tensor([0.75]), v_descale=torch.tensor([1.5])),
+                  Fp8.PER_TOKEN: dict(k_scale_shift=random_pairs(k.shape, gen),
+                                      v_scale_shift=random_pairs(v.shape, gen))}
         descales = scales.get(fp8, {})
         table = torch.randperm(pages, generator=gen).to(torch.int32).view(batch, pages // batch)
         seqlens = torch.tensor([37, 90], dtype=torch.int32)
