@@ -630,6 +630,158 @@ def test_fuzz_decode_attention_values(capsys):
     fuzz_decode_attention_values()
     report("decode_attention", DECODE_COUNTS, capsys)
 
+
+# ------------------------------------------------------------------ mxfp8_moe_gemm
+
+MOE_ARGS = ("a", "a_scale", "w", "w_scale", "sorted_token_ids", "expert_ids", "num_tokens_post_padded", "a_div",
+            "topk_weights", "out", "out_dtype", "K", "block_m")
+MOE_COUNTS: Counter = Counter()
+F32_KINDS = KINDS                                   # for float32 tensors: topk_weights
+
+
+def routing(t: int, top_k: int, e: int, block_m: int, g: torch.Generator):
+    """(topk_ids [t, top_k], sorted_token_ids, expert_ids, num_tokens_post_padded): distinct
+    experts per token, vLLM's layout from moe_align's reference."""
+    from gfxasm.ops import moe_align
+    ids = torch.stack([torch.randperm(e, generator=g)[:top_k] for _ in range(t)]).to(torch.int32)
+    sorted_ids, expert_ids, post = moe_align.reference(ids.flatten().tolist(), e, block_m)
+    I = lambda x: torch.tensor(x, dtype=torch.int32)        # noqa: E731
+    return ids, I(sorted_ids), I(expert_ids), I([post])
+
+
+@st.composite
+def moe_gemm_value_calls(draw):
+    target = draw(st.sampled_from(["a", "w", "a_scale", "w_scale", "topk_weights"]))
+    kind = draw(st.sampled_from({"a": FP8_KINDS, "w": FP8_KINDS, "topk_weights": F32_KINDS}.get(target, SCALE_BYTES)))
+    return dict(target=target, kind=kind, place=draw(st.sampled_from(PLACES)), t=draw(st.sampled_from([1, 3])),
+                top_k=draw(st.sampled_from([1, 2])), e=draw(st.sampled_from([2, 4])), n=draw(st.sampled_from([17, 40])),
+                k=draw(st.sampled_from([32, 96])), block_m=draw(st.sampled_from([16, 32])),
+                down=draw(st.booleans()), out_dtype=draw(st.sampled_from([torch.bfloat16, torch.float16])),
+                seed=draw(st.integers(0, 2**16)))
+
+
+@settings(FUZZ, max_examples=30)
+@given(moe_gemm_value_calls())
+def fuzz_mxfp8_moe_gemm_values(c):
+    from gfxasm.ops import mxfp8_gemm as gemm_op
+    g = torch.Generator().manual_seed(c["seed"])
+    t_, top_k, e, n, k = c["t"], c["top_k"], c["e"], c["n"], c["k"]
+    a_div = 1 if c["down"] else top_k                       # down: a row per slot; gate_up: per token
+    m = t_ * top_k if c["down"] else t_
+    x = dict(a=fp_tensor((m, k), E4M3, g, 4), w=fp_tensor((e, n, k), E4M3, g, 4),
+             a_scale=scale_bytes((m, k // 32), g), w_scale=scale_bytes((e, n, k // 32), g),
+             topk_weights=torch.rand(t_, top_k, generator=g) + 0.1)
+    target = c["target"]
+    if target in ("a_scale", "w_scale"):
+        x[target] = inject_scale(x[target], c["kind"], c["place"], g)
+    else:
+        x[target] = inject(x[target], c["kind"], c["place"], g)
+    _, sorted_ids, expert_ids, post = routing(t_, top_k, e, c["block_m"], g)
+    result = call(MOE_COUNTS, MOE_ARGS, lambda: gfxasm.mxfp8_moe_gemm(
+        x["a"], x["a_scale"], x["w"], x["w_scale"], sorted_ids, expert_ids, post, a_div=a_div,
+        topk_weights=x["topk_weights"], out_dtype=c["out_dtype"]))
+    what = f"{target} {c['kind']}"
+    if result is None:
+        count(MOE_COUNTS, f"refused {what}")
+        return
+    A = gemm_op.dequantize(x["a"], x["a_scale"])
+    block_m = c["block_m"]
+    for b in range(-(-int(post[0]) // block_m)):
+        ex = int(expert_ids[b])
+        W = gemm_op.dequantize(x["w"][ex], x["w_scale"][ex])
+        for slot in sorted_ids[b * block_m:(b + 1) * block_m].tolist():
+            if slot >= t_ * top_k:
+                continue
+            exact, magnitude = product_ieee(A[slot // a_div][None], W)
+            weight = x["topk_weights"].reshape(-1)[slot].double()
+            # f32 accumulation (as mxfp8_gemm's): partial sums may overflow where sum |a' w'| reaches 2^127
+            tol = torch.finfo(c["out_dtype"]).eps * (exact * weight).abs() + 2**-20 * magnitude * weight.abs() + 2**-24
+            ieee_close(f"out[{slot}]", result[slot], (exact * weight)[0].to(c["out_dtype"]), tol[0],
+                       may_be_nonfinite=(magnitude >= 2.0**127)[0])
+    count(MOE_COUNTS, "matched", what)
+
+
+def test_fuzz_mxfp8_moe_gemm_values(capsys):
+    MOE_COUNTS.clear()
+    fuzz_mxfp8_moe_gemm_values()
+    report("mxfp8_moe_gemm", MOE_COUNTS, capsys)
+
+
+# ------------------------------------------------------------------ mxfp8_moe
+
+LAYER_ARGS = ("x", "x_scale", "w1", "w1_scale", "w2", "w2_scale", "topk_weights", "topk_ids", "expert_map", "alpha",
+              "beta", "limit", "block_m", "out", "a", "a_scale", "w", "w_scale")
+LAYER_COUNTS: Counter = Counter()
+
+
+@st.composite
+def layer_value_calls(draw):
+    target = draw(st.sampled_from(["x", "w1", "w2", "x_scale", "w1_scale", "w2_scale", "topk_weights"]))
+    kind = draw(st.sampled_from({"topk_weights": F32_KINDS}.get(target, SCALE_BYTES if "scale" in target
+                                                                   else FP8_KINDS)))
+    return dict(target=target, kind=kind, place=draw(st.sampled_from(PLACES)), T=draw(st.sampled_from([1, 3])),
+                top_k=draw(st.sampled_from([1, 2])), block_m=draw(st.sampled_from([None, 16])),
+                seed=draw(st.integers(0, 2**16)))
+
+
+@settings(FUZZ, max_examples=20)
+@given(layer_value_calls())
+def fuzz_mxfp8_moe_values(c):
+    """The layer (tests/test_moe.py's float64 reference and bound) on operands with special
+    values. Documented (swiglu_mxfp8_quant, whose arithmetic the fused gate_up step repeats
+    bit for bit): a non-finite activation input gives an unspecified block, so a token with
+    a non-finite gate_up sum (or one past bf16, where h is rounded) has an unspecified output
+    row; every other token's row must agree, NaN and infinities included."""
+    from gfxasm.ops import mxfp8_gemm as gemm_op
+    from tests.test_moe import layer_operands, layer_reference
+    g = torch.Generator().manual_seed(c["seed"])
+    T, top_k, E, H, I_ = c["T"], c["top_k"], 4, 64, 32
+    x = dict(zip(("x", "x_scale", "w1", "w1_scale", "w2", "w2_scale"), layer_operands(T, H, I_, E, g)))
+    x = {n: t.view(torch.uint8) if "scale" in n else t for n, t in x.items()}
+    x["topk_weights"] = torch.rand(T, top_k, generator=g) + 0.1
+    target = c["target"]
+    if "scale" in target:
+        x[target] = inject_scale(x[target], c["kind"], c["place"], g)
+    else:
+        x[target] = inject(x[target], c["kind"], c["place"], g)
+    ids = torch.stack([torch.randperm(E, generator=g)[:top_k] for _ in range(T)]).to(torch.int32)
+    result = call(LAYER_COUNTS, LAYER_ARGS, lambda: gfxasm.mxfp8_moe(**x, topk_ids=ids, block_m=c["block_m"]))
+    what = f"{target} {c['kind']}"
+    if result is None:
+        count(LAYER_COUNTS, f"refused {what}")
+        return
+    X = gemm_op.dequantize(x["x"], x["x_scale"])
+    unspecified = torch.zeros(T, dtype=torch.bool)
+    for t_ in range(T):
+        for e in ids[t_].tolist():
+            h = product_ieee(gemm_op.dequantize(x["w1"][e], x["w1_scale"][e]), X[t_][None])[0]
+            unspecified[t_] |= bool((~h.isfinite() | (h.abs() >= torch.finfo(torch.bfloat16).max)).any())
+    if unspecified.any():
+        count(LAYER_COUNTS, "tokens unspecified (documented)")
+    ids_ref = torch.where(unspecified[:, None], -1, ids)             # the reference skips those tokens
+    ref, bound = layer_reference(x["x"], x["x_scale"], x["w1"], x["w1_scale"], x["w2"], x["w2_scale"],
+                                 x["topk_weights"], ids_ref)
+    keep = ~unspecified
+    # layer_reference's bound is relative; in bf16's subnormal range each of the top_k weighted
+    # rows and the sum is rounded by up to half a subnormal step absolute
+    subnormal = (top_k + 1) * half_subnormal_step(torch.bfloat16)
+    # the down GEMM accumulates in f32 (as mxfp8_gemm's): where sum |w2' q| may reach 2^127 a partial
+    # sum may overflow; |q| <= 64 (|SwiGLU| <= 7 * 1 * (7 + 1) with the default limit, then MX-FP8)
+    overflow = torch.zeros(T, H, dtype=torch.bool)
+    for t_ in range(T):
+        for j, e in enumerate(ids[t_].tolist()):
+            w2_sum = gemm_op.dequantize(x["w2"][e], x["w2_scale"][e]).abs().sum(-1).nan_to_num(0.0)
+            overflow[t_] |= 64 * w2_sum * float(x["topk_weights"][t_, j].abs().nan_to_num(0.0)) >= 2.0**127
+    ieee_close("out", result[keep], ref[keep].to(torch.bfloat16), bound[keep] + subnormal,
+               may_be_nonfinite=overflow[keep])
+    count(LAYER_COUNTS, "matched", what)
+
+
+def test_fuzz_mxfp8_moe_values(capsys):
+    LAYER_COUNTS.clear()
+    fuzz_mxfp8_moe_values()
+    report("mxfp8_moe", LAYER_COUNTS, capsys)
+
 # ------------------------------------------------------------------ every tensor of a call on one device
 
 def device_cases() -> dict:
