@@ -31,6 +31,7 @@ tests/test_decode_attention.py`) runs page sizes 16/64/1024/contiguous x GQA 1/8
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -328,12 +329,23 @@ def good(dtype=torch.bfloat16, paged=True):
 FP8_CACHE = torch.zeros(6, 16, 2, 128, dtype=torch.float8_e4m3fn)     # good()'s paged cache in FP8
 
 
-def raises(exc, match, **changes):
+def run(**changes):
+    """decode_attention on good() with `changes`."""
     args = good()
     args.update(changes)
+    return gfxasm.decode_attention(args.pop("q"), args.pop("k_cache"), args.pop("v_cache"), args.pop("cache_seqlens"),
+                                   **args)
+
+
+def raises(exc, match, **changes):
     with pytest.raises(exc, match=match):
-        gfxasm.decode_attention(args.pop("q"), args.pop("k_cache"), args.pop("v_cache"), args.pop("cache_seqlens"),
-                                **args)
+        run(**changes)
+
+
+def launched(**changes) -> None:
+    """The call passes every check: it reaches the (stubbed) launch."""
+    with pytest.raises(AssertionError, match="a kernel was launched"):
+        run(**changes)
 
 
 def test_bad_fp8_arguments(no_launch):
@@ -427,6 +439,72 @@ def test_bad_options(no_launch):
     # q and the caches on meta, the index tensors on the CPU: a device mix like any other
     raises(ValueError, r"'cache_seqlens' must be on q's device \(meta\), got cpu",
            q=good()["q"].to("meta"), k_cache=good()["k_cache"].to("meta"), v_cache=good()["v_cache"].to("meta"))
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_sinks_refused(no_launch, value):
+    # issue 26: a NaN sink gave finite values near +-1e29 instead of NaN
+    sinks = torch.zeros(8)
+    sinks[3] = value
+    raises(ValueError, rf"'sinks' must be finite, got {value} for query head 3", sinks=sinks)
+
+
+@pytest.mark.parametrize("name", ["k_descale", "v_descale"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), 0.0, -0.0, -1.0])
+def test_bad_descales_refused(no_launch, name, value):
+    scales = dict(k_descale=torch.ones(1), v_descale=torch.ones(1))
+    scales[name] = torch.tensor([value])
+    raises(ValueError, f"'{name}' must be finite and > 0, got {re.escape(str(value))}", k_cache=FP8_CACHE,
+           v_cache=FP8_CACHE, **scales)
+
+
+@pytest.mark.parametrize("k_descale,v_descale", [(1e-45, 2.0**100), (2.0**100, 1e-40)])
+def test_extreme_descales_match_the_reference(k_descale, v_descale):
+    # no range narrower than finite and > 0 is refused: decode_attn folds k_descale into the
+    # score scale and v_descale into O's final 1 / l, and f32 subnormals (k_descale 1e-45:
+    # equal weights) and 2^100 give the reference's answer (test_fp8_large_v_descale: 2^124)
+    gen = torch.Generator().manual_seed(27)
+    k, v, table = make_cache([0, 1, 37], 1, 64, torch.float8_e4m3fn, gen, page_size=16)
+    check([0, 1, 37], 8, 1, 1, 64, torch.bfloat16, cache=(k, v, table), num_splits=1, fp8="tensor",
+          scales=dict(k_descale=torch.tensor([k_descale]), v_descale=torch.tensor([v_descale])))
+
+
+def pairs_call(name, page, row, value, part=0, **changes) -> dict:
+    """An FP8 per-token call on a paged pool of 6 pages of 16: batch 0 holds 20 keys in
+    pages 2 and -1 (clamped to page 5 on the device), batch 1 30 keys in pages 1 and 3;
+    `name`'s pair at (page, row, KV head 1) gets `value` in its scale (part 0) or shift (1)."""
+    pairs = {n: torch.ones(6, 16, 2, 2, dtype=torch.float16) for n in ("k_scale_shift", "v_scale_shift")}
+    pairs[name][page, row, 1, part] = value
+    table = torch.tensor([[2, -1, 0], [1, 3, 4]], dtype=torch.int32)
+    return dict(k_cache=FP8_CACHE, v_cache=FP8_CACHE, block_table=table, cache_seqlens=torch.tensor([20, 30],
+                dtype=torch.int32), **pairs, **changes)
+
+
+@pytest.mark.parametrize("name", ["k_scale_shift", "v_scale_shift"])
+def test_non_finite_pairs_refused(no_launch, name):
+    # issue 26: a K pair holding +-inf gave a finite row where the reference gives NaN (the
+    # kernel computes scale (q.k) + shift sum(q)); only the pairs of keys a query sees count
+    seen = r"must be finite for every key a query sees, got .* for batch entry {}, key {}, KV head 1"
+    for value, part in ((float("inf"), 0), (float("-inf"), 1), (float("nan"), 0)):
+        raises(ValueError, f"'{name}' " + seen.format(1, 16 + 13), **pairs_call(name, 3, 13, value, part))
+    raises(ValueError, seen.format(0, 16 + 3), **pairs_call(name, 5, 3, float("inf")))        # page -1: the last
+    launched(**pairs_call(name, 5, 4, float("inf")))             # key 20 of batch 0: past its cache_seqlens
+    launched(**pairs_call(name, 0, 0, float("nan")))             # page 0: no sequence's
+    # a window of 5 behind the one query: batch 1 sees keys 24..29, no query key 23
+    launched(**pairs_call(name, 3, 7, float("inf")), window_left=5)
+    raises(ValueError, seen.format(1, 24), **pairs_call(name, 3, 8, float("inf")), window_left=5)
+
+
+def test_data_checks_survive_the_plan_cache(no_launch):
+    # a repeat of a planned layout checks its data again
+    launched(sinks=torch.zeros(8))
+    raises(ValueError, "'sinks' must be finite", sinks=torch.full((8,), float("nan")))
+    ones = torch.ones(1)
+    launched(k_cache=FP8_CACHE, v_cache=FP8_CACHE, k_descale=ones, v_descale=ones)
+    raises(ValueError, "'v_descale' must be finite and > 0", k_cache=FP8_CACHE, v_cache=FP8_CACHE, k_descale=ones,
+           v_descale=-ones)
+    launched(**pairs_call("k_scale_shift", 0, 0, 1.0))
+    raises(ValueError, "'k_scale_shift' must be finite", **pairs_call("k_scale_shift", 1, 0, float("nan")))
 
 
 @pytest.mark.parametrize("name", ["cache_seqlens", "block_table", "sinks", "out"])

@@ -13,10 +13,13 @@ flash-attention's `flash_attn_with_kvcache` conventions:
     (they are its last Sq keys). 0 gives O = 0 and LSE = -inf.
   * causal=True: query token s sees key j iff j <= seqlen - Sq + s (bottom-right aligned).
     window_left >= 0 (flash-attention's sliding window): also j >= seqlen - Sq + s - window_left.
-  * sinks [Hq] float32: one attention-sink logit per query head (gpt-oss), added to each
-    row's softmax denominator only; the LSE returned includes it.
+  * sinks [Hq] float32, finite: one attention-sink logit per query head (gpt-oss), added to
+    each row's softmax denominator only; the LSE returned includes it.
   * softmax_scale defaults to 1/sqrt(D). O [B, Sq, Hq, D] in q's dtype (written into `out`
     when given); LSE [B, Hq, Sq] float32, natural log.
+  * Non-finite scores follow the float64 softmax: a row whose visible scores are all -inf
+    gets O = NaN (LSE -inf; with a sink, O = 0 and LSE = the sink); a row with a +inf
+    score gets O and LSE NaN.
 
 Split-K, two levels: the keys of each (batch, KV head) are cut into `num_splits` chunks of
 `chunk` keys (a multiple of 32), one 8-wave workgroup each; its waves take the chunk's
@@ -37,9 +40,17 @@ k * k_descale), or per-token per-KV-head float16 (scale, shift) pairs k_scale_sh
 v_scale_shift shaped like the cache's token dims plus 2 — [B, S_max, Hkv, 2] or
 [num_pages, page_size, Hkv, 2], read through the same block table (key = fp8 * scale +
 shift, xformers' row-wise asymmetric FP8). One kind (`Fp8`), for both K and V.
+Descales must be finite and > 0, and need no narrower range: the kernel folds k_descale
+into the score scale and v_descale into O's final 1 / l, which gives the reference's
+answer for any such value where the answer fits (a subnormal and 2^124 included). The
+pairs of every key a query sees (below cache_seqlens, from the first query's window start
+on) must be finite: the kernel computes a score as scale (q.k) + shift sum(q), so a K pair
+holding +-inf gives a finite score where the float64 reference gives NaN.
 
 Everything checkable on the host is checked before any launch: a violation is a
-ValueError/TypeError naming the argument.
+ValueError/TypeError naming the argument. The data checks (cache_seqlens within the cache,
+finite sinks, descales finite and > 0, finite pairs) read CPU tensors only: on a GPU the
+data is not read (that would synchronise), and such inputs are the caller's to avoid.
 
 torch ops (declared on loader/ops/framework.py): gfxasm::decode_attention(q, k_cache,
 v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift, v_scale_shift,
@@ -48,7 +59,7 @@ empty unless return_lse; gfxasm::decode_attention_out(the same but return_lse, o
 lse!?). Their fake kernels check what metadata tells (meta tensors throughout give the
 output shapes; torch.compile traces them). The checked, prepared launches are cached per
 tensor layout and scalars, so a repeated call checks only what its data can change
-(pointers, a CPU cache_seqlens' range), allocates and launches.
+(pointers, and on the CPU the data checks above), allocates and launches.
 """
 from __future__ import annotations
 
@@ -339,8 +350,8 @@ def _check_outputs(call, q: torch.Tensor) -> None:
 
 
 def _check(call) -> _Checked:
-    """Every check of a call the framework does not make: metadata always, and a CPU
-    cache_seqlens' range where `call.data`."""
+    """Every check of a call the framework does not make: metadata always, and the data of
+    CPU tensors where `call.data` (`_check_data`)."""
     q = _check_q(call)
     fp8 = _check_caches(call, q)
     batch, _, heads_q, dim = q.shape
@@ -354,8 +365,28 @@ def _check(call) -> _Checked:
     _check_outputs(call, q)
     checked = _Checked(fp8, scale, window_left, capacity)
     if call.data and q.device.type == "cpu":
-        _check_seqlens(call, capacity)
+        _check_data(call, checked)
     return checked
+
+
+# ------------------------------------------------------------------ data checks (CPU tensors)
+
+def _check_data(call, checked: _Checked) -> None:
+    """What CPU tensors' data must satisfy (module docstring); a repeated call of a cached
+    layout runs this again."""
+    _check_seqlens(call, checked.capacity)
+    if call.sinks is not None:
+        bad = (~torch.isfinite(call.sinks)).nonzero()
+        if len(bad):
+            head = int(bad[0, 0])
+            call.fail(ValueError, f"'sinks' must be finite, got {float(call.sinks[head])} for query head {head}")
+    if checked.fp8 is Fp8.PER_TENSOR:
+        for name in _DESCALES:
+            value = float(call.values[name])
+            if not (math.isfinite(value) and value > 0):
+                call.fail(ValueError, f"'{name}' must be finite and > 0, got {value}")
+    elif checked.fp8 is Fp8.PER_TOKEN:
+        _check_pairs_finite(call, checked.window_left)
 
 
 def _check_seqlens(call, capacity: int) -> None:
@@ -371,6 +402,29 @@ def _check_seqlens(call, capacity: int) -> None:
         where = f"block_table holds {table.shape[1]} pages x {page_size}" if table is not None else \
             f"the cache holds {page_size} keys"
         call.fail(ValueError, f"max(cache_seqlens) = {hi} exceeds the cache: {where}")
+
+
+def _check_pairs_finite(call, window_left: int) -> None:
+    """The (scale, shift) pairs of every key some query sees finite: keys below the batch
+    entry's cache_seqlens, from the first query's window start (seqlen - Sq - window_left)
+    on, through the page ids as the kernel clamps them. Keys no query sees are not checked:
+    the kernel reads none past cache_seqlens, and masks those it reads before a window (a
+    non-finite V pair there reaches O through 0 x inf, as a NaN in a masked key does)."""
+    seq_q = call.q.shape[1]
+    table = call.block_table
+    if table is not None:
+        last = call.k_cache.shape[0] - 1
+        table = torch.where((table < 0) | (table > last), last, table)
+    for b, seqlen in enumerate(call.cache_seqlens.tolist()):
+        first = max(0, seqlen - seq_q - window_left) if window_left >= 0 else 0
+        for name in _PAIRS:
+            pairs = _tokens(call.values[name], b, seqlen, table)[first:]
+            bad = (~torch.isfinite(pairs)).nonzero()
+            if len(bad):
+                key, head = int(bad[0, 0]), int(bad[0, 1])
+                call.fail(ValueError, f"'{name}' must be finite for every key a query sees, got "
+                                      f"{tuple(pairs[key, head].tolist())} for batch entry {b}, key {first + key}, "
+                                      f"KV head {head}")
 
 
 # ------------------------------------------------------------------ launch
@@ -498,7 +552,7 @@ def _plan(checked: _Checked, call) -> framework.Plan:
         for name, numel in workspaces.items():
             given[name] = torch.empty(numel, dtype=torch.float32, device=c.q.device)
         return given
-    recheck = (lambda c: _check_seqlens(c, checked.capacity)) if call.q.device.type == "cpu" else None
+    recheck = (lambda c: _check_data(c, checked)) if call.q.device.type == "cpu" else None
     return framework.Plan(tuple(prepare(variant, args) for variant, args in runs), fixed=fixed, bind=bind,
                           recheck=recheck)
 
