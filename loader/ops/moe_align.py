@@ -29,19 +29,18 @@ costs O(numel^2 / 256) VALU work, sized for decode); 1 <= num_experts <= MAX_EXP
 block_m a power of two in [1, 1024]; expert_map int32 [num_experts], contiguous; every tensor
 on one device. numel = 0 gives empty outputs and a zero total without a launch.
 
-torch op: gfxasm::moe_align_block_size(topk_ids, num_experts, block_m, expert_map) ->
-(sorted_token_ids, expert_ids, num_tokens_post_padded), with a fake kernel.
+torch op (declared on loader/ops/framework.py, no _out form):
+gfxasm::moe_align_block_size(topk_ids, num_experts, block_m, expert_map) -> (sorted_token_ids,
+expert_ids, num_tokens_post_padded), with a fake kernel; the checked launch is cached per layout.
 """
 from __future__ import annotations
-
-import os
 
 import torch
 
 from ..gridexpr import cdiv
-from ..launcher import BACKEND_ENV, PreparedLaunch, prepare
+from ..launcher import prepare
 from ..manifest import default_manifest
-from . import arguments, library
+from . import arguments, framework
 
 OP = "moe_align_block_size"
 MAX_SLOTS = 16384                  # LDS holds one int32 id per slot (kernels.yaml: lds_bytes)
@@ -89,15 +88,11 @@ def validate(topk_ids, num_experts, block_m, expert_map) -> tuple[int, int]:
                               f"{tuple(expert_map.shape)}")
         if not expert_map.is_contiguous():
             _fail(ValueError, f"'expert_map' must be contiguous, got strides {expert_map.stride()}")
+        # moe_layer.validate (not on the op framework yet) relies on this; the framework checks this op's calls first
         if expert_map.device != topk_ids.device:
             _fail(ValueError, f"'expert_map' must be on topk_ids' device ({topk_ids.device}), got "
                               f"{expert_map.device}")
     return sizes(topk_ids.numel(), num_experts, block_m)
-
-
-def _outputs(topk_ids, padded: int, blocks: int):
-    new = lambda n: torch.empty(n, dtype=torch.int32, device=topk_ids.device)   # noqa: E731
-    return new(padded), new(blocks), new(1)
 
 
 def launch_args(topk_ids, num_experts, block_m, expert_map, outs) -> dict:
@@ -109,39 +104,35 @@ def launch_args(topk_ids, num_experts, block_m, expert_map, outs) -> dict:
                 max_blocks=outs[1].numel(), has_map=int(expert_map is not None))
 
 
-_PLANS: dict[tuple, PreparedLaunch] = {}
+def _check(call) -> tuple[int, int]:
+    return validate(call.topk_ids, call.num_experts, call.block_m, call.expert_map)
 
 
-def _plan(topk_ids, num_experts, block_m, expert_map, outs) -> PreparedLaunch:
-    """The checked launch for this layout (cached: a repeat call only swaps pointers)."""
-    key = (topk_ids.numel(), topk_ids.device, num_experts, block_m, expert_map is not None,
-           os.environ.get(BACKEND_ENV))
-    launch = _PLANS.get(key)
-    if launch is None:
-        if topk_ids.device.type not in ("cpu", "cuda"):
-            _fail(ValueError, f"tensors must be on the CPU (emulator) or a ROCm gfx950 GPU, got {topk_ids.device}")
-        launch = prepare(default_manifest().kernel("moe_align").variant(None),
-                         launch_args(topk_ids, num_experts, block_m, expert_map, outs))
-        _PLANS[key] = launch
-    return launch
+def _allocate(call, names: frozenset) -> dict:
+    padded, blocks = _check(call)
+    new = lambda n: torch.empty(n, dtype=torch.int32, device=call.topk_ids.device)   # noqa: E731
+    return dict(sorted_token_ids=new(padded), expert_ids=new(blocks), num_tokens_post_padded=new(1))
 
 
-def _moe_align_block_size(topk_ids: torch.Tensor, num_experts: int, block_m: int,
-                          expert_map: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    outs = _outputs(topk_ids, *validate(topk_ids, num_experts, block_m, expert_map))
-    if topk_ids.numel() == 0:
-        outs[2].zero_()
-        return outs
-    launch = _plan(topk_ids, num_experts, block_m, expert_map, outs)
-    launch(topk_ids, expert_map, *outs)
-    return outs
+def _zero_total(call) -> None:
+    call.num_tokens_post_padded.zero_()
 
 
-def _moe_align_block_size_fake(topk_ids, num_experts, block_m, expert_map):
-    return _outputs(topk_ids, *validate(topk_ids, num_experts, block_m, expert_map))
+def _plan(_sizes: tuple[int, int], call) -> framework.Plan:
+    if call.topk_ids.numel() == 0:
+        return framework.Plan(empty=_zero_total)
+    outs = (call.sorted_token_ids, call.expert_ids, call.num_tokens_post_padded)
+    return framework.Plan((prepare(default_manifest().kernel("moe_align").variant(None),
+                                   launch_args(call.topk_ids, call.num_experts, call.block_m, call.expert_map, outs)),))
 
 
-moe_align_block_size_op = library.define(OP, _moe_align_block_size, _moe_align_block_size_fake)
+MOE_ALIGN_BLOCK_SIZE = framework.define(framework.Spec(
+    OP,
+    params=(framework.Param("topk_ids", "Tensor"), framework.Param("num_experts", "SymInt"),
+            framework.Param("block_m", "SymInt"), framework.Param("expert_map", "Tensor?")),
+    outputs=(framework.Output("sorted_token_ids"), framework.Output("expert_ids"),
+             framework.Output("num_tokens_post_padded")),
+    check=_check, allocate=_allocate, plan=_plan, out_form=False))
 
 
 def moe_align_block_size(topk_ids: torch.Tensor, num_experts: int, block_m: int,
@@ -150,7 +141,7 @@ def moe_align_block_size(topk_ids: torch.Tensor, num_experts: int, block_m: int,
 
     topk_ids [T, top_k] int32; num_experts: the global expert count; block_m: rows per GEMM
     block (a power of two); expert_map: int32 [num_experts], global -> local expert id or -1."""
-    return moe_align_block_size_op(topk_ids, num_experts, block_m, expert_map)
+    return MOE_ALIGN_BLOCK_SIZE(topk_ids, num_experts, block_m, expert_map)
 
 
 # ------------------------------------------------------------------ reference
