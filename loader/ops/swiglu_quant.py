@@ -35,21 +35,20 @@ allowed: no clamp). Outputs (`out=(q, scale)`) of the exact shapes and dtypes, c
 16-byte aligned, not overlapping x. M = 0 or I = 0 launches nothing. An input row holding
 Inf or NaN gives an unspecified block (no check: it would need a pass over the data).
 
-torch ops: gfxasm::swiglu_mxfp8_quant(x, alpha, beta, limit) -> (q, scale) and
-gfxasm::swiglu_mxfp8_quant_out(x, q!, scale!, alpha, beta, limit), with fake kernels.
+torch ops (declared on loader/ops/framework.py): gfxasm::swiglu_mxfp8_quant(x, alpha, beta,
+limit) -> (q, scale) and gfxasm::swiglu_mxfp8_quant_out(x, q!, scale!, alpha, beta, limit),
+with fake kernels; the checked launch is cached per layout and scalars.
 """
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 
 from ..gridexpr import cdiv
-from ..launcher import BACKEND_ENV, PreparedLaunch, prepare
+from ..launcher import prepare
 from ..manifest import default_manifest
-from . import arguments, library
-from .aliasing import extent, refuse_overlap
+from . import arguments, framework
 from .mxfp8_gemm import BLOCK, E4M3, E8M0
 
 OP = "swiglu_mxfp8_quant"
@@ -57,7 +56,6 @@ IN_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 E4M3_EMAX = 8                      # floor(log2(448))
 E4M3_MAX = 448.0
 _MAX_BYTES = 2**31
-_ALIGN = 16
 
 
 def _fail(exc, message: str):
@@ -99,15 +97,7 @@ def validate(x, alpha, beta, limit, out=None) -> tuple[int, int]:
                 _fail(ValueError, f"'{name}' (out) must be {list(shape)}, got shape {tuple(t.shape)}")
             if t.numel() and not t.is_contiguous():
                 _fail(ValueError, f"'{name}' (out) must be contiguous, got strides {t.stride()}")
-            if t.device != x.device:
-                _fail(ValueError, f"'{name}' (out) must be on x's device ({x.device}), got {t.device}")
     return M, I
-
-
-def _new_outputs(x) -> tuple[torch.Tensor, torch.Tensor]:
-    M, I = x.shape[0], x.shape[1] // 2
-    return (torch.empty((M, I), dtype=E4M3, device=x.device),
-            torch.empty((M, I // BLOCK), dtype=E8M0, device=x.device))
 
 
 def launch_args(x, q, scale, alpha, beta, limit) -> tuple[str, dict]:
@@ -125,55 +115,32 @@ def activation_args(alpha, beta, limit) -> dict:
     return dict(neg_alpha_log2e=-float(alpha) * math.log2(math.e), beta=float(beta), limit=float(limit))
 
 
-_PLANS: dict[tuple, PreparedLaunch] = {}
+def _check(call) -> tuple[int, int]:
+    # the functional fake checks before its outputs exist (q and scale None)
+    return validate(call.x, call.alpha, call.beta, call.limit, None if call.q is None else (call.q, call.scale))
 
 
-def _run(x, q, scale, alpha, beta, limit) -> None:
-    M, I = validate(x, alpha, beta, limit, (q, scale))
-    key = (x.shape, x.dtype, x.device, float(alpha), float(beta), float(limit), os.environ.get(BACKEND_ENV))
-    if key not in _PLANS:
-        if x.device.type not in ("cpu", "cuda"):
-            _fail(ValueError, f"tensors must be on the CPU (emulator) or a ROCm gfx950 GPU, got {x.device}")
-        variant, args = launch_args(x, q, scale, alpha, beta, limit)
-        _PLANS[key] = prepare(default_manifest().kernel(OP).variant(variant), args) if M * I else None
-    launch = _PLANS[key]
-    if launch is None:
-        return
-    for name, t in (("x", x), ("q", q)):
-        if t.data_ptr() % _ALIGN:
-            _fail(ValueError, f"'{name}' data must be {_ALIGN}-byte aligned (16-byte loads/stores), got address "
-                              f"{t.data_ptr():#x}")
-    for name, t in (("q", q), ("scale", scale)):
-        refuse_overlap(OP, name, t.data_ptr(), extent(t), (("x", x.data_ptr(), extent(x), False),))
-    refuse_overlap(OP, "scale", scale.data_ptr(), extent(scale), (("q", q.data_ptr(), extent(q), False),))
-    launch(x, q, scale)
+def _allocate(call, names: frozenset) -> dict:
+    M, I = validate(call.x, call.alpha, call.beta, call.limit)
+    x = call.x
+    return dict(q=torch.empty((M, I), dtype=E4M3, device=x.device),
+                scale=torch.empty((M, I // BLOCK), dtype=E8M0, device=x.device))
 
 
-def _swiglu_mxfp8_quant(x: torch.Tensor, alpha: float, beta: float, limit: float
-                        ) -> tuple[torch.Tensor, torch.Tensor]:
-    validate(x, alpha, beta, limit)
-    q, scale = _new_outputs(x)
-    _run(x, q, scale, alpha, beta, limit)
-    return q, scale
+def _plan(shape: tuple[int, int], call) -> framework.Plan:
+    M, I = shape
+    if not M * I:
+        return framework.Plan()
+    variant, args = launch_args(call.x, call.q, call.scale, call.alpha, call.beta, call.limit)
+    return framework.Plan((prepare(default_manifest().kernel(OP).variant(variant), args),))
 
 
-def _swiglu_mxfp8_quant_fake(x, alpha, beta, limit):
-    validate(x, alpha, beta, limit)
-    return _new_outputs(x)
-
-
-def _swiglu_mxfp8_quant_out(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, alpha: float, beta: float,
-                            limit: float) -> None:
-    _run(x, q, scale, alpha, beta, limit)
-
-
-def _swiglu_mxfp8_quant_out_fake(x, q, scale, alpha, beta, limit) -> None:
-    validate(x, alpha, beta, limit, (q, scale))
-
-
-swiglu_op = library.define(OP, _swiglu_mxfp8_quant, _swiglu_mxfp8_quant_fake)
-swiglu_out_op = library.define(f"{OP}_out", _swiglu_mxfp8_quant_out, _swiglu_mxfp8_quant_out_fake,
-                               mutates_args=("q", "scale"))
+SWIGLU_MXFP8_QUANT = framework.define(framework.Spec(
+    OP,
+    params=(framework.Param("x", "Tensor", align=16), framework.Param("alpha", "float"),   # 16-byte loads
+            framework.Param("beta", "float"), framework.Param("limit", "float")),
+    outputs=(framework.Output("q", align=16), framework.Output("scale")),                 # 16-byte stores
+    check=_check, allocate=_allocate, plan=_plan, out_after="x"))
 
 
 def swiglu_mxfp8_quant(x: torch.Tensor, *, alpha: float = 1.702, beta: float = 1.0, limit: float = 7.0,
@@ -181,12 +148,7 @@ def swiglu_mxfp8_quant(x: torch.Tensor, *, alpha: float = 1.702, beta: float = 1
     """(q [M, I] e4m3, scale [M, I/32] E8M0) of SwiGLU-OAI(x) (module docstring for the exact
     activation and the OCP scale rule). x [M, 2I] bf16/fp16 = gate | up. out=(q, scale)
     writes the caller's tensors (torch.ops.gfxasm.swiglu_mxfp8_quant_out)."""
-    if out is None:
-        return swiglu_op(x, alpha, beta, limit)
-    if not isinstance(out, (tuple, list)) or len(out) != 2:
-        _fail(TypeError, f"'out' must be a (q, scale) pair or None, got {type(out).__name__}")
-    swiglu_out_op(x, out[0], out[1], alpha, beta, limit)
-    return out[0], out[1]
+    return SWIGLU_MXFP8_QUANT(x, alpha, beta, limit, out=out)
 
 
 # ------------------------------------------------------------------ reference
