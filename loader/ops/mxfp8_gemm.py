@@ -36,10 +36,10 @@ any input (no in-place form: out's dtype differs from every input's). All of it 
 here before anything is launched: a violation is a ValueError/TypeError naming the
 argument, what was expected and what was given.
 
-torch ops (loader/ops/library.py): gfxasm::mxfp8_gemm(a, a_scale, b, b_scale, out_dtype,
-kernel, splits) -> out and gfxasm::mxfp8_gemm_out(a, a_scale, b, b_scale, out!, out_dtype,
-kernel, splits), with fake kernels (meta tensors, torch.compile). The checked plan and its
-launches are cached per tensor layout and arguments, so a repeated call only checks
+torch ops (declared on loader/ops/framework.py): gfxasm::mxfp8_gemm(a, a_scale, b, b_scale,
+out_dtype, kernel, splits) -> out and gfxasm::mxfp8_gemm_out(a, a_scale, b, b_scale, out!,
+out_dtype, kernel, splits), with fake kernels (meta tensors, torch.compile). The checked plan
+and its launches are cached per tensor layout and arguments, so a repeated call only checks
 pointers, allocates what it returns (and the split-K workspace) and launches.
 
 `reference` computes the exact product of the same quantized values (float64, returned as
@@ -48,16 +48,14 @@ float32); `error_bound` is the per-element tolerance the tests use.
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
 import torch
 
 from ..gridexpr import cdiv
-from ..launcher import BACKEND_ENV, PreparedLaunch, prepare
+from ..launcher import prepare
 from ..manifest import default_manifest
-from . import arguments, library
-from .aliasing import extent, refuse_overlap
+from . import arguments, framework
 
 E4M3 = torch.float8_e4m3fn
 E8M0 = torch.float8_e8m0fnu
@@ -75,7 +73,6 @@ MEMORY_LATENCY_S = 1.0e-6          # loaded HBM latency, estimated (MI300X-class
 SECOND_PASS_S = 2.0e-6             # a dependent second launch, estimated
 _MAX_BYTES = 2**31                 # every buffer offset must fit in 31 bits (OOB_OFFSET = 2^31)
 _MAX_K = 2**24                     # (rows + 64) * K stays below 2^32 in the kernels' offsets
-_ALIGN = 16                        # a and b are read with 16-byte loads
 
 
 @dataclass(frozen=True)
@@ -131,7 +128,7 @@ def _small(name: str, t: torch.Tensor) -> None:
 
 def validate(a, a_scale, b, b_scale, out, out_dtype, kernel) -> tuple[int, int, int]:
     """Check everything the arguments' metadata can tell (all the fake kernels run); return
-    (M, N, K). The device kind, alignment and overlap are checked at launch (_run)."""
+    (M, N, K). Devices, alignment and overlap are the op framework's checks."""
     if not isinstance(kernel, str) or kernel not in KERNELS:
         raise ValueError(f"mxfp8_gemm: 'kernel' must be one of {', '.join(map(repr, KERNELS))}, got {kernel!r}")
     if out_dtype not in OUT_DTYPES:
@@ -176,9 +173,6 @@ def validate(a, a_scale, b, b_scale, out, out_dtype, kernel) -> tuple[int, int, 
     if out is None and out_bytes >= _MAX_BYTES:
         raise ValueError(f"mxfp8_gemm: the output [M, N] = [{M}, {N}] would be {out_bytes} bytes; the kernels need "
                          f"every tensor below 2^31 bytes")
-    for name, t, _ in named[1:]:
-        if t.device != a.device:
-            raise ValueError(f"mxfp8_gemm: '{name}' must be on a's device ({a.device}), got {t.device}")
     if kernel == "gemv" and M > GEMV_MAX_M:
         raise ValueError(f"mxfp8_gemm: kernel='gemv' takes M <= {GEMV_MAX_M}, got M = {M} (use 'mfma' or 'auto')")
     return M, N, K
@@ -270,108 +264,57 @@ def _check_splits(splits) -> None:
         raise ValueError(f"mxfp8_gemm: 'splits' must be an int in [1, {MAX_SPLITS}] or None, got {splits!r}")
 
 
-class _Plan:
-    """A checked call: its launches (none for an empty problem), whether K = 0 asks for
-    zeros, the split-K workspace size and the byte extents the per-call checks need."""
-    __slots__ = ("launches", "zeros", "ws_numel", "extents")
-
-    def __init__(self, a, a_scale, b, b_scale, out, out_dtype, kernel, splits):
-        M, N, K = validate(a, a_scale, b, b_scale, out, out_dtype, kernel)
-        _check_splits(splits)
-        if a.device.type not in ("cpu", "cuda"):
-            raise ValueError(f"mxfp8_gemm: tensors must be on the CPU (emulator) or a ROCm gfx950 GPU, got "
-                             f"{a.device}")
-        self.zeros = K == 0
-        self.launches: tuple[PreparedLaunch, ...] = ()
-        self.ws_numel = 0
-        self.extents = tuple(extent(t) for t in (a, a_scale, b, b_scale))
-        if M * N * K == 0:
-            return
-        chosen = plan(M, N, K, kernel, out_dtype, splits)
-        if chosen.splits > 1 and chosen.splits * M * N * 4 >= _MAX_BYTES:
-            raise ValueError(f"mxfp8_gemm: the split-K workspace ({chosen.splits} x {M} x {N} f32) would exceed "
-                             f"2^31 bytes; pass splits=1")
-        self.ws_numel = chosen.splits * M * N if chosen.splits > 1 else 0
-        ws = torch.empty(self.ws_numel, dtype=torch.float32, device=a.device)   # stands in for each call's
-        manifest = default_manifest()
-        self.launches = (prepare(manifest.kernel(chosen.kernel).variant(chosen.variant),
-                                 dict(a=a, a_scale=_scales(a_scale), b=b, b_scale=_scales(b_scale), out=out, ws=ws,
-                                      M=M, N=N, K=K, splits=chosen.splits)),)
-        if chosen.splits > 1:
-            reduce = manifest.kernel("mxfp8_splitk_reduce").variant(f"mxfp8_splitk_reduce_{OUT_DTYPES[out_dtype]}")
-            self.launches += (prepare(reduce, dict(ws=ws, out=out, M=M, N=N, splits=chosen.splits)),)
+def _check(call) -> tuple[int, int, int]:
+    M, N, K = validate(call.a, call.a_scale, call.b, call.b_scale, call.out, call.out_dtype, call.kernel)
+    _check_splits(call.splits)
+    return M, N, K
 
 
-_PLANS: dict[tuple, _Plan] = {}
-_MAX_PLANS = 4096                  # a bound on memory for callers that never repeat a layout
-
-
-def _run(a, a_scale, b, b_scale, out, out_dtype, kernel, splits) -> None:
-    """Check and launch; `out` is written."""
+def _allocate(call, names: frozenset) -> dict:
     try:
-        key = (a.shape, a.stride(), a.dtype, a.device, a_scale.shape, a_scale.stride(), a_scale.dtype,
-               a_scale.device, b.shape, b.stride(), b.dtype, b.device, b_scale.shape, b_scale.stride(),
-               b_scale.dtype, b_scale.device, out.shape, out.stride(), out.dtype, out.device, out_dtype, kernel,
-               type(splits), splits, os.environ.get(BACKEND_ENV))
-        plan_ = _PLANS.get(key)
-    except (AttributeError, TypeError):       # not tensors, or unhashable: _Plan says what is wrong
-        key, plan_ = None, None
-    if plan_ is None:
-        plan_ = _Plan(a, a_scale, b, b_scale, out, out_dtype, kernel, splits)
-        if len(_PLANS) >= _MAX_PLANS:
-            _PLANS.clear()
-        _PLANS[key] = plan_
-    if not plan_.launches:
-        if plan_.zeros:
-            out.zero_()
-        return
-    pointers = (a.data_ptr(), a_scale.data_ptr(), b.data_ptr(), b_scale.data_ptr())
-    for name, pointer in (("a", pointers[0]), ("b", pointers[2])):
-        if pointer % _ALIGN:
-            raise ValueError(f"mxfp8_gemm: '{name}' data must be {_ALIGN}-byte aligned (16-byte loads), got "
-                             f"address {pointer:#x}")
-    refuse_overlap("mxfp8_gemm", "out", out.data_ptr(), out.numel() * out.element_size(),
-                   tuple((name, pointer, nbytes, False) for name, pointer, nbytes
-                         in zip(("a", "a_scale", "b", "b_scale"), pointers, plan_.extents)))
-    ws = torch.empty(plan_.ws_numel, dtype=torch.float32, device=a.device) if plan_.ws_numel else None
-    plan_.launches[0](a, a_scale, b, b_scale, out, ws)
-    if ws is not None:
-        plan_.launches[1](ws, out)
-
-
-def _new_out(a, b, out_dtype) -> torch.Tensor:
-    return torch.empty((a.shape[0], b.shape[0]), dtype=out_dtype, device=a.device)
-
-
-def _mxfp8_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
-                out_dtype: torch.dtype, kernel: str, splits: int | None) -> torch.Tensor:
-    try:
-        out = _new_out(a, b, out_dtype)
+        return {"out": torch.empty((call.a.shape[0], call.b.shape[0]), dtype=call.out_dtype, device=call.a.device)}
     except (AttributeError, IndexError, TypeError, RuntimeError):
-        validate(a, a_scale, b, b_scale, None, out_dtype, kernel)    # names what is wrong
+        validate(call.a, call.a_scale, call.b, call.b_scale, None, call.out_dtype, call.kernel)  # names what is wrong
         raise
-    _run(a, a_scale, b, b_scale, out, out_dtype, kernel, splits)
-    return out
 
 
-def _mxfp8_gemm_fake(a, a_scale, b, b_scale, out_dtype, kernel, splits):
-    validate(a, a_scale, b, b_scale, None, out_dtype, kernel)
-    _check_splits(splits)
-    return _new_out(a, b, out_dtype)
+def _zero_out(call) -> None:
+    call.out.zero_()
 
 
-def _mxfp8_gemm_out(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
-                    out: torch.Tensor, out_dtype: torch.dtype, kernel: str, splits: int | None) -> None:
-    _run(a, a_scale, b, b_scale, out, out_dtype, kernel, splits)
+def _plan(shape: tuple[int, int, int], call) -> framework.Plan:
+    M, N, K = shape
+    if M * N * K == 0:
+        return framework.Plan(empty=_zero_out if K == 0 else None)      # like torch.mm: K = 0 gives zeros
+    a, out = call.a, call.out
+    chosen = plan(M, N, K, call.kernel, call.out_dtype, call.splits)
+    if chosen.splits > 1 and chosen.splits * M * N * 4 >= _MAX_BYTES:
+        raise ValueError(f"mxfp8_gemm: the split-K workspace ({chosen.splits} x {M} x {N} f32) would exceed "
+                         f"2^31 bytes; pass splits=1")
+    ws_numel = chosen.splits * M * N if chosen.splits > 1 else 0
+    ws = torch.empty(ws_numel, dtype=torch.float32, device=a.device)
+    manifest = default_manifest()
+    launches = (prepare(manifest.kernel(chosen.kernel).variant(chosen.variant),
+                        dict(a=a, a_scale=_scales(call.a_scale), b=call.b, b_scale=_scales(call.b_scale), out=out,
+                             ws=ws, M=M, N=N, K=K, splits=chosen.splits)),)
+    if not ws_numel:
+        return framework.Plan(launches, fixed=dict(ws=ws))     # the kernel never touches ws
+    reduce = manifest.kernel("mxfp8_splitk_reduce").variant(f"mxfp8_splitk_reduce_{OUT_DTYPES[call.out_dtype]}")
+    launches += (prepare(reduce, dict(ws=ws, out=out, M=M, N=N, splits=chosen.splits)),)
+
+    def bind(c) -> dict:          # a workspace per call: concurrent calls of one layout must not share one
+        return {**c.values, "ws": torch.empty(ws_numel, dtype=torch.float32, device=c.a.device)}
+    return framework.Plan(launches, bind=bind)
 
 
-def _mxfp8_gemm_out_fake(a, a_scale, b, b_scale, out, out_dtype, kernel, splits) -> None:
-    validate(a, a_scale, b, b_scale, out, out_dtype, kernel)
-    _check_splits(splits)
-
-
-mxfp8_gemm_op = library.define("mxfp8_gemm", _mxfp8_gemm, _mxfp8_gemm_fake)
-mxfp8_gemm_out_op = library.define("mxfp8_gemm_out", _mxfp8_gemm_out, _mxfp8_gemm_out_fake, mutates_args=("out",))
+MXFP8_GEMM = framework.define(framework.Spec(
+    "mxfp8_gemm",
+    params=(framework.Param("a", "Tensor", align=16), framework.Param("a_scale", "Tensor"),   # a, b: 16-byte loads
+            framework.Param("b", "Tensor", align=16), framework.Param("b_scale", "Tensor"),
+            framework.Param("out_dtype", "ScalarType"), framework.Param("kernel", "str"),
+            framework.Param("splits", "SymInt?")),
+    outputs=(framework.Output("out"),),
+    check=_check, allocate=_allocate, plan=_plan, out_after="b_scale"))
 
 
 def mxfp8_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, *,
@@ -388,10 +331,7 @@ def mxfp8_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale:
         # Inductor (torch 2.13) fails on a mutating custom op with a float8_e8m0fnu input
         # ("auto_functionalized_v2 was not removed"); as uint8 they are the same scale bytes.
         a_scale, b_scale = _as_bytes(a_scale), _as_bytes(b_scale)
-    if out is None:
-        return mxfp8_gemm_op(a, a_scale, b, b_scale, out_dtype, kernel, splits)
-    mxfp8_gemm_out_op(a, a_scale, b, b_scale, out, out_dtype, kernel, splits)
-    return out
+    return MXFP8_GEMM(a, a_scale, b, b_scale, out_dtype, kernel, splits, out=out)
 
 
 def kernel_names() -> list[str]:
