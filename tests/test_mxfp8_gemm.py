@@ -305,6 +305,59 @@ def test_empty_like_torch():
     assert result is out and torch.equal(out, torch.zeros(3, 5, dtype=torch.bfloat16))
 
 
+def scaled_overflow_operands():
+    """M = 2, N = 3, K = 64, where the GEMV's f32 scaling overflows but the exact products are
+    finite: a[0, 5] = 2 and a[1, 40] = -2 at scale byte 254 (2 x 2^127 = 2^128), b's scales
+    2^-27 for columns 0 and 2 (products 2^101) and 2^0 for column 1 (-2^128: -inf in f32 too)."""
+    a, b = torch.ones(2, 64).to(E4M3), torch.ones(3, 64).to(E4M3)
+    a_scale, b_scale = torch.full((2, 2), 127, dtype=torch.uint8), torch.full((3, 2), 100, dtype=torch.uint8)
+    a[0, 5], a[1, 32:] = 2.0, 0.0
+    a[1, 40] = -2.0
+    a_scale[0, 0], a_scale[1, 1], b_scale[1, 1] = 254, 254, 127
+    return a, a_scale, b, b_scale
+
+
+def test_gemv_scaled_overflow_is_refused(no_launch):
+    """Issue 26 (crash 7): the GEMV scales each element in f32 before the dot product, so
+    |x| 2^(s - 127) >= 2^128 becomes inf there; on CPU tensors such a call is refused before
+    launch (first call and cached layout alike), naming the operand, for 'gemv' and 'auto'."""
+    a, sa, b, sb = scaled_overflow_operands()
+    for kernel in ("gemv", "auto"):
+        raises(ValueError, r"'a' row 0, block 0: 2.0 x 2\^\(254 - 127\) reaches 2\^128.*pass kernel='mfma'", a, sa,
+               b, sb, kernel=kernel)
+    with pytest.raises(AssertionError, match="a kernel was launched"):
+        gfxasm.mxfp8_gemm(a, sa, b, sb, kernel="mfma")                      # the MFMA kernel takes them
+    fine = torch.ones(2, 64).to(E4M3), torch.full((2, 2), 127, dtype=torch.uint8)
+    with pytest.raises(AssertionError, match="a kernel was launched"):
+        gfxasm.mxfp8_gemm(*fine, b, sb, kernel="gemv")                      # plans (and caches) this layout
+    # the cached layout is checked again; the limit at byte 247 is 2^8: 240 passes, 256 does not
+    big_b = torch.ones(3, 64).to(E4M3)
+    big_b[2, 63] = 240.0
+    edge = sb.clone()
+    edge[2, 1] = 247
+    with pytest.raises(AssertionError, match="a kernel was launched"):
+        gfxasm.mxfp8_gemm(*fine, big_b, edge, kernel="gemv")
+    big_b[2, 63] = 256.0
+    raises(ValueError, r"'b' row 2, block 1: 256.0 x 2\^\(247 - 127\) reaches 2\^128", *fine, big_b, edge,
+           kernel="gemv")
+    nan_scale = sb.clone()
+    nan_scale[0, 0] = 255                                                    # NaN: not an overflow
+    with pytest.raises(AssertionError, match="a kernel was launched"):
+        gfxasm.mxfp8_gemm(*fine, b, nan_scale, kernel="gemv")
+
+
+def test_mfma_scaled_overflow_matches_the_reference():
+    """The operands the GEMV refuses: the MFMA kernel scales the products, not the elements,
+    and gives the float64 reference's finite values and its -inf where the product is."""
+    a, sa, b, sb = scaled_overflow_operands()
+    out = gfxasm.mxfp8_gemm(a, sa, b, sb, kernel="mfma")
+    ref = mx.reference(a, sa, b, sb).double()
+    assert torch.equal(ref.isinf(), torch.tensor([[False, False, False], [False, True, False]]))
+    assert torch.equal(out.isinf(), ref.isinf()) and out[1, 1] == ref[1, 1]
+    finite = ~ref.isinf()
+    assert ((out.double() - ref).abs()[finite] <= mx.error_bound(a, sa, b, sb)[finite]).all()
+
+
 def test_pointer_checks_survive_the_plan_cache(no_launch):
     a, sa, b, sb = good(M=2, N=5, K=64)
     with pytest.raises(AssertionError, match="a kernel was launched"):

@@ -36,11 +36,20 @@ any input (no in-place form: out's dtype differs from every input's). All of it 
 here before anything is launched: a violation is a ValueError/TypeError naming the
 argument, what was expected and what was given.
 
+The GEMV's scaling rule (issue 26): it scales each element in f32 before the dot product
+(v_cvt_scalef32_pk_f32_fp8; docs/fp8-conversion-evidence.md: a result past f32 is +-inf), so
+an element whose scaled value |x| 2^(s - 127) reaches 2^128 — possible only for scale bytes
+247..254 — becomes +-inf, and the output inf or NaN, where the exact result (and the MFMA
+kernel's, which scales the products) may be finite. Where the data is readable (CPU tensors:
+the emulator) such a GEMV call is refused before launch, naming the operand and suggesting
+kernel='mfma'; on a GPU it is not checked (it would need a pass over the operands).
+
 torch ops (declared on loader/ops/framework.py): gfxasm::mxfp8_gemm(a, a_scale, b, b_scale,
 out_dtype, kernel, splits) -> out and gfxasm::mxfp8_gemm_out(a, a_scale, b, b_scale, out!,
 out_dtype, kernel, splits), with fake kernels (meta tensors, torch.compile). The checked plan
 and its launches are cached per tensor layout and arguments, so a repeated call only checks
-pointers, allocates what it returns (and the split-K workspace) and launches.
+pointers (and, for the GEMV on CPU tensors, the scaling rule), allocates what it returns
+(and the split-K workspace) and launches.
 
 `reference` computes the exact product of the same quantized values (float64, returned as
 float32); `error_bound` is the per-element tolerance the tests use.
@@ -73,6 +82,7 @@ MEMORY_LATENCY_S = 1.0e-6          # loaded HBM latency, estimated (MI300X-class
 SECOND_PASS_S = 2.0e-6             # a dependent second launch, estimated
 _MAX_BYTES = 2**31                 # every buffer offset must fit in 31 bits (OOB_OFFSET = 2^31)
 _MAX_K = 2**24                     # (rows + 64) * K stays below 2^32 in the kernels' offsets
+GEMV_RISKY_SCALE = 247             # the smallest E8M0 byte that can scale an e4m3 value (<= 448 < 2^9) to 2^128
 
 
 @dataclass(frozen=True)
@@ -264,9 +274,38 @@ def _check_splits(splits) -> None:
         raise ValueError(f"mxfp8_gemm: 'splits' must be an int in [1, {MAX_SPLITS}] or None, got {splits!r}")
 
 
+def _gemv_reads_data(call, M: int) -> bool:
+    """Whether this call's data gets the GEMV overflow check: real CPU tensors for the GEMV."""
+    return call.data and call.a.device.type == "cpu" and choose_kind(M, call.kernel) == "gemv"
+
+
+def _refuse_gemv_overflow(call) -> None:
+    """The GEMV's f32 scaling rule (module docstring): refuse an element whose scaled value
+    |x| 2^(s - 127) reaches 2^128. |x| <= 448 < 2^9, so only scale bytes 247..254 can
+    (255 is NaN, which both kernels and `reference` give): a max over the scales first,
+    the per-block test only where one is that large. The max runs in numpy, on one thread:
+    torch's parallel reduction can wait milliseconds for a busy core (seen on a loaded host)."""
+    for name, x, scale in (("a", call.a, call.a_scale), ("b", call.b, call.b_scale)):
+        s = scale.view(torch.uint8)
+        if int(s.numpy().max()) < GEMV_RISKY_SCALE:
+            continue
+        rows, blocks = s.shape
+        amax = x.float().abs().view(rows, blocks, BLOCK).amax(-1).double()     # a NaN code stays NaN: not refused
+        e = s.to(torch.int64)
+        bad = ((e < 0xFF) & (amax >= torch.exp2((255 - e).double()))).nonzero()
+        if len(bad):
+            r, j = bad[0].tolist()
+            raise ValueError(f"mxfp8_gemm: '{name}' row {r}, block {j}: {float(amax[r, j])} x 2^({int(e[r, j])} - 127) "
+                             f"reaches 2^128; the GEMV kernel (kernel='gemv', or 'auto' at M <= {AUTO_GEMV_MAX_M}) "
+                             f"scales every element in f32 before the dot product and would give inf or NaN where "
+                             f"the exact result may be finite: pass kernel='mfma'")
+
+
 def _check(call) -> tuple[int, int, int]:
     M, N, K = validate(call.a, call.a_scale, call.b, call.b_scale, call.out, call.out_dtype, call.kernel)
     _check_splits(call.splits)
+    if M * N * K and _gemv_reads_data(call, M):
+        _refuse_gemv_overflow(call)
     return M, N, K
 
 
@@ -297,14 +336,15 @@ def _plan(shape: tuple[int, int, int], call) -> framework.Plan:
     launches = (prepare(manifest.kernel(chosen.kernel).variant(chosen.variant),
                         dict(a=a, a_scale=_scales(call.a_scale), b=call.b, b_scale=_scales(call.b_scale), out=out,
                              ws=ws, M=M, N=N, K=K, splits=chosen.splits)),)
+    recheck = _refuse_gemv_overflow if _gemv_reads_data(call, M) else None
     if not ws_numel:
-        return framework.Plan(launches, fixed=dict(ws=ws))     # the kernel never touches ws
+        return framework.Plan(launches, fixed=dict(ws=ws), recheck=recheck)     # the kernel never touches ws
     reduce = manifest.kernel("mxfp8_splitk_reduce").variant(f"mxfp8_splitk_reduce_{OUT_DTYPES[call.out_dtype]}")
     launches += (prepare(reduce, dict(ws=ws, out=out, M=M, N=N, splits=chosen.splits)),)
 
     def bind(c) -> dict:          # a workspace per call: concurrent calls of one layout must not share one
         return {**c.values, "ws": torch.empty(ws_numel, dtype=torch.float32, device=c.a.device)}
-    return framework.Plan(launches, bind=bind)
+    return framework.Plan(launches, bind=bind, recheck=recheck)
 
 
 MXFP8_GEMM = framework.define(framework.Spec(
