@@ -25,7 +25,11 @@ is not fixed is kept out of the strategies and pinned by a strict xfail test at 
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -33,7 +37,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gfxasm
-from tests.test_fuzz import FUZZ, built, call, fuzz  # noqa: F401  (built: the module's build fixture)
+from tests.test_fuzz import FUZZ, built, call, empty_poisoned  # noqa: F401  (built: the module's build fixture)
 
 NAN, INF = float("nan"), float("inf")
 E4M3 = torch.float8_e4m3fn
@@ -88,14 +92,20 @@ def inject(t: torch.Tensor, kind: str, place: str, g: torch.Generator) -> torch.
 
 def ieee_close(name: str, actual: torch.Tensor, expected: torch.Tensor, tolerance, may_nan=None,
                may_be_nonfinite=None) -> None:
-    """Elementwise IEEE agreement: NaN exactly where `expected` is NaN, +-inf exactly where it
-    is +-inf, finite where it is finite and within `tolerance` (a number or a tensor; an
-    infinite tolerance still demands a finite value). `may_nan` (bool, broadcast): elements
-    where NaN is also accepted (a documented leak); `may_be_nonfinite`: where NaN or +-inf is."""
+    """Elementwise IEEE agreement of `actual` with the float64 `expected`: NaN exactly where
+    `expected` is NaN, +-inf exactly where it is +-inf, finite where it is finite and within
+    `tolerance` (a number or a tensor; an infinite tolerance still demands a finite value) —
+    except that where `expected` is within `tolerance` of actual's dtype's overflow (or past
+    it), the infinity of its sign is right too (rounding to that dtype overflows).
+    `may_nan` (bool, broadcast): elements where NaN is also accepted (a documented leak);
+    `may_be_nonfinite`: where NaN or +-inf is."""
     a, e = actual.double(), expected.double()
     tol = torch.as_tensor(tolerance, dtype=torch.float64)          # (a NaN tolerance accepts nothing)
+    f = torch.finfo(actual.dtype)
+    overflows = e.abs() + tol >= f.max * (1 + f.eps / 4)             # f.max + half an ulp
     ok = torch.where(e.isnan(), a.isnan(),
-                     torch.where(e.isinf(), a == e, a.isfinite() & ((a - e).abs() <= tol)))
+                     torch.where(e.isinf(), a == e, (a.isfinite() & ((a - e).abs() <= tol))
+                                 | (overflows & (a == e.sign() * INF))))
     if may_nan is not None:
         ok = ok | (a.isnan() & torch.as_tensor(may_nan))
     if may_be_nonfinite is not None:
@@ -124,7 +134,8 @@ def attention_ieee(q, k, v, visible, scale, sink=None):
     score, or a +inf one (inf - inf), makes the row NaN. A key a query may not see is left
     out of its row entirely (its products are not formed: the documented semantics). A row
     that sees no key (and has no sink) gets O = 0, LSE = -inf; one whose visible scores (and
-    sink) are all -inf gets NaN (0 / 0, as the ops' own references have it)."""
+    sink) are all -inf gets O = NaN (0 / 0) and LSE = -inf (log 0); one with a +inf score
+    gets O and LSE NaN (inf - inf), as the ops' docstrings have it."""
     visible = visible.expand(q.shape[1], q.shape[0], k.shape[0])                # [H, Sq, Sk]
     s = (q.permute(1, 0, 2)[:, :, None, :] * k.permute(1, 0, 2)[:, None, :, :]).sum(-1) * scale
     s = torch.where(visible, s, -INF)
@@ -135,7 +146,7 @@ def attention_ieee(q, k, v, visible, scale, sink=None):
     m0 = torch.where(none, 0.0, m)
     e = torch.exp(s - m0)
     l = e.sum(-1, keepdim=True)
-    lse = (m0 + torch.log(l))[..., 0]
+    lse = torch.where(m == -INF, -INF, m0 + torch.log(l))[..., 0]                # log(0) where all are -inf
     p = torch.where(none, 0.0, e / l)
     if sink is not None:
         p = p[..., :-1]
@@ -317,7 +328,7 @@ def fuzz_mxfp8_gemm_values(c):
     # the kernels accumulate in f32 (module docstring; error_bound counts sum |a' b'| in f32): where
     # that sum reaches 2^128 a partial sum may overflow even if the exact sum cancels to a finite value
     overflow = magnitude >= 2.0**127
-    ieee_close("out", result, exact.to(c["out_dtype"]), op.error_bound(t["a"], t["a_scale"], t["b"], t["b_scale"],
+    ieee_close("out", result, exact, op.error_bound(t["a"], t["a_scale"], t["b"], t["b_scale"],
                                                                       c["out_dtype"]), may_be_nonfinite=overflow)
     count(GEMM_COUNTS, "matched", what)
 
@@ -343,7 +354,7 @@ def swiglu_value_calls(draw):
                 seed=draw(st.integers(0, 2**16)))
 
 
-@settings(FUZZ, max_examples=40)
+@settings(FUZZ, max_examples=60)
 @given(swiglu_value_calls())
 def fuzz_swiglu_values(c):
     from gfxasm.ops.swiglu_quant import activation_reference, quantize_reference
@@ -429,9 +440,9 @@ def inject_keys(cache: torch.Tensor, lists, seq_k, page: int, kind: str, place: 
     return cache
 
 
-@settings(FUZZ, max_examples=40)
-@given(prefill_value_calls())
-def fuzz_batch_prefill_values(c):
+def check_batch_prefill(c: dict) -> None:
+    """One call as `c` says (prefill_value_calls' fields), refused or checked against the
+    float64 IEEE reference."""
     from gfxasm.ops import batch_prefill as bp
     from tests.test_fuzz import prefill_inputs
     g = torch.Generator().manual_seed(c["seed"])
@@ -511,6 +522,9 @@ def fuzz_batch_prefill_values(c):
     count(PREFILL_COUNTS, "matched", what)
 
 
+fuzz_batch_prefill_values = settings(FUZZ, max_examples=40)(given(prefill_value_calls())(check_batch_prefill))
+
+
 def test_fuzz_batch_prefill_values(capsys):
     PREFILL_COUNTS.clear()
     fuzz_batch_prefill_values()
@@ -556,12 +570,14 @@ def decode_tokens(t: torch.Tensor, a: dict, b: int, n: int) -> torch.Tensor:
     return t[:n]
 
 
-@settings(FUZZ, max_examples=50)
-@given(decode_value_calls())
-def fuzz_decode_attention_values(c):
+def check_decode_attention(c: dict) -> None:
+    """One call as `c` says (decode_value_calls' fields; "seqlens" overrides the drawn ones),
+    refused or checked against the float64 IEEE reference."""
     from tests.test_fuzz import decode_inputs
     g = torch.Generator().manual_seed(c["seed"])
     a = decode_inputs(c, g)
+    if "seqlens" in c:
+        a["cache_seqlens"] = torch.tensor(c["seqlens"], dtype=torch.int32)
     target, kind = c["target"], c["kind"]
     if target == "q":
         a["q"] = inject(a["q"], kind, c["place"], g)
@@ -618,11 +634,19 @@ def fuzz_decode_attention_values(c):
         products = (q.abs().permute(1, 0, 2)[:, :, None, :] *
                     torch.maximum(k.abs(), k_raw.repeat_interleave(group, 1).abs()).permute(1, 0, 2)[:, None]).sum(-1)
         overflow = (products.nan_to_num(0, 0, 0) * max(scale, 1) * math.log2(math.e) >= 2.0**127).any(-1)
-        ieee_close(f"out[{b}]", o[b], o_ref, o_tol, may_nan=leak.t()[..., None], may_be_nonfinite=overflow.t()[..., None])
+        # documented (module docstring): descales give the reference's answer "where the answer
+        # fits"; where O overflows the output dtype the kernel gives NaN, not +-inf
+        f = torch.finfo(c["dtype"])
+        beyond = o_ref.abs() + o_tol >= f.max * (1 + f.eps / 4)
+        ieee_close(f"out[{b}]", o[b], o_ref, o_tol, may_nan=leak.t()[..., None] | beyond,
+                   may_be_nonfinite=overflow.t()[..., None])
         if lse is not None:
             ieee_close(f"lse[{b}]", lse[b], lse_ref, 1e-4 * (1 + lse_ref.abs().nan_to_num(posinf=0, neginf=0)),
                        may_nan=leak, may_be_nonfinite=overflow)
     count(DECODE_COUNTS, "matched", what)
+
+
+fuzz_decode_attention_values = settings(FUZZ, max_examples=60)(given(decode_value_calls())(check_decode_attention))
 
 
 def test_fuzz_decode_attention_values(capsys):
@@ -660,7 +684,7 @@ def moe_gemm_value_calls(draw):
                 seed=draw(st.integers(0, 2**16)))
 
 
-@settings(FUZZ, max_examples=30)
+@settings(FUZZ, max_examples=40)
 @given(moe_gemm_value_calls())
 def fuzz_mxfp8_moe_gemm_values(c):
     from gfxasm.ops import mxfp8_gemm as gemm_op
@@ -696,7 +720,7 @@ def fuzz_mxfp8_moe_gemm_values(c):
             weight = x["topk_weights"].reshape(-1)[slot].double()
             # f32 accumulation (as mxfp8_gemm's): partial sums may overflow where sum |a' w'| reaches 2^127
             tol = torch.finfo(c["out_dtype"]).eps * (exact * weight).abs() + 2**-20 * magnitude * weight.abs() + 2**-24
-            ieee_close(f"out[{slot}]", result[slot], (exact * weight)[0].to(c["out_dtype"]), tol[0],
+            ieee_close(f"out[{slot}]", result[slot], (exact * weight)[0], tol[0],
                        may_be_nonfinite=(magnitude >= 2.0**127)[0])
     count(MOE_COUNTS, "matched", what)
 
@@ -772,7 +796,7 @@ def fuzz_mxfp8_moe_values(c):
         for j, e in enumerate(ids[t_].tolist()):
             w2_sum = gemm_op.dequantize(x["w2"][e], x["w2_scale"][e]).abs().sum(-1).nan_to_num(0.0)
             overflow[t_] |= 64 * w2_sum * float(x["topk_weights"][t_, j].abs().nan_to_num(0.0)) >= 2.0**127
-    ieee_close("out", result[keep], ref[keep].to(torch.bfloat16), bound[keep] + subnormal,
+    ieee_close("out", result[keep], ref[keep], bound[keep] + subnormal,
                may_be_nonfinite=overflow[keep])
     count(LAYER_COUNTS, "matched", what)
 
@@ -782,12 +806,56 @@ def test_fuzz_mxfp8_moe_values(capsys):
     fuzz_mxfp8_moe_values()
     report("mxfp8_moe", LAYER_COUNTS, capsys)
 
+
+# ------------------------------------------------------------------ every scalar-like class, exhaustively
+
+SWEEP_COUNTS: Counter = Counter()
+DECODE_SWEEP = dict(fp8="no", sinks=True, place="one", dtype=torch.bfloat16, dim=64, batch=2, seq_q=2, heads_kv=1,
+                    heads_q=2, page_size=16, capacity=40, overfull=False, causal=True, window_left=-1,
+                    num_splits=None, return_lse=True, seed=7, seqlens=[0, 9])     # entry 0 sees no key
+PREFILL_SWEEP = dict(dtype=E4M3, place="one", seq_q=[5, 1], seq_k=[9, 33], page=16, heads=(2, 1), table="sglang",
+                     causal=True, return_lse=True, seed=7)
+
+
+def sweep_cases() -> list[tuple[str, dict]]:
+    """Every sink and descale value of the classes for every argument that takes one: each is
+    refused on the host (outside the documented range) or launched and checked."""
+    cases = [("decode_attention", dict(DECODE_SWEEP, target="sinks", kind=v)) for v in SINKS]
+    cases += [("decode_attention", dict(DECODE_SWEEP, fp8="descale", target=n, kind=v))
+              for n in ("k_descale", "v_descale") for v in DESCALES]
+    cases += [("batch_prefill", dict(PREFILL_SWEEP, scales="tensor", target=n, kind=v))
+              for n in ("q_descale", "k_descale", "v_descale") for v in DESCALES]
+    cases += [("batch_prefill", dict(PREFILL_SWEEP, scales="block", target=n, kind=v))
+              for n in ("kv_block_descale", "unused_block_descale") for v in DESCALES]
+    return cases
+
+
+def test_every_sink_and_descale_value(capsys):
+    """decode_attention's sinks (a row without keys included: its LSE is the sink's) and
+    k/v descales, batch_prefill's q/k/v descales and block scales (on pages the tables use
+    and on pages they do not), each value of SINKS / DESCALES once."""
+    checks = {"decode_attention": (check_decode_attention, DECODE_COUNTS),
+              "batch_prefill": (check_batch_prefill, PREFILL_COUNTS)}
+    totals = Counter()
+    for op, c in sweep_cases():
+        check, counts = checks[op]
+        before = counts["refused"]
+        try:
+            check(c)
+        except AssertionError as error:
+            raise AssertionError(f"{op} {c['target']} = {c['kind']}: {error}") from None
+        totals[f"{op} refused" if counts["refused"] > before else f"{op} matched"] += 1
+    with capsys.disabled():
+        print(f"\nfuzz values sinks and descales: {dict(sorted(totals.items()))}")
+    assert totals["decode_attention matched"] and totals["batch_prefill matched"], totals
+
 # ------------------------------------------------------------------ every tensor of a call on one device
 
-def device_cases() -> dict:
-    """Per op (and form): (the call, its tensor arguments, all on the CPU, a valid call)."""
+def device_cases(seed: int = 26) -> dict:
+    """Per op (and form): (the call, its tensor arguments, all on the CPU, a valid call);
+    the data drawn from `seed`, outputs poisoned."""
     from gfxasm.ops import moe_align
-    g = torch.Generator().manual_seed(26)
+    g = torch.Generator().manual_seed(seed)
     bf, u8, i32 = torch.bfloat16, torch.uint8, torch.int32
     I = lambda x: torch.tensor(x, dtype=i32)                # noqa: E731
     e4 = lambda *s: fp_tensor(s, E4M3, g)                   # noqa: E731
@@ -815,14 +883,16 @@ def device_cases() -> dict:
     layer = dict(x=e4(2, 64), x_scale=sc(2, 2), w1=e4(4, 64, 64), w1_scale=sc(4, 64, 2), w2=e4(4, 64, 32),
                  w2_scale=sc(4, 64, 1), topk_weights=torch.rand(2, 2, generator=g), topk_ids=I([ids[:2], ids[2:]]),
                  expert_map=I([0, 1, 2, 3]))
-    empty = torch.empty
+    empty = lambda *shape, dtype=torch.float32: empty_poisoned(shape, dtype)     # noqa: E731
     return {
         "fmha_fwd": (lambda **a: gfxasm.fmha_fwd(**a, return_lse=True), fmha),
-        "fmha_fwd out": (lambda **a: gfxasm.fmha_fwd(**a, return_lse=True), dict(fmha, out=empty(1, 2, 2, 128, dtype=bf))),
+        "fmha_fwd out": (lambda **a: gfxasm.fmha_fwd(**a, return_lse=True),
+                         dict(fmha, out=empty(1, 2, 2, 128, dtype=bf))),
         "fmha_fwd_out lse": (lambda **a: torch.ops.gfxasm.fmha_fwd_out(**a, causal=False, softmax_scale=None),
                              dict(fmha, out=empty(1, 2, 2, 128, dtype=bf), lse=empty(1, 2, 2))),
         "batch_prefill sglang": (lambda **a: gfxasm.batch_prefill(**a, return_lse=True), dict(prefill, **sglang)),
-        "batch_prefill vllm out": (lambda **a: gfxasm.batch_prefill(**a), dict(prefill, **vllm, out=empty(3, 2, 128, dtype=bf))),
+        "batch_prefill vllm out": (lambda **a: gfxasm.batch_prefill(**a),
+                                   dict(prefill, **vllm, out=empty(3, 2, 128, dtype=bf))),
         "batch_prefill fp8 descales": (lambda **a: gfxasm.batch_prefill(**a), dict(prefill_fp8, **descales)),
         "batch_prefill fp8 block scales": (lambda **a: gfxasm.batch_prefill(**a),
                                            dict(prefill_fp8, kv_block_descale=torch.rand(4, 1, 2, generator=g) + 0.5)),
@@ -836,12 +906,15 @@ def device_cases() -> dict:
             decode, k_cache=fp_tensor((1, 32, 1, 64), bf, g), v_cache=fp_tensor((1, 32, 1, 64), bf, g),
             block_table=None, out=empty(1, 1, 2, 64, dtype=bf))),
         "decode_attention fp8 descales": (lambda **a: gfxasm.decode_attention(**a),
-                                          dict(decode_fp8, k_descale=torch.tensor([0.5]), v_descale=torch.tensor([2.0]))),
+                                          dict(decode_fp8, k_descale=torch.tensor([0.5]),
+                                               v_descale=torch.tensor([2.0]))),
         "decode_attention fp8 pairs": (lambda **a: gfxasm.decode_attention(**a), dict(decode_fp8, **pairs)),
         "mxfp8_gemm gemv": (lambda **a: gfxasm.mxfp8_gemm(**a, kernel="gemv"), gemm),
-        "mxfp8_gemm mfma out": (lambda **a: gfxasm.mxfp8_gemm(**a, kernel="mfma"), dict(gemm, out=empty(2, 3, dtype=bf))),
+        "mxfp8_gemm mfma out": (lambda **a: gfxasm.mxfp8_gemm(**a, kernel="mfma"),
+                                dict(gemm, out=empty(2, 3, dtype=bf))),
         "mxfp8_moe_gemm": (lambda **a: gfxasm.mxfp8_moe_gemm(**a, a_div=2), moe_gemm),
-        "mxfp8_moe_gemm out": (lambda **a: gfxasm.mxfp8_moe_gemm(**a, a_div=2), dict(moe_gemm, out=empty(4, 16, dtype=bf))),
+        "mxfp8_moe_gemm out": (lambda **a: gfxasm.mxfp8_moe_gemm(**a, a_div=2),
+                               dict(moe_gemm, out=empty(4, 16, dtype=bf))),
         "mxfp8_moe decode form": (lambda **a: gfxasm.mxfp8_moe(**a), layer),
         "mxfp8_moe sorted form out": (lambda **a: gfxasm.mxfp8_moe(**a, block_m=16),
                                       dict(layer, out=empty(2, 64, dtype=bf))),
@@ -884,6 +957,63 @@ def test_one_tensor_on_another_device_is_refused(case, no_launch, capsys):
         print(f"\nfuzz values devices {case}: {counts['refused']} calls refused ({len(tensors)} tensors x 2)")
     assert not failures, f"{case}:\n" + "\n".join(failures)
 
+
+
+# ------------------------------------------------------------------ threads
+
+REPO = Path(__file__).resolve().parents[1]
+THREAD_CASES = ("fmha_fwd", "batch_prefill sglang", "decode_attention", "mxfp8_gemm gemv", "mxfp8_gemm mfma out",
+                "mxfp8_moe_gemm", "mxfp8_moe decode form", "swiglu_mxfp8_quant out", "moe_align_block_size")
+THREADS = 3                         # per op, each with its own data (same layouts: the plan cache is shared)
+
+# A fresh interpreter (nothing planned, cached or set up yet): every thread waits at one
+# barrier, then makes its op's first call of the process; afterwards the same calls run
+# serially on fresh copies of the same inputs. Both results go back through torch.save.
+THREAD_CHILD = r"""
+import sys, threading, torch
+sys.path.insert(0, sys.argv[1])
+from tests.test_fuzz_values import THREAD_CASES, THREADS, device_cases
+def run(case, seed):
+    fn, tensors = device_cases(seed)[case]
+    result = fn(**{n: t for n, t in tensors.items() if t is not None})
+    return [t.clone() for t in (result if isinstance(result, tuple) else (result,))]
+calls = [(case, seed) for case in THREAD_CASES for seed in range(THREADS)]
+barrier = threading.Barrier(len(calls))
+threaded, errors = {}, []
+def work(key):
+    barrier.wait()
+    try:
+        threaded[key] = run(*key)
+    except BaseException:
+        import traceback
+        errors.append(traceback.format_exc())
+threads = [threading.Thread(target=work, args=(key,)) for key in calls]
+for t in threads: t.start()
+for t in threads: t.join()
+if errors:
+    sys.exit("".join(errors))
+torch.save({"threaded": threaded, "serial": {key: run(*key) for key in calls}}, sys.argv[2])
+"""
+
+
+def test_threads_match_serial_calls(tmp_path, capsys):
+    """THREADS threads per op, all ops at once, first calls of a fresh process: every output
+    equals, bit for bit, the same call made serially afterwards."""
+    env = {k: v for k, v in os.environ.items() if k != "GFXASM_BACKEND"}
+    result = tmp_path / "outs.pt"
+    proc = subprocess.run([sys.executable, "-c", THREAD_CHILD, str(REPO), str(result)], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"threaded calls failed:\n{proc.stderr[-4000:]}"
+    got = torch.load(result)
+    for key, serial in got["serial"].items():
+        threaded = got["threaded"][key]
+        assert len(threaded) == len(serial), key
+        for i, (a, b) in enumerate(zip(threaded, serial)):
+            assert a.dtype == b.dtype and a.shape == b.shape, key
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), f"{key} output {i}: threaded != serial"
+    with capsys.disabled():
+        print(f"\nfuzz values threads: {len(got['serial'])} calls ({len(THREAD_CASES)} ops x {THREADS} threads, "
+              f"first calls of a fresh process) matched their serial results bit for bit")
 
 # ------------------------------------------------------------------ what this fuzzing found, not fixed yet
 
