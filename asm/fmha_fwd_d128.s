@@ -41,6 +41,8 @@
 ; ds_read_b64_tr_b16 in the same key order. End: O /= max(l, 1), LSE = (m + log2 l) * ln 2:
 ; m starts at -FLT_MAX (at or below every finite score), so the key that sets m weighs
 ; exactly 1 and l >= 1 once a row saw a finite score; l = 0 only where every score was -inf.
+; (bf16/fp16: a row whose first tile scored all -inf is fresh, m = -m = 0 with lazy
+; threshold -inf, until a tile gives it a score: fresh_rows_first.)
 ; Masking (tail keys, causal) is per element, only on the tiles that need it.
 ;
 ; --- Budget -----------------------------------------------------------------------------
@@ -205,7 +207,8 @@
 .set v_dma_v1, 21
 .set v_lim4, 22             ; (first key this lane's query may not see) - 4 * (l/32)
 .set v_mask_t, 23
-.set v_m, 24                ; [24:25] running max m (log2 units); v_m+1 unused (pair for pk ops)
+.set v_m, 24                ; [24:25] running max m (log2 units); pk ops read the pair's v_m only
+.set v_thr, 25              ; (16-bit) lazy threshold of the row: 8, or -inf while it is fresh (fresh_rows_first)
 .set v_l, 26                ; [26:27] running row sum, two partial sums
 .set v_corr, 28             ; [28:29] rescale factor (pk ops broadcast v_corr)
 .set v_neginf, 30
@@ -414,8 +417,10 @@
         .if \test
         .if FP8 && !BLKS
             v_cmp_lt_f32 vcc, s[s_lazy], v[v_diff]          ; ... by more than 8 / c (raw score units)
-        .else
+        .elseif FP8
             v_cmp_lt_f32 vcc, LAZY_THRESHOLD, v[v_diff]     ; some row's max grew by more than 8
+        .else
+            v_cmp_lt_f32 vcc, v[v_thr], v[v_diff]           ; ... by more than 8, or a fresh row has a score
         .endif
         .endif
     .else
@@ -436,6 +441,9 @@ L_prep_back_\tag:
         .set _i, _i + 1
     .endr
     v_max_f32 v[v_m], M_INIT, v[v_diff]
+    .if !FP8
+        fresh_rows_first                                ; (rows without a score yet: m = 0)
+    .endif
     .if BLK && !BLKS
         blk_cm                                          ; (S stays raw: exp2_op adds -c m)
     .else
@@ -657,6 +665,31 @@ L_orescale_back_\tag:
     .endr
 .endm
 
+; 16-bit variants, first tile: a row whose scores were all -inf (it sees no key, or -inf
+; from the data) is fresh: m = 0 instead of -FLT_MAX, so -m = 0 and the next tiles' S come
+; out of GEMM0 raw and exact (S + FLT_MAX would round every score of a tile to one value, and
+; its keys would weigh 1 each), and its lazy threshold is -inf, so the first tile that gives
+; it a score above -inf rescales it (fresh_rows_prep). (FP8 scores are -inf only where masked:
+; a row without a score in the first tile sees no key.)
+.macro fresh_rows_first
+    v_cmp_eq_f32 vcc, v[v_neginf], v[v_diff]
+    v_cndmask_b32_e64 v[v_m], v[v_m], 0, vcc
+    v_mov_b32 v[v_thr], LAZY_THRESHOLD
+    v_cndmask_b32 v[v_thr], v[v_thr], v[v_neginf], vcc
+.endm
+
+; rare_prep, 16-bit: a fresh row (threshold -inf) whose tile has a score above -inf takes
+; delta = its raw max v_diff (m = 0 + delta; v_diff < 0 is fine: S - delta <= 0) and
+; threshold 8. v_corr, from max(v_diff, 0), stays finite: its l and O are 0.
+.macro fresh_rows_prep
+    v_cmp_eq_f32 s[s_tmp64:s_tmp64+1], v[v_neginf], v[v_thr]
+    v_cmp_lt_f32 vcc, v[v_neginf], v[v_diff]
+    s_and_b64 vcc, vcc, s[s_tmp64:s_tmp64+1]
+    v_cndmask_b32 v[v_t2], v[v_t2], v[v_diff], vcc
+    v_mov_b32 v[v_t1], LAZY_THRESHOLD
+    v_cndmask_b32 v[v_thr], v[v_thr], v[v_t1], vcc
+.endm
+
 ; Epilogue, v_t0 = l of the row: v_corr (1 / max(l, 1)) = NaN for a row that sees keys
 ; (lim(q) = v_lim4 + 4(l/32) > 0) but whose l is 0: every visible score was -inf (+-inf in
 ; q or K), the softmax is 0 / 0, O = NaN as the float64 reference gives (LSE: -inf). A row
@@ -713,7 +746,8 @@ L_mask_\tag:
 .endm
 
 ; lazy rescale, at the test: delta = max(row max of S - m, 0) (rows whose max did not grow
-; keep their m); S -= delta, m += delta, -m -= delta, l *= 2^-delta; O waits for GEMM1(j-1)
+; keep their m; a fresh row with a score: its max); S -= delta, m += delta, -m -= delta,
+; l *= 2^-max(row max of S - m, 0); O waits for GEMM1(j-1)
 ; (FP8: v_diff holds the lane half's max; the row's comes from both halves first)
 .macro rare_prep tag, parity
 L_prep_\tag:
@@ -722,13 +756,16 @@ L_prep_\tag:
     row_max_halves8                     ; (FP8: v_diff held this lane half's max)
 .endif
     v_max_f32 v[v_t2], 0, v[v_diff]
-    v_add_f32 v[v_m], v[v_m], v[v_t2]
 .if FP8 && !BLKS
     v_mul_f32 v[v_corr], s[s_negc], v[v_t2]
 .else
     v_sub_f32 v[v_corr], 0, v[v_t2]
 .endif
     v_exp_f32 v[v_corr], v[v_corr]
+.if !FP8
+    fresh_rows_prep                     ; (a fresh row with a score: delta = its max, corr stays finite)
+.endif
+    v_add_f32 v[v_m], v[v_m], v[v_t2]
 .if BLK && !BLKS
     blk_cm                              ; (BLK: S stays raw; exp2_op adds -c m)
 .endif

@@ -355,6 +355,35 @@ def test_scores_below_minus_1e30(seq_q, seq_k, causal):
     assert (out[empty] == 0).all() and int(empty.sum()) == (2 * 50 if causal else 0)
 
 
+@pytest.mark.parametrize("dtype,causal", [("bf16", False), ("f16", True)])
+def test_inf_in_k(dtype, causal):
+    # -inf in dim 3 of keys 0..63 (the first KV tile) and 128..191 (the third), q's dim 3 > 0:
+    # those keys score -inf and must weigh 0. A row whose first tile scored all -inf had m at
+    # the floor (-1e30, then -FLT_MAX), so the next tile's GEMM0, which starts from -m, rounded
+    # every score of it to the same value: its keys weighed 1 each. Two rows are NaN: q's dim 3
+    # < 0 (+inf scores) and = 0 (0 x inf). Causal (Sq = Sk): rows 0..63 see only the first
+    # tile, every visible score -inf: O = NaN (0 / 0), LSE = -inf.
+    seq_q, seq_k = (230, 230) if causal else (70, 230)
+    q, k, v = make_inputs(1, seq_q, seq_k, 2, 1, DTYPES[dtype], "bshd", seed=14)
+    q[..., 3] = q[..., 3].abs() + 0.25
+    q[0, 0, 0, 3] = -q[0, 0, 0, 3]
+    q[0, 1, 1, 3] = 0.0
+    k[0, :64, :, 3] = k[0, 128:192, :, 3] = float("-inf")
+    o, lse = run_poisoned(q, k, v, causal)
+    o_ref, lse_ref = fmha.reference(q, k, v, causal=causal, dtype=torch.float64)
+    first = 64 if causal else 2                                 # rows from here on are finite
+    ref_nan = torch.isnan(o_ref).all(-1)
+    assert int(ref_nan.sum()) == (2 * 64 if causal else 2) and not ref_nan[:, first:].any()
+    assert torch.equal(torch.isnan(o), torch.isnan(o_ref)), \
+        f"O NaN in rows {torch.isnan(o).all(-1).nonzero().tolist()}, the reference's {ref_nan.nonzero().tolist()}"
+    assert torch.equal(torch.isnan(lse), torch.isnan(lse_ref) | torch.isposinf(lse_ref))
+    assert torch.equal(torch.isneginf(lse), torch.isneginf(lse_ref))
+    rest = q[:, first:]                                         # (bottom-right causal alignment: the same keys)
+    o_tol, lse_tol = fmha.tolerances(rest, k, v, *fmha.reference(rest, k, v, causal=causal), causal=causal)
+    assert fmha.max_error(o[:, first:].float(), o_ref[:, first:]) <= o_tol
+    assert fmha.max_error(lse[..., first:], lse_ref[..., first:]) <= lse_tol
+
+
 # --- the same bookkeeping in this source's batch-prefill FP8 variants (batch_prefill_d128_fp8*) ---
 
 def fp8_sequence(seq_q, seq_k, page, seed, q_sign, k_sign):
