@@ -68,6 +68,7 @@ normalised page table), so every call is checked and planned anew; nothing is ca
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
 
 import torch
@@ -89,6 +90,7 @@ SCALE_RANGE = (2.0**-62, 2.0**62)  # descales and kv_block_descale (the docstrin
 _U32 = 2**32
 _MAX_SPAN = 2**31                  # Q/O rows of a sequence: 32-bit buffer offsets
 _MAX_HEADS = 2**16
+_F32 = struct.Struct("<f")
 NAME = "batch_prefill"
 _Q = f"[total_q, heads_q, {HEAD_DIM}]"
 _CACHE = f"[num_pages, page_size, heads_k, {HEAD_DIM}]"
@@ -314,12 +316,20 @@ def _check_score_scale(call, scale: float, readable: bool) -> None:
     factors = [call.values[n] for n in ("q_descale", "k_descale") if call.values[n] is not None]
     if factors and not readable:
         return
-    c = torch.tensor(scale * LOG2E, dtype=torch.float32)
-    for t in factors:
-        c = t.reshape(()) * c                   # (the kernel's order, each product rounded to f32)
-    if not 0 < float(c) < math.inf:
+    c = _f32(scale * LOG2E)
+    for t in factors:       # the kernel's order; a product of two f32 values is exact in a double
+        c = _f32(float(t) * c)
+    if not 0 < c < math.inf:
         call.fail(ValueError, f"'softmax_scale' * log2(e) * q_descale * k_descale must be a nonzero finite float32 "
-                              f"for float8_e4m3fn inputs (the kernel divides by it), got {float(c)} in float32")
+                              f"for float8_e4m3fn inputs (the kernel divides by it), got {c} in float32")
+
+
+def _f32(x: float) -> float:
+    """`x` rounded to float32 (to +-inf past its range), as f32 arithmetic rounds."""
+    try:
+        return _F32.unpack(_F32.pack(x))[0]
+    except OverflowError:
+        return math.copysign(math.inf, x)
 
 
 @dataclass(frozen=True)
