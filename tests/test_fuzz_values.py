@@ -3,21 +3,28 @@ tests/test_fuzz.py's strategies (shapes, layouts, aliasing) never draw.
 
   * special values in every floating input, scales, descales and sinks included: NaN,
     +-inf, subnormals of the tensor's dtype, -0.0, the dtype's largest finite value, e4m3
-    NaN codes in FP8 tensors, extreme legal E8M0 scale bytes (0, 1, 253, 254) and 0xFF
-    (NaN), descales like 2^+-60, 2^+-63, 1e-45;
+    NaN codes (0x7F / 0xFF) in FP8 tensors, extreme legal E8M0 scale bytes (0, 1, 2, 253,
+    254) and 0xFF (NaN), descales and block scales like 2^+-60, 2^+-63, 1e-45, 3.4e38, -0.0;
+    hypothesis draws them (one class per call, in one element, row, column or all of a
+    tensor), and every sink and descale value is also swept once (test_every_sink_and_descale_value);
+    issue 26's reproducers stand as explicit examples;
   * every tensor of a call on one device: each tensor argument (index tensors, scales,
     outputs) alone on "meta" while the rest is on the CPU, and alone on the CPU while the
-    rest is on "meta";
-  * threads: several threads calling the same op at once, first calls of a fresh process
-    included, give the serial calls' results bit for bit.
+    rest is on "meta", for every op and form;
+  * threads: three threads per op, all ops at once, first calls of a fresh process, give
+    the serial calls' results bit for bit.
 
 The verdict for every call, as in test_fuzz.py: a clear refusal before launch naming one of
 the op's arguments, or agreement with a float64 reference written here from the ops'
 documented semantics under IEEE arithmetic (`ieee_close`: NaN exactly where the reference
-is NaN, +-inf exactly where it is +-inf, finite values within the op's tolerance). The two
-rules issue 26 accepts are modelled where they apply, each at its use: a non-finite key or
-value a query may not see (causally masked) may leak NaN into that query's row (0 * NaN),
-and keys near the bf16 maximum overflow the f32 dot product (that row may be non-finite).
+is NaN, +-inf exactly where it is +-inf, finite values within the op's tolerance). The rules
+the ops document, or issue 26 accepts, are modelled where they apply, each at its use with
+its source: a non-finite key or value a query may not see may leak NaN into that row (0 *
+NaN; batch_prefill documents it for V only), bf16 queries or keys whose f32 dot product
+overflows may give a non-finite row, f32 accumulations of sums of |products| past 2^127 may
+overflow, swiglu_mxfp8_quant's block of a non-finite input is unspecified (and so is the
+MoE layer's row of such a token), decode_attention promises its descales' answer only
+"where the answer fits".
 
 Deterministic (derandomize) and bounded: tiny shapes, a fixed number of examples per op.
 Each test prints its counts (refused / matched, and by class). What the fuzzing found and
@@ -33,7 +40,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import gfxasm
@@ -305,7 +312,13 @@ def gemm_value_calls(draw):
                 splits=draw(st.sampled_from([None, 1, 2])), seed=draw(st.integers(0, 2**16)))
 
 
-@settings(FUZZ, max_examples=50)
+GEMM_BASE = dict(place="one", m=1, n=3, k=64, out_dtype=torch.bfloat16, scale_dtype=torch.uint8, splits=None,
+                 seed=9)
+
+
+@settings(FUZZ, max_examples=50)      # issue 26's reproducers: E8M0 bytes 254 and 0xFF with the GEMV
+@example(dict(GEMM_BASE, target="b_scale", kind=254, kernel="gemv"))
+@example(dict(GEMM_BASE, target="a_scale", kind=255, kernel="gemv"))
 @given(gemm_value_calls())
 def fuzz_mxfp8_gemm_values(c):
     from gfxasm.ops import mxfp8_gemm as op
@@ -440,6 +453,10 @@ def inject_keys(cache: torch.Tensor, lists, seq_k, page: int, kind: str, place: 
     return cache
 
 
+PREFILL_BASE = dict(dtype=E4M3, scales="tensor", seq_q=[5, 1], seq_k=[9, 33], page=16, heads=(2, 1), table="sglang",
+                   causal=False, return_lse=True, seed=3)
+
+
 def check_batch_prefill(c: dict) -> None:
     """One call as `c` says (prefill_value_calls' fields), refused or checked against the
     float64 IEEE reference."""
@@ -522,7 +539,10 @@ def check_batch_prefill(c: dict) -> None:
     count(PREFILL_COUNTS, "matched", what)
 
 
-fuzz_batch_prefill_values = settings(FUZZ, max_examples=40)(given(prefill_value_calls())(check_batch_prefill))
+# issue 26's reproducers stand as explicit examples: an e4m3 NaN code in K (and in V) of FP8 inputs
+PREFILL_EXAMPLES = [dict(PREFILL_BASE, target=t, kind="nan", place="one") for t in ("k", "v")]
+fuzz_batch_prefill_values = settings(FUZZ, max_examples=40)(
+    example(PREFILL_EXAMPLES[0])(example(PREFILL_EXAMPLES[1])(given(prefill_value_calls())(check_batch_prefill))))
 
 
 def test_fuzz_batch_prefill_values(capsys):
@@ -631,6 +651,8 @@ def check_decode_attention(c: dict) -> None:
         p_abs = attention_ieee(q, k, torch.where(v_mag.isfinite(), v_mag.abs(), 0.0), visible, scale, a["sinks"])[0]
         o_tol = 2 * u * (p_abs.nan_to_num(0, 0, 0) + o_ref.abs().nan_to_num(0, 0, 0)) + 1e-5
         leak = hidden_nonfinite(k, v, visible)                              # accepted, issue 26
+        # accepted, issue 26: q.k overflowing f32 (bf16 values near the maximum; FP8 codes before
+        # their descale) may make the row non-finite; the raw dot may be formed before the scale
         products = (q.abs().permute(1, 0, 2)[:, :, None, :] *
                     torch.maximum(k.abs(), k_raw.repeat_interleave(group, 1).abs()).permute(1, 0, 2)[:, None]).sum(-1)
         overflow = (products.nan_to_num(0, 0, 0) * max(scale, 1) * math.log2(math.e) >= 2.0**127).any(-1)
@@ -646,7 +668,15 @@ def check_decode_attention(c: dict) -> None:
     count(DECODE_COUNTS, "matched", what)
 
 
-fuzz_decode_attention_values = settings(FUZZ, max_examples=60)(given(decode_value_calls())(check_decode_attention))
+# issue 26's reproducers stand as explicit examples: an fp16 q holding +inf (non-causal, contiguous
+# cache), an e4m3 NaN code in an FP8 cache
+DECODE_BASE = dict(fp8="no", sinks=False, place="one", dtype=torch.float16, dim=64, batch=1, seq_q=1, heads_kv=1,
+                   heads_q=1, page_size=None, capacity=16, overfull=False, causal=False, window_left=-1,
+                   num_splits=None, return_lse=True, seed=5)
+DECODE_EXAMPLES = [dict(DECODE_BASE, target="q", kind="inf"),
+                   dict(DECODE_BASE, fp8="descale", target="k", kind="nan", dtype=torch.bfloat16)]
+fuzz_decode_attention_values = settings(FUZZ, max_examples=60)(
+    example(DECODE_EXAMPLES[0])(example(DECODE_EXAMPLES[1])(given(decode_value_calls())(check_decode_attention))))
 
 
 def test_fuzz_decode_attention_values(capsys):
