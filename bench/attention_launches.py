@@ -54,7 +54,7 @@ def dense_parts(B, Hq, Hk, Sq, Sk, causal) -> tuple:
     o = torch.empty(B, Sq, Hq, D, dtype=torch.bfloat16)
     lse = torch.empty(B, Hq, Sq, dtype=torch.float32)
     args = fmha.kernel_args(q, k, v, o, lse, 1.0 / math.sqrt(D))
-    variant = default_manifest().kernel(fmha.KERNEL).variant(fmha.variant_name(torch.bfloat16, causal))
+    variant = fmha.variant(torch.bfloat16, causal)
     return _packed(variant, args, (math.ceil(Sq / Q_TILE), Hq, B))
 
 

@@ -149,13 +149,12 @@ def _branch_dest(inst) -> int:
     return inst.pc + 4 + 4 * simm
 
 
-def static_facts(variant_name: str) -> dict:
+def static_facts(variant) -> dict:
     from gfxasm.perf import analyze
-    variant = default_manifest().kernel(fmha.KERNEL).variant(variant_name)
     st = analyze(str(variant.co_path))
     regs, occ = st.registers, st.occupancy
     return dict(
-        variant=variant_name, vgprs=regs.vgpr_count, agprs=regs.agpr_count, sgprs=regs.sgpr_count,
+        variant=variant.name, vgprs=regs.vgpr_count, agprs=regs.agpr_count, sgprs=regs.sgpr_count,
         lds_bytes=st.lds_bytes, workgroups_per_cu=occ.workgroups_per_cu, waves_per_simd=occ.waves_per_simd,
         occupancy_limited_by=occ.limited_by,
         steady_tile=steady_tile(variant.co_path),
@@ -257,7 +256,7 @@ def main(argv=None) -> int:
         print(f"wrote {out}")
         return 0
 
-    facts = [static_facts(fmha.variant_name(torch.bfloat16, c)) for c in (False, True)]
+    facts = [static_facts(fmha.variant(torch.bfloat16, c)) for c in (False, True)]
     print("static facts (per wave, one 64-key tile; cycles at 4/VALU, 16/transcendental, MFMA 4 x passes)")
     print(_static_table(facts))
     print()

@@ -562,14 +562,18 @@ def reference(q, k_cache, v_cache, qo_indptr, page_list, kv_start, seqlen_k, *, 
                 v_ratio = tile_v_ratio(row_scales[..., 1]).repeat_interleave(ratio, 1)
         kb, vb = kb.repeat_interleave(ratio, 1), vb.repeat_interleave(ratio, 1)
         s = torch.einsum("qhd,khd->hqk", qb, kb) * scale
+        sees = torch.ones(sq, dtype=torch.bool)                # rows with at least one visible key
         if causal:
             i = torch.arange(sq)[:, None]
             j = torch.arange(sk)[None, :]
             s = s.masked_fill(~(j <= i + sk - sq), float("-inf"))
+            sees = torch.arange(sq) + sk - sq >= 0
         lse_b = torch.logsumexp(s, dim=-1)
-        # a row without a visible key gets P = 0; a NaN among the visible scores (a NaN in Q or a
-        # visible key) makes its row NaN, as IEEE arithmetic does in the kernel
-        p = torch.where(lse_b[..., None] == float("-inf"), 0.0, torch.exp(s - lse_b[..., None]))
+        # IEEE arithmetic, as in the kernel: a NaN among the visible scores (a NaN in Q or a
+        # visible key) or a +inf score makes the row NaN, visible scores all -inf give 0 / 0 =
+        # NaN; only a row without a visible key gets P = 0. P = exp(s - max) / sum (softmax),
+        # not exp(s - lse): at scores near 1e31 lse absorbs log 2 of two tied best keys.
+        p = torch.softmax(s, dim=-1).masked_fill(~sees[None, :, None], 0.0)
         o[q0:q1] = torch.einsum("hqk,khd->qhd", p, vb)
         lse[:, q0:q1] = lse_b
         if p_bound:

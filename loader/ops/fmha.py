@@ -39,7 +39,7 @@ import math
 import torch
 
 from ..launcher import prepare
-from ..manifest import default_manifest
+from ..manifest import Variant, default_manifest
 from . import arguments, framework
 
 HEAD_DIM = 128
@@ -53,8 +53,9 @@ _MAX_SPAN = 2**31                  # voffset + inst offset must stay positive in
 _MAX_HEADS = 2**16                 # kv head = h * magic >> 32 is exact below this
 
 
-def variant_name(dtype: torch.dtype, causal: bool) -> str:
-    return f"{KERNEL}_{DTYPES[dtype]}{'_causal' if causal else ''}"
+def variant(dtype: torch.dtype, causal: bool) -> Variant:
+    """The kernel variant for a call, chosen by the source's defines."""
+    return default_manifest().kernel(KERNEL).variant_with(F16=dtype == torch.float16, FMHA_CAUSAL=causal)
 
 
 # ------------------------------------------------------------------ validation
@@ -201,13 +202,12 @@ def _plan(scale: float, call) -> framework.Plan:
             if c.lse is not None:
                 c.lse.fill_(float("-inf"))
         return framework.Plan(empty=no_keys)
-    variant = default_manifest().kernel(KERNEL).variant(variant_name(q.dtype, call.causal))
     args = kernel_args(q, k, call.v, out, lse, scale)
     placeholder = args["lse"]                 # the kernel never touches lse without store_lse
 
     def bind(c) -> dict:
         return dict(q=c.q, k=c.k, v=c.v, o=c.out, lse=placeholder if c.lse is None else c.lse)
-    return framework.Plan((prepare(variant, args),), bind=bind)
+    return framework.Plan((prepare(variant(q.dtype, call.causal), args),), bind=bind)
 
 
 _ALIGNED = dict(align=16)
@@ -239,22 +239,29 @@ def _visible(seq_q: int, seq_k: int, causal: bool, device) -> torch.Tensor | Non
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-              softmax_scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(O, LSE) in float32 from the same inputs: O [B, Sq, Hq, 128], LSE [B, Hq, Sq].
-    Rows that see no key: O = 0, LSE = -inf. Computed one batch entry at a time."""
+              softmax_scale: float | None = None, dtype: torch.dtype = torch.float32
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(O, LSE) in `dtype` (float32, or float64 for inputs at the edges of f32) from the same
+    inputs: O [B, Sq, Hq, 128], LSE [B, Hq, Sq]. Rows that see no key (causal, seq_q >
+    seq_k; or seq_k = 0): O = 0, LSE = -inf. Elsewhere IEEE arithmetic stands, as in the
+    kernel: a row whose visible scores are all -inf (+-inf in q or k) gets O = NaN (0 / 0)
+    and LSE -inf; a +inf or NaN score makes O NaN (LSE +inf or NaN). Computed one batch
+    entry at a time."""
     scale = 1.0 / math.sqrt(HEAD_DIM) if softmax_scale is None else softmax_scale
     ratio = q.shape[2] // k.shape[2]
     visible = _visible(q.shape[1], k.shape[1], causal, q.device)
     outs, lses = [], []
     for b in range(q.shape[0]):
-        qb = q[b].float().transpose(0, 1)                                  # [H, Sq, D]
-        kb = k[b].float().repeat_interleave(ratio, 1).transpose(0, 1)
-        vb = v[b].float().repeat_interleave(ratio, 1).transpose(0, 1)
+        qb = q[b].to(dtype).transpose(0, 1)                                # [H, Sq, D]
+        kb = k[b].to(dtype).repeat_interleave(ratio, 1).transpose(0, 1)
+        vb = v[b].to(dtype).repeat_interleave(ratio, 1).transpose(0, 1)
         s = torch.matmul(qb, kb.transpose(1, 2)) * scale                   # [H, Sq, Sk]
         if visible is not None:
             s = s.masked_fill(~visible, float("-inf"))
         lse = torch.logsumexp(s, dim=-1)
-        p = torch.exp(s - lse[..., None]).nan_to_num(0.0)                  # all-masked rows -> 0
+        p = torch.softmax(s, dim=-1)                # (exp(s - max) / sum: exact 1 for the best key at any |s|)
+        if visible is not None:                                            # rows that see no key -> 0
+            p = p.masked_fill(~visible.any(-1)[:, None], 0.0)
         outs.append(torch.matmul(p, vb).transpose(0, 1))
         lses.append(lse)
     return torch.stack(outs), torch.stack(lses)
