@@ -160,18 +160,19 @@ class Op:
         self._required_names = frozenset(o.name for o in self.required)
         tensors = [p.name for p in spec.params if p.is_tensor]
         self._aligned = tuple((p.name, p.align) for p in (*spec.params, *spec.outputs) if p.align > 1)
+        self._aligned_params = tuple((p.name, p.align) for p in spec.params if p.align > 1)
         # each output against the tensor arguments and the outputs before it
         self._overlaps = tuple((o.name, o.may_alias, tuple(tensors) + tuple(x.name for x in spec.outputs[:i]))
                                for i, o in enumerate(spec.outputs))
         self._cache: dict[tuple, _Cached] = {}         # insertion order: the oldest is dropped first
         self._lock = threading.Lock()
-        self.functional = library.define_schema(spec.name, self._functional, self._functional_fake,
+        self.functional = library.define(spec.name, self._functional, self._functional_fake,
                                                 self._schema(functional=True), [p.name for p in self._flags_params()])
         self._out_order = tuple(p.name for p in self._out_params())
         self._out_at = self._out_order.index(self._output_names[0])     # where the outputs sit in it
         self.out_op = None
         if spec.out_form:
-            self.out_op = library.define_schema(f"{spec.name}_out", self._out, self._out_fake,
+            self.out_op = library.define(f"{spec.name}_out", self._out, self._out_fake,
                                                 self._schema(functional=False), self._out_order,
                                                 mutates_args=self._output_names)
 
@@ -268,7 +269,7 @@ class Op:
         call = Call(self.name, values, True)
         outs = self._allocate(call, wanted)
         values.update(outs)
-        self._run(call)
+        self._run(call, fresh=True)
         return self._results(outs)
 
     def _functional_fake(self, *args):
@@ -325,17 +326,25 @@ class Op:
             arguments.fail(self.name, ValueError,
                            f"tensors must be on the CPU (emulator) or a ROCm gfx950 GPU, got {device}")
 
-    def _key(self, call: Call) -> tuple:
-        """The cache key: each tensor's layout, each other value with its type, the backend."""
+    def _key(self, call: Call, fresh: bool) -> tuple:
+        """The cache key: each tensor's layout, each other value with its type, the backend.
+        Outputs the framework allocated (`fresh`) follow from the parameters: only which of
+        them exist enters the key."""
+        values = call.values
+        if fresh:
+            items = [values[name] for name in self._param_names]
+            exist = tuple(values[name] is not None for name in self._output_names)
+        else:
+            items, exist = values.values(), None
         parts = [(v.shape, v.stride(), v.dtype, v.device) if isinstance(v, torch.Tensor) else (type(v), v)
-                 for v in call.values.values()]
-        parts.append(os.environ.get(BACKEND_ENV))
+                 for v in items]
+        parts.append((exist, os.environ.get(BACKEND_ENV)))
         return tuple(parts)
 
-    def _planned(self, call: Call) -> _Cached:
+    def _planned(self, call: Call, fresh: bool) -> _Cached:
         if not self.spec.cacheable:
             return self._plan_new(call)
-        key = self._key(call)
+        key = self._key(call, fresh)
         try:
             cached = self._cache.get(key)
         except TypeError:                  # an unhashable value: check() says what is wrong
@@ -357,28 +366,32 @@ class Op:
         extents = {name: extent(t) for name, t in call.values.items() if isinstance(t, torch.Tensor)}
         return _Cached(self.spec.plan(checked, call), extents)
 
-    def _run(self, call: Call) -> None:
-        cached = self._planned(call)
+    def _run(self, call: Call, fresh: bool = False) -> None:
+        """Check (or find the plan of) a call and launch it. `fresh`: the outputs are the
+        framework's own new tensors, which meet no input and are aligned."""
+        cached = self._planned(call, fresh)
         plan = cached.plan
         if not plan.launches:
             if plan.empty is not None:
                 plan.empty(call)
             return
-        self._check_pointers(call, cached.extents)
+        self._check_pointers(call, cached.extents, fresh)
         given = plan.bind(call) if plan.bind is not None else call.values
         if plan.fixed:
             given = {**plan.fixed, **given}
         for launch, names in cached.launches:
             launch(*[given[name] for name in names])
 
-    def _check_pointers(self, call: Call, extents: dict[str, int]) -> None:
+    def _check_pointers(self, call: Call, extents: dict[str, int], fresh: bool) -> None:
         """Alignment of declared pointers, and outputs that meet an input or each other."""
         values = call.values
-        for name, align in self._aligned:
+        for name, align in (self._aligned_params if fresh else self._aligned):
             t = values[name]
             if t is not None and t.data_ptr() % align and extents[name]:
                 arguments.fail(self.name, ValueError,
                                f"'{name}' data must be {align}-byte aligned, got address {t.data_ptr():#x}")
+        if fresh:
+            return
         for out, may_alias, before in self._overlaps:
             t = values[out]
             if t is None or not extents[out]:

@@ -9,13 +9,9 @@ Each op is two custom ops on one implementation:
 (a custom op may not return one of its inputs, so `out=` cannot be the functional op).
 Their fake kernels check what metadata can tell (shapes, dtypes, strides) and allocate
 outputs, so meta tensors, FakeTensorMode and torch.compile(fullgraph=True) see the
-shapes without running anything. Registering an op:
-
-    my_op = library.define("my_op", _my_op_impl, _my_op_fake)                 # functional
-    my_op_out = library.define("my_op_out", _my_op_out_impl, _my_op_out_fake, mutates_args=("out",))
-
-and its Python function calls `my_op(*args)` / `my_op_out(*args)` (positional, in the
-schema's order). There is no backward: such a call refuses inputs that require grad
+shapes without running anything. The op framework (framework.py) writes each op's schema
+from its declaration and registers both ops here with `define`; the Op it gets back is
+called positionally, in the schema's order. There is no backward: such a call refuses inputs that require grad
 (while grad mode is on) before anything runs, and so does the functional op reached
 through torch.ops (a mutating op cannot carry an autograd formula; its `out` simply gets
 no grad_fn). The call goes through the dispatcher only when something needs it (tracing,
@@ -48,20 +44,8 @@ class Op:
         return (self.op if needs_dispatcher(args) else self.impl)(*args)
 
 
-def define(name: str, impl: Callable, fake: Callable, mutates_args: Sequence[str] = ()) -> Op:
-    """`gfxasm::<name>` from `impl` (its annotations give the schema), with `fake` registered."""
-    op = torch.library.custom_op(f"{NAMESPACE}::{name}", impl, mutates_args=tuple(mutates_args))
-    op.register_fake(fake)
-    arg_names = tuple(inspect.signature(impl).parameters)
-    if not mutates_args:
-        def refuse(ctx, inputs, output) -> None:   # runs only when some input requires grad
-            refuse_grad(name, arg_names, inputs)
-        op.register_autograd(_no_backward, setup_context=refuse)
-    return Op(name, op, impl, arg_names)
-
-
-def define_schema(name: str, impl: Callable, fake: Callable, schema: str, arg_names: Sequence[str],
-                  mutates_args: Sequence[str] = ()) -> Op:
+def define(name: str, impl: Callable, fake: Callable, schema: str, arg_names: Sequence[str],
+           mutates_args: Sequence[str] = ()) -> Op:
     """`gfxasm::<name>` with an explicit schema (the op framework writes it from a Spec);
     `impl` and `fake` take the schema's arguments positionally."""
     op = torch.library.custom_op(f"{NAMESPACE}::{name}", impl, mutates_args=tuple(mutates_args), schema=schema)
