@@ -73,7 +73,7 @@ import torch
 from ..gridexpr import cdiv
 from ..launcher import prepare
 from ..manifest import Variant, default_manifest
-from . import framework
+from . import fmha, framework
 
 NAME = "decode_attention"
 KERNEL = "decode_attn"
@@ -558,13 +558,7 @@ def _plan(checked: _Checked, call) -> framework.Plan:
 
 
 def _allocate(call, names: frozenset) -> dict:
-    q = call.tensor("q", 4, "[batch, seq_q, heads_q, head_dim]")
-    outs = {}
-    if "out" in names:
-        outs["out"] = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    if "lse" in names:
-        outs["lse"] = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
-    return outs
+    return fmha.new_outputs(call.tensor("q", 4, "[batch, seq_q, heads_q, head_dim]"), names)
 
 
 _ALIGNED = dict(align=16)          # 16-byte loads and stores

@@ -182,14 +182,19 @@ def kernel_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
 
 # ------------------------------------------------------------------ the op
 
-def _allocate(call, names: frozenset) -> dict:
-    q = call.tensor("q", 4, f"[batch, seq, heads, {HEAD_DIM}]")
+def new_outputs(q: torch.Tensor, names: frozenset) -> dict:
+    """Fresh attention outputs of a [batch, seq_q, heads_q, D] query, those of `names`: out
+    like q, lse float32 [batch, heads_q, seq_q] (decode_attention's are the same)."""
     outs = {}
     if "out" in names:
         outs["out"] = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if "lse" in names:
         outs["lse"] = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
     return outs
+
+
+def _allocate(call, names: frozenset) -> dict:
+    return new_outputs(call.tensor("q", 4, f"[batch, seq, heads, {HEAD_DIM}]"), names)
 
 
 def _plan(scale: float, call) -> framework.Plan:
