@@ -151,6 +151,9 @@ class Op:
         taken = {n for n in dir(Call) if not n.startswith("__")} & {p.name for p in (*spec.params, *spec.outputs)}
         if taken:
             raise ValueError(f"{spec.name}: argument names {sorted(taken)} are Call attributes")
+        optional = [o.optional for o in spec.outputs]
+        if optional != sorted(optional):            # False < True
+            raise ValueError(f"{spec.name}: the required outputs come before the optional ones")
         self.spec = spec
         self.name = spec.name
         self.required = tuple(o for o in spec.outputs if not o.optional)
@@ -158,6 +161,8 @@ class Op:
         self._param_names = tuple(p.name for p in spec.params)
         self._output_names = tuple(o.name for o in spec.outputs)
         self._required_names = frozenset(o.name for o in self.required)
+        self._flag_names = tuple(f"return_{o.name}" for o in self.optional)
+        self._no_flags = (False,) * len(self.optional)
         tensors = [p.name for p in spec.params if p.is_tensor]
         self._aligned = tuple((p.name, p.align) for p in (*spec.params, *spec.outputs) if p.align > 1)
         self._aligned_params = tuple((p.name, p.align) for p in spec.params if p.align > 1)
@@ -211,34 +216,39 @@ class Op:
         tensor when the op has one, a tuple otherwise); `return_<name>` asks for an optional
         output. Returns the one required output alone, else the tuple of required outputs,
         followed by each optional output asked for."""
-        wanted = self._wanted(flags) if flags else frozenset()
+        raw = self._flag_values(flags) if flags else self._no_flags
         if out is None:
-            results = self.functional(*params, *(o.name in wanted for o in self.optional))
+            results = self.functional(*params, *raw)
             if not self.optional:
                 return results
-            outs = dict(zip(self._output_names, results))
-        else:
-            if self.out_op is None:
-                raise TypeError(f"{self.name}: takes no 'out' argument")
-            given = self._given_outputs(out)
-            outs = dict(zip((o.name for o in self.required), given))
-            if wanted:
-                outs.update(self.spec.allocate(Call(self.name, dict(zip(self._param_names, params)), True), wanted))
-            at = self._out_at
-            self.out_op(*params[:at], *[outs.get(name) for name in self._output_names], *params[at:])
+            picked = [*results[:len(self.required)], *[r for r, f in zip(results[len(self.required):], raw) if f]]
+            return picked[0] if len(picked) == 1 else tuple(picked)
+        if self.out_op is None:
+            raise TypeError(f"{self.name}: takes no 'out' argument")
+        wanted = self._wanted(raw)
+        outs = dict(zip((o.name for o in self.required), self._given_outputs(out)))
+        if wanted:
+            outs.update(self.spec.allocate(Call(self.name, dict(zip(self._param_names, params)), True), wanted))
+        at = self._out_at
+        self.out_op(*params[:at], *[outs.get(name) for name in self._output_names], *params[at:])
         picked = [outs[o.name] for o in self.required] + [outs[o.name] for o in self.optional if o.name in wanted]
         return picked[0] if len(picked) == 1 else tuple(picked)
 
-    def _wanted(self, flags: dict) -> frozenset:
-        wanted = set()
-        names = {f"return_{o.name}": o.name for o in self.optional}
-        for flag, value in flags.items():
-            if flag not in names:
-                raise TypeError(f"{self.name}: unexpected keyword argument '{flag}'")
-            self._check_flag(flag, value)
-            if value:
-                wanted.add(names[flag])
-        return frozenset(wanted)
+    def _flag_values(self, flags: dict) -> tuple:
+        """The `return_<name>` keywords as the functional op's trailing arguments."""
+        unknown = flags.keys() - self._flag_names
+        if unknown:
+            raise TypeError(f"{self.name}: unexpected keyword argument '{sorted(unknown)[0]}'")
+        return tuple(flags.get(name, False) for name in self._flag_names)
+
+    def _wanted(self, raw: tuple) -> frozenset:
+        """The optional outputs asked for by the return flags `raw` (each must be a bool)."""
+        wanted = _NONE
+        for o, flag in zip(self.optional, raw):
+            if flag is not False:
+                self._check_flag(f"return_{o.name}", flag)
+                wanted = wanted | {o.name}
+        return wanted
 
     def _check_flag(self, name: str, value) -> None:
         if not isinstance(value, bool):
@@ -256,26 +266,22 @@ class Op:
 
     def _split(self, args: tuple) -> tuple[dict, frozenset]:
         """(values by name, wanted optional outputs) from the functional op's arguments."""
-        n = len(self._param_names)
-        wanted = _NONE
-        for o, flag in zip(self.optional, args[n:]):
-            if flag is not False:
-                self._check_flag(f"return_{o.name}", flag)
-                wanted = wanted | {o.name}
-        return dict(zip(self._param_names, args[:n])), wanted
+        return dict(zip(self._param_names, args)), self._wanted(args[len(self._param_names):])
 
     def _functional(self, *args):
         values, wanted = self._split(args)
         call = Call(self.name, values, True)
-        outs = self._allocate(call, wanted)
-        values.update(outs)
+        outs = self.spec.allocate(call, self._required_names | wanted)
+        for name in self._output_names:
+            values[name] = outs.get(name)
         self._run(call, fresh=True)
-        return self._results(outs)
+        return self._results(values)
 
     def _functional_fake(self, *args):
         values, wanted = self._split(args)
         self._check_new(Call(self.name, {**values, **dict.fromkeys(self._output_names)}, False))
-        return self._results(self._allocate(Call(self.name, values, False), wanted))
+        outs = self.spec.allocate(Call(self.name, values, False), self._required_names | wanted)
+        return self._results({name: outs.get(name) for name in self._output_names})
 
     def _out(self, *args) -> None:
         values = dict(zip(self._out_order, args))
@@ -287,18 +293,14 @@ class Op:
     def _out_fake(self, *args) -> None:
         self._check_new(Call(self.name, dict(zip(self._out_order, args)), False))
 
-    def _allocate(self, call: Call, wanted: frozenset) -> dict:
-        """The functional form's outputs: the required ones and the optional ones wanted."""
-        outs = self.spec.allocate(call, self._required_names | wanted)
-        return {name: outs.get(name) for name in self._output_names}
-
-    def _results(self, outs: dict):
-        """The functional op's results: an output not asked for is an empty float32 tensor."""
+    def _results(self, values: dict):
+        """The functional op's results from the call's values: an output not asked for is an
+        empty float32 tensor."""
         if len(self._output_names) == 1:
-            return outs[self._output_names[0]]
-        device = outs[self.required[0].name].device
-        return tuple([t if t is not None else torch.empty(0, dtype=torch.float32, device=device)
-                      for t in outs.values()])
+            return values[self._output_names[0]]
+        device = values[self.required[0].name].device
+        return tuple([values[name] if values[name] is not None
+                      else torch.empty(0, dtype=torch.float32, device=device) for name in self._output_names])
 
     # ---------------------------------------------------------------- checks and launch
 
@@ -332,7 +334,7 @@ class Op:
         them exist enters the key."""
         values = call.values
         if fresh:
-            items = [values[name] for name in self._param_names]
+            items = map(values.__getitem__, self._param_names)
             exist = tuple(values[name] is not None for name in self._output_names)
         else:
             items, exist = values.values(), None
