@@ -338,9 +338,12 @@ class Op:
             exist = tuple(values[name] is not None for name in self._output_names)
         else:
             items, exist = values.values(), None
-        parts = [(v.shape, v.stride(), v.dtype, v.device) if isinstance(v, torch.Tensor) else (type(v), v)
-                 for v in items]
-        parts.append((exist, os.environ.get(BACKEND_ENV)))
+        parts = [exist, os.environ.get(BACKEND_ENV)]
+        for v in items:             # flat: hashing one tuple is cheaper than nested ones (every call)
+            if isinstance(v, torch.Tensor):
+                parts += (v.shape, v.stride(), v.dtype, v.device)
+            else:
+                parts += (type(v), v)
         return tuple(parts)
 
     def _planned(self, call: Call, fresh: bool) -> _Cached:
