@@ -226,20 +226,21 @@ class Op:
         if self.out_op is None:
             raise TypeError(f"{self.name}: takes no 'out' argument")
         wanted = self._wanted(raw)
-        outs = dict(zip((o.name for o in self.required), self._given_outputs(out)))
-        if wanted:
-            outs.update(self.spec.allocate(Call(self.name, dict(zip(self._param_names, params)), True), wanted))
+        given = (out,) if len(self.required) == 1 else self._given_outputs(out)
+        fresh = self.spec.allocate(Call(self.name, dict(zip(self._param_names, params)), True), wanted) \
+            if wanted else {}
         at = self._out_at
-        self.out_op(*params[:at], *[outs.get(name) for name in self._output_names], *params[at:])
-        picked = [outs[o.name] for o in self.required] + [outs[o.name] for o in self.optional if o.name in wanted]
-        return picked[0] if len(picked) == 1 else tuple(picked)
+        self.out_op(*params[:at], *given, *[fresh.get(o.name) for o in self.optional], *params[at:])
+        if not wanted:
+            return given[0] if len(given) == 1 else tuple(given)
+        return (*given, *[fresh[o.name] for o in self.optional if o.name in wanted])
 
     def _flag_values(self, flags: dict) -> tuple:
         """The `return_<name>` keywords as the functional op's trailing arguments."""
-        unknown = flags.keys() - self._flag_names
-        if unknown:
-            raise TypeError(f"{self.name}: unexpected keyword argument '{sorted(unknown)[0]}'")
-        return tuple(flags.get(name, False) for name in self._flag_names)
+        for name in flags:
+            if name not in self._flag_names:
+                raise TypeError(f"{self.name}: unexpected keyword argument '{name}'")
+        return tuple([flags.get(name, False) for name in self._flag_names])
 
     def _wanted(self, raw: tuple) -> frozenset:
         """The optional outputs asked for by the return flags `raw` (each must be a bool)."""
@@ -255,8 +256,6 @@ class Op:
             arguments.fail(self.name, TypeError, f"'{name}' must be a bool, got {type(value).__name__}")
 
     def _given_outputs(self, out) -> tuple:
-        if len(self.required) == 1:
-            return (out,)
         names = ", ".join(o.name for o in self.required)
         if not isinstance(out, (tuple, list)) or len(out) != len(self.required):
             arguments.fail(self.name, TypeError, f"'out' must be a ({names}) tuple or None, got {type(out).__name__}")
