@@ -1153,7 +1153,8 @@ L_loops:
 ; Each loop runs j = 0 .. n, choosing per iteration the body this wave runs (w = its tile
 ; count): full (1 <= j <= w-2), first (j = 0), last (j = w-1), A only (j = w), DMA only
 ; (j > w or w = 0). Every body passes the same barriers and issues its DMA: a tile past
-; the workgroup's last reads zeros (empty descriptor; PAGED: rows clamped to seq_k - 1).
+; the workgroup's last reads zeros (empty descriptor; PAGED: K rows clamped to seq_k - 1,
+; V zeros: pdma_vload).
 .macro main_loop g
 L\g\()_iter:
     .if \g == 1

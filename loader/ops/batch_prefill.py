@@ -46,8 +46,9 @@
   memory with any input (refused, no in-place form).
 
 The kernel reads, per lane, the page entry of its K/V row with the row index clamped to
-seqlen_k - 1 (branchless: no entry past a sequence's list is read, and keys past seqlen_k
-read a valid row that the mask then hides), and forms 64-bit addresses
+seqlen_k - 1 (branchless: no entry past a sequence's list is read; the keys past seqlen_k
+in the last 64-key tile read a valid row of K that the mask then hides, and V = 0, so they
+weigh exactly 0 whatever the last key holds), and forms 64-bit addresses
 (page * page_size + slot) * row stride, so the pool may exceed 4 GiB; page * page_size +
 slot must stay below 2^32. Checked on the host before launch: every tensor (index
 tensors and outputs included) on q's device, dtypes, shapes, strides (16-byte rows; a
