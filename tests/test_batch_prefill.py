@@ -428,6 +428,56 @@ def test_nan_key_gives_nan_rows(causal):
               bound.where(rows, 0), v.float().nan_to_num(0.0).abs().max().item())
 
 
+@pytest.mark.parametrize("page_size", [1, 16, 64])
+@pytest.mark.parametrize("kind", [torch.bfloat16, torch.float16, bp.FP8, "fp8 block scales"])
+def test_padding_keys_weigh_zero(kind, page_size):
+    # issue 26 (fuzzing): the keys past seqlen_k in the last 64-key tile re-read the sequence's
+    # last key row (the clamped gather) with P = 0, so a non-finite V there gave 0 * inf = NaN;
+    # they must read V = 0. seqlen_k 2, 65, 130 (none a multiple of 64); the last key's V holds
+    # +inf, -inf and NaN (FP8: the e4m3 NaN codes 0x7F, 0xFF) in three columns. Not causal:
+    # every row sees that key with P > 0, so those columns are exactly +inf, -inf, NaN, and
+    # every other column and LSE are bit for bit those of the same call without them (a
+    # column of O is P times that column of V), which is within the float64 reference's bound.
+    dtype = bp.FP8 if kind == "fp8 block scales" else kind
+    seq_q, seq_k = [3, 5, 2], [2, 65, 130]
+    q, k, v, qo, sglang, vllm = make_problem(seq_q, seq_k, page_size, 2, 1, dtype, 50 + page_size)
+    scales = dict(kv_block_descale=block_descales(k.shape[0], 1, sglang, 51)) if kind == "fp8 block scales" else {}
+    table = bp.normalise(3, page_size, k.shape[0], **sglang)
+
+    def run(v_cache, tables):
+        out = torch.full(q.shape, float("nan"), dtype=bp.out_dtype(dtype))
+        o, lse = gfxasm.batch_prefill(q, k, v_cache, qo, **tables, out=out, return_lse=True, **scales)
+        assert o is out
+        return o, lse
+
+    o, lse = run(v, sglang)
+    o_ref, lse_ref, bound = bp.reference(q, k, v, qo, *table, kv_block_descale=scales.get("kv_block_descale"),
+                                         p_bound=True)
+    if dtype == bp.FP8:
+        v_scale = scales["kv_block_descale"][..., 1].max().item() if scales else 1.0
+        check_fp8(o, lse, o_ref, lse_ref, bound, v_scale * v.float().nan_to_num(0.0).abs().max().item())
+    else:
+        check_sequences(q, k, v, qo, table, o, lse, o_ref, lse_ref, seq_q, seq_k, False)
+    poisoned = v.clone()
+    columns, nan_columns = ([9, 13], [9, 13]) if dtype == bp.FP8 else ([5, 9, 13], [13])
+    for b, s in enumerate(seq_k):
+        page, slot = page_list(sglang, b)[(s - 1) // page_size], (s - 1) % page_size
+        if dtype == bp.FP8:
+            poisoned.view(torch.uint8)[page, slot, 0, columns] = torch.tensor([0x7F, 0xFF], dtype=torch.uint8)
+        else:
+            poisoned[page, slot, 0, columns] = torch.tensor([float("inf"), float("-inf"), float("nan")], dtype=dtype)
+    others = torch.ones(D, dtype=torch.bool)
+    others[columns] = False
+    for tables in (sglang, vllm):
+        o2, lse2 = run(poisoned, tables)
+        if dtype != bp.FP8:
+            assert (o2[..., 5] == float("inf")).all() and (o2[..., 9] == float("-inf")).all()
+        assert torch.isnan(o2[..., nan_columns]).all()
+        assert not torch.isnan(o2[..., others]).any(), "NaN outside the poisoned columns"
+        assert torch.equal(o2[..., others].view(torch.int16), o[..., others].view(torch.int16))
+        assert torch.equal(lse2, lse)
+
+
 @pytest.mark.parametrize("mode", ["meta", "fake"])
 @pytest.mark.parametrize("change, error, words", [
     (dict(q=torch.zeros(14, 2, 64, dtype=torch.bfloat16)), ValueError, "'q' head dim"),
