@@ -6,7 +6,9 @@ What a call costs on the host before the GPU sees anything: argument checks, the
 kernarg packing, output allocation. Each figure is the best of R repeats of N back-to-back
 calls (wall time / N), so a busy machine shows through as little as possible; both
 backends' launch functions are replaced by no-ops, so neither the emulator nor HIP runs.
-Cases (CPU tensors; the tensors' device does not change the host path up to the launch):
+Cases (CPU tensors; the device changes the host path only where an op reads tensor data on
+the CPU, e.g. the M <= 2 mxfp8_gemm rows include the GEMV's scale check, which a GPU call
+skips):
 
     mxfp8_gemm  M = 1, N = K = 4096 (bf16 out)
     fmha_fwd    B = 1, Sq = 1, Sk = 512, Hq = 8, Hk = 1 (bf16)
