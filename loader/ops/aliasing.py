@@ -36,12 +36,7 @@ def refuse_internal_overlap(op_name: str, name: str, t: torch.Tensor) -> None:
                          f"{t.stride()}); an output needs one location per element")
 
 
-def refuse_overlap(op_name: str, out_name: str, out_ptr: int, out_bytes: int,
-                   inputs: tuple[tuple[str, int, int, bool], ...]) -> None:
-    """Refuse an output whose bytes meet an input's: `inputs` are (name, data_ptr, extent,
-    in_place_ok), the last True where the kernel allows exactly that input as the output
-    (same address, shape, strides and dtype)."""
-    for name, ptr, nbytes, in_place_ok in inputs:
-        if out_ptr < ptr + nbytes and ptr < out_ptr + out_bytes and not (in_place_ok and ptr == out_ptr):
-            raise ValueError(f"{op_name}: '{out_name}' overlaps the memory of '{name}'; the kernel would read "
-                             f"what it has already overwritten. Pass a separate output tensor")
+def refuse_overlap(op_name: str, out_name: str, input_name: str) -> None:
+    """The error for an output whose bytes meet an input's (or an earlier output's)."""
+    raise ValueError(f"{op_name}: '{out_name}' overlaps the memory of '{input_name}'; the kernel would read "
+                     f"what it has already overwritten. Pass a separate output tensor")

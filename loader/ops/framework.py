@@ -409,7 +409,7 @@ class Op:
                 ptr = x.data_ptr()
                 if start < ptr + extents[name] and ptr < end and \
                         not (name == may_alias and ptr == start and self._same_view(x, t)):
-                    refuse_overlap(self.name, out, start, extents[out], ((name, ptr, extents[name], False),))
+                    refuse_overlap(self.name, out, name)
 
     @staticmethod
     def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
