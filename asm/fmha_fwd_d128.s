@@ -410,12 +410,9 @@
         v_permlane32_swap_b32 v[v_t0], v[v_t1]  ; t0 = low half's max in both halves, t1 = high half's
     .elseif (\i) == 4
         v_max_f32 v[v_diff], v[v_t0], v[v_t1]
-        .if BLK && !BLKS                            ; (BLK: S is raw; the first tile's) k_scale(j) max
-            v_mul_f32 v[v_diff], s[s_sc1], v[v_diff]
-        .endif
     .elseif (\i) == 5
         .if \test
-        .if FP8 && !BLKS
+        .if FP8 && !BLK
             v_cmp_lt_f32 vcc, s[s_lazy], v[v_diff]          ; ... by more than 8 / c (raw score units)
         .elseif FP8
             v_cmp_lt_f32 vcc, LAZY_THRESHOLD, v[v_diff]     ; some row's max grew by more than 8
@@ -444,13 +441,9 @@ L_prep_back_\tag:
     .if !FP8
         fresh_rows_first                                ; (rows without a score yet: m = 0)
     .endif
-    .if BLK && !BLKS
-        blk_cm                                          ; (S stays raw: exp2_op adds -c m)
-    .else
     v_sub_f32 v[v_t2], 0, v[v_m]
-    .endif
     .set _r, 0
-    .rept 16 * (1 - BLK + BLKS)             ; (BLK: S stays raw)
+    .rept 16
         v_pk_add_f32 v[_sj + _r : _sj + _r + 1], v[_sj + _r : _sj + _r + 1], v[v_m:v_m+1] op_sel_hi:[1,0] neg_lo:[0,1] neg_hi:[0,1]
         .set _r, _r + 2
     .endr
@@ -756,7 +749,7 @@ L_prep_\tag:
     row_max_halves8                     ; (FP8: v_diff held this lane half's max)
 .endif
     v_max_f32 v[v_t2], 0, v[v_diff]
-.if FP8 && !BLKS
+.if FP8 && !BLK
     v_mul_f32 v[v_corr], s[s_negc], v[v_t2]
 .else
     v_sub_f32 v[v_corr], 0, v[v_t2]
@@ -766,11 +759,8 @@ L_prep_\tag:
     fresh_rows_prep                     ; (a fresh row with a score: delta = its max, corr stays finite)
 .endif
     v_add_f32 v[v_m], v[v_m], v[v_t2]
-.if BLK && !BLKS
-    blk_cm                              ; (BLK: S stays raw; exp2_op adds -c m)
-.endif
     .set _r, 0
-    .rept 16 * (1 - BLK + BLKS)
+    .rept 16
         v_pk_add_f32 v[_sj + _r : _sj + _r + 1], v[_sj + _r : _sj + _r + 1], v[v_t2:v_t2+1] op_sel_hi:[1,0] neg_lo:[0,1] neg_hi:[0,1]
         .set _r, _r + 2
     .endr
@@ -1301,8 +1291,8 @@ L_epilogue:
         .set _r, _r + 2
     .endr
 .if FP8
-    .if BLKS
-    v_add_f32 v[v_t2], v[v_m], v[v_t2]                  ; (BLKS: m is in log2 units)
+    .if BLK
+    v_add_f32 v[v_t2], v[v_m], v[v_t2]                  ; (BLK: m is in log2 units)
     .else
     v_fma_f32 v[v_t2], v[v_m], s[s_c], v[v_t2]          ; (m is in raw score units)
     .endif

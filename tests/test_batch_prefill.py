@@ -530,3 +530,29 @@ def test_torch_op_functional_equals_out():
                                                 *(t.to("meta") if t is not None else None for t in tables),
                                                 True, None, None, None, None, None, True)
     assert mo.shape == q.shape and ml.shape == (q.shape[1], q.shape[0])
+
+
+@pytest.mark.parametrize("page_size", [1, 16, 64])
+@pytest.mark.parametrize("which", ["k", "v"])
+@pytest.mark.parametrize("e", [-62, -40, 20, 40, 62])
+def test_fp8_block_scale_extremes(e, which, page_size):
+    # fuzzing: a K block scale >= 2^40 gave NaN rows (0 and NaN before the -FLT_MAX floor): the
+    # exp2 argument c k S - c m was one fma of two products rounded apart, so at scores of
+    # ~2^40 log2 units its error alone overflowed exp2. Every block scale in SCALE_RANGE gives
+    # the float64 reference's answer: K or V scales (powers of two, 2^e or 2^(e -+ 1) per page,
+    # the other kind 0.5 .. 1), seqlen_k 1, 64, 65 (padding keys), poisoned outputs, both tables.
+    seq_q, seq_k = [2, 3, 2], [1, 64, 65]
+    q, k, v, qo, sglang, vllm = make_problem(seq_q, seq_k, page_size, 2, 1, bp.FP8, 60 + page_size)
+    g = torch.Generator().manual_seed(e + 100)
+    step = torch.arange(k.shape[0]) % 2 * (-1 if e > 0 else 1)
+    kv_block = torch.stack([torch.rand(k.shape[0], generator=g) * 0.5 + 0.5] * 2, dim=-1)[:, None, :].contiguous()
+    kv_block[:, 0, 0 if which == "k" else 1] = torch.exp2((e + step).float())
+    table = bp.normalise(3, page_size, k.shape[0], **sglang)
+    o_ref, lse_ref, bound = bp.reference(q, k, v, qo, *table, kv_block_descale=kv_block, p_bound=True)
+    assert torch.isfinite(o_ref).all() and torch.isfinite(lse_ref).all()
+    v_max = kv_block[..., 1].max().item() * v.float().nan_to_num(0.0).abs().max().item()
+    for tables in (sglang, vllm):
+        out = torch.full(q.shape, float("nan"), dtype=torch.bfloat16)
+        o, lse = gfxasm.batch_prefill(q, k, v, qo, **tables, kv_block_descale=kv_block, out=out, return_lse=True)
+        assert o is out
+        check_fp8(o, lse, o_ref, lse_ref, bound, v_max)
