@@ -513,10 +513,6 @@ def check_batch_prefill(c: dict) -> None:
         # documented: a NaN in K the causal mask hides from a row does not reach it, one in V
         # can (0 * NaN); so can an infinite V (0 * inf)
         leak = hidden_nonfinite(torch.zeros_like(vb), vb, visible)[..., None]              # [H, Sq, 1]
-        if sk % bp.KV_TILE:
-            # the keys past seqlen_k in the last tile re-read the last key with P = 0, so a non-finite
-            # V there gives NaN in its column of every row: test_batch_prefill_inf_in_the_last_value
-            leak = leak | ~vb[-1].isfinite()[:, None, :]
         o_tol, shift, magnitude = attention_tolerance(qb, kb, vb, visible, scale, torch.bfloat16 if fp8 else q.dtype)
         if fp8:                 # scores exact; P rounded to e4m3 (bp.fp8_p_bound), O to bf16
             shift = torch.zeros_like(shift)
