@@ -20,7 +20,9 @@
   1; finite, in 2^-62 .. 2^62) and softmax_scale >= 0: the kernel keeps scores in raw
   units, so their order must not flip, and forms c = softmax_scale log2(e) q_descale
   k_descale and 8 / c in f32, so c must come out nonzero and finite there (a zero,
-  subnormal or infinite descale, or softmax_scale 0, would make rows NaN). Descales are
+  subnormal or infinite descale, or softmax_scale 0, would make rows NaN), and c times the
+  largest K block scale below 2^103, so that a scaled score (a raw e4m3 score reaches
+  2^25) fits f32. Descales are
   checked in CPU tensors; on a GPU they are not (reading one would synchronise). P is
   rounded to e4m3 for the P.V product (the row sum uses unrounded P); `fp8_p_bound` gives
   the error that allows.
@@ -88,6 +90,7 @@ LOG2E = 1.4426950408889634
 MAX_PAGE_SIZE = 1024
 BLOCK_SCALE_MIN_PAGE = 64          # kv_block_descale: one (k, v) pair per 64-key tile from here, per key below
 SCALE_RANGE = (2.0**-62, 2.0**62)  # descales and kv_block_descale (their checks say why)
+_SCORE_SCALE_LIMIT = 2.0**103      # c times a K scale, times a raw e4m3 score (< 2^25), fits f32
 _U32 = 2**32
 _MAX_SPAN = 2**31                  # Q/O rows of a sequence: 32-bit buffer offsets
 _MAX_HEADS = 2**16
@@ -184,10 +187,11 @@ def _check_descales(call, fp8: bool, readable: bool) -> None:
                                                 f"f32; got {value}")
 
 
-def _check_block_scales(call, k_cache: torch.Tensor, used: torch.Tensor | None) -> None:
+def _check_block_scales(call, k_cache: torch.Tensor, used: torch.Tensor | None) -> float:
     """kv_block_descale: float32 contiguous [num_pages, Hkv, 2] (k, v); the scales of the
     pages the tables use (`used`, where they were read) in SCALE_RANGE. The launch reads no
-    other page's scales, so a pool page no table names may hold anything."""
+    other page's scales, so a pool page no table names may hold anything. Returns the
+    largest K scale of those pages (1 where they were not read)."""
     t = call.kv_block_descale
     num_pages, _, heads_k, _ = k_cache.shape
     if not isinstance(t, torch.Tensor):
@@ -197,10 +201,13 @@ def _check_block_scales(call, k_cache: torch.Tensor, used: torch.Tensor | None) 
                               f"{heads_k}, 2], got {t.dtype} shape {tuple(t.shape)} strides {t.stride()}")
     if num_pages * heads_k * 8 >= _U32:
         call.fail(ValueError, f"kv_block_descale spans {num_pages * heads_k * 8} bytes; the kernel's offset is 32-bit")
-    if used is not None and used.numel():
-        smallest, largest = torch.aminmax(t[used])
-        _in_range(call, "kv_block_descale", float(smallest), float(largest),
-                  "O is rescaled by ratios of v scales, formed by exponent arithmetic")
+    if used is None or not used.numel():
+        return 1.0
+    scales = t[used]
+    smallest, largest = torch.aminmax(scales)
+    _in_range(call, "kv_block_descale", float(smallest), float(largest),
+              "O is rescaled by ratios of v scales, formed by exponent arithmetic")
+    return float(scales[..., 0].max())
 
 
 def _decreases(values: list[int]) -> bool:
@@ -306,11 +313,13 @@ def _softmax_scale(call) -> float:
     return float(value)
 
 
-def _check_score_scale(call, scale: float, readable: bool) -> None:
+def _check_score_scale(call, scale: float, readable: bool, largest_k_scale: float) -> None:
     """FP8: the kernel keeps scores in raw units and scales them by c = softmax_scale log2(e)
     q_descale k_descale, formed in f32 in that order, and divides 8 by c (the lazy-rescale
     threshold): c must be >= 0 (the scores' order), and neither 0 nor inf, which make rows
-    NaN. Checked where the descales are readable."""
+    NaN. A raw e4m3 score reaches 448^2 * 128 < 2^25, so c times the largest K block scale
+    must stay below 2^103 for a scaled score to fit f32 (past it, rows come out NaN).
+    Checked where the descales are readable."""
     if scale < 0:
         call.fail(ValueError, f"'softmax_scale' must be >= 0 for float8_e4m3fn inputs (the kernel keeps scores in "
                               f"raw units and orders them by their sign), got {scale}")
@@ -323,6 +332,10 @@ def _check_score_scale(call, scale: float, readable: bool) -> None:
     if not 0 < c < math.inf:
         call.fail(ValueError, f"'softmax_scale' * log2(e) * q_descale * k_descale must be a nonzero finite float32 "
                               f"for float8_e4m3fn inputs (the kernel divides by it), got {c} in float32")
+    if c * largest_k_scale >= _SCORE_SCALE_LIMIT:
+        call.fail(ValueError, f"'softmax_scale' * log2(e) * q_descale * k_descale * (the largest K kv_block_descale) "
+                              f"must stay below 2^103 for float8_e4m3fn inputs (a raw e4m3 score reaches 2^25 and the "
+                              f"scaled score must fit float32), got {c * largest_k_scale:.3g}")
 
 
 def _f32(x: float) -> float:
@@ -400,10 +413,11 @@ def _check(call) -> _Checked:
     fp8 = q.dtype == FP8
     _check_descales(call, fp8, readable)
     block_scales = fp8 and call.kv_block_descale is not None
+    largest_k_scale = 1.0
     if block_scales:
-        _check_block_scales(call, k_cache, used)
+        largest_k_scale = _check_block_scales(call, k_cache, used)
     if fp8:
-        _check_score_scale(call, scale, readable)
+        _check_score_scale(call, scale, readable, largest_k_scale)
     if call.out is not None:
         _check_out(call, q)
     if call.lse is not None:
