@@ -172,14 +172,14 @@ class Op:
         self._cache: dict[tuple, _Cached] = {}         # insertion order: the oldest is dropped first
         self._lock = threading.Lock()
         self.functional = library.define(spec.name, self._functional, self._functional_fake,
-                                                self._schema(functional=True), [p.name for p in self._flags_params()])
+                                         self._schema(functional=True), [p.name for p in self._flags_params()])
         self._out_order = tuple(p.name for p in self._out_params())
         self._out_at = self._out_order.index(self._output_names[0])     # where the outputs sit in it
         self.out_op = None
         if spec.out_form:
             self.out_op = library.define(f"{spec.name}_out", self._out, self._out_fake,
-                                                self._schema(functional=False), self._out_order,
-                                                mutates_args=self._output_names)
+                                         self._schema(functional=False), self._out_order,
+                                         mutates_args=self._output_names)
 
     # ---------------------------------------------------------------- schemas
 
@@ -199,14 +199,9 @@ class Op:
             results = ", ".join("Tensor" for _ in self.spec.outputs)
             return f"({', '.join(args)}) -> ({results})" if len(self.spec.outputs) > 1 else \
                 f"({', '.join(args)}) -> Tensor"
-        outputs = {o.name: o for o in self.spec.outputs}
-        args = []
-        for i, p in enumerate(self._out_params()):
-            if p.name in outputs:
-                alias = chr(ord("a") + [o.name for o in self.spec.outputs].index(p.name))
-                args.append(f"Tensor({alias}!){'?' if outputs[p.name].optional else ''} {p.name}")
-            else:
-                args.append(f"{p.type} {p.name}")
+        aliases = {o.name: f"Tensor({chr(ord('a') + i)}!){'?' if o.optional else ''}"
+                   for i, o in enumerate(self.spec.outputs)}
+        args = [f"{aliases.get(p.name, p.type)} {p.name}" for p in self._out_params()]
         return f"({', '.join(args)}) -> ()"
 
     # ---------------------------------------------------------------- the Python call

@@ -21,7 +21,6 @@ dispatcher's host time (bench/host_cost.py measures both).
 """
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 

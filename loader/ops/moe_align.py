@@ -88,10 +88,6 @@ def validate(topk_ids, num_experts, block_m, expert_map) -> tuple[int, int]:
                               f"{tuple(expert_map.shape)}")
         if not expert_map.is_contiguous():
             _fail(ValueError, f"'expert_map' must be contiguous, got strides {expert_map.stride()}")
-        # moe_layer.validate (not on the op framework yet) relies on this; the framework checks this op's calls first
-        if expert_map.device != topk_ids.device:
-            _fail(ValueError, f"'expert_map' must be on topk_ids' device ({topk_ids.device}), got "
-                              f"{expert_map.device}")
     return sizes(topk_ids.numel(), num_experts, block_m)
 
 
