@@ -9,7 +9,8 @@
 
 `schedule="adversarial", seed=N` runs a random legal order of waves and load landings
 instead of lockstep (adversarial.py; its `check` compares outputs across seeds);
-`schedule="timed"` the order of the timing model's per-CU cycle simulation (timed.py).
+`schedule="timed"` the order of the timing model's per-CU cycle simulation
+(gfxasm.perf.timed, which registers itself here: import gfxasm.perf first).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..codeobj import CodeObject, KernelInfo, load_code_object
-from . import adversarial, families, hazards, timed  # noqa: F401  (families registers every handler)
+from . import adversarial, families, hazards  # noqa: F401  (families registers every handler)
 from .decode import Program, decode
 from .errors import EmulatorError, LaunchError
 from .machine import Executor
@@ -33,6 +34,18 @@ LDS_LIMIT = 160 * 1024
 HIDDEN_ARGS_BYTES = 256
 # Waves resident at once in one emulated batch (memory: 128 KiB of registers per wave).
 BATCH_WAVES = 512
+
+# Schedules other layers provide, by name (the emulator imports none of them):
+# factory(program, waves) -> an object with adversarial.Adversarial's methods.
+_PLUGGED_SCHEDULES: dict = {}
+
+
+def register_schedule(name: str, factory) -> None:
+    """Make `launch(schedule=name)` run batches under factory(program, waves)'s order
+    (gfxasm.perf.timed registers "timed")."""
+    if name not in adversarial.SCHEDULES or name in ("lockstep", "adversarial"):
+        raise ValueError(f"{name!r} is not a pluggable schedule name")
+    _PLUGGED_SCHEDULES[name] = factory
 
 
 @dataclass
@@ -152,7 +165,7 @@ class Kernel:
         third-party code objects whose silicon behaviour contradicts the rule.
         `schedule` "adversarial" with an int `seed` and strict=False draws a random legal
         interleaving and load-landing times (adversarial.py); "timed" (strict=False) orders
-        waves and landings by cycle clocks (timed.py). Inside adversarial.override, its
+        waves and landings by cycle clocks (gfxasm.perf.timed). Inside adversarial.override, its
         schedule, seed and strictness replace these arguments."""
         if adversarial.forced() is not None:
             schedule, seed, strict = adversarial.forced()
@@ -256,9 +269,12 @@ class Kernel:
         """The order a batch runs in: None (lockstep) or an adversarial/timed schedule."""
         if name == "adversarial":
             return adversarial.Adversarial(seed, batch_start, waves.count)
-        if name == "timed":
-            return timed.Timed(self.program, waves)
-        return None
+        if name == "lockstep":
+            return None
+        if name not in _PLUGGED_SCHEDULES:
+            raise LaunchError(f"schedule {name!r} is the timing model's: import gfxasm.perf (it registers "
+                              f"gfxasm.perf.timed with the emulator)")
+        return _PLUGGED_SCHEDULES[name](self.program, waves)
 
 
 def run(ex: Executor, budget: int) -> int:

@@ -4,7 +4,7 @@ Waves that stand at the same pc — across the waves of a workgroup and across
 workgroups — execute each instruction as one numpy operation. The scheduler always
 advances the group at the lowest pc, so waves that fell behind catch up and merge.
 
-Under another `schedule` (adversarial.py: random legal orders; timed.py: orders from cycle
+Under another `schedule` (adversarial.py: random legal orders; gfxasm.perf.timed: orders from cycle
 clocks) waves run in its order, loads land when it says, and a register read while its
 load is in flight sees the value from before the load.
 
@@ -80,7 +80,7 @@ class Executor:
         self.waived: frozenset[str] = frozenset()   # hazard rules not enforced (hazards.WAIVABLE)
         self.srcc_noted: list = []
         self.mode_split = None                # set while a wave has VSKIP or GPR index mode on
-        self.schedule = None                  # adversarial.Adversarial, timed.Timed; None: lockstep
+        self.schedule = None                  # adversarial.Adversarial, perf.timed.Timed; None: lockstep
         self._clock_w = None                  # clocks()'s cache: the `w` it was computed for
         self._clocks = (None, 0, 0)
         self._ids = np.arange(waves.count)   # wave_ids' source, made once per launch

@@ -245,7 +245,7 @@ class Wave:
 class Cu:
     """One compute unit under the rules of the module docstring: the waves that `join` it,
     issued one slot time at a time by `sweep`. simulate_cu replays recorded streams on it;
-    the emulator's hardware-like schedule (gfxasm.emu.timed) drives it live, its issue
+    the emulator's hardware-like schedule (gfxasm.perf.timed) drives it live, its issue
     order and load completions deciding which wave runs next and when each load lands.
     A subclass says how many lanes a memory instruction moves (`lanes`), how a wave moves
     on after an issue (`advance`) and what follows a workgroup's end (`group_finished`).

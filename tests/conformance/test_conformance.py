@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import gfxasm.emu as emu
+import gfxasm.perf  # noqa: F401  (registers schedule="timed")
 from gfxasm.emu import HazardError, adversarial, lds, machine
 
 from . import cases, cases_bwd, cases_gemm, cases_mla, cases_moe

@@ -25,6 +25,7 @@ import torch
 
 import gfxasm
 import gfxasm.emu as emu
+import gfxasm.perf  # noqa: F401  (registers schedule="timed")
 from gfxasm.build import build_manifest
 from gfxasm.emu import adversarial
 from gfxasm.manifest import default_manifest

@@ -1,7 +1,10 @@
 """The hardware-like schedule: the timing model's per-CU cycle simulation picks the waves
 that run and the times their loads land.
 
-`launch(..., schedule="timed", strict=False)` puts each workgroup of a batch on a compute
+It lives in the timing model's package (the emulator imports nothing of gfxasm.perf):
+importing this module registers it with the emulator as schedule "timed"
+(gfxasm.emu.kernel.register_schedule), and gfxasm.perf imports it, so after
+`import gfxasm.perf`, `launch(..., schedule="timed", strict=False)` puts each workgroup of a batch on a compute
 unit of its own, simulated live by gfxasm.perf.model.Cu — the same rules the timing model
 replays recorded streams with (model.py's docstring): 4 SIMDs (wave i of a workgroup on
 SIMD i % 4), one issue slot per SIMD every `issue_quantum` cycles, at most one
@@ -35,14 +38,46 @@ from collections import deque
 
 import numpy as np
 
-from . import adversarial
-from .errors import EmulatorError
+from ..emu import adversarial
+from ..emu.errors import EmulatorError
+from ..emu.kernel import register_schedule
+from ..emu.state import EXEC_LO
+from . import model, params
+
+LOGGED = {"vmem": "vm", "lds_dma": "vm", "ds": "lgkm", "smem": "lgkm"}   # where an op's completion goes
+
+
+class LiveWave(model.Wave):
+    """A model wave that stands for emulator wave `wave`."""
+    __slots__ = ("wave",)
+
+
+class LiveCu(model.Cu):
+    """One workgroup's CU. Its waves' instructions are whatever the emulator executes:
+    `head` moves when the emulator has run the instruction (Timed._follow), and each
+    sweep's issues are logged, with the completion cycle of the memory op each queued.
+    No load scoreboard: only s_waitcnt holds a wave for its loads, as on hardware."""
+
+    def __init__(self, static, prm, waves, **kw):
+        super().__init__(static, prm, load_scoreboard=False, **kw)
+        self.sgpr = waves.sgpr
+        self.log: list = []                 # (LiveWave, completion cycle or None), issue order
+
+    def lanes(self, wv) -> int:
+        row = self.sgpr[wv.wave]
+        return int(row[EXEC_LO]).bit_count() + int(row[EXEC_LO + 1]).bit_count()
+
+    def advance(self, wv, i, klass, nxt):
+        return nxt
+
+    def issue(self, wv, t) -> None:
+        counter = LOGGED.get(self.st[wv.head].klass)
+        super().issue(wv, t)
+        self.log.append((wv, None if counter is None else getattr(wv, counter)[-1]))
 
 
 class Timed:
     def __init__(self, program, waves):
-        from ..perf import model, params          # perf imports the emulator: not at import time
-        from .live_cu import LiveCu, LiveWave
         prm = params.DEFAULT
         self.static = model.prepare(program.insts, prm)
         self.program = program
@@ -185,3 +220,4 @@ class Timed:
         return position
 
 
+register_schedule("timed", Timed)
