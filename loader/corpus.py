@@ -10,6 +10,12 @@ data set: nothing of it is committed to this repository.
 those three trees into the cache (`$GFXASM_CORPUS_DIR`, else `$XDG_CACHE_HOME/gfxasm` or
 `~/.cache/gfxasm`). `root()` is where every reader finds it; when it is absent it raises
 `CorpusMissing` naming the command that fetches it, never a silent skip.
+
+Extra objects: hardware-built code objects that no wheel the package index serves
+carries (`EXTRA_OBJECTS`), pinned by aiter commit and sha256. `gfxasm corpus fetch-extra
+NAME` downloads one from GitHub at that commit, or takes a copy (`--file`); the hash is
+checked either way. `extra_object()` raises `CorpusMissing` when it is absent, so a test
+can skip with that reason (CI reaches the package index, not GitHub).
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE = "amd-aiter"
@@ -37,6 +44,26 @@ _COMPLETE = ".complete"            # written last: a half-extracted tree is neve
 
 class CorpusMissing(FileNotFoundError):
     pass
+
+
+@dataclass(frozen=True)
+class ExtraObject:
+    commit: str          # ROCm/aiter commit that holds it
+    repo_path: str       # its path in that commit
+    sha256: str
+
+    @property
+    def url(self) -> str:
+        return f"https://raw.githubusercontent.com/ROCm/aiter/{self.commit}/{self.repo_path}"
+
+
+# amd-aiter 0.1.7.post2.dev18, the one version the package index serves, predates aiter's
+# fmha_v4_fwd family (added by ROCm/aiter e8f438a, "new MHA v4 entrypoint", PR #4627).
+EXTRA_OBJECTS = {
+    "fmha_v4_fwd/fwd_hd128_mxfp8.co": ExtraObject(
+        "e8f438a748d27d5350b9a2d63c8e1cffc2626f52", "hsa/gfx950/fmha_v4_fwd/fwd_hd128_mxfp8.co",
+        "30b3da70213c0af12d05780fc2bfd998cda090f9fa1c8f82e378847b5c61d913"),
+}
 
 
 def cache_dir() -> Path:
@@ -113,3 +140,43 @@ def fetch(wheel: Path | None = None, log=print) -> Path:
         staging.rename(tree)
     log(f"corpus ready: {tree} ({len(gfx950_code_objects())} gfx950 code objects)")
     return tree
+
+
+def _extra_file(name: str) -> Path:
+    if name not in EXTRA_OBJECTS:
+        raise KeyError(f"{name!r} is not a pinned extra object; known: {sorted(EXTRA_OBJECTS)}")
+    return cache_dir() / f"aiter-{EXTRA_OBJECTS[name].commit[:12]}" / name
+
+
+def extra_object(name: str) -> Path:
+    """A pinned extra object (EXTRA_OBJECTS), its sha256 checked."""
+    file = _extra_file(name)
+    if not file.is_file():
+        raise CorpusMissing(f"{name} (ROCm/aiter {EXTRA_OBJECTS[name].commit[:12]}) is not in {file.parent}: "
+                            f"run `{FETCH_COMMAND}-extra {name}` (downloads it from GitHub, checks its sha256)")
+    got = sha256_of(file)
+    if got != EXTRA_OBJECTS[name].sha256:
+        raise RuntimeError(f"{file}: sha256 {got} is not the pinned {EXTRA_OBJECTS[name].sha256}")
+    return file
+
+
+def fetch_extra(name: str, copy: Path | None = None, log=print) -> Path:
+    """Store a pinned extra object: from `copy`, else downloaded from GitHub at its commit."""
+    file = _extra_file(name)
+    pin = EXTRA_OBJECTS[name]
+    if copy is None:
+        import urllib.request
+        log(f"downloading {pin.url} ...")
+        with urllib.request.urlopen(pin.url, timeout=120) as response:
+            data = response.read()
+    else:
+        data = Path(copy).read_bytes()
+    got = hashlib.sha256(data).hexdigest()
+    if got != pin.sha256:
+        raise RuntimeError(f"{name}: sha256 {got} is not the pinned {pin.sha256}; refusing it")
+    file.parent.mkdir(parents=True, exist_ok=True)
+    partial = file.with_suffix(".partial")
+    partial.write_bytes(data)
+    partial.rename(file)
+    log(f"stored {file}")
+    return file

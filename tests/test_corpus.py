@@ -53,3 +53,32 @@ def test_coverage_command_on_a_corpus_family(capsys):
     from gfxasm.corpus_cli import corpus_main
     assert corpus_main(["coverage", "--under", "fmha_v3_fwd", "--jobs", "2"]) == 0
     assert capsys.readouterr().out.startswith("8 / 8 gfx950 code objects")
+
+
+EXTRA = "fmha_v4_fwd/fwd_hd128_mxfp8.co"
+
+
+def test_missing_extra_object_names_its_fetch_command(tmp_path, monkeypatch):
+    monkeypatch.setenv(corpus.CACHE_ENV, str(tmp_path))
+    with pytest.raises(corpus.CorpusMissing, match=f"gfxasm corpus fetch-extra {EXTRA}"):
+        corpus.extra_object(EXTRA)
+
+
+def test_extra_object_is_taken_only_with_its_pinned_hash(tmp_path, monkeypatch):
+    monkeypatch.setenv(corpus.CACHE_ENV, str(tmp_path / "cache"))
+    copy = tmp_path / "k.co"
+    copy.write_bytes(b"\x7fELF not the pinned object")
+    with pytest.raises(RuntimeError, match="is not the pinned"):
+        corpus.fetch_extra(EXTRA, copy, log=lambda _: None)
+    with pytest.raises(corpus.CorpusMissing):
+        corpus.extra_object(EXTRA)
+    pin = corpus.EXTRA_OBJECTS[EXTRA]
+    monkeypatch.setitem(corpus.EXTRA_OBJECTS, EXTRA, corpus.ExtraObject(
+        pin.commit, pin.repo_path, hashlib.sha256(copy.read_bytes()).hexdigest()))
+    stored = corpus.fetch_extra(EXTRA, copy, log=lambda _: None)
+    assert corpus.extra_object(EXTRA) == stored and stored.read_bytes() == copy.read_bytes()
+    stored.write_bytes(b"changed after the fact")
+    with pytest.raises(RuntimeError, match="is not the pinned"):
+        corpus.extra_object(EXTRA)
+    with pytest.raises(KeyError, match="not a pinned extra object"):
+        corpus.extra_object("fmha_v4_fwd/absent.co")
