@@ -1,7 +1,8 @@
 """Decode a gfx950 kernel from the code object's bytes.
 
-LLVM's disassembler (`llvm-objdump -d --mcpu=gfx950`) is the decoder: it reads the
-bytes of `.text` and prints one instruction per line with its address and raw dwords.
+LLVM's disassembler is the decoder: it reads the bytes of `.text` and prints each
+instruction with its address and raw dwords (gfxasm.disasm obtains those lines, in process
+through rocm-llvm-python or from `llvm-objdump -d --mcpu=gfx950`; both print the same).
 This module parses that text into `Inst` records — mnemonic, encoding, operands and
 modifiers — once per code object. Fields the printed form leaves ambiguous (waitcnt
 counters, branch offsets) are taken from the raw dwords instead.
@@ -11,12 +12,10 @@ from __future__ import annotations
 import hashlib
 import re
 import struct
-import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from ..toolchain import find_tool
+from ..disasm import DisassemblyError, disassemble
 from .errors import DecodeError
 
 # SGPR-file indices of the named scalar registers on gfx9 (wave64).
@@ -34,7 +33,6 @@ INLINE_FLOATS = {"0.5", "-0.5", "1.0", "-1.0", "2.0", "-2.0", "4.0", "-4.0", "0.
 
 ENCODING_SUFFIXES = ("_e32", "_e64", "_dpp", "_sdwa")
 
-_LINE = re.compile(r"^\t(?P<asm>.*?)\s*// (?P<addr>[0-9A-Fa-f]+): (?P<words>[0-9A-Fa-f ]+)$")
 _REG = re.compile(r"^(?P<kind>[sva])(?:(?P<one>\d+)|\[(?P<lo>\d+):(?P<hi>\d+)\])$")
 _TTMP = re.compile(r"^ttmp(?:(?P<one>\d+)|\[(?P<lo>\d+):(?P<hi>\d+)\])$")
 _MOD = re.compile(r"^(?P<key>[a-z_0-9]+)(?::(?P<val>.*))?$")
@@ -222,27 +220,13 @@ def parse_line(asm: str, pc: int, words: tuple[int, ...]) -> Inst:
     return Inst(pc, 4 * len(words), name, enc, ops, mods, words, asm.strip())
 
 
-def _objdump(code: bytes) -> str:
-    with tempfile.NamedTemporaryFile(suffix=".co") as f:
-        f.write(code)
-        f.flush()
-        proc = subprocess.run([find_tool("llvm-objdump"), "-d", "--mcpu=gfx950", f.name],
-                              capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise DecodeError(f"llvm-objdump failed: {proc.stderr.strip()}")
-    return proc.stdout
-
-
 @lru_cache(maxsize=64)
 def _decode_cached(digest: str, code: bytes) -> tuple[Inst, ...]:
-    insts = []
-    for line in _objdump(code).splitlines():
-        m = _LINE.match(line)
-        if not m:
-            continue
-        words = tuple(int(w, 16) for w in m["words"].split())
-        insts.append(parse_line(m["asm"], int(m["addr"], 16), words))
-    return tuple(insts)
+    try:
+        lines = disassemble(code)
+    except DisassemblyError as exc:
+        raise DecodeError(str(exc)) from None
+    return tuple(parse_line(line.text, line.pc, line.words) for line in lines)
 
 
 def decode(code: bytes) -> list[Inst]:
