@@ -5,9 +5,11 @@
 ;
 ;   O[b, s, h, :] = sum_j softmax_j(scale * Q[b,s,h,:] . K[j, h/G, :]) * V[j, h/G, :]
 ;
-; over the keys j this query sees: j < seqlen[b]; causal (future_keys = 0): j <= qpos,
-; where qpos = seqlen - seq_q + s (bottom-right aligned); sliding window: j >= qpos -
-; window_left (window_left = 2^30 for none). G = heads_q / heads_kv query heads share a KV
+; over the keys j this query sees: cache_leftpad[b] <= j < seqlen[b]; j <= qpos + future
+; (future = 0: causal; 2^30: unbounded), where qpos = seqlen - seq_q + s (bottom-right
+; aligned: positions counted after the left padding give the same bound); sliding window:
+; j >= qpos - window (2^30 for none). With SOFTCAP = 1 each score becomes
+; softcap tanh(scale q.k / softcap) before the mask. G = heads_q / heads_kv query heads share a KV
 ; head. Key j of batch b lives in page block_table[b, j >> page_shift], slot j & (2^page_shift - 1);
 ; a contiguous cache is handed in as one page per batch (page_shift 31, block_table [b]).
 ;
@@ -54,7 +56,10 @@
 ; Each 16-key block gets its own K and V descriptors: base = cache + page * page_stride
 ; (64-bit product: pools over 4 GiB, page ids >= 65536) + slot * seq_stride + head offset,
 ; num_records = (valid keys of the block) * seq_stride, so keys past min(seqlen, split end)
-; read zeros and never touch memory (seq_stride must be at least a row's bytes, also for a
+; read zeros and never touch memory; keys before the range's start (cache_leftpad, the
+; first query's window start, the split start) in its first 16-key block are loaded through
+; an out-of-range offset (read as zeros, memory untouched): the only block that holds such
+; keys is the first of wave 0's first tile, whose loads the prologue issues (seq_stride must be at least a row's bytes, also for a
 ; cache of one key, whose seq axis is never stepped along). Page-table entries are read only
 ; for keys below that end (the entry index is clamped to the last valid key's). Page ids are clamped to
 ; num_pages - 1 (unsigned: negative ids too), so a bad id reads a wrong page of the pool,
@@ -100,7 +105,17 @@
 ; with ds_bpermute_b32 (lane (g, n) takes keys 4g + r from lanes 4g + r).
 ;
 ; Defines: D (64 | 128), F16 (0: bf16, 1: fp16 q/o), FP8 (0: cache in q's dtype, 1: e4m3
-; with per-tensor descales, 2: e4m3 with per-token scale/shift).
+; with per-tensor descales, 2: e4m3 with per-token scale/shift), SOFTCAP (0 | 1).
+;
+; --- Soft-capping (SOFTCAP = 1; Gemma-2) ---
+; scale_log2 is then 2 scale log2(e) / softcap and softcap_log2 = softcap log2(e): with
+; t = scale_log2 q.k (= 2y log2(e), y = scale q.k / softcap), tanh y = 1 - 2 / (2^t + 1)
+; (v_exp_f32, v_rcp_f32), and the score in log2 units is softcap_log2 (1 - 2 / (2^t + 1)).
+; 2^t = inf gives tanh 1, 2^t = 0 gives -1 (scores of +-inf cap to +-softcap, as tanh does).
+; Error: |tanh - exact| <= ~2^-21 absolute (v_exp_f32 and v_rcp_f32 ~1 ulp each, the rounding
+; of t, 2^t + 1 and 1 - 2r; cancellation near y = 0 makes it absolute, not relative), so a
+; score is within ~softcap 2^-21 of softcap tanh y; tests/test_decode_softcap.py measures it.
+; Cost: 6 VALU ops per score (2 of them transcendental) on top of the scale.
 ; Kernarg: see kernels.yaml.
 ;
 ; --- Pipeline (per wave; tiles in two register buffers, parity = tile index % 2) ---
@@ -243,6 +258,10 @@
 .set s_vs_ps, s_q_ss
 .set s_vs_ss, s_q_hs
 .set s_rowmask, 98          ; [98:99] epilogue: lanes whose row exists
+.set s_ptr_lp, s_rowmask    ; [98:99] prologue: cache_leftpad
+.set s_leftpad, s_pg0       ; prologue: cache_leftpad[b] (the page ids are fetched only after)
+.set s_start, s_pg1         ; prologue: first key of the range (unaligned)
+.set s_softcap, s_max_pages ; SOFTCAP: softcap log2(e) (loaded once the block table row is set)
 .set s_empty, s_tmp64       ; [52:53] epilogue: lanes whose row saw keys, every score -inf
 
 ; --- VGPRs ---
@@ -314,7 +333,7 @@
 .endm
 
 ; K and V descriptors of block \kb of the tile at s_tn, page id s[\pg] (clamped here)
-.macro block_rsrc kb, pg
+.macro block_rsrc kb, pg, ksoff=v_ksoff, vsoff=v_vsoff
     s_min_u32 s[\pg], s[\pg], s[s_pages_m1]             ; out-of-range page ids (negative too): the last page
     s_add_u32 s[s_w], s[s_tn], KV_BLOCK * \kb           ; first key of the block
     s_and_b32 s[s_u], s[s_w], s[s_page_mask]            ; its slot in the page
@@ -325,9 +344,9 @@
     block_rsrc1 s_rsrc_v\kb, s_ptr_v, \pg, s_v_ps, s_v_ss
 .if FP8_TOKEN
     block_rsrc1 s_rsrc_s, s_ptr_ks, \pg, s_ks_ps, s_ks_ss
-    buffer_load_dword v[_kpr + \kb], v[v_ksoff], s[s_rsrc_s:s_rsrc_s+3], 0 offen   ; the block's 16 pairs, once
+    buffer_load_dword v[_kpr + \kb], v[\ksoff], s[s_rsrc_s:s_rsrc_s+3], 0 offen   ; the block's 16 pairs, once
     block_rsrc1 s_rsrc_s, s_ptr_vs, \pg, s_vs_ps, s_vs_ss          ; (the load above read it at issue)
-    buffer_load_dword v[_vpr + \kb], v[v_vsoff], s[s_rsrc_s:s_rsrc_s+3], 0 offen
+    buffer_load_dword v[_vpr + \kb], v[\vsoff], s[s_rsrc_s:s_rsrc_s+3], 0 offen
 .endif
 .endm
 
@@ -537,16 +556,25 @@
 .set KBLOCK_REGS, 4 * NC / (1 + FP8_ANY)   ; VGPRs of one block's K as loaded
 
 ; Tile at s_tn into buffer \p: page ids (fetched a tile ahead) -> descriptors (+ the
-; scale/shift loads), the K loads, and the page ids of the tile after it
-.macro issue_k p
+; scale/shift loads), the K loads, and the page ids of the tile after it. first = 1: block 0
+; loads through first_block_offsets' offsets.
+.macro issue_k p, first=0
     tile_regs \p
     s_waitcnt lgkmcnt(0)                                ; in flight: the tile's page ids -> wait
+.if \first
+    block_rsrc 0, s_pg0, v_ksfirst, v_vsfirst
+.else
     block_rsrc 0, s_pg0
+.endif
     block_rsrc 1, s_pg1
     .irp kb, 0, 1
+        .set _koff, v_koff
+        .if \first && (\kb == 0)
+            .set _koff, v_kfirst
+        .endif
         .irp c, 0, 1, 2, 3
             .if \c < KLOADS / 2
-                buffer_load_dwordx4 v[_kld + KBLOCK_REGS*\kb + 4*\c : _kld + KBLOCK_REGS*\kb + 4*\c + 3], v[v_koff], s[s_rsrc_k\kb:s_rsrc_k\kb+3], 0 offen offset: 16*\c
+                buffer_load_dwordx4 v[_kld + KBLOCK_REGS*\kb + 4*\c : _kld + KBLOCK_REGS*\kb + 4*\c + 3], v[_koff], s[s_rsrc_k\kb:s_rsrc_k\kb+3], 0 offen offset: 16*\c
             .endif
         .endr
     .endr
@@ -556,19 +584,75 @@
     fetch_page s_pg1, s_w
 .endm
 
-; V of the tile whose descriptors issue_k built last, into buffer \p
-.macro issue_v p
+; V of the tile whose descriptors issue_k built last, into buffer \p (first = 1: block 0
+; through first_block_offsets' offsets)
+.macro issue_v p, first=0
     tile_regs \p
     .irp db, 0, 1, 2, 3
         .if \db < NC
             .irp e, 0, 1, 2, 3, 4, 5, 6, 7
+                .set _voff, v_voff
+                .if \first && (\e < 4)
+                    .set _voff, v_vfirst
+                .endif
 .if FP8_ANY
-                buffer_load_ushort v[_vld + 8*\db + \e], v[v_voff + \e % 4], s[s_rsrc_v0 + 4*(\e / 4):s_rsrc_v0 + 4*(\e / 4) + 3], 0 offen offset: 32*\db
+                buffer_load_ushort v[_vld + 8*\db + \e], v[_voff + \e % 4], s[s_rsrc_v0 + 4*(\e / 4):s_rsrc_v0 + 4*(\e / 4) + 3], 0 offen offset: 32*\db
 .else
-                buffer_load_dword v[_vld + 8*\db + \e], v[v_voff + \e % 4], s[s_rsrc_v0 + 4*(\e / 4):s_rsrc_v0 + 4*(\e / 4) + 3], 0 offen offset: 64*\db
+                buffer_load_dword v[_vld + 8*\db + \e], v[_voff + \e % 4], s[s_rsrc_v0 + 4*(\e / 4):s_rsrc_v0 + 4*(\e / 4) + 3], 0 offen offset: 64*\db
 .endif
             .endr
         .endif
+    .endr
+.endm
+
+; The load offsets of the first 16-key block of wave 0's first tile (the only block that
+; can hold keys below the range's start s_start, at most 15 of them, from klo on): those
+; keys' lanes get OOB, so they read zeros and touch no memory (a key before cache_leftpad
+; or a window is never read). Other waves' first tiles start at or past s_start (none).
+.set v_kfirst, v_s          ; K voffset (v_s is free until the first tile's scores)
+.set v_vfirst, v_s + 1      ; [4] V voffsets
+.set v_ksfirst, v_s + 5     ; FP8 = 2: pair voffsets
+.set v_vsfirst, v_s + 6
+.macro first_block_offsets
+    s_sub_u32 s[s_u], s[s_start], s[s_klo]              ; keys of the block before the start
+    s_cmp_eq_u32 s[s_wave], 0
+    s_cselect_b32 s[s_u], s[s_u], 0
+    v_mov_b32 v[v_t3], OOB
+    v_cmp_gt_u32 vcc, s[s_u], v[v_n]                    ; K: lane's key n
+    v_cndmask_b32 v[v_kfirst], v[v_koff], v[v_t3], vcc
+.if FP8_TOKEN
+    v_cmp_gt_u32 vcc, s[s_u], v[v_lane]                 ; pairs: key l (lanes >= 16 are OOB already)
+    v_cndmask_b32 v[v_ksfirst], v[v_ksoff], v[v_t3], vcc
+    v_cndmask_b32 v[v_vsfirst], v[v_vsoff], v[v_t3], vcc
+.endif
+    v_lshlrev_b32 v[v_t2], 2, v[v_g]                    ; V: keys 4g + r
+    .irp r, 0, 1, 2, 3
+        v_add_u32 v[v_t1], \r, v[v_t2]
+        v_cmp_gt_u32 vcc, s[s_u], v[v_t1]
+        v_cndmask_b32 v[v_vfirst + \r], v[v_voff + \r], v[v_t3], vcc
+    .endr
+.endm
+
+; SOFTCAP: the scores v_s become softcap_log2 tanh y, where scale_log2 v_s = 2y log2(e)
+; (header): tanh y = 1 - 2 / (2^(2y log2 e) + 1)
+.macro softcap_scores
+    .irp i, 0, 1, 2, 3, 4, 5, 6, 7
+        v_mul_f32 v[v_s + \i], s[s_scale_log2], v[v_s + \i]
+    .endr
+    .irp i, 0, 1, 2, 3, 4, 5, 6, 7
+        v_exp_f32 v[v_s + \i], v[v_s + \i]
+    .endr
+    .irp i, 0, 1, 2, 3, 4, 5, 6, 7
+        v_add_f32 v[v_s + \i], 1.0, v[v_s + \i]          ; (each exp's result is 7 ops old)
+    .endr
+    .irp i, 0, 1, 2, 3, 4, 5, 6, 7
+        v_rcp_f32 v[v_s + \i], v[v_s + \i]
+    .endr
+    .irp i, 0, 1, 2, 3, 4, 5, 6, 7
+        v_fma_f32 v[v_s + \i], v[v_s + \i], -2.0, 1.0     ; tanh y (each rcp's result is 7 ops old)
+    .endr
+    .irp i, 0, 1, 2, 3, 4, 5, 6, 7
+        v_mul_f32 v[v_s + \i], s[s_softcap], v[v_s + \i]
     .endr
 .endm
 
@@ -579,6 +663,7 @@
     s_load_dwordx2 s[s_ptr_v:s_ptr_v+1], s[s_kernarg:s_kernarg+1], k_v_cache
     s_load_dwordx2 s[s_ptr_sl:s_ptr_sl+1], s[s_kernarg:s_kernarg+1], k_cache_seqlens
     s_load_dwordx2 s[s_ptr_bt:s_ptr_bt+1], s[s_kernarg:s_kernarg+1], k_block_table
+    s_load_dwordx2 s[s_ptr_lp:s_ptr_lp+1], s[s_kernarg:s_kernarg+1], k_cache_leftpad
     s_load_dwordx2 s[s_ptr_o:s_ptr_o+1], s[s_kernarg:s_kernarg+1], k_o
     s_load_dwordx2 s[s_ptr_lse:s_ptr_lse+1], s[s_kernarg:s_kernarg+1], k_lse
     s_load_dwordx2 s[s_ptr_wso:s_ptr_wso+1], s[s_kernarg:s_kernarg+1], k_ws_o
@@ -613,6 +698,7 @@
     s_waitcnt lgkmcnt(0)                                ; in flight: the kernargs -> wait for all
     s_lshl_b32 s[s_t], s[s_wg_z], 2
     s_load_dword s[s_seqlen], s[s_ptr_sl:s_ptr_sl+1], s[s_t]
+    s_load_dword s[s_leftpad], s[s_ptr_lp:s_ptr_lp+1], s[s_t]
 .if FP8_TENSOR
     s_load_dword s[s_kdesc], s[s_ptr_kd:s_ptr_kd+1], 0
     s_load_dword s[s_vdesc], s[s_ptr_vd:s_ptr_vd+1], 0
@@ -626,6 +712,9 @@
     s_lshl_b32 s[s_t], s[s_t], 2
     s_add_u32 s[s_ptr_bt], s[s_ptr_bt], s[s_t]
     s_addc_u32 s[s_ptr_bt+1], s[s_ptr_bt+1], 0
+.if SOFTCAP
+    s_load_dword s[s_softcap], s[s_kernarg:s_kernarg+1], k_softcap_log2
+.endif
     s_mul_i32 s[s_t], s[s_hkv], s[s_k_hs]               ; caches: + kv head offset
     s_add_u32 s[s_ptr_k], s[s_ptr_k], s[s_t]
     s_addc_u32 s[s_ptr_k+1], s[s_ptr_k+1], 0
@@ -670,21 +759,22 @@
     v_add_u32 v[v_voff + 2], s[s_v_ss], v[v_voff + 1]
     v_add_u32 v[v_voff + 3], s[s_v_ss], v[v_voff + 2]
 
-    s_waitcnt lgkmcnt(0)                                ; in flight: seqlen (FP8: descales) -> wait
+    s_waitcnt lgkmcnt(0)                                ; in flight: seqlen, leftpad (FP8: descales; SOFTCAP: softcap) -> wait
 .if FP8_TENSOR
     v_mov_b32 v[v_t0], s[s_scale_log2]
     v_mul_f32 v[v_t0], s[s_kdesc], v[v_t0]              ; k_descale folded into the score scale
     s_nop 0                                             ; VALU write -> v_readfirstlane read: 1 wait state
     v_readfirstlane_b32 s[s_scale_log2], v[v_t0]        ; (read by VALU again only in the loop, far later)
 .endif
-    ; --- key ranges: the split's [lo, lo + chunk) within [0, seqlen); the wave's [klo, khi) ---
-    s_mul_i32 s[s_w], s[s_wg_x], s[s_chunk]             ; split start
+    ; --- key ranges: the split's [lo, lo + chunk) within [leftpad, seqlen); the wave's [klo, khi) ---
+    s_mul_i32 s[s_w], s[s_wg_x], s[s_chunk]
+    s_add_u32 s[s_w], s[s_w], s[s_leftpad]              ; split start
     s_add_u32 s[s_khi], s[s_w], s[s_chunk]
     s_min_i32 s[s_khi], s[s_khi], s[s_seqlen]
     s_sub_i32 s[s_t], s[s_seqlen], s[s_seq_q]           ; qpos of token 0
     s_sub_i32 s[s_t], s[s_t], s[s_window]               ; its window start
-    s_max_i32 s[s_klo], s[s_t], s[s_w]
-    s_and_b32 s[s_klo], s[s_klo], -KV_BLOCK
+    s_max_i32 s[s_start], s[s_t], s[s_w]
+    s_and_b32 s[s_klo], s[s_start], -KV_BLOCK
     ; per lane: lo = max(qpos - window, split start), hi = min(qpos + 1 + future, khi)
     s_sub_i32 s[s_t], s[s_seqlen], s[s_seq_q]
     v_add_u32 v[v_t0], s[s_t], v[v_srow]                ; qpos
@@ -737,6 +827,7 @@
     s_nop 7                                             ; MFMA (4 passes) result -> VALU read: 8 wait states
     v_mov_b32 v[v_sumq], v[v_s]
 .endif
+    first_block_offsets
     s_lshl_b32 s[s_t0], s[s_wave], 5                    ; this wave's first tile: klo + 32 wave
     s_add_u32 s[s_t0], s[s_klo], s[s_t0]
     s_cmp_lt_i32 s[s_t0], s[s_khi]
@@ -796,9 +887,14 @@
         v_fma_mix_f32 v[v_s + \i], v[v_s + \i], v[v_ks + \i], v[v_t0] op_sel:[0,0,0] op_sel_hi:[0,1,0]
     .endr
 .endif
-    ; --- softmax: scale, mask, max over the 4 lane groups, P = exp2(S - m), l ---
+    ; --- softmax: scale (SOFTCAP: and cap), mask, max over the 4 lane groups, P = exp2(S - m), l ---
+.if SOFTCAP
+    softcap_scores
+.endif
     .irp i, 0, 1, 2, 3, 4, 5, 6, 7
+.if SOFTCAP == 0
         v_mul_f32 v[v_s + \i], s[s_scale_log2], v[v_s + \i]
+.endif
         v_add_u32 v[v_t0], 16*(\i / 4) + \i % 4, v[v_key]
         v_cmp_gt_u32 vcc, v[v_span], v[v_t0]            ; lo <= key < lo + span
         v_cndmask_b32 v[v_s + \i], v[v_neginf], v[v_s + \i], vcc
@@ -869,8 +965,8 @@ L_no_rescale\p\()_\last:
 .endm
 
     s_mov_b32 s[s_tn], s[s_t0]
-    issue_k 0
-    issue_v 0
+    issue_k 0, 1
+    issue_v 0, 1
 ; The wave's last tile (no tile of its after it below khi) issues no loads for a next one:
 ; its own variant of the body, so no wave waits on loads of a tile past the end.
 L_tile_even:

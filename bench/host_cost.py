@@ -55,7 +55,7 @@ def cases():
     v_pages = torch.randn(32, 16, 1, 128, generator=gen).bfloat16()
     table = torch.randperm(32, generator=gen).to(torch.int32).view(1, 32)
     seqlens = torch.tensor([500], dtype=torch.int32)
-    decode_args = (q, k_pages, v_pages, seqlens, table, None, None, None, None, None, True, -1, None, None)
+    decode_args = (q, k_pages, v_pages, seqlens, table, None, None, None, None, None, None, True, -1, -1, None, 0.0, None)
     return {
         "mxfp8_gemm M=1 N=K=4096": lambda: gfxasm.mxfp8_gemm(a, sa, b, sb),
         "mxfp8_gemm M=1 N=K=4096, out=": lambda: gfxasm.mxfp8_gemm(a, sa, b, sb, out=out_mx),

@@ -85,12 +85,21 @@ def make_cache(seqlens, heads_kv, dim, dtype, gen, page_size=None, spare_pages=3
     return k, v, table
 
 
-def hide_before_window(tensors, table, seqlens, seq_q, window_left):
-    """Copies of cache-shaped tensors with NaN in every key slot below the first 16-key block
-    any query's window reaches (the kernel must not read them; the reference masks them)."""
-    tensors = [t.clone() for t in tensors]
-    for b, n in enumerate(seqlens):
-        cut = max(0, n - seq_q - window_left) // 16 * 16
+def hide_before_start(tensors, table, seqlens, seq_q, left, leftpad):
+    """Copies of cache-shaped tensors with NaN in every key slot before the batch entry's
+    cache_leftpad and before the first query's window (the kernel must not read them, nor
+    load them into a tile: V = NaN weighed by P = 0 would make O NaN). The copies keep the
+    tensors' strides (views of one pool stay views of one, copied pool); with nothing to
+    hide, the tensors themselves."""
+    cuts = [max(leftpad[b], n - seq_q - left if left >= 0 else 0) for b, n in enumerate(seqlens)]
+    if not any(cuts):
+        return tensors
+    storages = {}
+    for t in tensors:                 # one copy per storage: K and V views of one pool share it
+        storages.setdefault(t.untyped_storage().data_ptr(), t.untyped_storage().clone())
+    tensors = [torch.empty(0, dtype=t.dtype).set_(storages[t.untyped_storage().data_ptr()], t.storage_offset(),
+                                                  t.shape, t.stride()) for t in tensors]
+    for b, cut in enumerate(cuts):
         for j in range(cut):
             for t in tensors:
                 if table is None:
@@ -115,12 +124,14 @@ def poisoned_out(q):
 
 
 def check(seqlens, heads_q, heads_kv, seq_q=1, dim=128, dtype=torch.bfloat16, page_size=None, causal=True,
-          window_left=-1, sinks=False, num_splits=None, seed=0, cache=None, softmax_scale=None, fp8=None,
-          scales=None, q=None):
+          window=-1, sinks=False, num_splits=None, seed=0, cache=None, softmax_scale=None, fp8=None,
+          scales=None, q=None, leftpad=None, softcap=0.0):
     """fp8: None (cache in q's dtype), "tensor" (e4m3, random per-tensor descales) or "token"
-    (e4m3, random per-token (scale, shift) pairs, NaN where the cache is unused). sinks: a
-    bool (True: random) or the [heads_q] tensor itself; scales: the FP8 scale arguments
-    themselves, instead of random ones; q: q itself, instead of a random one."""
+    (e4m3, random per-token (scale, shift) pairs, NaN where the cache is unused). window:
+    window_size, or an int: its left bound. sinks: a bool (True: random) or the [heads_q]
+    tensor itself; scales: the FP8 scale arguments themselves, instead of random ones; q: q
+    itself, instead of a random one; leftpad: cache_leftpad as a list (its keys are NaN)."""
+    window_size = (window, -1) if isinstance(window, int) else tuple(window)
     gen = torch.Generator().manual_seed(seed)
     batch = len(seqlens)
     if q is None:
@@ -142,19 +153,21 @@ def check(seqlens, heads_q, heads_kv, seq_q=1, dim=128, dtype=torch.bfloat16, pa
     out, base = poisoned_out(q)
     names = ["k", "v"] + [n for n, t in descales.items() if t.dim() == 4]
     given = [k, v] + [descales[n] for n in names[2:]]
-    hidden = dict(zip(names, hide_before_window(given, table, seqlens, seq_q, window_left) if window_left >= 0
-                      else given))
+    pads = leftpad or [0] * batch
+    leftpad_t = torch.tensor(leftpad, dtype=torch.int32) if leftpad is not None else None
+    hidden = dict(zip(names, hide_before_start(given, table, seqlens, seq_q, window_size[0], pads)))
     o, lse = gfxasm.decode_attention(q, hidden.pop("k"), hidden.pop("v"), seqlens_t, block_table=table, causal=causal,
-                                     window_left=window_left, sinks=sink_t, num_splits=num_splits, out=out,
-                                     return_lse=True, softmax_scale=softmax_scale, **{**descales, **hidden})
+                                     window_size=window_size, sinks=sink_t, num_splits=num_splits, out=out,
+                                     return_lse=True, softmax_scale=softmax_scale, cache_leftpad=leftpad_t,
+                                     softcap=softcap, **{**descales, **hidden})
     assert o is out
     assert torch.isnan(base[:, :, 0]).all() and torch.isnan(base[:, :, -1]).all(), "a store landed outside out"
     if table is not None:
         last = k.shape[0] - 1                         # the device's clamp (ids read as unsigned)
         table = torch.where((table < 0) | (table > last), torch.full_like(table, last), table)
     o_ref, lse_ref, o_abs = da.reference(q, k, v, seqlens_t, block_table=table, causal=causal,
-                                         window_left=window_left, sinks=sink_t, softmax_scale=softmax_scale,
-                                         **descales)
+                                         window_size=window_size, sinks=sink_t, softmax_scale=softmax_scale,
+                                         cache_leftpad=leftpad_t, softcap=softcap, **descales)
     assert not torch.isnan(o).any(), f"{int(torch.isnan(o).sum())} O elements NaN (unwritten, or a NaN slot read)"
     err = (o.double() - o_ref).abs()
     bound = da.tolerance(o_ref, o_abs, dtype)
@@ -166,7 +179,8 @@ def check(seqlens, heads_q, heads_kv, seq_q=1, dim=128, dtype=torch.bfloat16, pa
     assert torch.equal(torch.isinf(lse), torch.isinf(lse_ref)), "LSE -inf where the reference is not (or not)"
     finite = torch.isfinite(lse_ref)
     lse_err = (lse.double() - lse_ref)[finite].abs()
-    assert (lse_err <= da.LSE_TOL * lse_ref[finite].abs().clamp(min=1)).all(), f"max LSE error {lse_err.max():.3g}"
+    lse_tol = da.LSE_TOL * lse_ref[finite].abs().clamp(min=1) + da.SOFTCAP_ERROR * softcap
+    assert (lse_err <= lse_tol).all(), f"max LSE error {lse_err.max():.3g}"
     return o
 
 
@@ -422,8 +436,15 @@ def test_bad_contiguous_cache(no_launch):
 
 def test_bad_options(no_launch):
     raises(TypeError, "'causal' must be a bool", causal=1)
-    raises(ValueError, "'window_left' must be an int >= -1", window_left=-2)
-    raises(ValueError, "'window_left' must be an int >= -1", window_left=3.0)
+    for window in ((-2, -1), (3.0, -1), (3,), 5, (True, 0), (1, 2, 3), (-1, -2)):
+        raises(ValueError, re.escape("'window_size' must be two ints >= -1 (left, right; -1: unbounded), got "
+                                     f"{window!r}"), window_size=window)
+    raises(ValueError, "'window_size' right must be -1 or 0 with causal=True", window_size=(4, 1))
+    for softcap in (-1.0, float("nan"), float("inf"), "3", True):
+        raises(ValueError, re.escape(f"'softcap' must be a finite number >= 0 (0: none), got {softcap!r}"),
+               softcap=softcap)
+    raises(ValueError, "'softcap' 1e-300 with softmax_scale", softcap=1e-300)
+    raises(ValueError, "'softcap' 1e\\+300 with softmax_scale", softcap=1e300)
     raises(TypeError, "'sinks' dtype must be torch.float32", sinks=torch.zeros(8, dtype=torch.bfloat16))
     raises(ValueError, r"'sinks' must be \[8\]", sinks=torch.zeros(4))
     raises(ValueError, r"'num_splits' must be an int in \[1, 64\] or None, got 0", num_splits=0)
@@ -491,8 +512,22 @@ def test_non_finite_pairs_refused(no_launch, name):
     launched(**pairs_call(name, 5, 4, float("inf")))             # key 20 of batch 0: past its cache_seqlens
     launched(**pairs_call(name, 0, 0, float("nan")))             # page 0: no sequence's
     # a window of 5 behind the one query: batch 1 sees keys 24..29, no query key 23
-    launched(**pairs_call(name, 3, 7, float("inf")), window_left=5)
-    raises(ValueError, seen.format(1, 24), **pairs_call(name, 3, 8, float("inf")), window_left=5)
+    launched(**pairs_call(name, 3, 7, float("inf")), window_size=(5, -1))
+    raises(ValueError, seen.format(1, 24), **pairs_call(name, 3, 8, float("inf")), window_size=(5, -1))
+
+
+def test_bad_cache_leftpad(no_launch):
+    raises(TypeError, "'cache_leftpad' dtype must be torch.int32, got torch.int64",
+           cache_leftpad=torch.zeros(2, dtype=torch.int64))
+    raises(ValueError, re.escape("'cache_leftpad' must be [2], got (3,)"), cache_leftpad=torch.zeros(3, dtype=torch.int32))
+    raises(ValueError, "'cache_leftpad' must be contiguous", cache_leftpad=torch.zeros(4, dtype=torch.int32)[::2])
+    raises(ValueError, re.escape("'cache_leftpad' must be within [0, cache_seqlens], got 31 for batch entry 1 "
+                                 "(cache_seqlens 30)"), cache_leftpad=torch.tensor([5, 31], dtype=torch.int32))
+    raises(ValueError, r"'cache_leftpad' must be within \[0, cache_seqlens\], got -1 for batch entry 0",
+           cache_leftpad=torch.tensor([-1, 0], dtype=torch.int32))
+    raises(ValueError, r"'cache_leftpad' must be on q's device \(cpu\), got meta",
+           cache_leftpad=torch.zeros(2, dtype=torch.int32, device="meta"))
+    launched(cache_leftpad=torch.tensor([5, 30], dtype=torch.int32))        # every key padding: legal
 
 
 def test_data_checks_survive_the_plan_cache(no_launch):
@@ -723,3 +758,157 @@ def test_inf_in_k(page, splits, sinks):
                 k[int(table[b, j // page]), j % page, :, 3] = float("-inf")
     sink_t = torch.randn(4, generator=gen) if sinks else None
     check_special(q, k, v, seqlens, table, 1 if sinks else 9, causal=False, num_splits=splits, sinks=sink_t)
+
+
+# ------------------------------------------------------------------ window_size, cache_leftpad, softcap
+
+# (seqlens, Hq, Hkv, Sq, D, dtype, page_size, causal, window_size, sinks, num_splits, leftpad, softcap, fp8)
+FEATURE_CASES = [
+    # non-causal with a right bound (query s sees up to pos + 2) and a left one, page 16, splits
+    ([100, 37, 5], 8, 2, 4, 128, "bf16", 16, False, (20, 2), False, 3, None, 0.0, None),
+    # right bound only, contiguous, GQA 16 x Sq 4 (4 row tiles), D 64
+    ([60, 90], 16, 1, 4, 64, "f16", None, False, (-1, 0), True, 2, None, 0.0, None),
+    # left-padded batch (pads not multiples of 16; one entry all padding: no key; one whose pad
+    # leaves fewer keys than Sq: its first queries see none), paged 16, split boundaries
+    ([90, 40, 17, 33], 8, 1, 4, 128, "bf16", 16, True, (-1, -1), False, 3, [21, 40, 15, 0], 0.0, None),
+    # leftpad with a window (the range starts at the later of the two), contiguous, splits, sinks
+    ([130, 70], 4, 4, 2, 64, "f16", None, True, (25, 0), True, 2, [90, 3], 0.0, None),
+    # leftpad past a whole page (page 64: that page is never read) and a right-bounded window
+    ([200, 150], 8, 2, 1, 128, "f16", 64, False, (40, 5), False, None, [70, 130], 0.0, None),
+    # softcap alone (both dtypes, both D), with a window, with sinks and splits
+    ([77, 20, 0], 8, 1, 2, 128, "bf16", 16, True, (-1, -1), False, 1, None, 15.0, None),
+    ([150, 64], 16, 2, 1, 64, "f16", None, True, (30, -1), True, 3, None, 30.0, None),
+    # everything together: window, sinks, softcap, leftpad, on FP8 per-tensor and per-token caches
+    ([120, 45], 8, 2, 4, 64, "bf16", 16, True, (33, 0), True, 2, [7, 19], 20.0, "tensor"),
+    ([120, 45], 8, 2, 2, 128, "f16", 16, False, (33, 3), True, 3, [7, 19], 10.0, "token"),
+    ([64, 100], 4, 1, 1, 128, "bf16", None, True, (-1, -1), False, 1, [50, 0], 0.0, "token"),
+]
+
+
+@pytest.mark.parametrize("seqlens,hq,hkv,sq,dim,dtype,page,causal,window,sinks,splits,leftpad,softcap,fp8",
+                         FEATURE_CASES, ids=lambda x: str(x))
+def test_window_leftpad_softcap(seqlens, hq, hkv, sq, dim, dtype, page, causal, window, sinks, splits, leftpad,
+                                softcap, fp8):
+    check(seqlens, hq, hkv, sq, dim, DTYPES[dtype], page, causal, window, sinks, splits, leftpad=leftpad,
+          softcap=softcap, fp8=fp8)
+
+
+def test_rows_whose_window_holds_no_key():
+    # non-causal right bound 0 with a leftpad past the first queries' positions: those rows see
+    # no key (O = 0, LSE = -inf), the others do; a left window of 0 sees only its own key
+    check([40, 18], 8, 2, 8, 64, torch.bfloat16, 16, False, (3, 0), False, 2, leftpad=[36, 17])
+    check([40, 18], 8, 2, 4, 128, torch.float16, None, True, (0, 0), False, 1, leftpad=[5, 0])
+
+
+@pytest.mark.parametrize("dim,dtype,fp8", [(128, "bf16", None), (64, "f16", "tensor")])
+def test_softcap_error_bound(dim, dtype, fp8):
+    # window (0, 0): each row sees exactly its own key, so LSE is that key's capped score and
+    # |LSE - softcap tanh(scale q.k / softcap)| measures the kernel's tanh (v_exp_f32,
+    # v_rcp_f32): within SOFTCAP_ERROR * softcap, over scores across tanh's range (|y| up to ~6)
+    gen = torch.Generator().manual_seed(5)
+    seqlens, softcap, dtype = [64, 33], 4.0, DTYPES[dtype]
+    q = (torch.randn(2, 16, 8, dim, generator=gen) * 2).to(dtype)
+    kv_dtype = torch.float8_e4m3fn if fp8 else dtype
+    k, v, table = make_cache(seqlens, 2, dim, kv_dtype, gen)
+    scales = dict(k_descale=torch.tensor([0.75]), v_descale=torch.tensor([1.0])) if fp8 else {}
+    _, lse = gfxasm.decode_attention(q, k, v, torch.tensor(seqlens, dtype=torch.int32), window_size=(0, 0),
+                                     softcap=softcap, num_splits=1, return_lse=True, **scales)
+    _, lse_ref, _ = da.reference(q, k, v, torch.tensor(seqlens, dtype=torch.int32), window_size=(0, 0),
+                                 softcap=softcap, **scales)
+    raw = lse_ref.abs().max()
+    assert raw > 0.95 * softcap, "the scores should reach tanh's flat range"
+    err = (lse.double() - lse_ref).abs().max()
+    assert err <= da.SOFTCAP_ERROR * softcap, f"softcap score error {err:.3g} > {da.SOFTCAP_ERROR * softcap:.3g}"
+
+
+def test_reference_window_and_leftpad_by_hand():
+    # the reference's visibility against a direct count: leftpad 3, seqlen 10, Sq 2 non-causal
+    # window (2, 1): query 0 at position 10 - 3 - 2 = 5 (key 8) sees keys 6..9, query 1 keys 7..9
+    q = torch.zeros(1, 2, 1, 64, dtype=torch.bfloat16)
+    k = torch.zeros(1, 12, 1, 64, dtype=torch.bfloat16)
+    v = torch.arange(12, dtype=torch.float32).view(1, 12, 1, 1).expand(1, 12, 1, 64).to(torch.bfloat16)
+    o, lse, _ = da.reference(q, k, v, torch.tensor([10], dtype=torch.int32), causal=False, window_size=(2, 1),
+                             cache_leftpad=torch.tensor([3], dtype=torch.int32))
+    assert o[0, 0, 0, 0].item() == pytest.approx((6 + 7 + 8 + 9) / 4) and lse[0, 0, 0].item() == pytest.approx(math.log(4))
+    assert o[0, 1, 0, 0].item() == pytest.approx((7 + 8 + 9) / 3) and lse[0, 0, 1].item() == pytest.approx(math.log(3))
+
+
+# ------------------------------------------------------------------ K and V as views of one pool; HND
+
+def _u8(t):
+    return t.view(torch.uint8)
+
+
+def pool_views(k, v, layout):
+    """k and v ([N, page, Hkv, X]: caches or their (scale, shift) pairs) copied into one pool
+    tensor of `layout`, returned as views of it shaped like k and v:
+      nkv   [N, 2, page, Hkv, X]   (flashinfer, SGLang)
+      kvn   [2, N, page, Hkv, X]   (vLLM)
+      hnd   k and v each [N, Hkv, page, X], permuted (flashinfer's HND)
+      nkhv  [N, 2, Hkv, page, X]   (one HND pool), permuted"""
+    dtype = k.dtype
+    if layout == "nkv":
+        pool = torch.stack([_u8(k), _u8(v)], 1).view(dtype)
+        return pool[:, 0], pool[:, 1]
+    if layout == "kvn":
+        pool = torch.stack([_u8(k), _u8(v)], 0).view(dtype)
+        return pool[0], pool[1]
+    if layout == "hnd":
+        return tuple(_u8(t).transpose(1, 2).contiguous().view(dtype).transpose(1, 2) for t in (k, v))
+    assert layout == "nkhv"
+    pool = torch.stack([_u8(k).transpose(1, 2), _u8(v).transpose(1, 2)], 1).contiguous().view(dtype)
+    return pool[:, 0].transpose(1, 2), pool[:, 1].transpose(1, 2)
+
+
+def check_pool(layout, page, fp8, dim, dtype, seq_q, seqlens, seed, **options):
+    gen = torch.Generator().manual_seed(seed)
+    k, v, table = make_cache(seqlens, 2, dim, torch.float8_e4m3fn if fp8 else dtype, gen, page)
+    k_view, v_view = pool_views(k, v, layout)
+    assert k_view.data_ptr() != k.data_ptr() and torch.equal(_u8(k_view), _u8(k)) and torch.equal(_u8(v_view), _u8(v))
+    scales = None
+    if fp8 == "token":
+        ks, vs = pool_views(nan_pairs_like(k, gen), nan_pairs_like(v, gen), layout)
+        scales = dict(k_scale_shift=ks, v_scale_shift=vs)
+    elif fp8 == "tensor":
+        scales = dict(k_descale=torch.tensor([0.625]), v_descale=torch.tensor([1.5]))
+    check(seqlens, 8, 2, seq_q, dim, dtype, page, cache=(k_view, v_view, table), fp8=fp8, scales=scales, **options)
+
+
+POOL_CASES = [("nkv", 16, None, 128, torch.bfloat16), ("kvn", 64, "token", 64, torch.float16),
+              ("hnd", 16, "tensor", 128, torch.float16), ("nkhv", None, None, 64, torch.bfloat16),
+              ("nkhv", 16, "token", 128, torch.bfloat16), ("hnd", None, "token", 64, torch.bfloat16)]
+
+
+@pytest.mark.parametrize("layout,page,fp8,dim,dtype", POOL_CASES, ids=str)
+def test_kv_views_of_one_pool(layout, page, fp8, dim, dtype):
+    # the kernel steps K and V (and their pairs) by their own byte strides: views of one pool,
+    # in either order or HND, need no copy; the pool's other half and unused slots are NaN
+    check_pool(layout, page, fp8, dim, dtype, 2, [70, 33, 0], seed=31, num_splits=2, window=(40, 0), leftpad=[5, 0, 0],
+               sinks=True)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("layout", ["nkv", "kvn", "hnd", "nkhv"])
+@pytest.mark.parametrize("page", [16, 64, None])
+@pytest.mark.parametrize("fp8", [None, "tensor", "token"])
+@pytest.mark.parametrize("dim", [64, 128])
+def test_kv_views_of_one_pool_full(layout, page, fp8, dim):
+    check_pool(layout, page, fp8, dim, torch.float16 if dim == 64 else torch.bfloat16, 4, [130, 17, 64], seed=32,
+               softcap=12.0, leftpad=[3, 0, 20], window=(50, -1))
+
+
+def test_combined_pool_over_4gib_high_page_ids():
+    # K and V as views of one [pages, 2, page, Hkv, D] pool of 34,000 pages of 256 keys (128 KiB
+    # each: 4.5 GB, allocated lazily): the sequences' pages are >= 33,000, byte offsets past 2^32
+    gen = torch.Generator().manual_seed(33)
+    pool = torch.empty(34_000, 2, 256, 1, 128, dtype=torch.bfloat16)
+    pool[33_000:].fill_(float("nan"))
+    seqlens = [300, 513]
+    ids = (33_000 + torch.randperm(1000, generator=gen)[:5]).tolist()
+    table = torch.tensor([[ids[0], ids[1], -1], [ids[2], ids[3], ids[4]]], dtype=torch.int32)
+    for b, n in enumerate(seqlens):
+        for i in range(da.cdiv(n, 256)):
+            keys = min(256, n - 256 * i)
+            pool[table[b, i], :, :keys] = torch.randn(2, keys, 1, 128, generator=gen).to(torch.bfloat16)
+    assert pool[:, 0].stride(0) * 2 * 33_000 > 2**32
+    check(seqlens, 8, 1, 1, 128, torch.bfloat16, 256, cache=(pool[:, 0], pool[:, 1], table), num_splits=2)

@@ -312,7 +312,7 @@ def test_fuzz_mxfp8_gemm(capsys):
 # ------------------------------------------------------------------ decode_attention
 
 DECODE_ARGS = ("q", "k_cache", "v_cache", "cache_seqlens", "block_table", "k_descale", "v_descale", "k_scale_shift",
-               "v_scale_shift", "softmax_scale", "causal", "window_left", "sinks", "num_splits", "out", "return_lse")
+               "v_scale_shift", "softmax_scale", "causal", "window_size", "sinks", "num_splits", "out", "return_lse")
 DECODE_COUNTS: Counter = Counter()
 Q_LAYOUTS = [("contiguous", 0)] * 3 + [("sliced", 2), ("padded", 3), ("transposed", 2)]
 CACHE_LAYOUTS = [("contiguous", 0)] * 3 + [("padded", 3), ("sliced", 2)]
@@ -441,7 +441,7 @@ def fuzz_decode_attention(c):
                        {"fresh": "contiguous", "padded": "padded", "broadcast": "broadcast"}[c["out"]], 2)
     inputs = {name: t.clone() if isinstance(t, torch.Tensor) else t for name, t in a.items()}
     result = call(DECODE_COUNTS, DECODE_ARGS, lambda: gfxasm.decode_attention(
-        **a, softmax_scale=c["softmax_scale"], causal=c["causal"], window_left=c["window_left"],
+        **a, softmax_scale=c["softmax_scale"], causal=c["causal"], window_size=(c["window_left"], -1),
         num_splits=c["num_splits"], out=out, return_lse=c["return_lse"]))
     if result is None:
         return

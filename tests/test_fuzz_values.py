@@ -550,7 +550,7 @@ def test_fuzz_batch_prefill_values(capsys):
 # ------------------------------------------------------------------ decode_attention
 
 DECODE_ARGS = ("q", "k_cache", "v_cache", "cache_seqlens", "block_table", "k_descale", "v_descale", "k_scale_shift",
-               "v_scale_shift", "softmax_scale", "causal", "window_left", "sinks", "num_splits", "out", "return_lse")
+               "v_scale_shift", "softmax_scale", "causal", "window_size", "sinks", "num_splits", "out", "return_lse")
 DECODE_COUNTS: Counter = Counter()
 SINKS = (NAN, INF, -INF, 1e30, -1e30, -0.0, 1e-45, 3.4e38)
 
@@ -615,7 +615,7 @@ def check_decode_attention(c: dict) -> None:
     else:
         a[target] = torch.tensor([kind], dtype=torch.float32)
     result = call(DECODE_COUNTS, DECODE_ARGS, lambda: gfxasm.decode_attention(
-        **a, causal=c["causal"], window_left=c["window_left"], num_splits=c["num_splits"],
+        **a, causal=c["causal"], window_size=(c["window_left"], -1), num_splits=c["num_splits"],
         return_lse=c["return_lse"]))
     what = f"{target} {kind}"
     if result is None:

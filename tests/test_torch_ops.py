@@ -131,10 +131,10 @@ def decode_inputs(seed=0, batch=2, seq_q=2, heads_q=4, heads_kv=2, dim=64, page=
 
 
 def decode_args(q, k, v, seqlens, table, k_descale=None, v_descale=None, pairs=(None, None), softmax_scale=None,
-                causal=True, window_left=-1, sinks=None, num_splits=None):
+                causal=True, window_size=(-1, -1), sinks=None, num_splits=None, cache_leftpad=None, softcap=0.0):
     """The ops' positional arguments up to num_splits, in schema order."""
-    return (q, k, v, seqlens, table, k_descale, v_descale, *pairs, softmax_scale, causal, window_left, sinks,
-            num_splits)
+    return (q, k, v, seqlens, table, cache_leftpad, k_descale, v_descale, *pairs, softmax_scale, causal, *window_size,
+            sinks, softcap, num_splits)
 
 
 def test_opcheck_decode_attention():
@@ -145,7 +145,8 @@ def test_opcheck_decode_attention():
     g = torch.Generator().manual_seed(2)
     k_flat, v_flat = (torch.randn(2, 40, 2, 64, generator=g).bfloat16() for _ in range(2))     # contiguous cache
     torch.library.opcheck(torch.ops.gfxasm.decode_attention_out.default,
-                          decode_args(q, k_flat, v_flat, seqlens, None, softmax_scale=0.3, causal=False, window_left=9)
+                          decode_args(q, k_flat, v_flat, seqlens, None, softmax_scale=0.3, causal=False, window_size=(9, 2),
+                                      cache_leftpad=torch.tensor([3, 0], dtype=torch.int32), softcap=20.0)
                           + (nan_like(q.shape, q.dtype), nan_like((2, 4, 2), torch.float32)))
     fp8 = torch.randn(k.shape, generator=g).to(torch.float8_e4m3fn)
     pairs = (da.random_pairs(k.shape, g), da.random_pairs(k.shape, g))
@@ -187,7 +188,7 @@ def test_decode_compile_fullgraph_equals_eager():
     def f(q, k, v, seqlens, table, sinks, out):
         o, lse = gfxasm.decode_attention(q, k, v, seqlens, block_table=table, sinks=sinks, num_splits=2,
                                          return_lse=True)
-        gfxasm.decode_attention(q, k, v, seqlens, block_table=table, window_left=9, out=out)
+        gfxasm.decode_attention(q, k, v, seqlens, block_table=table, window_size=(9, -1), out=out)
         return o, lse
 
     compiled = torch.compile(f, fullgraph=True)

@@ -9,10 +9,19 @@ flash-attention's `flash_attn_with_kvcache` conventions:
   * k_cache / v_cache in q's dtype: contiguous [B, S_max, Hkv, D], or paged
     [num_pages, page_size, Hkv, D] with block_table [B, max_pages] int32 (page_size a power
     of two >= 16). Key j of batch b sits in page block_table[b, j // page_size].
-  * cache_seqlens [B] int32: keys visible to the batch entry, the Sq new tokens included
+  * cache_seqlens [B] int32: the end of the batch entry's keys, the Sq new tokens included
     (they are its last Sq keys). 0 gives O = 0 and LSE = -inf.
-  * causal=True: query token s sees key j iff j <= seqlen - Sq + s (bottom-right aligned).
-    window_left >= 0 (flash-attention's sliding window): also j >= seqlen - Sq + s - window_left.
+  * cache_leftpad [B] int32 (optional, flash-attention's): the batch entry's keys start at
+    cache_leftpad[b] (transformers' left-padded batches); keys before it are never read.
+    Positions count from it, which leaves the bounds below unchanged in cache indices.
+  * Query token s sits at key position pos = seqlen - Sq + s (bottom-right aligned) and sees
+    key j iff leftpad <= j < seqlen and pos - left <= j <= pos + right, where
+    window_size = (left, right), -1 unbounded. causal=True means right = 0 (a right > 0 with
+    causal is an error; right -1 or 0 are accepted).
+  * softcap > 0 (Gemma-2): each score becomes softcap * tanh(softmax_scale * q.k / softcap)
+    before the mask, computed in the kernel (variant SOFTCAP) from v_exp_f32 and v_rcp_f32:
+    within SOFTCAP_ERROR * softcap of the exact value (tests/test_decode_attention.py
+    measures it).
   * sinks [Hq] float32, finite: one attention-sink logit per query head (gpt-oss), added to
     each row's softmax denominator only; the LSE returned includes it.
   * softmax_scale defaults to 1/sqrt(D). O [B, Sq, Hq, D] in q's dtype (written into `out`
@@ -31,8 +40,9 @@ documents how num_splits is chosen.
 Page ids are not validated on the host (that would need a device sync): the kernel clamps
 each id to [0, num_pages - 1] (a negative id, read as unsigned, becomes num_pages - 1), so
 a bad id reads a wrong page of the pool, never memory outside it. Page-table entries past a
-sequence's end (and pages wholly before a sliding window) are never read, nor are cache
-rows at or past cache_seqlens.
+sequence's end (and pages wholly before cache_leftpad or a sliding window) are never read,
+nor are cache rows at or past cache_seqlens, nor rows before cache_leftpad or before the
+first query's window (those in a 16-key block the kernel reads load as zeros).
 
 FP8 caches: k_cache and v_cache torch.float8_e4m3fn (OCP e4m3) with either per-tensor
 float32 k_descale and v_descale (one element each, read on the device: the keys are
@@ -43,18 +53,19 @@ shift, xformers' row-wise asymmetric FP8). One kind (`Fp8`), for both K and V.
 Descales must be finite and > 0, and need no narrower range: the kernel folds k_descale
 into the score scale and v_descale into O's final 1 / l, which gives the reference's
 answer for any such value where the answer fits (a subnormal and 2^124 included). The
-pairs of every key a query sees (below cache_seqlens, from the first query's window start
-on) must be finite: the kernel computes a score as scale (q.k) + shift sum(q), so a K pair
+pairs of every key a query sees (below cache_seqlens, from cache_leftpad and the first
+query's window start on) must be finite: the kernel computes a score as scale (q.k) + shift sum(q), so a K pair
 holding +-inf gives a finite score where the float64 reference gives NaN.
 
 Everything checkable on the host is checked before any launch: a violation is a
 ValueError/TypeError naming the argument. The data checks (cache_seqlens within the cache,
-finite sinks, descales finite and > 0, finite pairs) read CPU tensors only: on a GPU the
+cache_leftpad within [0, cache_seqlens], finite sinks, descales finite and > 0, finite pairs) read CPU tensors only: on a GPU the
 data is not read (that would synchronise), and such inputs are the caller's to avoid.
 
 torch ops (declared on loader/ops/framework.py): gfxasm::decode_attention(q, k_cache,
-v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift, v_scale_shift,
-softmax_scale, causal, window_left, sinks, num_splits, return_lse) -> (out, lse), lse
+v_cache, cache_seqlens, block_table, cache_leftpad, k_descale, v_descale, k_scale_shift,
+v_scale_shift, softmax_scale, causal, window_left, window_right, sinks, softcap, num_splits,
+return_lse) (the Python call's window_size is (window_left, window_right)) -> (out, lse), lse
 empty unless return_lse; gfxasm::decode_attention_out(the same but return_lse, out!,
 lse!?). Their fake kernels check what metadata tells (meta tensors throughout give the
 output shapes; torch.compile traces them). The checked, prepared launches are cached per
@@ -73,7 +84,7 @@ import torch
 from ..gridexpr import cdiv
 from ..launcher import prepare
 from ..manifest import Variant, default_manifest
-from . import fmha, framework
+from . import arguments, fmha, framework
 
 NAME = "decode_attention"
 KERNEL = "decode_attn"
@@ -89,9 +100,11 @@ WAVES_PER_GROUP = 8                # kernels.yaml decode_attn workgroup / 64 (a 
 WAVES_PER_CU = 4                   # target resident waves per CU for the split model
 MIN_SPLIT_KEYS = 512               # a split should give each of its 8 waves >= 2 tiles
 MAX_SPLITS = 64
-NO_LIMIT = 2**30                   # window_left / future keys meaning "none"
+NO_LIMIT = 2**30                   # a window bound (left or right) meaning "none"
 CONTIGUOUS_SHIFT = 31              # page_shift of a contiguous cache: one page per batch entry
 LOG2E = 1.4426950408889634
+SOFTCAP_ERROR = 2.0**-20           # |kernel score - softcap tanh(.)| <= SOFTCAP_ERROR softcap (asm header: ~2^-21)
+_F32_NORMAL = (2.0**-126, 2.0**127)
 _U32 = 2**32
 _MAX_OFFSET = 2**31                # the kernels' descriptors hold offsets below 2^31
 _ALIGN = 16
@@ -146,7 +159,9 @@ class _Checked:
     """What the checks derive from a call; the rest the plan reads off the call itself."""
     fp8: Fp8
     scale: float                   # softmax_scale
-    window_left: int               # -1: no window
+    left: int                      # window_size: -1 unbounded
+    right: int                     # 0 for causal
+    softcap: float                 # 0: none
     capacity: int                  # keys one sequence can hold (contiguous: S_max)
 
 
@@ -306,13 +321,43 @@ def _check_cache_layout(call) -> None:
                                   f"heads)")
 
 
-def _check_options(call, heads_q: int, dim: int) -> tuple[float, int]:
-    """causal, window_left, sinks, num_splits, softmax_scale; returns (softmax scale, window_left)."""
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _check_window(call) -> tuple[int, int]:
+    """window_size = (window_left, window_right) with causal; returns them, -1 for unbounded
+    (causal: right 0)."""
+    window = (call.window_left, call.window_right)
+    if not all(_is_int(w) and w >= -1 for w in window):
+        call.fail(ValueError, f"'window_size' must be two ints >= -1 (left, right; -1: unbounded), got {window!r}")
+    left, right = (-1 if w >= NO_LIMIT else w for w in window)
+    if call.causal:
+        if right > 0:
+            call.fail(ValueError, f"'window_size' right must be -1 or 0 with causal=True (causal means right = 0), "
+                                  f"got {right}")
+        right = 0
+    return left, right
+
+
+def _check_softcap(call, scale: float) -> float:
+    """softcap: a finite number >= 0 (0: none) whose kernel constants are normal f32."""
+    softcap = call.softcap
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not math.isfinite(softcap) or softcap < 0:
+        call.fail(ValueError, f"'softcap' must be a finite number >= 0 (0: none), got {softcap!r}")
+    lo, hi = _F32_NORMAL
+    if softcap and not (lo <= softcap * LOG2E <= hi and lo <= 2 * scale * LOG2E / softcap <= hi):
+        call.fail(ValueError, f"'softcap' {softcap!r} with softmax_scale {scale!r}: softcap log2(e) and "
+                              f"2 softmax_scale log2(e) / softcap must be normal float32 values")
+    return float(softcap)
+
+
+def _check_options(call, heads_q: int, dim: int) -> tuple[float, int, int, float]:
+    """causal, window_size, sinks, softcap, num_splits, softmax_scale; returns (softmax scale,
+    left, right, softcap)."""
     if not isinstance(call.causal, bool):
         call.fail(TypeError, f"'causal' must be a bool, got {type(call.causal).__name__}")
-    window_left = call.window_left
-    if isinstance(window_left, bool) or not isinstance(window_left, int) or window_left < -1:
-        call.fail(ValueError, f"'window_left' must be an int >= -1 (-1: no window), got {window_left!r}")
+    left, right = _check_window(call)
     if call.sinks is not None:
         _vector(call, "sinks", torch.float32, heads_q, "[heads_q] float32")
     num_splits = call.num_splits
@@ -324,7 +369,7 @@ def _check_options(call, heads_q: int, dim: int) -> tuple[float, int]:
         scale = 1.0 / math.sqrt(dim)
     elif isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
         call.fail(ValueError, f"'softmax_scale' must be a finite float > 0, got {scale!r}")
-    return float(scale), -1 if window_left >= NO_LIMIT else window_left
+    return float(scale), left, right, _check_softcap(call, float(scale))
 
 
 def _check_outputs(call, q: torch.Tensor) -> None:
@@ -359,11 +404,13 @@ def _check(call) -> _Checked:
     if call.block_table is not None:
         _check_block_table(call, batch)
     _vector(call, "cache_seqlens", torch.int32, batch, "[batch] int32")
+    if call.cache_leftpad is not None:
+        _vector(call, "cache_leftpad", torch.int32, batch, "[batch] int32")
     capacity = call.block_table.shape[1] * page_size if call.block_table is not None else page_size
     _check_cache_layout(call)
-    scale, window_left = _check_options(call, heads_q, dim)
+    scale, left, right, softcap = _check_options(call, heads_q, dim)
     _check_outputs(call, q)
-    checked = _Checked(fp8, scale, window_left, capacity)
+    checked = _Checked(fp8, scale, left, right, softcap, capacity)
     if call.data and q.device.type == "cpu":
         _check_data(call, checked)
     return checked
@@ -386,17 +433,25 @@ def _check_data(call, checked: _Checked) -> None:
             if not (math.isfinite(value) and value > 0):
                 call.fail(ValueError, f"'{name}' must be finite and > 0, got {value}")
     elif checked.fp8 is Fp8.PER_TOKEN:
-        _check_pairs_finite(call, checked.window_left)
+        _check_pairs_finite(call, checked.left)
 
 
 def _check_seqlens(call, capacity: int) -> None:
-    """cache_seqlens within [0, capacity] (CPU tensors: read without a device sync)."""
+    """cache_seqlens within [0, capacity], cache_leftpad within [0, cache_seqlens] (CPU
+    tensors: read without a device sync)."""
     seqlens = call.cache_seqlens
     if not seqlens.numel():
         return
     lo, hi = map(int, torch.aminmax(seqlens))
     if lo < 0:
         call.fail(ValueError, f"'cache_seqlens' must be >= 0, got {lo}")
+    leftpad = call.cache_leftpad
+    if leftpad is not None:
+        bad = ((leftpad < 0) | (leftpad > seqlens)).nonzero()
+        if len(bad):
+            b = int(bad[0, 0])
+            call.fail(ValueError, f"'cache_leftpad' must be within [0, cache_seqlens], got {int(leftpad[b])} for "
+                                  f"batch entry {b} (cache_seqlens {int(seqlens[b])})")
     if hi > capacity:
         table, page_size = call.block_table, call.k_cache.shape[1]
         where = f"block_table holds {table.shape[1]} pages x {page_size}" if table is not None else \
@@ -404,19 +459,19 @@ def _check_seqlens(call, capacity: int) -> None:
         call.fail(ValueError, f"max(cache_seqlens) = {hi} exceeds the cache: {where}")
 
 
-def _check_pairs_finite(call, window_left: int) -> None:
+def _check_pairs_finite(call, left: int) -> None:
     """The (scale, shift) pairs of every key some query sees finite: keys below the batch
-    entry's cache_seqlens, from the first query's window start (seqlen - Sq - window_left)
-    on, through the page ids as the kernel clamps them. Keys no query sees are not checked:
-    the kernel reads none past cache_seqlens, and masks those it reads before a window (a
-    non-finite V pair there reaches O through 0 x inf, as a NaN in a masked key does)."""
+    entry's cache_seqlens, from cache_leftpad and the first query's window start
+    (seqlen - Sq - left) on, through the page ids as the kernel clamps them. Keys no query
+    sees are not checked: the kernel reads none past cache_seqlens nor before that start."""
     seq_q = call.q.shape[1]
     table = call.block_table
     if table is not None:
         last = call.k_cache.shape[0] - 1
         table = torch.where((table < 0) | (table > last), last, table)
+    leftpad = call.cache_leftpad.tolist() if call.cache_leftpad is not None else [0] * len(call.cache_seqlens)
     for b, seqlen in enumerate(call.cache_seqlens.tolist()):
-        first = max(0, seqlen - seq_q - window_left) if window_left >= 0 else 0
+        first = max(leftpad[b], seqlen - seq_q - left if left >= 0 else 0)
         for name in _PAIRS:
             pairs = _tokens(call.values[name], b, seqlen, table)[first:]
             bad = (~torch.isfinite(pairs)).nonzero()
@@ -444,7 +499,8 @@ def _runs(checked: _Checked, call) -> list[tuple[Variant, dict]]:
     split = plan(batch, heads_kv, seq_q * (heads_q // heads_kv), checked.capacity, call.num_splits)
     partial = split.partial or call.sinks is not None
     outputs = _output_args(call, split.num_splits, partial)
-    kernel = default_manifest().kernel(KERNEL).variant_with(D=dim, F16=q.dtype == torch.float16, FP8=checked.fp8)
+    kernel = default_manifest().kernel(KERNEL).variant_with(D=dim, F16=q.dtype == torch.float16, FP8=checked.fp8,
+                                                            SOFTCAP=checked.softcap > 0)
     runs = [(kernel, dict(**outputs, **_attention_args(checked, call, split, partial)))]
     if partial:
         merge = default_manifest().kernel(MERGE).variant_with(D=dim, F16=q.dtype == torch.float16)
@@ -496,7 +552,13 @@ def _attention_args(checked: _Checked, call, split: Plan, partial: bool) -> dict
     q_bs, q_ss, q_hs = _byte_strides(q)
     k_ps, k_ss, k_hs = _byte_strides(k)
     v_ps, v_ss, v_hs = _byte_strides(v)
-    return dict(q=q, k_cache=k, v_cache=v, cache_seqlens=call.cache_seqlens, block_table=table,
+    leftpad = call.cache_leftpad
+    if leftpad is None:
+        leftpad = torch.zeros(batch, dtype=torch.int32, device=q.device)
+    scale_log2 = checked.scale * LOG2E
+    if checked.softcap:
+        scale_log2 = 2 * scale_log2 / checked.softcap
+    return dict(q=q, k_cache=k, v_cache=v, cache_seqlens=call.cache_seqlens, block_table=table, cache_leftpad=leftpad,
                 **_scale_args(checked.fp8, call), num_splits=split.num_splits, heads_kv=heads_kv,
                 row_tiles=split.row_tiles, group=group, group_magic=_magic(group),
                 tiles_magic=_magic(split.row_tiles), rows=seq_q * group, max_pages=table.shape[1],
@@ -507,8 +569,9 @@ def _attention_args(checked: _Checked, call, split: Plan, partial: bool) -> dict
                 k_ps=k_ps, k_ss=k_ss or dim * k.element_size(), k_hs=k_hs,
                 v_ps=v_ps, v_ss=v_ss or dim * v.element_size(), v_hs=v_hs,
                 q_ss=q_ss, q_hs=q_hs, q_bs=q_bs, chunk=split.chunk,
-                window=NO_LIMIT if checked.window_left < 0 else checked.window_left,
-                future=0 if call.causal else NO_LIMIT, scale_log2=checked.scale * LOG2E, partial=int(partial))
+                window=NO_LIMIT if checked.left < 0 else checked.left,
+                future=NO_LIMIT if checked.right < 0 else checked.right, scale_log2=scale_log2,
+                softcap_log2=checked.softcap * LOG2E, partial=int(partial))
 
 
 def _scale_args(fp8: Fp8, call) -> dict:
@@ -567,24 +630,35 @@ DECODE_ATTENTION = framework.define(framework.Spec(
     NAME,
     params=(framework.Param("q", "Tensor", **_ALIGNED), framework.Param("k_cache", "Tensor", **_ALIGNED),
             framework.Param("v_cache", "Tensor", **_ALIGNED), framework.Param("cache_seqlens", "Tensor"),
-            framework.Param("block_table", "Tensor?"), framework.Param("k_descale", "Tensor?"),
+            framework.Param("block_table", "Tensor?"), framework.Param("cache_leftpad", "Tensor?"),
+            framework.Param("k_descale", "Tensor?"),
             framework.Param("v_descale", "Tensor?"), framework.Param("k_scale_shift", "Tensor?", **_PAIRED),
             framework.Param("v_scale_shift", "Tensor?", **_PAIRED), framework.Param("softmax_scale", "float?"),
             framework.Param("causal", "bool"), framework.Param("window_left", "SymInt"),
-            framework.Param("sinks", "Tensor?"), framework.Param("num_splits", "SymInt?")),
+            framework.Param("window_right", "SymInt"),
+            framework.Param("sinks", "Tensor?"), framework.Param("softcap", "float"),
+            framework.Param("num_splits", "SymInt?")),
     outputs=(framework.Output("out", **_ALIGNED), framework.Output("lse", optional=True)),
     check=_check, allocate=_allocate, plan=_plan))
 
 
-def decode_attention(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_descale=None, v_descale=None,
-                     k_scale_shift=None, v_scale_shift=None, softmax_scale=None, causal=True, window_left=-1,
-                     sinks=None, num_splits=None, out=None, return_lse=False):
+def decode_attention(q, k_cache, v_cache, cache_seqlens, *, block_table=None, cache_leftpad=None, k_descale=None,
+                     v_descale=None, k_scale_shift=None, v_scale_shift=None, softmax_scale=None, causal=True,
+                     window_size=(-1, -1), sinks=None, softcap=0.0, num_splits=None, out=None, return_lse=False):
     """Attention of q's new tokens over the KV cache; returns out, or (out, lse) with
     return_lse. See the module docstring for conventions and limits; runs
     torch.ops.gfxasm.decode_attention (or decode_attention_out when `out` is given)."""
-    return DECODE_ATTENTION(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, k_scale_shift,
-                            v_scale_shift, softmax_scale, causal, window_left, sinks, num_splits, out=out,
-                            return_lse=return_lse)
+    return DECODE_ATTENTION(q, k_cache, v_cache, cache_seqlens, block_table, cache_leftpad, k_descale, v_descale,
+                            k_scale_shift, v_scale_shift, softmax_scale, causal, *_window_pair(window_size), sinks,
+                            softcap, num_splits, out=out, return_lse=return_lse)
+
+
+def _window_pair(window_size) -> tuple:
+    """The Python call's window_size as the op's (window_left, window_right)."""
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
+        arguments.fail(NAME, ValueError, f"'window_size' must be two ints >= -1 (left, right; -1: unbounded), got "
+                                         f"{window_size!r}")
+    return tuple(window_size)
 
 
 _SIGNATURE = inspect.signature(decode_attention)
@@ -597,11 +671,12 @@ def launches(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None, list]:
     call: the data is not read (bench/decode.py passes empty tensors)."""
     given = _SIGNATURE.bind(*args, **kwargs)
     given.apply_defaults()
-    arguments = given.arguments
-    values = {p.name: arguments[p.name] for p in DECODE_ATTENTION.spec.params}
-    call = framework.Call(NAME, {**values, "out": arguments["out"], "lse": None}, False)
+    bound = given.arguments
+    bound["window_left"], bound["window_right"] = _window_pair(bound["window_size"])
+    values = {p.name: bound[p.name] for p in DECODE_ATTENTION.spec.params}
+    call = framework.Call(NAME, {**values, "out": bound["out"], "lse": None}, False)
     checked = _check(call)
-    wanted = ({"out"} if call.out is None else set()) | ({"lse"} if arguments["return_lse"] else set())
+    wanted = ({"out"} if call.out is None else set()) | ({"lse"} if bound["return_lse"] else set())
     call.values.update(_allocate(call, frozenset(wanted)))
     return call.out, call.lse, [(variant.kernel.name, variant.name, args) for variant, args in _runs(checked, call)]
 
@@ -635,12 +710,13 @@ def gather_kv(cache: torch.Tensor, b: int, seqlen: int, block_table: torch.Tenso
     return rows
 
 
-def reference(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_descale=None, v_descale=None,
-              k_scale_shift=None, v_scale_shift=None, softmax_scale=None, causal=True, window_left=-1,
-              sinks=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def reference(q, k_cache, v_cache, cache_seqlens, *, block_table=None, cache_leftpad=None, k_descale=None,
+              v_descale=None, k_scale_shift=None, v_scale_shift=None, softmax_scale=None, causal=True,
+              window_size=(-1, -1), sinks=None, softcap=0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(O, LSE, O_abs) in float64: O [B, Sq, Hq, D], LSE [B, Hq, Sq] (natural log, the
     sink included), O_abs = P |V| (per-token pairs: P |fp8 * scale|; for `tolerance`).
-    Rows that see no key (and no sink): O = 0, LSE = -inf."""
+    Rows that see no key (and no sink): O = 0, LSE = -inf. Written from the definitions
+    (flash-attention's positions counted after cache_leftpad), not from the kernel's ranges."""
     batch, seq_q, heads_q, dim = q.shape
     scale = 1.0 / math.sqrt(dim) if softmax_scale is None else softmax_scale
     group = heads_q // k_cache.shape[2]
@@ -658,18 +734,22 @@ def reference(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_descale
     o = torch.zeros(q.shape, dtype=torch.float64)
     o_abs = torch.zeros(q.shape, dtype=torch.float64)
     lse = torch.full((batch, heads_q, seq_q), float("-inf"), dtype=torch.float64)
+    left, right = window_size
     for b in range(batch):
         n = int(cache_seqlens[b])
+        pad = int(cache_leftpad[b]) if cache_leftpad is not None else 0
         kb = per_head(gather_kv(k_cache, b, n, block_table, k_descale, k_scale_shift))               # [Hq, n, D]
         vb = per_head(gather_kv(v_cache, b, n, block_table, v_descale, v_scale_shift))
         s = torch.matmul(q[b].double().transpose(0, 1), kb.transpose(1, 2)) * scale               # [Hq, Sq, n]
-        qpos = n - seq_q + torch.arange(seq_q)[:, None]
-        j = torch.arange(n)[None, :]
-        visible = torch.ones(seq_q, n, dtype=torch.bool)
-        if causal:
-            visible &= j <= qpos
-        if window_left >= 0:
-            visible &= j >= qpos - window_left
+        if softcap:
+            s = softcap * torch.tanh(s / softcap)
+        qpos = (n - pad) - seq_q + torch.arange(seq_q)[:, None]        # positions after the padding
+        j = torch.arange(n)[None, :] - pad
+        visible = (j >= 0).expand(seq_q, n).clone()
+        if causal or right >= 0:
+            visible &= j <= qpos + (0 if causal else right)
+        if left >= 0:
+            visible &= j >= qpos - left
         s = s.masked_fill(~visible, float("-inf"))
         if sinks is not None:
             s = torch.cat([s, sinks.double()[:, None, None].expand(heads_q, seq_q, 1)], dim=-1)
