@@ -3,8 +3,10 @@
     gfxasm.launch("name", variant="...", q=q, out=out, n=n)   # a kernel of kernels.yaml
     gfxasm.launch(manifest.kernel("name"), ...)                # or of any loaded Manifest
 
-manifest → argument checks (names, dtype, rank, shape, contiguity, device, the size of
-rank-only buffers, byte-stride scalars against the tensors' strides) → kernarg bytes → grid from the manifest's expressions → backend.
+manifest → byte-stride scalars the caller left out, from the tensors (`fill_strides`) →
+argument checks (names, dtype, rank, shape, contiguity, device, the size of rank-only
+buffers, byte-stride scalars against the tensors' strides) → kernarg bytes → grid from the
+manifest's expressions → backend.
 Tensors on a ROCm GPU go to HIP (they must be on a gfx950), CPU tensors to the emulator;
 GFXASM_BACKEND=hip|emu insists on one and is an error when the tensors do not fit it.
 Nothing falls back silently.
@@ -86,6 +88,7 @@ def launch(kernel: str | Kernel, /, variant: str | None = None, **args: Any):
 
 def prepare(chosen: Variant, args: dict[str, Any]) -> PreparedLaunch:
     """Check every argument of `chosen` and build its launch, but for the data pointers."""
+    args = fill_strides(chosen, args)
     check_argument_names(chosen, args)
     device, sizes = check_tensors(chosen, args)
     values = {a.name: 0 if a.type.is_pointer else args[a.name] for a in chosen.args}
@@ -102,6 +105,39 @@ def prepare(chosen: Variant, args: dict[str, Any]) -> PreparedLaunch:
     pointers = tuple((a.name, a.offset, needed.get(a.name) == 0) for a in chosen.args if a.type.is_pointer)
     return PreparedLaunch(chosen.name, backend, chosen.co_path, chosen.kernel.symbol, grid, chosen.kernel.workgroup,
                           template, pointers, device)
+
+
+def fill_strides(variant: Variant, args: dict[str, Any]) -> dict[str, Any]:
+    """`args` plus every byte-stride scalar a pointer argument's `strides:` names that the
+    caller did not pass: tensor.stride(dim) * element size. A dim of size 1 is never stepped
+    along and its torch stride can be anything (a view's, an expand's, 0): it gets the bytes
+    of one slice of the dims after it ((size - 1) * stride summed over them, plus one
+    element), so a kernel that bounds a range by count x stride covers the slice it reads.
+    An empty tensor is never touched: 0. A scalar the caller passes is kept (check_strides
+    checks it)."""
+    filled = None
+    for arg in (a for a in variant.args if a.strides is not None):
+        tensor = args.get(arg.name)
+        if not isinstance(tensor, torch.Tensor):
+            continue                        # check_tensors names what is wrong
+        for axis, name in enumerate(arg.strides):
+            if not isinstance(name, str) or name in (filled or args):
+                continue
+            if filled is None:
+                filled = dict(args)
+            filled[name] = _byte_stride(tensor, axis)
+    return args if filled is None else filled
+
+
+def _byte_stride(tensor: torch.Tensor, axis: int) -> int:
+    """The byte stride the kernel steps dim `axis` of `tensor` by (fill_strides)."""
+    element = tensor.element_size()
+    if tensor.numel() == 0:
+        return 0
+    if tensor.shape[axis] > 1:
+        return tensor.stride(axis) * element
+    later = range(axis + 1, tensor.dim())
+    return (sum((tensor.shape[d] - 1) * tensor.stride(d) for d in later) + 1) * element
 
 
 def check_argument_names(variant: Variant, args: dict[str, Any]) -> None:

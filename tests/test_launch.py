@@ -229,3 +229,34 @@ def test_byte_stride_scalars_must_match_the_tensors(emu_calls):
     with pytest.raises(ValueError, match=r"argument 'v' must have stride 1 in dim 3, got strides \(2048, 512, 256, 2\)"):
         gfxasm.launch("fmha_fwd_d128", variant="fmha_fwd_d128_bf16", **fmha.kernel_args(q, k, every_other, o, lse, 0.1))
     assert len(emu_calls) == 1
+
+
+def test_byte_stride_scalars_left_out_are_filled_from_the_tensors(emu_calls):
+    """A stride scalar the caller leaves out is the tensor's stride in bytes; a dim of size 1
+    (whose torch stride can be anything) gets the bytes of one slice of the later dims."""
+    from gfxasm.manifest import default_manifest
+    from gfxasm.ops import fmha
+    variant = default_manifest().kernel("fmha_fwd_d128").variant("fmha_fwd_d128_bf16")
+    strided = [name for a in variant.args if a.strides for name in a.strides if isinstance(name, str)]
+    gen = torch.Generator().manual_seed(0)
+    pool = torch.randn(2, 5, 2, 3, 128, generator=gen).bfloat16()
+    q = torch.randn(2, 4, 2, 256, generator=gen).bfloat16()[..., :128]           # padded rows
+    k, v = pool[:, :, 0, :2], pool[:, :, 1, :2]                                     # views of one pool
+    o = torch.empty(2, 2, 4, 128).bfloat16().transpose(1, 2)                        # heads outer
+    lse = torch.empty(2, 2, 4)
+    given = fmha.kernel_args(q, k, v, o, lse, 0.1)
+    without = {name: value for name, value in given.items() if name not in strided}
+    gfxasm.launch("fmha_fwd_d128", variant="fmha_fwd_d128_bf16", **given)
+    gfxasm.launch("fmha_fwd_d128", variant="fmha_fwd_d128_bf16", **without)
+    assert len(emu_calls) == 2 and emu_calls[0][4] == emu_calls[1][4]    # the same kernarg bytes
+    assert launch_module.fill_strides(variant, without)["k_seq_stride"] == 2 * 3 * 128 * 2
+    # size-1 dims: batch 1 of [1, S, H, D] -> one [S, H, D] slice; a broadcast seq axis of one
+    # token (torch stride 0) -> its [H, D] slice
+    x = torch.empty(1, 4, 2, 128).bfloat16()
+    assert launch_module._byte_stride(x, 0) == x.numel() * 2
+    one = torch.empty(3, 1, 2, 128).bfloat16().expand(3, 1, 2, 128).as_strided((3, 1, 2, 128), (256, 0, 128, 1))
+    assert launch_module._byte_stride(one, 1) == 256 * 2 and launch_module._byte_stride(one, 0) == 256 * 2
+    assert launch_module._byte_stride(torch.empty(0, 2, 128), 1) == 0
+    # a scalar the caller passes is kept, and checked
+    with pytest.raises(ValueError, match=r"argument 'k_seq_stride' = 16, but k.stride\(1\) is 768 elements"):
+        gfxasm.launch("fmha_fwd_d128", variant="fmha_fwd_d128_bf16", **without, k_seq_stride=16)
