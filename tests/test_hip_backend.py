@@ -15,11 +15,13 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from gfxasm.backends import hip_runtime
+from gfxasm.backends import hip, hip_python, hip_runtime
 from gfxasm.backends.hip import HipBackend, HipError, HipUnavailable
 from gfxasm.toolchain import find_tool
 
@@ -234,3 +236,156 @@ def test_a_real_hip_runtime_binds_and_reports_errors():
     invalid_image, device = json.loads(result.stdout)
     assert invalid_image.startswith("hipErrorInvalidImage") and invalid_image.endswith("(hipError_t 200)")
     assert isinstance(device, int) or device.startswith("hipGetDevice failed: hipError")
+
+
+# --- The opt-in hip-python binding (GFXASM_HIP_BINDING=hip-python) -----------------------------
+
+def test_an_unknown_binding_is_refused_by_name(hip_stub, co, kernarg, monkeypatch):
+    monkeypatch.setenv(hip.BINDING_ENV, "hipify")
+    with pytest.raises(HipUnavailable, match="GFXASM_HIP_BINDING='hipify': the HIP bindings are 'ctypes', 'hip-python'"):
+        launch(HipBackend(), co, kernarg)
+    assert hip_stub.names() == []
+
+
+def test_hip_python_asked_for_but_not_installed_says_so(hip_stub, co, kernarg, monkeypatch):
+    monkeypatch.delenv(hip_runtime.LIBRARY_ENV)
+    monkeypatch.setenv(hip.BINDING_ENV, "hip-python")
+    monkeypatch.setitem(sys.modules, "hip", None)           # as if hip-python were not installed
+    with pytest.raises(HipUnavailable, match=r"GFXASM_HIP_BINDING=hip-python, but hip-python cannot be imported"):
+        launch(HipBackend(), co, kernarg)
+    assert hip_stub.names() == []
+
+
+def test_hip_python_of_an_unknown_line_or_beside_gfxasm_hip_library_is_refused(hip_stub, co, kernarg, monkeypatch):
+    monkeypatch.setenv(hip.BINDING_ENV, "hip-python")
+    with pytest.raises(HipUnavailable, match="GFXASM_HIP_LIBRARY names the library of gfxasm's ctypes binding"):
+        launch(HipBackend(), co, kernarg)
+    monkeypatch.delenv(hip_runtime.LIBRARY_ENV)
+    monkeypatch.setitem(sys.modules, "hip", SimpleNamespace(hip=SimpleNamespace()))
+    monkeypatch.setattr(hip_python.importlib.metadata, "version", lambda distribution: "0.0.2")
+    with pytest.raises(HipUnavailable, match=r"hip-python 0.0.2: gfxasm calls hip-python 6.x, 7.x, 10.x only"):
+        launch(HipBackend(), co, kernarg)
+    assert hip_stub.names() == []
+
+
+# Each hip-python line tested sits in its own folder (one environment holds one version),
+# installed there by .ci/run with `pip install --target`; a test runs it in a fresh interpreter
+# with that folder on PYTHONPATH, the stand-in runtime mapped as a ROCm torch maps its own.
+HIP_PYTHON_DIR = Path(os.environ.get("GFXASM_HIP_PYTHON_DIR") or Path.home() / ".cache" / "gfxasm" / "hip-python")
+HIP_PYTHON_VERSIONS = ("10.0.0.0.1.2", "7.2.2.562.43")
+
+
+@pytest.fixture(params=HIP_PYTHON_VERSIONS)
+def hip_python_dir(request) -> Path:
+    folder = HIP_PYTHON_DIR / request.param
+    if not (folder / "hip").is_dir():
+        pytest.skip(f"hip-python {request.param} is not installed in {folder} (.ci/run: pip install --target "
+                    f"{folder} hip-python=={request.param})")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def stub_named(tmp_path_factory):
+    """The stand-in runtime built at `path` with DT_SONAME `soname` (the name the dynamic loader
+    matches a bare dlopen against, as hip-python 6.x/7.x opens "libamdhip64.so")."""
+    def build(path: Path, soname: str) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([find_tool("clang"), "-shared", "-fPIC", "-O1", f"-Wl,-soname,{soname}",
+                        str(Path(__file__).parent / "hipstub" / "hipstub.c"), "-o", str(path)], check=True)
+        return path
+    return build
+
+
+TORCH_SIDE = """
+import ctypes, json, os, sys
+from pathlib import Path
+from types import SimpleNamespace
+import torch
+from gfxasm.backends.hip import HipBackend, HipError, HipUnavailable
+from gfxasm.backends.hip_runtime import mapped_libraries
+
+library, co, kernarg = sys.argv[1], Path(sys.argv[2]), bytes.fromhex(sys.argv[3])
+ctypes.CDLL(library)                  # as a ROCm torch maps its libamdhip64 when imported
+torch.version.hip = "7.0.0-hipstub"
+torch.cuda.get_device_properties = lambda device: SimpleNamespace(gcnArchName="gfx950:sramecc+:xnack-")
+log = Path(os.environ["HIPSTUB_LOG"])
+"""
+SAME_CALLS = TORCH_SIDE + """
+seen = {}
+for binding in ("ctypes", "hip-python"):
+    os.environ["GFXASM_HIP_BINDING"] = binding
+    backend = HipBackend()
+    log.unlink(missing_ok=True)
+    backend.launch(co, "axpb", (5, 2, 7), (256, 1, 1), kernarg, device=3, stream=0x7F00DEAD1234)
+    backend.launch(co, "axpb", (1, 1, 1), (256, 1, 1), kernarg[::-1], device=3, stream=0)
+    os.environ["HIPSTUB_FAIL"] = "hipModuleGetFunction:500"
+    try:
+        HipBackend().launch(co, "axpb", (1, 1, 1), (256, 1, 1), kernarg, device=0, stream=0)
+    except HipError as error:
+        failure = str(error)
+    del os.environ["HIPSTUB_FAIL"]
+    seen[binding] = {"calls": log.read_text().splitlines(), "failure": failure, "library": backend.runtime.path}
+print(json.dumps(seen))
+"""
+
+
+def run_torch_side(script, hip_python_dir, library, co, kernarg, **env):
+    env = {k: v for k, v in os.environ.items() if k not in (hip_runtime.LIBRARY_ENV, hip.BINDING_ENV)} | env
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hip_python_dir), env.get("PYTHONPATH")]))
+    result = subprocess.run([sys.executable, "-c", script, str(library), str(co), kernarg.hex()], env=env,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_hip_python_makes_the_calls_the_ctypes_binding_makes(hip_python_dir, stub_named, co, kernarg, tmp_path):
+    # ROCM_PATH/lib/libamdhip64.so (soname libamdhip64.so) is torch's and the one each line opens.
+    rocm = tmp_path / "rocm"
+    library = stub_named(rocm / "lib" / "libamdhip64.so", "libamdhip64.so")
+    log = tmp_path / "calls.log"
+    seen = run_torch_side(SAME_CALLS, hip_python_dir, library, co, kernarg, ROCM_PATH=str(rocm), HIPSTUB_LOG=str(log))
+    by_ctypes, by_hip_python = seen["ctypes"], seen["hip-python"]
+    assert by_hip_python["calls"] == by_ctypes["calls"]
+    launches = [dict(item.split("=", 1) for item in line.split()[1:]) for line in by_ctypes["calls"]
+                if line.startswith("hipModuleLaunchKernel")]
+    assert [(c["device"], c["grid"], c["stream"], c["kernarg"]) for c in launches] == [
+        ("3", "5,2,7", str(0x7F00DEAD1234), kernarg.hex()), ("3", "1,1,1", "0", kernarg[::-1].hex())]
+    assert [line.split()[0] for line in by_ctypes["calls"]] == [
+        "hipGetDevice", "hipSetDevice", "hipModuleLoadData", "hipModuleGetFunction", "hipModuleLaunchKernel",
+        "hipSetDevice", "hipGetDevice", "hipSetDevice", "hipModuleLaunchKernel", "hipSetDevice",
+        "hipGetDevice", "hipModuleLoadData", "hipModuleGetFunction"]          # the last one fails
+    assert by_hip_python["failure"] == by_ctypes["failure"] == (
+        "hipModuleGetFunction('axpb') failed: hipErrorNotFound: named symbol not found (hipError_t 500)")
+    assert by_ctypes["library"] == str(library)
+    assert by_hip_python["library"] == (str(library) if hip_python_dir.name.startswith("10.") else "libamdhip64.so")
+
+
+REFUSED = TORCH_SIDE + """
+os.environ["GFXASM_HIP_BINDING"] = "hip-python"
+try:
+    HipBackend().launch(co, "axpb", (1, 1, 1), (256, 1, 1), kernarg, device=0, stream=0)
+    refusal = None
+except HipUnavailable as error:
+    refusal = str(error)
+mapped = mapped_libraries()
+calls_by_hip_python = log.read_text().splitlines() if log.exists() else []
+os.environ["GFXASM_HIP_BINDING"] = "ctypes"          # the default binding still uses torch's library
+HipBackend().launch(co, "axpb", (1, 1, 1), (256, 1, 1), kernarg, device=0, stream=0)
+print(json.dumps([refusal, mapped, calls_by_hip_python, log.read_text().splitlines()]))
+"""
+
+
+def test_hip_python_opening_another_runtime_than_torchs_is_refused(hip_python_dir, stub_named, co, kernarg, tmp_path):
+    # torch's is TORCH/lib/libamdhip64.so.6 (soname libamdhip64.so.6); the name each line would
+    # open resolves to a second copy, OTHER/lib/libamdhip64.so, through ROCM_PATH or the loader path.
+    torchs = stub_named(tmp_path / "torch" / "lib" / "libamdhip64.so.6", "libamdhip64.so.6")
+    other = stub_named(tmp_path / "other" / "lib" / "libamdhip64.so", "libamdhip64.so")
+    log = tmp_path / "calls.log"
+    refusal, mapped, calls_by_hip_python, calls = run_torch_side(
+        REFUSED, hip_python_dir, torchs, co, kernarg, ROCM_PATH=str(other.parent.parent),
+        LD_LIBRARY_PATH=str(other.parent), HIPSTUB_LOG=str(log))
+    opens = str(other) if hip_python_dir.name.startswith("10.") else "libamdhip64.so"
+    assert refusal.startswith(f"hip-python {hip_python_dir.name} would open '{opens}', which is not loaded in this "
+                              f"process: a second HIP runtime beside torch's {torchs}")
+    assert mapped == [str(torchs)] and calls_by_hip_python == []          # nothing opened, nothing called
+    assert calls[-1].startswith("hipModuleLaunchKernel device=0")

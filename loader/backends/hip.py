@@ -2,7 +2,9 @@
 
 The runtime is the libamdhip64 a ROCm torch already loaded, reached through a small ctypes
 binding (hip_runtime.py: which library, and why that one); nothing to install beyond torch,
-and the package still imports without ROCm. Refused with HipUnavailable: a torch that is not
+and the package still imports without ROCm. GFXASM_HIP_BINDING=hip-python makes the same
+calls through hip-python instead (hip_python.py), refused unless hip-python binds that very
+library. Refused with HipUnavailable: a torch that is not
 a ROCm build, or no loadable runtime. Every failing HIP call raises HipError with the
 error's name and text. Per launch:
 
@@ -18,6 +20,7 @@ from tests/hipstub/hipstub.c, loaded through GFXASM_HIP_LIBRARY.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,32 +28,45 @@ import torch
 
 from ..codeobj import KernelInfo, load_code_object
 from ..manifest import LDS_LIMIT_BYTES
-from .hip_runtime import HipError, HipRuntime, HipUnavailable, open_runtime
+from .hip_runtime import HipError, HipUnavailable, RuntimeBinding, open_runtime
 
 __all__ = ["HipBackend", "HipError", "HipUnavailable"]
 SUPPORTED_ARCH = "gfx950"
+BINDING_ENV = "GFXASM_HIP_BINDING"
+BINDINGS = ("ctypes", "hip-python")      # the first is the default
+
+
+def open_binding() -> RuntimeBinding:
+    """The HIP runtime through the binding $GFXASM_HIP_BINDING names (unset: ctypes)."""
+    binding = os.environ.get(BINDING_ENV) or BINDINGS[0]
+    if binding == "ctypes":
+        return open_runtime()
+    if binding == "hip-python":
+        from .hip_python import open_hip_python     # imports hip-python only when asked for
+        return open_hip_python()
+    raise HipUnavailable(f"{BINDING_ENV}={binding!r}: the HIP bindings are {', '.join(map(repr, BINDINGS))}")
 
 
 @dataclass
 class _LoadedModule:
-    handle: int                                                  # hipModule_t
-    functions: dict[str, int] = field(default_factory=dict)     # symbol -> hipFunction_t
+    handle: object                                               # hipModule_t, as the binding gives it
+    functions: dict[str, object] = field(default_factory=dict)  # symbol -> hipFunction_t
 
 
 class HipBackend:
     def __init__(self):
-        self._runtime: HipRuntime | None = None
+        self._runtime: RuntimeBinding | None = None
         self._arch: dict[int, str] = {}                                  # device -> gcnArchName
         self._code_objects: dict[tuple, tuple[bytes, dict[str, KernelInfo]]] = {}
         self._modules: dict[tuple, _LoadedModule] = {}                   # (device, file key)
 
     @property
-    def runtime(self) -> HipRuntime:
+    def runtime(self) -> RuntimeBinding:
         if self._runtime is None:
             if torch.version.hip is None:
                 raise HipUnavailable("no HIP runtime: this PyTorch is not a ROCm build (torch.version.hip is "
                                      "None); gfxasm launches on a GPU only through a ROCm torch on a gfx950")
-            self._runtime = open_runtime()
+            self._runtime = open_binding()
         return self._runtime
 
     def launch(self, co_path: Path, symbol: str, grid: tuple[int, int, int], block: tuple[int, int, int],
@@ -76,7 +92,7 @@ class HipBackend:
             raise HipError(f"device {device} is {arch}, not {SUPPORTED_ARCH}: gfxasm's code objects run "
                            f"only on gfx950 (MI350X / MI355X)")
 
-    def _function(self, device: int, co_path: Path, symbol: str, kernarg_size: int) -> int:
+    def _function(self, device: int, co_path: Path, symbol: str, kernarg_size: int):
         stat = co_path.stat()
         file_key = (str(co_path), stat.st_mtime_ns, stat.st_size)   # a rebuilt .co is loaded afresh
         if file_key not in self._code_objects:

@@ -1,4 +1,5 @@
-"""A ctypes binding to the seven HIP runtime C functions gfxasm launches with.
+"""A ctypes binding to the seven HIP runtime C functions gfxasm launches with (the default;
+hip_python.py makes the same calls through hip-python, GFXASM_HIP_BINDING=hip-python).
 
 Signatures and values are those of ROCm's public header include/hip/hip_runtime_api.h
 (github.com/ROCm/HIP, commit c5e11fc, 2024-10), cited at each binding; what the runtime does
@@ -19,6 +20,7 @@ This module needs only the standard library (tests load it in a bare subprocess)
 """
 from __future__ import annotations
 
+import abc
 import ctypes
 import functools
 import os
@@ -71,17 +73,20 @@ class HipUnavailable(HipError):
     pass
 
 
-def mapped_library(maps: Path = PROCESS_MAPS) -> str | None:
-    """The path of a libamdhip64 already mapped into this process, if any."""
+def mapped_libraries(maps: Path = PROCESS_MAPS) -> list[str]:
+    """The paths of the libamdhip64 files mapped into this process, in address order."""
     try:
         lines = maps.read_text().splitlines()
     except OSError:                  # not Linux
-        return None
-    for line in lines:
-        fields = line.split(maxsplit=5)   # address perms offset dev inode [path]
-        if len(fields) == 6 and Path(fields[5]).name.startswith("libamdhip64"):
-            return fields[5]
-    return None
+        return []
+    paths = (fields[5] for fields in (line.split(maxsplit=5) for line in lines)   # address perms offset dev inode [path]
+             if len(fields) == 6 and Path(fields[5]).name.startswith("libamdhip64"))
+    return list(dict.fromkeys(paths))
+
+
+def mapped_library(maps: Path = PROCESS_MAPS) -> str | None:
+    """The path of a libamdhip64 already mapped into this process, if any."""
+    return next(iter(mapped_libraries(maps)), None)
 
 
 def library_candidates() -> list[str]:
@@ -111,51 +116,24 @@ def _runtime_at(path: str) -> HipRuntime:
     return HipRuntime(ctypes.CDLL(path), path)
 
 
-class HipRuntime:
-    """The bound functions; every call's hipError_t is checked, and raised with its name and text."""
+class RuntimeBinding(abc.ABC):
+    """The HIP calls HipBackend makes, whichever binding makes them (HipRuntime below, or
+    hip_python.HipPythonRuntime): every call's hipError_t is checked, and raised with its
+    name and text. Module and function handles are opaque to the caller."""
 
-    def __init__(self, library: ctypes.CDLL, path: str):
-        self.path = path
-        for name, (restype, argtypes) in SIGNATURES.items():
-            try:
-                function = getattr(library, name)
-            except AttributeError:
-                raise HipUnavailable(f"{path} is not a HIP runtime: it has no {name}") from None
-            function.restype, function.argtypes = restype, argtypes
-            setattr(self, f"_{name}", function)
+    path: str                     # the libamdhip64 the calls go to
 
     def check(self, error: int, call: str) -> None:
         if error:
-            raise HipError(f"{call} failed: {self.describe(error)}")
+            raise HipError(f"{call} failed: {self.describe(int(error))}")
 
     def describe(self, error: int) -> str:
-        name, text = ((f(error) or b"?").decode(errors="replace")
-                      for f in (self._hipGetErrorName, self._hipGetErrorString))
+        name, text = self.error_name_and_text(error)
         if text != name:          # older runtimes (ROCm 5.2, tried) answer hipGetErrorString with the name
             name = f"{name}: {text}"
         return f"{name} (hipError_t {error})"
 
-    def get_device(self) -> int:
-        device = ctypes.c_int()
-        self.check(self._hipGetDevice(ctypes.byref(device)), "hipGetDevice")
-        return device.value
-
-    def set_device(self, device: int) -> None:
-        self.check(self._hipSetDevice(device), "hipSetDevice")
-
-    def load_module(self, image: bytes) -> int:
-        """A module from a code object in memory; `image` must stay alive while it is loaded."""
-        module = _handle()
-        self.check(self._hipModuleLoadData(ctypes.byref(module), image), "hipModuleLoadData")
-        return module.value
-
-    def get_function(self, module: int, symbol: str) -> int:
-        function = _handle()
-        self.check(self._hipModuleGetFunction(ctypes.byref(function), module, symbol.encode()),
-                   f"hipModuleGetFunction('{symbol}')")
-        return function.value
-
-    def launch_kernel(self, function: int, grid: tuple[int, int, int], block: tuple[int, int, int],
+    def launch_kernel(self, function, grid: tuple[int, int, int], block: tuple[int, int, int],
                       stream: int, kernarg: bytes) -> None:
         """Queue `function` on `stream` (0: the null stream), its kernarg bytes passed through `extra`."""
         if any(g > limit for g, limit in zip(grid, MAX_GRID)) or grid[0] * block[0] > MAX_GRID_X_ITEMS:
@@ -167,5 +145,67 @@ class HipRuntime:
         size = ctypes.c_size_t(len(kernarg))
         extra = (ctypes.c_void_p * 5)(HIP_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(arguments),
                                       HIP_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size), HIP_LAUNCH_PARAM_END)
-        self.check(self._hipModuleLaunchKernel(function, *grid, *block, 0, stream or None, None, extra),
-                   "hipModuleLaunchKernel")
+        self.check(self.module_launch_kernel(function, grid, block, stream or None, extra), "hipModuleLaunchKernel")
+
+    # What each binding provides.
+    @abc.abstractmethod
+    def error_name_and_text(self, error: int) -> tuple[str, str]:
+        """hipGetErrorName and hipGetErrorString of `error`."""
+
+    @abc.abstractmethod
+    def module_launch_kernel(self, function, grid, block, stream: int | None, extra: ctypes.Array) -> int:
+        """hipModuleLaunchKernel with no kernelParams and no shared memory; its hipError_t."""
+
+    @abc.abstractmethod
+    def get_device(self) -> int: ...
+
+    @abc.abstractmethod
+    def set_device(self, device: int) -> None: ...
+
+    @abc.abstractmethod
+    def load_module(self, image: bytes):
+        """A module from a code object in memory; `image` must stay alive while it is loaded."""
+
+    @abc.abstractmethod
+    def get_function(self, module, symbol: str): ...
+
+
+class HipRuntime(RuntimeBinding):
+    """The ctypes binding."""
+
+    def __init__(self, library: ctypes.CDLL, path: str):
+        self.path = path
+        for name, (restype, argtypes) in SIGNATURES.items():
+            try:
+                function = getattr(library, name)
+            except AttributeError:
+                raise HipUnavailable(f"{path} is not a HIP runtime: it has no {name}") from None
+            function.restype, function.argtypes = restype, argtypes
+            setattr(self, f"_{name}", function)
+
+    def error_name_and_text(self, error: int) -> tuple[str, str]:
+        name, text = ((f(error) or b"?").decode(errors="replace")
+                      for f in (self._hipGetErrorName, self._hipGetErrorString))
+        return name, text
+
+    def get_device(self) -> int:
+        device = ctypes.c_int()
+        self.check(self._hipGetDevice(ctypes.byref(device)), "hipGetDevice")
+        return device.value
+
+    def set_device(self, device: int) -> None:
+        self.check(self._hipSetDevice(device), "hipSetDevice")
+
+    def load_module(self, image: bytes) -> int:
+        module = _handle()
+        self.check(self._hipModuleLoadData(ctypes.byref(module), image), "hipModuleLoadData")
+        return module.value
+
+    def get_function(self, module: int, symbol: str) -> int:
+        function = _handle()
+        self.check(self._hipModuleGetFunction(ctypes.byref(function), module, symbol.encode()),
+                   f"hipModuleGetFunction('{symbol}')")
+        return function.value
+
+    def module_launch_kernel(self, function: int, grid, block, stream: int | None, extra: ctypes.Array) -> int:
+        return self._hipModuleLaunchKernel(function, *grid, *block, 0, stream, None, extra)
