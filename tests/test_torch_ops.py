@@ -41,16 +41,20 @@ def mx_operands(M=2, N=19, K=64, seed=0):
     return mx.random_operands(M, N, K, torch.Generator().manual_seed(seed))
 
 
+# window_left, window_right, sinks, softcap of the attention ops' schemas: the defaults
+NO_FEATURES = (-1, -1, None, 0.0)
+
 def nan_like(shape, dtype):
     return torch.full(shape, float("nan"), dtype=dtype)
 
 
 def test_opcheck_fmha():
     q, k, v = qkv()
-    torch.library.opcheck(torch.ops.gfxasm.fmha_fwd.default, (q, k, v, True, None, True))
-    torch.library.opcheck(torch.ops.gfxasm.fmha_fwd.default, (q, k, v, False, 0.3, False))
+    torch.library.opcheck(torch.ops.gfxasm.fmha_fwd.default, (q, k, v, True, None, *NO_FEATURES, True))
+    torch.library.opcheck(torch.ops.gfxasm.fmha_fwd.default, (q, k, v, False, 0.3, *NO_FEATURES, False))
     torch.library.opcheck(torch.ops.gfxasm.fmha_fwd_out.default,
-                          (q, k, v, nan_like(q.shape, q.dtype), nan_like((1, 2, 3), torch.float32), True, None))
+                          (q, k, v, nan_like(q.shape, q.dtype), nan_like((1, 2, 3), torch.float32), True, None,
+                           *NO_FEATURES))
 
 
 def test_opcheck_mxfp8():
@@ -108,7 +112,7 @@ def test_requires_grad_refused():
     with pytest.raises(RuntimeError, match="fmha_fwd: 'q' requires grad, but gfxasm ops have no backward"):
         gfxasm.fmha_fwd(q, k, v)
     with pytest.raises(RuntimeError, match="'q' requires grad"):
-        torch.ops.gfxasm.fmha_fwd(q, k, v, False, None, False)        # the op itself, too
+        torch.ops.gfxasm.fmha_fwd(q, k, v, False, None, *NO_FEATURES, False)        # the op itself, too
     with pytest.raises(RuntimeError, match="fmha_fwd_out: 'q' requires grad"):
         gfxasm.fmha_fwd(q, k, v, out=torch.empty(q.shape, dtype=q.dtype))
     with torch.no_grad():
@@ -118,6 +122,24 @@ def test_requires_grad_refused():
     with pytest.raises(RuntimeError, match="mxfp8_gemm: 'b' requires grad"):
         gfxasm.mxfp8_gemm(a, sa, b, sb)
 
+
+
+def test_out_op_bumps_output_versions_and_refuses_grad_through_torch_ops():
+    # what torch.library.custom_op's autograd and ADInplaceOrView kernels did, the one
+    # kernel does (library.py): the _out op marks out (and lse) modified in place, on the
+    # direct path and through the dispatcher, and refuses inputs that require grad there too
+    q, k, v = qkv(seed=3)
+    out, lse = nan_like(q.shape, q.dtype), nan_like((1, 2, 3), torch.float32)
+    before = out._version, lse._version
+    gfxasm.fmha_fwd(q, k, v, out=out)
+    assert out._version > before[0] and lse._version == before[1]
+    torch.ops.gfxasm.fmha_fwd_out(q, k, v, out, lse, False, None)
+    assert out._version > before[0] + 1 and lse._version > before[1]
+    expected, expected_lse = fmha.reference(q, k, v)
+    torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(lse, expected_lse, atol=5e-3, rtol=5e-3)
+    with pytest.raises(RuntimeError, match="fmha_fwd_out: 'k' requires grad"):
+        torch.ops.gfxasm.fmha_fwd_out(q, k.clone().requires_grad_(True), v, out, None, False, None)
 
 # ------------------------------------------------------------------ decode_attention
 
@@ -266,9 +288,9 @@ def moe_operands(seed=0, T=3, top_k=2, E=4, H=64, I=32):
 
 def test_opcheck_moe_ops():
     ids = moe_operands()[-1]
-    torch.library.opcheck(torch.ops.gfxasm.moe_align_block_size.default, (ids, 4, 16, None))
+    torch.library.opcheck(torch.ops.gfxasm.moe_align_block_size.default, (ids, 16, 4, None, False, False))
     torch.library.opcheck(torch.ops.gfxasm.moe_align_block_size.default,
-                          (ids, 4, 32, torch.tensor([1, -1, 0, 2], dtype=torch.int32)))
+                          (ids, 32, 4, torch.tensor([1, -1, 0, 2], dtype=torch.int32), True, True))
     x = torch.randn(3, 128, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
     torch.library.opcheck(torch.ops.gfxasm.swiglu_mxfp8_quant.default, (x, 1.702, 1.0, 7.0), test_utils=NO_SCHEMA)
     q, s = torch.empty(3, 64, dtype=torch.float8_e4m3fn), torch.empty(3, 2, dtype=torch.float8_e8m0fnu)
@@ -286,7 +308,7 @@ def test_moe_compile_fullgraph_equals_eager():
     x = torch.randn(3, 128, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
 
     def f(x, *args):
-        sorted_ids, expert_ids, post = gfxasm.moe_align_block_size(args[-1], 4, 16)
+        sorted_ids, expert_ids, post = gfxasm.moe_align_block_size(args[-1], 16, 4)
         q, s = gfxasm.swiglu_mxfp8_quant(x)
         return sorted_ids, expert_ids, post, q.view(torch.uint8), s.view(torch.uint8), gfxasm.mxfp8_moe(*args)
 
@@ -297,8 +319,8 @@ def test_moe_compile_fullgraph_equals_eager():
 
 def test_moe_meta_tensors_give_shapes():
     args = [t.to("meta") for t in moe_operands(T=5, top_k=3)]
-    sorted_ids, expert_ids, post = gfxasm.moe_align_block_size(args[-1], 4, 16)
-    assert (sorted_ids.device.type, sorted_ids.shape, expert_ids.shape, post.shape) == ("meta", (80,), (5,), (1,))
+    sorted_ids, expert_ids, post = gfxasm.moe_align_block_size(args[-1], 16, 4)
+    assert (sorted_ids.device.type, sorted_ids.shape, expert_ids.shape, post.shape) == ("meta", (75,), (5,), (1,))
     q, s = gfxasm.swiglu_mxfp8_quant(torch.empty(5, 192, dtype=torch.float16, device="meta"))
     assert (q.shape, q.dtype, s.shape, s.dtype) == ((5, 96), torch.float8_e4m3fn, (5, 3), torch.float8_e8m0fnu)
     out = gfxasm.mxfp8_moe(*args)
@@ -339,13 +361,15 @@ def prefill_inputs(seed=0, dtype=torch.bfloat16, page=16, seq_q=(3, 0, 5), seq_k
 def test_opcheck_batch_prefill():
     q, k, v, qo, sglang, vllm = prefill_inputs()
     no_scales = (None, None, None, None)
-    torch.library.opcheck(torch.ops.gfxasm.batch_prefill.default, (q, k, v, qo, *sglang, True, None, *no_scales, True))
+    torch.library.opcheck(torch.ops.gfxasm.batch_prefill.default, (q, k, v, qo, *sglang, True, None, *NO_FEATURES, *no_scales,
+                                                                           True))
     torch.library.opcheck(torch.ops.gfxasm.batch_prefill_out.default,
                           (q, k, v, qo, *vllm, nan_like(q.shape, q.dtype), nan_like((2, 8), torch.float32), False,
-                           0.3, *no_scales))
+                           0.3, *NO_FEATURES, *no_scales))
     q8, k8, v8, qo, sglang, _ = prefill_inputs(seed=1, dtype=torch.float8_e4m3fn)
     scales = (torch.tensor([0.5]), torch.tensor([1.5]), torch.tensor([0.75]), None)
-    torch.library.opcheck(torch.ops.gfxasm.batch_prefill.default, (q8, k8, v8, qo, *sglang, True, None, *scales, False),
+    torch.library.opcheck(torch.ops.gfxasm.batch_prefill.default, (q8, k8, v8, qo, *sglang, True, None, *NO_FEATURES, *scales,
+                                                                       False),
                           test_utils=NO_SCHEMA)
 
 
@@ -390,7 +414,7 @@ def moe_inputs(seed=0):
     _, _, w, sw = mx.random_operands(1, 4 * 19, 64, gen, **mx.OPERAND_RANGES[torch.float16])
     ids = torch.stack([torch.randperm(4, generator=gen)[:2] for _ in range(3)]).flatten().tolist()
     sorted_ids, expert_ids, post = (torch.tensor(x, dtype=torch.int32).reshape(-1)
-                                    for x in moe_align.reference(ids, 4, 16))
+                                    for x in moe_align.reference(ids, 16, 4, None, True))
     return a, sa, w.view(4, 19, 64), sw.view(4, 19, 2), sorted_ids, expert_ids, post, torch.rand(3, 2, generator=gen)
 
 

@@ -172,14 +172,13 @@ class Op:
         self._cache: dict[tuple, _Cached] = {}         # insertion order: the oldest is dropped first
         self._lock = threading.Lock()
         self.functional = library.define(spec.name, self._functional, self._functional_fake,
-                                         self._schema(functional=True), [p.name for p in self._flags_params()])
+                                         self._schema(functional=True))
         self._out_order = tuple(p.name for p in self._out_params())
         self._out_at = self._out_order.index(self._output_names[0])     # where the outputs sit in it
         self.out_op = None
         if spec.out_form:
             self.out_op = library.define(f"{spec.name}_out", self._out, self._out_fake,
-                                         self._schema(functional=False), self._out_order,
-                                         mutates_args=self._output_names)
+                                         self._schema(functional=False), mutates_args=self._output_names)
 
     # ---------------------------------------------------------------- schemas
 
@@ -332,7 +331,7 @@ class Op:
             exist = tuple(values[name] is not None for name in self._output_names)
         else:
             items, exist = values.values(), None
-        parts = [exist, os.environ.get(BACKEND_ENV)]
+        parts = [exist, _backend_setting()]
         for v in items:             # flat: hashing one tuple is cheaper than nested ones (every call)
             if isinstance(v, torch.Tensor):
                 parts += (v.shape, v.stride(), v.dtype, v.device)
@@ -384,27 +383,30 @@ class Op:
     def _check_pointers(self, call: Call, extents: dict[str, int], fresh: bool) -> None:
         """Alignment of declared pointers, and outputs that meet an input or each other."""
         values = call.values
-        for name, align in (self._aligned_params if fresh else self._aligned):
-            t = values[name]
-            if t is not None and t.data_ptr() % align and extents[name]:
-                arguments.fail(self.name, ValueError,
-                               f"'{name}' data must be {align}-byte aligned, got address {t.data_ptr():#x}")
-        if fresh:
+        if fresh:                  # the framework's own outputs: aligned, and they meet nothing
+            for name, align in self._aligned_params:
+                t = values[name]
+                if t is not None and extents[name] and t.data_ptr() % align:
+                    self._refuse_misaligned(name, align, t.data_ptr())
             return
+        # each non-empty tensor's address, read once (data_ptr costs ~0.1 us a read)
+        address = {name: values[name].data_ptr() for name, size in extents.items() if size}
+        for name, align in self._aligned:
+            if address.get(name, 0) % align:
+                self._refuse_misaligned(name, align, address[name])
         for out, may_alias, before in self._overlaps:
-            t = values[out]
-            if t is None or not extents[out]:
+            start = address.get(out)
+            if start is None:
                 continue
-            start = t.data_ptr()
             end = start + extents[out]
             for name in before:
-                x = values[name]
-                if x is None or not extents[name]:
-                    continue
-                ptr = x.data_ptr()
-                if start < ptr + extents[name] and ptr < end and \
-                        not (name == may_alias and ptr == start and self._same_view(x, t)):
+                ptr = address.get(name)
+                if ptr is not None and start < ptr + extents[name] and ptr < end and \
+                        not (name == may_alias and ptr == start and self._same_view(values[name], values[out])):
                     refuse_overlap(self.name, out, name)
+
+    def _refuse_misaligned(self, name: str, align: int, address: int):
+        arguments.fail(self.name, ValueError, f"'{name}' data must be {align}-byte aligned, got address {address:#x}")
 
     @staticmethod
     def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -413,6 +415,19 @@ class Op:
     def clear_cache(self) -> None:
         with self._lock:
             self._cache.clear()
+
+
+_ENVIRON_BYTES = getattr(os.environ, "_data", None)      # CPython's os.environ store (bytes keys on POSIX)
+_BACKEND_KEY = BACKEND_ENV.encode()
+
+
+def _backend_setting():
+    """GFXASM_BACKEND as it is now (it enters every cache key: setting it re-plans).
+    os.environ.get encodes the key and decodes the value, ~1.5 us a call; reading
+    os.environ's own store is what it does underneath, without that."""
+    if isinstance(_ENVIRON_BYTES, dict) and os.name == "posix":
+        return _ENVIRON_BYTES.get(_BACKEND_KEY)
+    return os.environ.get(BACKEND_ENV)
 
 
 def define(spec: Spec) -> Op:

@@ -11,13 +11,19 @@ Their fake kernels check what metadata can tell (shapes, dtypes, strides) and al
 outputs, so meta tensors, FakeTensorMode and torch.compile(fullgraph=True) see the
 shapes without running anything. The op framework (framework.py) writes each op's schema
 from its declaration and registers both ops here with `define`; the Op it gets back is
-called positionally, in the schema's order. There is no backward: such a call refuses inputs that require grad
-(while grad mode is on) before anything runs, and so does the functional op reached
-through torch.ops (a mutating op cannot carry an autograd formula; its `out` simply gets
-no grad_fn). The call goes through the dispatcher only when something needs it (tracing,
-fake or meta tensors, a dispatch or function mode, functorch, the profiler): a plain
-eager call on plain tensors runs the same implementation directly and skips the
-dispatcher's host time (bench/host_cost.py measures both).
+called positionally, in the schema's order.
+
+Registration is torch.library's low-level form: the schema, one Python kernel under
+CompositeExplicitAutograd (every backend) and the fake. `torch.library.custom_op` would
+add Python kernels at the autograd and ADInplaceOrView keys that every call passes
+through, each re-boxing all the arguments: 20-170 us per call of host time here
+(bench/host_cost.py), more than the op's own checks. What those kernels did is done
+in the one kernel instead: there is no backward, so a call with an input that requires
+grad (while grad mode is on) is refused before anything runs — through torch.ops too —
+and an `_out` op bumps its outputs' version counters, as an in-place torch op does.
+The call goes through the dispatcher only when something needs it (tracing, fake or
+meta tensors, a dispatch or function mode, functorch, the profiler): a plain eager call
+on plain tensors runs the same kernel directly.
 """
 from __future__ import annotations
 
@@ -29,54 +35,73 @@ import torch
 NAMESPACE = "gfxasm"
 
 
+_LIBRARY = torch.library.Library(NAMESPACE, "FRAGMENT")
+
+
 @dataclass(frozen=True)
 class Op:
-    """A registered `gfxasm::` op and the implementation it wraps."""
+    """A registered `gfxasm::` op and its kernel."""
     name: str
-    op: Any                          # torch.library.CustomOpDef; torch.ops.gfxasm.<name> is the same op
-    impl: Callable
-    arg_names: tuple[str, ...]
+    op: Any                          # torch.ops.gfxasm.<name>.default
+    kernel: Callable                 # the implementation with grad refusal and version bumps
+    tensor_positions: tuple[int, ...]    # where the schema takes Tensor or Tensor?
 
     def __call__(self, *args):
-        if torch.is_grad_enabled():
-            refuse_grad(self.name, self.arg_names, args)
-        return (self.op if needs_dispatcher(args) else self.impl)(*args)
+        return (self.op if needs_dispatcher(args, self.tensor_positions) else self.kernel)(*args)
 
 
-def define(name: str, impl: Callable, fake: Callable, schema: str, arg_names: Sequence[str],
-           mutates_args: Sequence[str] = ()) -> Op:
+def define(name: str, impl: Callable, fake: Callable, schema: str, mutates_args: Sequence[str] = ()) -> Op:
     """`gfxasm::<name>` with an explicit schema (the op framework writes it from a Spec);
     `impl` and `fake` take the schema's arguments positionally."""
-    op = torch.library.custom_op(f"{NAMESPACE}::{name}", impl, mutates_args=tuple(mutates_args), schema=schema)
-    op.register_fake(fake)
-    arg_names = tuple(arg_names)
-    if not mutates_args:
-        def refuse(ctx, inputs, output) -> None:   # runs only when some input requires grad
-            refuse_grad(name, arg_names, inputs)
-        op.register_autograd(_no_backward, setup_context=refuse)
-    return Op(name, op, impl, arg_names)
+    _LIBRARY.define(name + schema)
+    op = getattr(getattr(torch.ops, NAMESPACE), name).default
+    arguments = op._schema.arguments
+    tensors = tuple((i, a.name) for i, a in enumerate(arguments) if _is_tensor(a.type))
+    mutated = tuple(i for i, a in enumerate(arguments) if a.name in mutates_args)
+
+    def kernel(*args):
+        if torch.is_grad_enabled():
+            for i, arg_name in tensors:
+                if args[i] is not None and args[i].requires_grad:
+                    refuse_grad(name, arg_name)
+        result = impl(*args)
+        if mutated:
+            torch._C._increment_version(tuple(args[i] for i in mutated if args[i] is not None))
+        return result
+
+    _LIBRARY.impl(name, kernel, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_LIBRARY)
+    return Op(name, op, kernel, tuple(i for i, _ in tensors))
 
 
-def _no_backward(ctx, *grads):
-    raise AssertionError("unreachable: setup_context refuses every input that requires grad")
+def _is_tensor(schema_type) -> bool:
+    """Tensor or Tensor? (the only tensor-holding types the ops declare)."""
+    if isinstance(schema_type, torch.OptionalType):
+        schema_type = schema_type.getElementType()
+    return isinstance(schema_type, torch.TensorType)
 
 
-def refuse_grad(op_name: str, names: Sequence[str], values: Sequence) -> None:
+def refuse_grad(op_name: str, arg_name: str) -> None:
     """A clear error instead of a result without grad_fn: these ops have no backward."""
-    for name, t in zip(names, values):
-        if isinstance(t, torch.Tensor) and t.requires_grad:
-            raise RuntimeError(f"{op_name}: '{name}' requires grad, but gfxasm ops have no backward; call it under "
-                               f"torch.no_grad() or pass a detached tensor")
+    raise RuntimeError(f"{op_name}: '{arg_name}' requires grad, but gfxasm ops have no backward; call it under "
+                       f"torch.no_grad() or pass a detached tensor")
 
 
-def needs_dispatcher(args: tuple) -> bool:
+def needs_dispatcher(args: tuple, tensor_positions: Sequence[int]) -> bool:
     """Whether a call must go through torch's dispatcher rather than straight to the
     implementation: under torch.compile, a mode, functorch or the profiler, or with tensor
-    subclasses (FakeTensor) or meta tensors. Non-tensors go straight to the implementation,
-    which names the argument in its error."""
+    subclasses (FakeTensor) or meta tensors at the schema's tensor positions. Anything
+    else there goes straight to the implementation, which names the argument in its error."""
     if torch.compiler.is_compiling():
         return True
     if (torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled()
             or torch._C._are_functorch_transforms_active() or torch.autograd._profiler_enabled()):
         return True
-    return any(isinstance(a, torch.Tensor) and (type(a) is not torch.Tensor or a.is_meta) for a in args)
+    for i in tensor_positions:
+        a = args[i]
+        if type(a) is torch.Tensor:
+            if a.is_meta:
+                return True
+        elif isinstance(a, torch.Tensor):
+            return True
+    return False
