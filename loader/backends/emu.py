@@ -2,10 +2,14 @@
 
 Strict mode is on: a register read while its load is still in flight, or a missing wait
 state, is an error rather than a silently different answer.
+
+GFXASM_EMU_JOBS=N in the environment runs each launch's workgroups in N processes (0: one
+per core; unset: 1), with the serial run's results (gfxasm.emu.parallel).
 """
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 from typing import Sequence
 
@@ -24,4 +28,16 @@ def launch(co_path: Path, symbol: str, grid: tuple[int, int, int], block: tuple[
     """Run the kernel to completion; returns the emulator's LaunchResult."""
     stat = co_path.stat()
     kernel = _module(co_path, stat.st_mtime_ns, stat.st_size).kernel(symbol)
-    return kernel.launch(grid=grid, block=block, kernarg=kernarg, buffers=list(tensors), strict=True)
+    return kernel.launch(grid=grid, block=block, kernarg=kernarg, buffers=list(tensors), strict=True,
+                         jobs=jobs())
+
+
+def jobs() -> int:
+    """GFXASM_EMU_JOBS as the launch's jobs argument (unset or empty: 1)."""
+    value = os.environ.get("GFXASM_EMU_JOBS", "").strip()
+    if not value:
+        return 1
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"GFXASM_EMU_JOBS must be an integer (0: one process per core), got {value!r}") from None

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..codeobj import CodeObject, KernelInfo, load_code_object
-from . import adversarial, families, hazards  # noqa: F401  (families registers every handler)
+from . import adversarial, families, hazards, parallel, races  # noqa: F401  (families registers every handler)
 from .decode import Program, decode
 from .errors import EmulatorError, LaunchError
 from .machine import Executor
@@ -46,6 +46,32 @@ def register_schedule(name: str, factory) -> None:
     if name not in adversarial.SCHEDULES or name in ("lockstep", "adversarial"):
         raise ValueError(f"{name!r} is not a pluggable schedule name")
     _PLUGGED_SCHEDULES[name] = factory
+
+
+@dataclass
+class Run:
+    """What every batch of one launch shares (a parallel launch's shards get a copy)."""
+    grid: tuple
+    block: tuple
+    waves_per_group: int
+    memory: Memory
+    seg: np.ndarray
+    kernarg_addr: int
+    packet_addr: int
+    strict: bool
+    waived: frozenset
+    trace: object
+    schedule: str
+    seed: int | None
+
+    def group_id(self, group) -> int:
+        """A workgroup's linear id: its position in the serial order (x fastest)."""
+        x, y, z = group
+        return (z * self.grid[1] + y) * self.grid[0] + x
+
+    def group_name(self, group_id: int) -> str:
+        gx, gy = self.grid[0], self.grid[1]
+        return f"({group_id % gx},{group_id // gx % gy},{group_id // (gx * gy)})"
 
 
 @dataclass
@@ -156,7 +182,8 @@ class Kernel:
     # ------------------------------------------------------------------ launch
     def launch(self, grid, block, kernarg: bytes = b"", buffers=(), *, strict: bool = True,
                max_wave_instructions: int = 2_000_000_000, trace=None, workgroups=None, waive=(),
-               schedule: str = "lockstep", seed: int | None = None) -> LaunchResult:
+               schedule: str = "lockstep", seed: int | None = None, jobs: int = 1,
+               engine: str = "processes") -> LaunchResult:
         """Run the kernel. `trace(inst, w)` is called after every executed instruction; if
         it has an `attach(executor)` method, that is called first for every batch.
         `workgroups` (an iterable of (x, y, z)) runs only those workgroups of `grid` — the
@@ -166,10 +193,15 @@ class Kernel:
         `schedule` "adversarial" with an int `seed` and strict=False draws a random legal
         interleaving and load-landing times (adversarial.py); "timed" (strict=False) orders
         waves and landings by cycle clocks (gfxasm.perf.timed). Inside adversarial.override, its
-        schedule, seed and strictness replace these arguments."""
+        schedule, seed and strictness replace these arguments.
+        `jobs` > 1 runs the workgroups in that many processes (0: one per core); with
+        engine="ray" they run as tasks of the Ray cluster the caller initialised (ray.init),
+        cut into at least `jobs` pieces (0: the cluster's CPUs). The outputs, the strict
+        reports and wave_instructions are those of a serial run (parallel.py says how)."""
         if adversarial.forced() is not None:
             schedule, seed, strict = adversarial.forced()
         adversarial.check_schedule(schedule, seed, strict)
+        jobs = parallel.check_jobs(jobs, engine, trace)
         grid, block = _dims(grid, "grid"), _dims(block, "block")
         self._check_launch(grid, block)
         waived = hazards.check_waivers(waive)
@@ -190,13 +222,21 @@ class Kernel:
                 if len(g) != 3 or not all(0 <= v < n for v, n in zip(g, grid)):
                     raise LaunchError(f"workgroup {g} is outside grid {grid}")
             groups = [(z, y, x) for x, y, z in chosen]
+        run_ = Run(grid, block, waves_per_group, memory, seg, kernarg_addr, packet_addr, strict, waived,
+                   trace, schedule, seed)
         per_batch = max(1, BATCH_WAVES // waves_per_group)
-        total = 0
-        for start in range(0, len(groups), per_batch):
-            batch = [(x, y, z) for z, y, x in groups[start:start + per_batch]]
-            total += self._run_batch(batch, block, waves_per_group, memory, seg, kernarg_addr,
-                                     packet_addr, strict, waived, max_wave_instructions - total, trace,
-                                     (schedule, seed, start))
+        batches = [(start, [(x, y, z) for z, y, x in groups[start:start + per_batch]])
+                   for start in range(0, len(groups), per_batch)]
+        # The record of global accesses across workgroups: strict mode's race checks, and a
+        # parallel launch's footprints (which it needs in either mode).
+        spread = parallel.wanted(jobs, engine)
+        accesses = races.GlobalAccesses(memory, strict, run_.group_name) if strict or spread else None
+        if spread:
+            total = parallel.run(self, run_, batches, accesses, max_wave_instructions, jobs, engine)
+        else:
+            total = 0
+            for start, batch in batches:
+                total += self.run_batch(run_, start, batch, accesses, max_wave_instructions - total)
         return LaunchResult(total, len(groups), len(groups) * waves_per_group)
 
     def _init_waves(self, batch, block, waves_per_group, seg, kernarg_addr, packet_addr) -> Waves:
@@ -246,23 +286,27 @@ class Kernel:
         waves.pc[:] = self.program.entry
         return waves
 
-    def _run_batch(self, batch, block, waves_per_group, memory, seg, kernarg_addr, packet_addr,
-                   strict, waived, budget, trace, order) -> int:
-        waves = self._init_waves(batch, block, waves_per_group, seg, kernarg_addr, packet_addr)
+    def run_batch(self, run_: "Run", start: int, batch, accesses, budget: int) -> int:
+        """Run the workgroups `batch` ((x, y, z) each; the launch's groups from index
+        `start` on) as one lockstep batch; returns the wave-instructions executed."""
+        waves = self._init_waves(batch, run_.block, run_.waves_per_group, run_.seg, run_.kernarg_addr,
+                                 run_.packet_addr)
         kd = self.info.descriptor
 
         def wave_name(i: int) -> str:
             gx, gy, gz = batch[int(waves.slot[i])]
             return f"workgroup ({gx},{gy},{gz}) wave {int(waves.wave_in_group[i])}"
 
-        ex = Executor(self.program, self.name, waves, memory, strict=strict,
+        ex = Executor(self.program, self.name, waves, run_.memory, strict=run_.strict,
                       denorm_f32=kd.float_denorm_mode_32 == 3, denorm_f16=kd.float_denorm_mode_16_64 == 3,
                       ieee_mode=kd.ieee_mode, wave_names=wave_name, fp16_ovfl=kd.fp16_overflow)
-        ex.trace = trace
-        ex.waived = waived
-        if trace is not None and hasattr(trace, "attach"):
-            trace.attach(ex)
-        ex.schedule = self._schedule(*order, waves)
+        ex.trace = run_.trace
+        ex.waived = run_.waived
+        ex.accesses = accesses
+        ex.group_ids = np.array([run_.group_id(g) for g in batch], np.int64)[waves.slot]
+        if run_.trace is not None and hasattr(run_.trace, "attach"):
+            run_.trace.attach(ex)
+        ex.schedule = self._schedule(run_.schedule, run_.seed, start, waves)
         return run(ex, budget)
 
     def _schedule(self, name: str, seed, batch_start: int, waves: Waves):

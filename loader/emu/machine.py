@@ -13,7 +13,8 @@ Strict mode (the default) reports as `HazardError`:
     (results land only when the `s_waitcnt` that covers them retires);
   * LDS bytes touched by another wave (or read at all, for LDS DMA) while a write to
     them is still in flight;
-  * the wait-state hazards of hazards.py.
+  * the wait-state hazards of hazards.py;
+  * two workgroups touching the same global bytes with nothing ordering them (races.py).
 """
 from __future__ import annotations
 
@@ -85,6 +86,10 @@ class Executor:
         self._clocks = (None, 0, 0)
         self._ids = np.arange(waves.count)   # wave_ids' source, made once per launch
         self._ids.flags.writeable = False
+        # Global memory across workgroups (races.py): the launch's record, or None; and the
+        # linear workgroup id (serial order) of each wave, which the kernel sets per batch.
+        self.accesses = None
+        self.group_ids: np.ndarray | None = None
 
     # ----------------------------------------------------------------- errors
     def where(self, wave: int | None = None) -> str:

@@ -44,8 +44,11 @@ class Memory:
         self._views: list[np.ndarray] = []
         self.names: list[str] = []
 
-    def register(self, buf, name: str | None = None) -> int:
-        base, view, desc = _storage_bytes(buf)
+    def register(self, buf, name: str | None = None, base: int | None = None) -> int:
+        """Make buf's storage addressable at its host address, or at `base` (a copy of a
+        launch's memory in another process keeps the addresses the kernarg holds)."""
+        real, view, desc = _storage_bytes(buf)
+        base = real if base is None else base
         end = base + view.size
         for b, e, n in zip(self._bases, self._ends, self.names):
             if base < int(e) and int(b) < end:
@@ -58,6 +61,10 @@ class Memory:
         self._views.insert(order, view)
         self.names.insert(order, name or desc)
         return base
+
+    def regions(self) -> list[tuple[int, np.ndarray, str]]:
+        """(base address, uint8 view, name) of every registered buffer, by address."""
+        return [(int(b), v, n) for b, v, n in zip(self._bases, self._views, self.names)]
 
     def _locate(self, addr: np.ndarray, nbytes: int) -> np.ndarray:
         """Region index of each address; raises OutOfBounds for the first bad one."""

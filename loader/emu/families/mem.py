@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import lds, numerics
+from .. import lds, numerics, races
 from ..errors import UnsupportedInstruction
 from ..memory import OutOfBounds
 from ..registry import handles
@@ -61,16 +61,18 @@ def _read_lanes(ex, w, addr: np.ndarray, ok: np.ndarray, nbytes: int, what: str)
     """uint8[n,64,nbytes]: memory at addr[n,64] for lanes `ok`, zero elsewhere."""
     if ok.all():
         try:
-            return ex.memory.read(addr.reshape(-1), nbytes).reshape(addr.shape + (nbytes,))
+            out = ex.memory.read(addr.reshape(-1), nbytes).reshape(addr.shape + (nbytes,))
         except OutOfBounds as err:
             ex.fault(w, err, what)        # err.position is already the flat lane position
-    out = np.zeros(addr.shape + (nbytes,), np.uint8)
-    flat = np.flatnonzero(ok)
-    try:
-        out.reshape(-1, nbytes)[flat] = ex.memory.read(addr.reshape(-1)[flat], nbytes)
-    except OutOfBounds as err:
-        err.position = int(flat[err.position])
-        ex.fault(w, err, what)
+    else:
+        out = np.zeros(addr.shape + (nbytes,), np.uint8)
+        flat = np.flatnonzero(ok)
+        try:
+            out.reshape(-1, nbytes)[flat] = ex.memory.read(addr.reshape(-1)[flat], nbytes)
+        except OutOfBounds as err:
+            err.position = int(flat[err.position])
+            ex.fault(w, err, what)
+    races.note(ex, w, addr, ok, nbytes, races.READ)
     return out
 
 
@@ -81,6 +83,7 @@ def _write_lanes(ex, w, addr: np.ndarray, ok: np.ndarray, data: np.ndarray, what
     except OutOfBounds as err:
         err.position = int(flat[err.position])
         ex.fault(w, err, what)
+    races.note(ex, w, addr, ok, data.shape[2], races.WRITE)
 
 
 def _land_load(ex, w, dst, data: np.ndarray, mask: np.ndarray, kind: str):
@@ -363,6 +366,7 @@ def global_atomic(ex, inst, w):
     values = ex.v32(vdata, w)
     ex.role = None
     old_values = _atomic_rmw(ex, w, addr, mask, values, ATOMICS[inst.name], inst.name)
+    races.note_atomic(ex, w, addr, mask, values, inst.name, returns)
     if returns:
         _atomic_return(ex, w, vdst, old_values, mask)
     else:
@@ -390,6 +394,7 @@ def buffer_atomic(ex, inst, w):
     values = ex.v32(vdata, w)
     ex.role = None
     old_values = _atomic_rmw(ex, w, addr, ok, values, BUFFER_ATOMICS[inst.name], inst.name)
+    races.note_atomic(ex, w, addr, ok, values, inst.name, returns)
     if returns:
         _atomic_return(ex, w, vdata, old_values, mask)
     else:

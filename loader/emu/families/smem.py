@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import races
 from ..errors import MemoryFault
 from ..memory import OutOfBounds
 from ..registry import handles
@@ -30,6 +31,7 @@ def _issue_load(ex, inst, w, addr: np.ndarray, count: int):
         data = ex.memory.read(addr, 4 * count).view(np.uint32).reshape(-1, count)
     except OutOfBounds as err:
         ex.fault(w, err, "scalar load", lanes=1)
+    races.note(ex, w, addr[:, None], np.ones((addr.size, 1), bool), 4 * count, races.READ)
     dst = inst.ops[0]
     waves = ex.wave_ids(w)
 

@@ -1,0 +1,327 @@
+"""One launch's workgroups over several processes (jobs=N) or Ray tasks (engine="ray"),
+with the outputs, strict reports and wave_instructions of the serial run.
+
+A serial launch runs its workgroups in batches (kernel.BATCH_WAVES waves each), one batch
+after another; a batch's workgroups run in lockstep. In parallel, each batch is cut into
+pieces (whole batches when there are at least as many batches as jobs; always whole
+batches under the adversarial and timed schedules, whose order depends on the batch), and
+the pieces run in worker processes, each starting from the memory the launch started
+with. A piece returns its footprint (races.Footprint: who read, wrote and atomically
+updated every global byte it touched, and where), the final values of the bytes it stored
+to or updated, and its atomics' operands. The parent then takes the pieces in serial
+order, batch by batch:
+
+  * A piece's run is the serial run's for its workgroups exactly when nothing it did
+    depended on an earlier piece: it touched no byte an earlier piece (earlier batch, or
+    earlier in its batch) stored to; it neither read nor stored to a byte an earlier
+    piece updated atomically; it neither stored to nor updated atomically a byte an
+    earlier piece read; and no byte was updated atomically by it and by an earlier piece
+    of the same batch (in one batch the serial run interleaves the atomics of its
+    workgroups instruction by instruction). Workgroups interact through global memory
+    only, and only through those bytes.
+  * When every piece of a batch passes, the parent merges their footprints into the
+    launch's record (so later pieces are checked against them) and writes their bytes
+    into memory in piece order. Where an earlier batch also updated a dword atomically
+    (both non-returning: a returning atomic is a read), the parent applies the piece's
+    atomics to that dword again, in the piece's order, on the memory as it is: serial
+    order, batch after batch, and within the piece as it ran.
+  * When a piece fails the test, or raised (a HazardError, a fault, the wave-instruction
+    budget), the parent runs that whole batch itself on the merged state, as the serial
+    run would have: same memory, same record, so the same result or the same report.
+    Kernels whose workgroups talk through global memory (atomic counters that hand out
+    work, split-K accumulation across workgroups of one batch) therefore gain nothing, but
+    stay exact.
+
+Races (races.py) need the same record either way: a race within a piece is reported by
+the piece (and the parent's re-run reports it as the serial run does); one between pieces
+fails the test above, and the re-run finds it.
+
+Processes are forked (the workers see the launch's buffers at their addresses without a
+copy). Ray tasks get one copy of every registered buffer through the object store and
+address it at the original addresses (Memory.register(base=...)); the cluster is the one
+the caller initialised with ray.init, and ray is imported only then.
+"""
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import EmulatorError, LaunchError
+from .families.mem import ATOMICS, BUFFER_ATOMICS
+from .memory import Memory
+from .races import BYTE_FIELDS, DWORD_FIELDS, Footprint, GlobalAccesses
+
+ENGINES = ("processes", "ray")
+
+
+def check_jobs(jobs, engine: str, trace) -> int:
+    """The number of pieces `jobs` asks for at least (0: one per core; for Ray, resolved in
+    run() as the cluster's CPUs); refuses what a parallel launch cannot do."""
+    if isinstance(jobs, bool) or not isinstance(jobs, (int, np.integer)) or jobs < 0:
+        raise LaunchError(f"jobs must be an int >= 0 (0: one per core), got {jobs!r}")
+    if engine not in ENGINES:
+        raise LaunchError(f"engine must be one of {ENGINES}, got {engine!r}")
+    jobs = int(jobs)
+    if engine == "processes":
+        jobs = jobs or (os.cpu_count() or 1)
+    if (jobs != 1 or engine == "ray") and trace is not None:
+        raise LaunchError("trace is called in the launching process: it needs jobs=1 and engine='processes'")
+    return jobs
+
+
+def wanted(jobs: int, engine: str) -> bool:
+    """Whether the launch runs through this module (check_jobs' jobs)."""
+    return jobs != 1 or engine == "ray"
+
+
+@dataclass
+class Piece:
+    batch: int              # index of its batch
+    start: int              # the launch's group index of the batch's first workgroup
+    groups: list            # (x, y, z) of its workgroups, in serial order
+
+
+@dataclass
+class PieceResult:
+    executed: int
+    footprint: Footprint | None
+    values: dict            # region -> bytes at the footprint's stored/updated offsets
+    atomic_log: list
+    error: str | None       # what the piece raised (the parent re-runs its batch)
+
+
+def plan(batches, jobs: int, schedule: str) -> list[Piece]:
+    """Cut the batches into pieces: contiguous runs of workgroups, at least `jobs` pieces
+    in all where the batches allow it."""
+    parts = 1 if schedule != "lockstep" else -(-jobs // len(batches))
+    pieces = []
+    for b, (start, groups) in enumerate(batches):
+        cuts = np.linspace(0, len(groups), min(parts, len(groups)) + 1).round().astype(int)
+        pieces += [Piece(b, start, groups[lo:hi]) for lo, hi in zip(cuts[:-1], cuts[1:])]
+    return pieces
+
+
+def run_piece(kernel, run_, piece: Piece, budget: int) -> PieceResult:
+    """Run one piece on `run_.memory` (a worker's own copy) with a fresh record."""
+    accesses = GlobalAccesses(run_.memory, run_.strict, run_.group_name)
+    accesses.log_atomics = True
+    try:
+        executed = kernel.run_batch(run_, piece.start, piece.groups, accesses, budget)
+    except EmulatorError as exc:
+        return PieceResult(0, None, {}, [], f"{type(exc).__name__}: {exc}")
+    footprint = accesses.footprint()
+    views = run_.memory._views
+    values = {}
+    for region, (off, fields, _, _) in footprint.regions.items():
+        changed = off[(fields["writer"] != 0) | (fields["atomic"] != 0)]
+        values[region] = views[region][changed].copy()
+    return PieceResult(executed, footprint, values, accesses.atomic_log, None)
+
+
+# ---------------------------------------------------------------------- engines
+_FORKED = None      # (kernel, run_, pieces, budget): what forked workers run pieces of
+
+
+def _forked_piece(index: int) -> PieceResult:
+    kernel, run_, pieces, budget = _FORKED
+    return run_piece(kernel, run_, pieces[index], budget)
+
+
+def _in_processes(kernel, run_, pieces, budget, jobs):
+    global _FORKED
+    _FORKED = (kernel, run_, pieces, budget)
+    try:
+        with multiprocessing.get_context("fork").Pool(min(jobs, len(pieces))) as pool:
+            yield from pool.imap(_forked_piece, range(len(pieces)))
+    finally:
+        _FORKED = None
+
+
+def _ray_piece(co_bytes: bytes, name: str, run_, regions, piece: Piece, budget: int) -> PieceResult:
+    """A Ray task: the launch's memory rebuilt from the object store's copy at the
+    original addresses, then run_piece."""
+    from .kernel import load
+    kernel = load(co_bytes).kernel(name)
+    memory = Memory()
+    seg = None
+    for base, data, region_name in regions:
+        view = np.array(data, dtype=np.uint8)                  # writable copy
+        memory.register(view, name=region_name, base=base)
+        if base == run_.kernarg_addr:
+            seg = view
+    return run_piece(kernel, dataclasses.replace(run_, memory=memory, seg=seg), piece, budget)
+
+
+def _ray():
+    """The ray module, on a cluster the caller initialised."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise LaunchError("engine='ray' needs ray (pip install 'gfxasm[cluster]')") from exc
+    if not ray.is_initialized():
+        raise LaunchError("engine='ray' runs on the Ray cluster the caller initialised: call ray.init() first")
+    return ray
+
+
+def _in_ray(kernel, run_, pieces, budget):
+    ray = _ray()
+    regions = ray.put([(base, np.asarray(view), name) for base, view, name in run_.memory.regions()])
+    shipped = dataclasses.replace(run_, memory=None, seg=None, trace=None)
+    task = ray.remote(num_cpus=1)(_ray_piece)
+    co = ray.put(kernel.module.code_object.data)
+    refs = [task.remote(co, kernel.name, shipped, regions, piece, budget) for piece in pieces]
+    for ref in refs:
+        yield ray.get(ref)
+
+
+# ---------------------------------------------------------------------- the parent
+def run(kernel, run_, batches, accesses: GlobalAccesses, budget: int, jobs: int, engine: str) -> int:
+    if engine == "ray" and jobs == 0:
+        jobs = max(1, int(_ray().cluster_resources().get("CPU", 1)))
+    pieces = plan(batches, jobs, run_.schedule)
+    results = (_in_ray(kernel, run_, pieces, budget) if engine == "ray"
+               else _in_processes(kernel, run_, pieces, budget, jobs))
+    total = 0
+    done = []                                       # (piece, result) of the current batch
+    for n, (piece, result) in enumerate(zip(pieces, results)):
+        done.append((piece, result))
+        if n + 1 < len(pieces) and pieces[n + 1].batch == piece.batch:
+            continue
+        start, groups = batches[piece.batch]
+        total += _take_batch(kernel, run_, accesses, done, start, groups, budget - total)
+        done = []
+    return total
+
+
+def _take_batch(kernel, run_, accesses, done, start, groups, budget) -> int:
+    """Merge one batch's pieces, or run the batch here when one of them cannot stand."""
+    mark = accesses.count
+    undo: list = []
+    replays = []
+    executed = 0
+    for piece, result in done:
+        executed += result.executed
+        replay = None
+        if result.error is None and executed <= budget:
+            replay = _check(accesses, result.footprint, mark)
+        if replay is None:
+            _rollback(accesses, mark, undo)
+            return kernel.run_batch(run_, start, groups, accesses, budget)
+        _merge(accesses, result.footprint, undo)
+        replays.append(replay)
+    for (piece, result), replay in zip(done, replays):
+        _write(run_.memory, result, replay)
+    return executed
+
+
+def _check(accesses: GlobalAccesses, fp: Footprint, batch_mark: int):
+    """None if the piece's footprint meets an earlier piece's (module docstring), else per
+    region the byte offsets whose atomics must be applied again (an earlier batch updated
+    them atomically too)."""
+    replay = {}
+    for region, (off, kb, doff, kd) in fp.regions.items():
+        shadow = accesses.shadows.get(region)
+        if shadow is None:
+            replay[region] = off[:0]
+            continue
+        k_write, k_atomic, k_read = kb["writer"] != 0, kb["atomic"] != 0, kd["reader"] != 0
+        p_write, p_atomic = shadow.bytes["writer"][off], shadow.bytes["atomic"][off]
+        # the bytes of the dwords the piece read, as earlier pieces left them
+        size = len(shadow.bytes["writer"])
+        quads = np.minimum(4 * doff[:, None] + np.arange(4), size - 1)
+        p_touched = (shadow.bytes["writer"][quads] != 0) | (shadow.bytes["atomic"][quads] != 0)
+        p_read = shadow.dwords["reader"][off >> 2] != 0
+        if (((k_write | k_atomic) & (p_write != 0)).any() or (k_write & (p_atomic != 0)).any()
+                or (k_read & p_touched.any(axis=1)).any() or ((k_write | k_atomic) & p_read).any()
+                or (k_atomic & (p_atomic >= batch_mark)).any()):
+            return None
+        replay[region] = off[k_atomic & (p_atomic != 0)]
+    return replay
+
+
+def _merge(accesses: GlobalAccesses, fp: Footprint, undo: list) -> None:
+    """Take a checked piece's footprint into the launch's record, as if its workgroups
+    had run here after everything merged so far (races.py's field rules; the check made
+    sure no byte the piece stored to or read had an earlier store)."""
+    shift = accesses.count - 1
+    records = fp.records[1:]
+    accesses.reserve(len(records))
+    accesses.records[accesses.count:accesses.count + len(records)] = records
+    accesses.count += len(records)
+    for region, (off, kb, doff, kd) in fp.regions.items():
+        shadow = accesses.shadow(region)
+        undo.append((shadow, (shadow.lo, shadow.hi, shadow.stored, shadow.updated, shadow.read),
+                     off, {f: shadow.bytes[f][off] for f in BYTE_FIELDS},
+                     doff, {f: shadow.dwords[f][doff] for f in DWORD_FIELDS}))
+        shadow.touch(int(off.min()) if off.size else 4 * int(doff.min()),
+                     int(off.max()) + 1 if off.size else 4 * int(doff.max()) + 4)
+        for name in BYTE_FIELDS:
+            ours = kb[name] != 0
+            shadow.bytes[name][off[ours]] = kb[name][ours] + shift
+        shadow.stored |= bool((kb["writer"] != 0).any())
+        shadow.updated |= bool((kb["atomic"] != 0).any())
+        dw = shadow.dwords
+        first, other = dw["reader"][doff], dw["other_reader"][doff]
+        read = kd["reader"] != 0
+        moved = {f: np.where(kd[f] != 0, kd[f] + shift, 0).astype(np.int32) for f in DWORD_FIELDS}
+        fresh = read & (first == 0)
+        dw["reader"][doff[fresh]] = moved["reader"][fresh]
+        dw["other_reader"][doff[fresh]] = moved["other_reader"][fresh]
+        second = read & (first != 0) & (other == 0)       # the piece's workgroups differ from theirs
+        dw["other_reader"][doff[second]] = moved["reader"][second]
+        shadow.read |= bool(read.any())
+    accesses.clocks.update(fp.clocks)
+    accesses.snapshots.update({r + shift: clock for r, clock in fp.snapshots.items()})
+
+
+def _rollback(accesses: GlobalAccesses, mark: int, undo: list) -> None:
+    """Forget what _merge took in since the record held `mark` records."""
+    for shadow, state, off, old_bytes, doff, old_dwords in reversed(undo):
+        shadow.lo, shadow.hi, shadow.stored, shadow.updated, shadow.read = state
+        for name, values in old_bytes.items():
+            shadow.bytes[name][off] = values
+        for name, values in old_dwords.items():
+            shadow.dwords[name][doff] = values
+    for g in set(accesses.records[mark:accesses.count, 0].tolist()):
+        accesses.clocks.pop(g, None)
+    for r in [r for r in accesses.snapshots if r >= mark]:
+        del accesses.snapshots[r]
+    accesses.count = mark
+
+
+def _write(memory: Memory, result: PieceResult, replay: dict) -> None:
+    """A merged piece's stores and atomics into the launch's memory."""
+    views = memory._views
+    dwords = []
+    for region, (off, k, _, _) in result.footprint.regions.items():
+        changed = off[(k["writer"] != 0) | (k["atomic"] != 0)]
+        again = np.isin(changed, replay[region])
+        views[region][changed[~again]] = result.values[region][~again]
+        dwords.append(memory._bases[region] + replay[region][replay[region] % 4 == 0].astype(np.uint64))
+    again = np.concatenate(dwords) if dwords else np.zeros(0, np.uint64)
+    if not again.size:
+        return
+    ops = {**ATOMICS, **BUFFER_ATOMICS}
+    for addr, values, name in result.atomic_log:
+        sel = np.isin(addr, again)
+        if sel.any():
+            _apply_in_order(memory, addr[sel], values[sel], ops[name])
+
+
+def _apply_in_order(memory: Memory, addr: np.ndarray, values: np.ndarray, fn) -> None:
+    """fn(old, value) on the dword at each address, one lane after another: in rounds,
+    round i doing the i-th operation on every address."""
+    order = np.argsort(addr, kind="stable")
+    sorted_addr = addr[order]
+    first = np.r_[True, sorted_addr[1:] != sorted_addr[:-1]]
+    run_start = np.maximum.accumulate(np.where(first, np.arange(addr.size), 0))
+    rank = np.empty(addr.size, np.int64)
+    rank[order] = np.arange(addr.size) - run_start
+    for r in range(int(rank.max()) + 1):
+        sel = rank == r
+        old = memory.read(addr[sel], 4).view(np.uint32).reshape(-1)
+        memory.write(addr[sel], np.asarray(fn(old.copy(), values[sel]), np.uint32).view(np.uint8).reshape(-1, 4))
