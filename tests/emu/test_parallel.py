@@ -1,7 +1,7 @@
 """A launch over several processes (Kernel.launch(jobs=N), GFXASM_EMU_JOBS for the ops) or
 Ray tasks (engine="ray") gives the serial run's outputs, LSE and wave_instructions bit for
 bit: an attention (MQA, ragged tails), the MoE layer (every kernel of it), and a kernel
-whose workgroups meet in atomics (tests/fixtures/column_sum.s: a ticket taken with a
+whose workgroups meet in atomics (tests/fixtures/column_sum.s, races.yaml: a ticket taken with a
 returning atomic, so the pieces' runs are refused and the batch re-run; f32 atomic adds
 from every workgroup, applied again in serial order across batches). Fresh random inputs,
 outputs poisoned. The Ray test starts a local cluster bound to 127.0.0.1 and stops it."""
@@ -23,7 +23,8 @@ from gfxasm.manifest import default_manifest
 from gfxasm.ops import fmha, moe_layer, mxfp8_moe_gemm
 from gfxasm.ops import swiglu_quant as sq
 
-from test_moe import layer_operands, routing   # noqa: E402  (the MoE tests' operand makers)
+from test_moe import layer_operands, routing   # the MoE tests' operand makers
+from test_races import race_manifest  # noqa: F401  (the fixture)
 
 
 @pytest.fixture
@@ -124,14 +125,14 @@ TWO_BATCHES = emu_kernel.BATCH_WAVES + 9          # one-wave workgroups
     # two batches adding into out: both merge, the second's adds applied again on the first's sums
     ("column_sum_atomic_add", TWO_BATCHES, 2, dict(rerun=0, merged=2)),
 ])
-def test_atomics_across_workgroups_are_bit_identical(fixture_manifest, launches, merges, monkeypatch, variant, groups,
+def test_atomics_across_workgroups_are_bit_identical(race_manifest, launches, merges, monkeypatch, variant, groups,
                                                      jobs, how):
     x = torch.randn(groups * 64, generator=torch.Generator().manual_seed(groups))
 
     def run():
         args = dict(x=x, partial=torch.full((groups * 64,), float("nan")), out=torch.zeros(64),
                     counter=torch.zeros(1, dtype=torch.uint32), groups=groups)
-        gfxasm.launch(fixture_manifest.kernel("column_sum"), variant=variant, **args)
+        gfxasm.launch(race_manifest.kernel("column_sum"), variant=variant, **args)
         return args
     (serial, serial_launches), (par, par_launches) = serial_and_parallel(run, launches, monkeypatch, jobs)
     for name in ("partial", "out", "counter"):
@@ -189,7 +190,7 @@ def local_ray():
         ray.shutdown()
 
 
-def test_ray_tasks_are_bit_identical(fixture_manifest, launches, local_ray, monkeypatch):
+def test_ray_tasks_are_bit_identical(race_manifest, launches, local_ray, monkeypatch):
     assert {node["NodeManagerAddress"] for node in local_ray.nodes()} == {"127.0.0.1"}
     groups = TWO_BATCHES
     x = torch.randn(groups * 64, generator=torch.Generator().manual_seed(3))
@@ -197,7 +198,7 @@ def test_ray_tasks_are_bit_identical(fixture_manifest, launches, local_ray, monk
     def run():
         args = dict(x=x, partial=torch.full((groups * 64,), float("nan")), out=torch.zeros(64),
                     counter=torch.zeros(1, dtype=torch.uint32), groups=groups)
-        gfxasm.launch(fixture_manifest.kernel("column_sum"), variant="column_sum_atomic_add", **args)
+        gfxasm.launch(race_manifest.kernel("column_sum"), variant="column_sum_atomic_add", **args)
         return args
     monkeypatch.setenv("GFXASM_EMU_JOBS", "1")
     serial = run()

@@ -1,5 +1,5 @@
 """Cross-workgroup races on global memory in strict mode (gfxasm.emu.races), on the fixture
-kernel column_sum (tests/fixtures/column_sum.s): workgroups store column blocks, and one
+kernel column_sum (tests/fixtures/column_sum.s, manifest tests/fixtures/races.yaml): workgroups store column blocks, and one
 sums them, ordered by a returning atomic (no race) or by nothing (a read race); or they
 all store to one block (a store race); or they add into one output atomically (no race).
 Fresh random inputs, outputs poisoned, float64 / in-order f32 references; grids of one
@@ -14,10 +14,22 @@ import torch
 
 import gfxasm
 import gfxasm.emu as emu
+from gfxasm.build import build_manifest
 from gfxasm.emu import kernel as emu_kernel
+from gfxasm.manifest import Manifest
+
+from conftest import FIXTURES
 
 ONE_BATCH = 5
 TWO_BATCHES = emu_kernel.BATCH_WAVES + 3          # one wave per workgroup
+
+
+@pytest.fixture(scope="session")
+def race_manifest() -> Manifest:
+    """tests/fixtures/races.yaml, built (incrementally) into build/fixtures."""
+    manifest = Manifest.load(FIXTURES / "races.yaml")
+    build_manifest(manifest)
+    return manifest
 
 
 def column_sum(manifest, variant: str, groups: int, gen: torch.Generator, jobs: int, monkeypatch):
@@ -31,8 +43,8 @@ def column_sum(manifest, variant: str, groups: int, gen: torch.Generator, jobs: 
 
 @pytest.mark.parametrize("jobs", [1, 2])
 @pytest.mark.parametrize("groups", [1, ONE_BATCH, TWO_BATCHES])
-def test_stores_ordered_by_a_returning_atomic_are_no_race(fixture_manifest, gen, monkeypatch, groups, jobs):
-    args = column_sum(fixture_manifest, "column_sum_ordered", groups, gen, jobs, monkeypatch)
+def test_stores_ordered_by_a_returning_atomic_are_no_race(race_manifest, gen, monkeypatch, groups, jobs):
+    args = column_sum(race_manifest, "column_sum_ordered", groups, gen, jobs, monkeypatch)
     x2 = 2 * args["x"]
     assert torch.equal(args["partial"], x2)                         # doubling is exact in f32
     assert int(args["counter"][0]) == groups                        # every workgroup took one ticket
@@ -42,8 +54,8 @@ def test_stores_ordered_by_a_returning_atomic_are_no_race(fixture_manifest, gen,
 
 @pytest.mark.parametrize("jobs", [1, 2])
 @pytest.mark.parametrize("groups", [ONE_BATCH, TWO_BATCHES])
-def test_atomic_adds_from_every_workgroup_are_no_race(fixture_manifest, gen, monkeypatch, groups, jobs):
-    args = column_sum(fixture_manifest, "column_sum_atomic_add", groups, gen, jobs, monkeypatch)
+def test_atomic_adds_from_every_workgroup_are_no_race(race_manifest, gen, monkeypatch, groups, jobs):
+    args = column_sum(race_manifest, "column_sum_atomic_add", groups, gen, jobs, monkeypatch)
     # the adds land in workgroup order (lockstep: lanes in wave order; batches in order)
     expected = torch.zeros(64)
     for block in (2 * args["x"]).view(groups, 64):
@@ -64,8 +76,8 @@ def race_report(manifest, variant, groups, gen, jobs, monkeypatch) -> str:
 
 
 @pytest.mark.parametrize("groups", [2, TWO_BATCHES])
-def test_two_workgroups_storing_to_the_same_bytes_race(fixture_manifest, monkeypatch, groups):
-    reports = {jobs: race_report(fixture_manifest, "column_sum_store_race", groups, torch.Generator().manual_seed(1),
+def test_two_workgroups_storing_to_the_same_bytes_race(race_manifest, monkeypatch, groups):
+    reports = {jobs: race_report(race_manifest, "column_sum_store_race", groups, torch.Generator().manual_seed(1),
                                  jobs, monkeypatch) for jobs in (1, 2)}
     assert reports[1] == reports[2]                                 # serial and parallel report the same
     found = RACE.search(reports[1])
@@ -75,8 +87,8 @@ def test_two_workgroups_storing_to_the_same_bytes_race(fixture_manifest, monkeyp
 
 
 @pytest.mark.parametrize("groups", [2, TWO_BATCHES])
-def test_reading_what_another_workgroup_stored_without_an_atomic_races(fixture_manifest, monkeypatch, groups):
-    reports = {jobs: race_report(fixture_manifest, "column_sum_read_race", groups, torch.Generator().manual_seed(2),
+def test_reading_what_another_workgroup_stored_without_an_atomic_races(race_manifest, monkeypatch, groups):
+    reports = {jobs: race_report(race_manifest, "column_sum_read_race", groups, torch.Generator().manual_seed(2),
                                  jobs, monkeypatch) for jobs in (1, 2)}
     assert reports[1] == reports[2]
     found = RACE.search(reports[1])
