@@ -61,8 +61,8 @@ def define(name: str, impl: Callable, fake: Callable, schema: str, mutates_args:
 
     def kernel(*args):
         if torch.is_grad_enabled():
-            for i, arg_name in tensors:
-                if args[i] is not None and args[i].requires_grad:
+            for i, arg_name in tensors:       # a non-tensor there: impl names it in its error
+                if isinstance(args[i], torch.Tensor) and args[i].requires_grad:
                     refuse_grad(name, arg_name)
         result = impl(*args)
         if mutated:
