@@ -255,7 +255,13 @@ def plan(M: int, N: int, K: int, kernel: str = "auto", out_dtype: torch.dtype = 
     rows_m, rows_n = _tiles(name)
     if splits is None:
         splits = choose_splits(kind, M, N, K, rows_m, rows_n)
-    return Plan(name, f"{name}_{OUT_DTYPES[out_dtype]}", splits, rows_m, rows_n, kind)
+    return Plan(name, _out_variant(name, out_dtype).name, splits, rows_m, rows_n, kind)
+
+
+def _out_variant(kernel: str, out_dtype: torch.dtype):
+    """The variant of `kernel` writing `out_dtype`, chosen by its OUT_F16 define."""
+    from ..manifest import default_manifest
+    return default_manifest().kernel(kernel).variant_with(OUT_F16=out_dtype == torch.float16)
 
 
 # ------------------------------------------------------------------ the op
@@ -339,7 +345,7 @@ def _plan(shape: tuple[int, int, int], call) -> framework.Plan:
     recheck = _refuse_gemv_overflow if _gemv_reads_data(call, M) else None
     if not ws_numel:
         return framework.Plan(launches, fixed=dict(ws=ws), recheck=recheck)     # the kernel never touches ws
-    reduce = manifest.kernel("mxfp8_splitk_reduce").variant(f"mxfp8_splitk_reduce_{OUT_DTYPES[call.out_dtype]}")
+    reduce = _out_variant("mxfp8_splitk_reduce", call.out_dtype)
     launches += (prepare(reduce, dict(ws=ws, out=out, M=M, N=N, splits=chosen.splits)),)
 
     def bind(c) -> dict:          # a workspace per call: concurrent calls of one layout must not share one
