@@ -1,4 +1,5 @@
-"""The HIP backend through its ctypes binding, against a recording stand-in libamdhip64.
+"""The HIP backend through its ctypes binding, against a recording stand-in libamdhip64
+(and, at the end, through the opt-in hip-python binding against the same stand-in).
 
 No gfx950 (and no ROCm) is reachable here: tests/hipstub/hipstub.c, built by the hip_stub
 fixture, exports the HIP functions the binding calls with HIP's C signatures and logs each
