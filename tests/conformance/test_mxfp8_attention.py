@@ -1,5 +1,5 @@
 """aiter's hardware-built MX-FP8 attention forward (fmha_v4_fwd/fwd_hd128_mxfp8.co) on the
-emulator: the one shipped object that uses a sparse MFMA. It forms its row sums with
+emulator: a shipped object that uses a sparse MFMA. It forms its row sums with
 `v_smfmac_f32_16x16x128_fp8_fp8` against a pattern of ones (docs/smfmac-evidence.md), so
 it pins that instruction's A/B pairing: under the same-lane pairing of the gfx940 forms
 O comes out at cosine ~0.96.
