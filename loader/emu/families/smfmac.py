@@ -20,9 +20,11 @@ The gfx950 16x16x128 fp8/bf8 forms (A 4 VGPRs: 16 non-zeros per lane, B 8, all 3
 bits): only what aiter's hardware-built fwd_hd128_mxfp8.co shows. It sums rows of P with
 `v_smfmac_f32_16x16x128_fp8_fp8` against a pattern of ones, which is right only if the
 non-zeros of dense positions 0..15 of every A lane group pair with all of B's lane groups
-c and c + 2 for c = 0 (positions 16..31: c = 1), each 4-group of A with one dword of B
-and its position index selecting the byte in that dword. (The same-lane pairing of the
-gfx940 forms gives cosine 0.96 against the reference there.) Which 4-group of A meets
+c and c + 2 for c = 0 (positions 16..31: c = 1). (The same-lane pairing of the gfx940
+forms gives cosine 0.96 against the reference there.) Carried over from the gfx940 forms
+(and every 8-bit MFMA layout: four consecutive k in one dword, in byte order), not shown
+by the kernel, which adds the rows of both position pairs: each 4-group of A meets one
+dword of B, its position index selecting the byte in that dword. Which 4-group of A meets
 which dword of B inside such a class is not settled, so D is formed only when it cannot
 matter: per row and class, every non-zero of A has one value and every 4-group selects
 the same two positions. Then D[i][j] = C + a(i, c) * (the selected bytes of column j in
