@@ -17,10 +17,11 @@ key index, after left padding), the end of its keys (queries are aligned to it
 bottom-right, so the valid length of a static cache comes from the cache position, not
 from the user) and the sliding window (0: none). Four dims because transformers passes a
 4D mask through unchanged: generate() builds the mask ahead of the model for a static
-cache, and the model's own mask step would read a 2D one as a padding mask. It also builds transformers' own dense mask (the one
-sdpa would get) and checks that this pattern is exactly it; anything else (right padding,
-gaps in the padding mask, packed sequences, chunked or bidirectional attention, custom
-mask functions) fails with an error rather than running a different attention.
+cache, and the model's own mask step would read a 2D one as a padding mask. The mask
+function also builds transformers' own dense mask (the one sdpa would get) and checks that
+this pattern is exactly it; anything else (right padding, gaps in the padding mask, packed
+sequences, chunked or bidirectional attention, custom mask functions) fails with an error
+rather than running a different attention.
 
 The attention function takes transformers' [batch, heads, seq, head_dim] tensors as they
 come and hands the ops their [batch, seq, heads, head_dim] transposed views (no copies):
@@ -153,12 +154,12 @@ def _refuse_unsupported(module, query: torch.Tensor, attention_mask, dropout: fl
     """What the ops cannot serve, named, before anything runs."""
     if not isinstance(attention_mask, torch.Tensor) or attention_mask.dtype != torch.int32 or \
             tuple(attention_mask.shape) != (query.shape[0], 1, 1, 3):
-        got = "None" if attention_mask is None else (
-            f"{attention_mask.dtype} of shape {tuple(attention_mask.shape)}" if isinstance(attention_mask, torch.Tensor)
-            else type(attention_mask).__name__)
-        raise ValueError(f"gfxasm attention: 'attention_mask' must be the int32 [batch, 1, 1, 3] key ranges of gfxasm's "
-                         f"mask function (register() installs it); got {got}. Ready-made 4D masks and transformers' paged "
-                         f"(continuous batching) cache are not supported")
+        got = type(attention_mask).__name__
+        if isinstance(attention_mask, torch.Tensor):
+            got = f"{attention_mask.dtype} of shape {tuple(attention_mask.shape)}"
+        raise ValueError(f"gfxasm attention: 'attention_mask' must be the int32 [batch, 1, 1, 3] key ranges of "
+                         f"gfxasm's mask function (register() installs it); got {got}. Ready-made 4D masks and "
+                         f"transformers' paged (continuous batching) cache are not supported")
     if query.dtype not in DTYPES:
         raise TypeError(f"gfxasm attention: {query.dtype} attention is not supported; load the model in "
                         f"torch.bfloat16 or torch.float16")
