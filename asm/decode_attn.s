@@ -209,20 +209,20 @@
 .set s_pages_m1, 62
 .set s_page_shift, 63
 .set s_page_mask, 64
-.set s_k_ps, 65             ; byte strides: page, seq (slot), head
-.set s_k_ss, 66
-.set s_k_hs, 67
-.set s_v_ps, 68
-.set s_v_ss, 69
-.set s_v_hs, 70
-.set s_q_ss, 71
-.set s_q_hs, 72
-.set s_q_bs, 73
-.set s_o_ss, 74
-.set s_o_hs, 75
-.set s_o_bs, 76
-.set s_lse_hs, 77
-.set s_lse_bs, 78
+.set s_k_page_stride, 65             ; byte strides: page, seq (slot), head
+.set s_k_seq_stride, 66
+.set s_k_head_stride, 67
+.set s_v_page_stride, 68
+.set s_v_seq_stride, 69
+.set s_v_head_stride, 70
+.set s_q_seq_stride, 71
+.set s_q_head_stride, 72
+.set s_q_batch_stride, 73
+.set s_o_seq_stride, 74
+.set s_o_head_stride, 75
+.set s_o_batch_stride, 76
+.set s_lse_head_stride, 77
+.set s_lse_batch_stride, 78
 .set s_ws_stride, 79        ; bytes of ws_o per split
 .set s_wsl_stride, 80       ; bytes of ws_lse per split
 .set s_chunk, 81            ; keys per split
@@ -253,10 +253,10 @@
 .set s_ptr_ks, s_ptr_q      ; [6:7] k_scale_shift + kv head offset
 .set s_rsrc_s, s_rsrc_q     ; [24:27] the scale/shift descriptor of one block (rebuilt per block)
 .set s_ptr_vs, s_group      ; [56:57] v_scale_shift + kv head offset
-.set s_ks_ps, s_tiles_magic ; byte strides of the pairs: page, seq
-.set s_ks_ss, s_row_tiles
-.set s_vs_ps, s_q_ss
-.set s_vs_ss, s_q_hs
+.set s_k_scale_shift_page_stride, s_tiles_magic ; byte strides of the pairs: page, seq
+.set s_k_scale_shift_seq_stride, s_row_tiles
+.set s_v_scale_shift_page_stride, s_q_seq_stride
+.set s_v_scale_shift_seq_stride, s_q_head_stride
 .set s_rowmask, 98          ; [98:99] epilogue: lanes whose row exists
 .set s_ptr_lp, s_rowmask    ; [98:99] prologue: cache_leftpad
 .set s_leftpad, s_pg0       ; prologue: cache_leftpad[b] (the page ids are fetched only after)
@@ -293,8 +293,8 @@
 .set v_o, v_v + 16*NC       ; [8NC] O^T: block db, parity p at v_o + 4(2 db + p)
 .set v_ost, v_k             ; epilogue: O packed for the stores (over K, once no load is in flight)
 .set v_kraw, v_o + 8*NC     ; FP8: [2 2KRAW] raw K bytes, block kb at v_kraw + 2KRAW p + KRAW kb
-.set v_ksoff, v_kraw + 4*KRAW   ; FP8 = 2: pair voffset of key l of a block: l * ks_ss (lanes 0-15; others OOB)
-.set v_vsoff, v_ksoff + 1   ; l * vs_ss likewise
+.set v_ksoff, v_kraw + 4*KRAW   ; FP8 = 2: pair voffset of key l of a block: l * k_scale_shift_seq_stride (lanes 0-15; others OOB)
+.set v_vsoff, v_ksoff + 1   ; l * v_scale_shift_seq_stride likewise
 .set v_pgat, v_vsoff + 1    ; 16g: ds_bpermute address of lane 4g (+ 4r in the offset field: lane 4g + r)
 .set v_kpr, v_pgat + 1      ; [2 2] K pairs as loaded: block kb at v_kpr + 2p + kb, key l in lane l < 16
 .set v_vpr, v_kpr + 4       ; [2 2] V pairs likewise
@@ -340,12 +340,12 @@
     s_sub_i32 s[s_w], s[s_khi], s[s_w]                  ; keys left in the range
     s_max_i32 s[s_w], s[s_w], 0
     s_min_u32 s[s_w], s[s_w], KV_BLOCK
-    block_rsrc1 s_rsrc_k\kb, s_ptr_k, \pg, s_k_ps, s_k_ss
-    block_rsrc1 s_rsrc_v\kb, s_ptr_v, \pg, s_v_ps, s_v_ss
+    block_rsrc1 s_rsrc_k\kb, s_ptr_k, \pg, s_k_page_stride, s_k_seq_stride
+    block_rsrc1 s_rsrc_v\kb, s_ptr_v, \pg, s_v_page_stride, s_v_seq_stride
 .if FP8_TOKEN
-    block_rsrc1 s_rsrc_s, s_ptr_ks, \pg, s_ks_ps, s_ks_ss
+    block_rsrc1 s_rsrc_s, s_ptr_ks, \pg, s_k_scale_shift_page_stride, s_k_scale_shift_seq_stride
     buffer_load_dword v[_kpr + \kb], v[\ksoff], s[s_rsrc_s:s_rsrc_s+3], 0 offen   ; the block's 16 pairs, once
-    block_rsrc1 s_rsrc_s, s_ptr_vs, \pg, s_vs_ps, s_vs_ss          ; (the load above read it at issue)
+    block_rsrc1 s_rsrc_s, s_ptr_vs, \pg, s_v_scale_shift_page_stride, s_v_scale_shift_seq_stride          ; (the load above read it at issue)
     buffer_load_dword v[_vpr + \kb], v[\vsoff], s[s_rsrc_s:s_rsrc_s+3], 0 offen
 .endif
 .endm
@@ -675,7 +675,7 @@
     .irp name, seq_q, heads_q, group, group_magic, tiles_magic, row_tiles, rows, max_pages, pages_m1, page_shift
         s_load_dword s[s_\name], s[s_kernarg:s_kernarg+1], k_\name
     .endr
-    .irp name, k_ps, k_ss, k_hs, v_ps, v_ss, v_hs, q_ss, q_hs, q_bs, o_ss, o_hs, o_bs, lse_hs, lse_bs
+    .irp name, k_page_stride, k_seq_stride, k_head_stride, v_page_stride, v_seq_stride, v_head_stride, q_seq_stride, q_head_stride, q_batch_stride, o_seq_stride, o_head_stride, o_batch_stride, lse_head_stride, lse_batch_stride
         s_load_dword s[s_\name], s[s_kernarg:s_kernarg+1], k_\name
     .endr
     .irp name, ws_stride, wsl_stride, chunk, window, future, scale_log2, partial, store_lse
@@ -715,13 +715,13 @@
 .if SOFTCAP
     s_load_dword s[s_softcap], s[s_kernarg:s_kernarg+1], k_softcap_log2
 .endif
-    s_mul_i32 s[s_t], s[s_hkv], s[s_k_hs]               ; caches: + kv head offset
+    s_mul_i32 s[s_t], s[s_hkv], s[s_k_head_stride]               ; caches: + kv head offset
     s_add_u32 s[s_ptr_k], s[s_ptr_k], s[s_t]
     s_addc_u32 s[s_ptr_k+1], s[s_ptr_k+1], 0
-    s_mul_i32 s[s_t], s[s_hkv], s[s_v_hs]
+    s_mul_i32 s[s_t], s[s_hkv], s[s_v_head_stride]
     s_add_u32 s[s_ptr_v], s[s_ptr_v], s[s_t]
     s_addc_u32 s[s_ptr_v+1], s[s_ptr_v+1], 0
-    add_mul_u64 s_ptr_q, s_wg_z, s_q_bs, s_tmp64        ; Q: this batch
+    add_mul_u64 s_ptr_q, s_wg_z, s_q_batch_stride, s_tmp64        ; Q: this batch
     s_mov_b32 s[s_t], RECORDS_ALL
     rsrc_raw s_rsrc_q, s_ptr_q, s_t
 
@@ -734,8 +734,8 @@
     s_mul_i32 s[s_t], s[s_hkv], s[s_group]
     v_add_u32 v[v_hq], s[s_t], v[v_t1]
     v_cmp_gt_u32 vcc, s[s_rows], v[v_t0]                ; row exists
-    v_mul_lo_u32 v[v_t1], v[v_srow], s[s_q_ss]
-    v_mul_lo_u32 v[v_t2], v[v_hq], s[s_q_hs]
+    v_mul_lo_u32 v[v_t1], v[v_srow], s[s_q_seq_stride]
+    v_mul_lo_u32 v[v_t2], v[v_hq], s[s_q_head_stride]
     v_add_u32 v[v_t1], v[v_t1], v[v_t2]
     v_lshl_add_u32 v[v_t1], v[v_g], D_LOG2 - 1, v[v_t1]     ; + (D/2) g bytes
     v_mov_b32 v[v_t2], OOB
@@ -746,18 +746,18 @@
         .endif
     .endr
     ; lane offsets into K and V blocks
-    v_mul_lo_u32 v[v_koff], v[v_n], s[s_k_ss]
+    v_mul_lo_u32 v[v_koff], v[v_n], s[s_k_seq_stride]
 .if FP8
     v_lshl_add_u32 v[v_koff], v[v_g], D_LOG2 - 2, v[v_koff]         ; + (D/4) g bytes
 .else
     v_lshl_add_u32 v[v_koff], v[v_g], D_LOG2 - 1, v[v_koff]         ; + (D/2) g bytes
 .endif
     v_lshlrev_b32 v[v_t1], 2, v[v_g]                    ; 4g
-    v_mul_lo_u32 v[v_t1], v[v_t1], s[s_v_ss]
+    v_mul_lo_u32 v[v_t1], v[v_t1], s[s_v_seq_stride]
     v_lshl_add_u32 v[v_voff], v[v_n], 2 - FP8_ANY, v[v_t1]          ; + 2 dims of n
-    v_add_u32 v[v_voff + 1], s[s_v_ss], v[v_voff]
-    v_add_u32 v[v_voff + 2], s[s_v_ss], v[v_voff + 1]
-    v_add_u32 v[v_voff + 3], s[s_v_ss], v[v_voff + 2]
+    v_add_u32 v[v_voff + 1], s[s_v_seq_stride], v[v_voff]
+    v_add_u32 v[v_voff + 2], s[s_v_seq_stride], v[v_voff + 1]
+    v_add_u32 v[v_voff + 3], s[s_v_seq_stride], v[v_voff + 2]
 
     s_waitcnt lgkmcnt(0)                                ; in flight: seqlen, leftpad (FP8: descales; SOFTCAP: softcap) -> wait
 .if FP8_TENSOR
@@ -792,12 +792,12 @@
     ; the pairs' pointers and strides, over registers the prologue is done with
     s_load_dwordx2 s[s_ptr_ks:s_ptr_ks+1], s[s_kernarg:s_kernarg+1], k_k_scale_shift
     s_load_dwordx2 s[s_ptr_vs:s_ptr_vs+1], s[s_kernarg:s_kernarg+1], k_v_scale_shift
-    s_load_dword s[s_ks_ps], s[s_kernarg:s_kernarg+1], k_ks_ps
-    s_load_dword s[s_ks_ss], s[s_kernarg:s_kernarg+1], k_ks_ss
-    s_load_dword s[s_vs_ps], s[s_kernarg:s_kernarg+1], k_vs_ps
-    s_load_dword s[s_vs_ss], s[s_kernarg:s_kernarg+1], k_vs_ss
-    s_load_dword s[s_t], s[s_kernarg:s_kernarg+1], k_ks_hs
-    s_load_dword s[s_u], s[s_kernarg:s_kernarg+1], k_vs_hs
+    s_load_dword s[s_k_scale_shift_page_stride], s[s_kernarg:s_kernarg+1], k_k_scale_shift_page_stride
+    s_load_dword s[s_k_scale_shift_seq_stride], s[s_kernarg:s_kernarg+1], k_k_scale_shift_seq_stride
+    s_load_dword s[s_v_scale_shift_page_stride], s[s_kernarg:s_kernarg+1], k_v_scale_shift_page_stride
+    s_load_dword s[s_v_scale_shift_seq_stride], s[s_kernarg:s_kernarg+1], k_v_scale_shift_seq_stride
+    s_load_dword s[s_t], s[s_kernarg:s_kernarg+1], k_k_scale_shift_head_stride
+    s_load_dword s[s_u], s[s_kernarg:s_kernarg+1], k_v_scale_shift_head_stride
     .irp i, 0, 1, 2, 3
         v_mov_b32 v[v_k + \i], ONES
     .endr
@@ -809,8 +809,8 @@
     s_mul_i32 s[s_u], s[s_hkv], s[s_u]
     s_add_u32 s[s_ptr_vs], s[s_ptr_vs], s[s_u]
     s_addc_u32 s[s_ptr_vs+1], s[s_ptr_vs+1], 0
-    v_mul_lo_u32 v[v_ksoff], v[v_lane], s[s_ks_ss]      ; lane l loads key l's pair (l < 16) ...
-    v_mul_lo_u32 v[v_vsoff], v[v_lane], s[s_vs_ss]
+    v_mul_lo_u32 v[v_ksoff], v[v_lane], s[s_k_scale_shift_seq_stride]      ; lane l loads key l's pair (l < 16) ...
+    v_mul_lo_u32 v[v_vsoff], v[v_lane], s[s_v_scale_shift_seq_stride]
     v_mov_b32 v[v_t1], OOB
     v_cmp_gt_u32 vcc, 16, v[v_lane]
     v_cndmask_b32 v[v_ksoff], v[v_t1], v[v_ksoff], vcc  ; ... the other lanes request nothing
@@ -1059,16 +1059,16 @@ L_epilogue:
 
     ; --- final: O[b, s, h, :] in q's dtype, LSE[b, h, s] (natural log) with store_lse ---
 L_final:
-    v_mul_lo_u32 v[v_t2], v[v_srow], s[s_o_ss]
-    v_mul_lo_u32 v[v_t0], v[v_hq], s[s_o_hs]
+    v_mul_lo_u32 v[v_t2], v[v_srow], s[s_o_seq_stride]
+    v_mul_lo_u32 v[v_t0], v[v_hq], s[s_o_head_stride]
     v_add_u32 v[v_t2], v[v_t2], v[v_t0]
     v_lshl_add_u32 v[v_t2], v[v_g], 4, v[v_t2]          ; + 16 g bytes
     v_cndmask_b32 v[v_t2], v[v_t3], v[v_t2], s[s_rowmask:s_rowmask+1]
-    v_mul_lo_u32 v[v_t0], v[v_hq], s[s_lse_hs]
+    v_mul_lo_u32 v[v_t0], v[v_hq], s[s_lse_head_stride]
     v_lshl_add_u32 v[v_t0], v[v_srow], 2, v[v_t0]
     v_cndmask_b32 v[v_t0], v[v_t3], v[v_t0], vcc
-    add_mul_u64 s_ptr_o, s_wg_z, s_o_bs, s_tmp64
-    add_mul_u64 s_ptr_lse, s_wg_z, s_lse_bs, s_tmp64
+    add_mul_u64 s_ptr_o, s_wg_z, s_o_batch_stride, s_tmp64
+    add_mul_u64 s_ptr_lse, s_wg_z, s_lse_batch_stride, s_tmp64
     s_mov_b32 s[s_t], RECORDS_ALL
     rsrc_raw s_rsrc_o, s_ptr_o, s_t
     rsrc_raw s_rsrc_l, s_ptr_lse, s_t

@@ -58,11 +58,11 @@
 .set s_heads_q, 32
 .set s_ws_stride, 33
 .set s_wsl_stride, 34
-.set s_o_ss, 35
-.set s_o_hs, 36
-.set s_o_bs, 37
-.set s_lse_hs, 38
-.set s_lse_bs, 39
+.set s_o_seq_stride, 35
+.set s_o_head_stride, 36
+.set s_o_batch_stride, 37
+.set s_lse_head_stride, 38
+.set s_lse_batch_stride, 39
 .set s_has_sinks, 40
 .set s_store_lse, 41
 .set s_row, 42              ; R
@@ -109,7 +109,7 @@
     s_load_dwordx2 s[s_ptr_sink:s_ptr_sink+1], s[s_kernarg:s_kernarg+1], k_sinks
     s_load_dwordx2 s[s_ptr_o:s_ptr_o+1], s[s_kernarg:s_kernarg+1], k_o
     s_load_dwordx2 s[s_ptr_lse:s_ptr_lse+1], s[s_kernarg:s_kernarg+1], k_lse
-    .irp name, splits, seq_q, heads_q, ws_stride, wsl_stride, o_ss, o_hs, o_bs, lse_hs, lse_bs, has_sinks, store_lse
+    .irp name, splits, seq_q, heads_q, ws_stride, wsl_stride, o_seq_stride, o_head_stride, o_batch_stride, lse_head_stride, lse_batch_stride, has_sinks, store_lse
         s_load_dword s[s_\name], s[s_kernarg:s_kernarg+1], k_\name
     .endr
     v_and_b32 v[v_lane], 0x3ff, v[v_workitem]
@@ -211,9 +211,9 @@ L_store:
 .else
     v_cvt_pk_bf16_f32 v[v_acc], v[v_acc], v[v_acc + 1]  ; round to nearest even
 .endif
-    add_mul_u64 s_ptr_o, s_wg_z, s_o_bs, s_tmp64
-    add_mul_u64 s_ptr_o, s_wg_y, s_o_ss, s_tmp64
-    add_mul_u64 s_ptr_o, s_wg_x, s_o_hs, s_tmp64
+    add_mul_u64 s_ptr_o, s_wg_z, s_o_batch_stride, s_tmp64
+    add_mul_u64 s_ptr_o, s_wg_y, s_o_seq_stride, s_tmp64
+    add_mul_u64 s_ptr_o, s_wg_x, s_o_head_stride, s_tmp64
     s_mov_b32 s[s_t], RECORDS_ALL
     rsrc_raw s_rsrc_o, s_ptr_o, s_t
     v_lshlrev_b32 v[v_off], DPL, v[v_lane]              ; 2 DPL l bytes
@@ -224,8 +224,8 @@ L_store:
 .endif
     s_cmp_eq_u32 s[s_store_lse], 0
     s_cbranch_scc1 L_end
-    add_mul_u64 s_ptr_lse, s_wg_z, s_lse_bs, s_tmp64
-    add_mul_u64 s_ptr_lse, s_wg_x, s_lse_hs, s_tmp64
+    add_mul_u64 s_ptr_lse, s_wg_z, s_lse_batch_stride, s_tmp64
+    add_mul_u64 s_ptr_lse, s_wg_x, s_lse_head_stride, s_tmp64
     s_mov_b32 s[s_t], RECORDS_ALL
     rsrc_raw s_rsrc_l, s_ptr_lse, s_t
     v_lshlrev_b32 v[v_off], 2, v[v_lane]

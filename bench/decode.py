@@ -1,6 +1,7 @@
 """Decode attention benchmark: gfxasm.decode_attention on issue 9's shapes, modelled.
 
     python3 bench/decode.py [--only TEXT] [--out bench/out/decode.json]
+    python3 bench/decode.py --features       # softcap and windows vs none, one shape
 
 Every figure here is "modelled": gfxasm.perf.estimate (the MI355X timing model, see
 loader/perf/README.md) of exactly the launches gfxasm.decode_attention makes
@@ -16,6 +17,11 @@ Configurations (Sq = 1, causal, every sequence at full length):
   * bf16 paged cache, page 16, B16 Hq64/Hkv8 D128, 8k keys, side by side with aiter's
     pa_bf16_noquant_gqa8_1tg_4w (the corpus object, launched as tests/conformance/cases.py's
     paged_attention recipe does, modelled the same way; needs `gfxasm corpus fetch`).
+
+--features: the bf16 paged-16 B16 Hq64/Hkv8 D128 S8192 shape with no option, softcap 50
+(the SOFTCAP variant: 6 more VALU ops per score), window_size (4096, 0) (half the keys
+visible; pages wholly before the window are not read) and (128, 0) (gpt-oss's sliding
+layers), and cache_leftpad 4096 for every sequence (the same keys skipped as padding).
 
 Bytes: the minimum is the problem's (every visible K and V byte once, Q read, O written);
 "moved" adds what this implementation also moves (block table, split partials written and
@@ -40,6 +46,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from gfxasm import kernarg                                    # noqa: E402
+from gfxasm.launcher import fill_strides                      # noqa: E402
 from gfxasm.manifest import default_manifest                  # noqa: E402
 
 da = importlib.import_module("gfxasm.ops.decode_attention")
@@ -80,6 +87,7 @@ def problem(dtype, kind, page, batch, heads_q, heads_kv, dim, keys, seed=0):
 def kernel_launch(kernel: str, variant: str, args: dict):
     """(code object, grid, block, kernarg bytes, buffers) exactly as gfxasm.launch packs them."""
     chosen = default_manifest().kernel(kernel).variant(variant)
+    args = fill_strides(chosen, args)
     values = {a.name: args[a.name].data_ptr() if a.type.is_pointer else args[a.name] for a in chosen.args}
     raw = kernarg.pack(chosen.args, chosen.kernarg_size, values)
     if kernel == da.KERNEL:
@@ -90,7 +98,14 @@ def kernel_launch(kernel: str, variant: str, args: dict):
     return chosen.co_path, grid, block, raw, [args[a.name] for a in chosen.args if a.type.is_pointer]
 
 
-def bench(label, dtype, kind, page, batch, heads_q, heads_kv, dim, keys, target, published) -> dict:
+FEATURE_SHAPE = (torch.bfloat16, "16", 16, 16, 64, 8, 128, 8192, None, "")
+FEATURES = [("no option", {}), ("softcap 50", dict(softcap=50.0)), ("window (4096, 0)", dict(window_size=(4096, 0))),
+            ("window (128, 0)", dict(window_size=(128, 0))), ("cache_leftpad 4096", dict(leftpad=4096))]
+
+
+def bench(label, dtype, kind, page, batch, heads_q, heads_kv, dim, keys, target, published, options=None) -> dict:
+    """One configuration, modelled; `options`: decode_attention's keyword arguments (leftpad:
+    one cache_leftpad for every sequence)."""
     from gfxasm.perf import estimate
     q, k, v, seqlens, table = problem(dtype, kind, page, batch, heads_q, heads_kv, dim, keys)
     scales = {}
@@ -99,7 +114,10 @@ def bench(label, dtype, kind, page, batch, heads_q, heads_kv, dim, keys, target,
     elif kind == "fp8_ss":
         pairs = torch.empty(*k.shape[:3], 2, dtype=torch.float16)
         scales = dict(k_scale_shift=pairs, v_scale_shift=pairs)
-    _, _, runs = da.launches(q, k, v, seqlens, block_table=table, **scales)
+    options = dict(options or {})
+    if "leftpad" in options:
+        options["cache_leftpad"] = torch.full((batch,), options.pop("leftpad"), dtype=torch.int32)
+    _, _, runs = da.launches(q, k, v, seqlens, block_table=table, **scales, **options)
     e = q.element_size()
     # the minimum: K and V once, their (scale, shift) pairs once, Q read, O written
     minimum = 2 * batch * keys * heads_kv * (dim * k.element_size() + 4 * (kind == "fp8_ss")) + 2 * q.numel() * e
@@ -162,8 +180,11 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--only", default="", help="run the configurations whose label contains this text")
     ap.add_argument("--out", default="bench/out/decode.json")
     ap.add_argument("--no-aiter", action="store_true", help="leave out aiter's paged-attention object")
+    ap.add_argument("--features", action="store_true", help="softcap and windows vs none at one shape (docstring)")
     opts = ap.parse_args(argv)
     da.build_kernels()
+    if opts.features:
+        return features(Path(opts.out).with_name("decode_features.json"))
     rows = []
     print(f"{'configuration (all times modelled)':66} {'splits':>6} {'time':>9} {'TB/s':>5} {'%8TB/s':>6} "
           f"{'moved/min':>9} {'target':>8}")
@@ -182,6 +203,22 @@ def main(argv=None) -> list[dict]:
         print(f"same shape, same model: ours / aiter = {ours[0]['seconds'] / theirs[0]['seconds']:.2f}")
     print("modelled = gfxasm.perf MI355X timing model (no gfx950 here); not a measurement")
     out = Path(opts.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(rows, indent=1, default=str))
+    print(f"wrote {out}")
+    return rows
+
+
+def features(out: Path) -> list[dict]:
+    """The modelled cost of softcap and of windows against none, at FEATURE_SHAPE."""
+    rows = []
+    label = "bf16 paged16 B16 Hq64/Hkv8 D128 S8192"
+    print(f"{label}, modelled: option, time, time / no option's")
+    for name, options in FEATURES:
+        r = bench(f"{label} {name}", *FEATURE_SHAPE, options=options)
+        rows.append(r)
+        print(f"  {name:20} {r['seconds'] * 1e6:8.2f} us  {r['seconds'] / rows[0]['seconds']:6.3f}", flush=True)
+    print("modelled = gfxasm.perf MI355X timing model (no gfx950 here); not a measurement")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(rows, indent=1, default=str))
     print(f"wrote {out}")

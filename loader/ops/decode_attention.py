@@ -530,11 +530,8 @@ def _output_args(call, num_splits: int, partial: bool) -> dict:
     if partial:
         ws_o = torch.empty(num_splits * rows * dim, dtype=torch.float32, device=q.device)
         ws_lse = torch.empty(num_splits * rows, dtype=torch.float32, device=q.device)
-    o_bs, o_ss, o_hs = _byte_strides(out)
-    lse_bs, lse_hs = (lse.stride(0) * 4, lse.stride(1) * 4) if lse is not None else (0, 0)
     return dict(o=out, lse=lse if lse is not None else dummy.view(1, 1, 4), ws_o=ws_o, ws_lse=ws_lse, seq_q=seq_q,
-                heads_q=heads_q, ws_stride=ws_stride, wsl_stride=rows * 4, o_ss=o_ss, o_hs=o_hs, o_bs=o_bs,
-                lse_hs=lse_hs, lse_bs=lse_bs, store_lse=int(lse is not None))
+                heads_q=heads_q, ws_stride=ws_stride, wsl_stride=rows * 4, store_lse=int(lse is not None))
 
 
 def _attention_args(checked: _Checked, call, split: Plan, partial: bool) -> dict:
@@ -549,9 +546,6 @@ def _attention_args(checked: _Checked, call, split: Plan, partial: bool) -> dict
     else:
         table = torch.arange(batch, dtype=torch.int32, device=q.device).view(batch, 1)
         shift, pages = CONTIGUOUS_SHIFT, batch
-    q_bs, q_ss, q_hs = _byte_strides(q)
-    k_ps, k_ss, k_hs = _byte_strides(k)
-    v_ps, v_ss, v_hs = _byte_strides(v)
     leftpad = call.cache_leftpad
     if leftpad is None:
         leftpad = torch.zeros(batch, dtype=torch.int32, device=q.device)
@@ -562,32 +556,22 @@ def _attention_args(checked: _Checked, call, split: Plan, partial: bool) -> dict
                 **_scale_args(checked.fp8, call), num_splits=split.num_splits, heads_kv=heads_kv,
                 row_tiles=split.row_tiles, group=group, group_magic=_magic(group),
                 tiles_magic=_magic(split.row_tiles), rows=seq_q * group, max_pages=table.shape[1],
-                pages_m1=pages - 1, page_shift=shift,
-                # decode_attn bounds each block's descriptors at (valid keys) x (seq stride): a seq
-                # axis of one key (S_max 1, which _stride gives as 0) passes its row's bytes, or the
-                # key reads as 0
-                k_ps=k_ps, k_ss=k_ss or dim * k.element_size(), k_hs=k_hs,
-                v_ps=v_ps, v_ss=v_ss or dim * v.element_size(), v_hs=v_hs,
-                q_ss=q_ss, q_hs=q_hs, q_bs=q_bs, chunk=split.chunk,
+                pages_m1=pages - 1, page_shift=shift, chunk=split.chunk,
                 window=NO_LIMIT if checked.left < 0 else checked.left,
                 future=NO_LIMIT if checked.right < 0 else checked.right, scale_log2=scale_log2,
                 softcap_log2=checked.softcap * LOG2E, partial=int(partial))
 
 
 def _scale_args(fp8: Fp8, call) -> dict:
-    """The FP8 scale arguments (placeholders where the kind has none) and the pairs' byte
-    strides (page, seq, head; a seq axis of one key as one pair's 4 bytes, as for K/V)."""
+    """The FP8 scale arguments, placeholders where the kind has none."""
     device = call.q.device
     dummy = _placeholder(device)
     args = dict(k_descale=dummy, v_descale=dummy)
     if fp8 is Fp8.PER_TENSOR:
         args.update(k_descale=call.k_descale.reshape(1), v_descale=call.v_descale.reshape(1))
     no_pairs = torch.empty(1, 1, 1, 2, dtype=torch.float16, device=device)
-    for prefix, name in (("ks", "k_scale_shift"), ("vs", "v_scale_shift")):
-        pairs = call.values[name] if fp8 is Fp8.PER_TOKEN else no_pairs
-        page_stride, seq_stride, head_stride = _byte_strides(pairs)
-        args.update({name: pairs, f"{prefix}_ps": page_stride, f"{prefix}_ss": seq_stride or 4,
-                     f"{prefix}_hs": head_stride})
+    for name in _PAIRS:
+        args[name] = call.values[name] if fp8 is Fp8.PER_TOKEN else no_pairs
     return args
 
 
@@ -792,7 +776,7 @@ def _register_run_cases() -> None:
     @run_case(KERNEL)
     def decode_case(variant, gen: torch.Generator) -> RunCase:
         """One unsplit launch (partial = 0) on a paged cache: B2, Sq 2, Hq 8 / Hkv 2, the
-        arguments exactly as decode_attention builds them."""
+        arguments exactly as decode_attention builds them (softcap 10 for a SOFTCAP variant)."""
         dim = variant.defines["D"]
         dtype = torch.float16 if variant.defines["F16"] else torch.bfloat16
         fp8 = Fp8(variant.defines["FP8"])
@@ -806,13 +790,16 @@ def _register_run_cases() -> None:
         descales = scales.get(fp8, {})
         table = torch.randperm(pages, generator=gen).to(torch.int32).view(batch, pages // batch)
         seqlens = torch.tensor([37, 90], dtype=torch.int32)
+        softcap = 10.0 if variant.defines["SOFTCAP"] else 0.0
         o = torch.full(q.shape, float("nan"), dtype=dtype)
-        _, lse, runs = launches(q, k, v, seqlens, block_table=table, num_splits=1, out=o, return_lse=True, **descales)
+        _, lse, runs = launches(q, k, v, seqlens, block_table=table, num_splits=1, out=o, return_lse=True,
+                                softcap=softcap, **descales)
         lse.fill_(float("nan"))
-        o_ref, lse_ref, o_abs = reference(q, k, v, seqlens, block_table=table, **descales)
-        atol = float(tolerance(o_ref, o_abs, dtype).max())
+        o_ref, lse_ref, o_abs = reference(q, k, v, seqlens, block_table=table, softcap=softcap, **descales)
+        atol = float(tolerance(o_ref, o_abs, dtype).max()) + SOFTCAP_ERROR * softcap
         return RunCase(args=runs[0][2], expected={"o": o_ref.float(), "lse": lse_ref.float()}, atol=atol,
-                       rtol=LSE_TOL, note=f"paged 16, B{batch} Sq{seq_q} Hq{heads_q}/Hkv{heads_kv} seqlens 37, 90")
+                       rtol=LSE_TOL, note=f"paged 16, B{batch} Sq{seq_q} Hq{heads_q}/Hkv{heads_kv} seqlens 37, 90"
+                                         f"{', softcap 10' if softcap else ''}")
 
     @run_case(MERGE)
     def merge_case(variant, gen: torch.Generator) -> RunCase:
@@ -833,11 +820,9 @@ def _register_run_cases() -> None:
         weights = torch.exp(ws_lse.double() / LOG2E - total)
         o_ref = (weights[..., None] * ws_o.double()).sum(0).view(batch, seq_q, heads_q, dim)
         lse_ref = total.view(batch, seq_q, heads_q).transpose(1, 2)
-        e = o.element_size()
         args = dict(ws_o=ws_o.view(-1), ws_lse=ws_lse.view(-1), sinks=sinks, o=o, lse=lse, splits=splits,
-                    seq_q=seq_q, heads_q=heads_q, ws_stride=rows * dim * 4, wsl_stride=rows * 4,
-                    o_ss=o.stride(1) * e, o_hs=o.stride(2) * e, o_bs=o.stride(0) * e,
-                    lse_hs=lse.stride(1) * 4, lse_bs=lse.stride(0) * 4, has_sinks=1, store_lse=1)
+                    seq_q=seq_q, heads_q=heads_q, ws_stride=rows * dim * 4, wsl_stride=rows * 4, has_sinks=1,
+                    store_lse=1)
         atol = float(tolerance(o_ref, 0.0, dtype).max())
         return RunCase(args=args, expected={"o": o_ref.float(), "lse": lse_ref.float()}, atol=atol, rtol=LSE_TOL,
                        note=f"{splits} splits, B{batch} Sq{seq_q} Hq{heads_q}, sinks")
