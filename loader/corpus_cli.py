@@ -19,7 +19,7 @@ import argparse
 import json
 import os
 import sys
-from multiprocessing import Pool
+from multiprocessing import Pool, get_context
 from pathlib import Path
 
 from . import corpus
@@ -54,9 +54,19 @@ def _coverage(args) -> int:
 EVIDENCE_CACHE = "evidence-cases.json"
 
 
-def _record_case(name: str) -> tuple[str, dict]:
+def _conformance_cases(repo: Path):
+    """tests/conformance/evidence_cases.py of the checkout `repo` (the cases live in tests/)."""
+    if not (repo / "tests" / "conformance" / "evidence_cases.py").is_file():
+        raise RuntimeError(f"the conformance cases are not in {repo / 'tests'}: run this from a gfxasm checkout")
+    if str(repo) not in sys.path:
+        sys.path.insert(0, str(repo))
     from tests.conformance import evidence_cases
-    return name, evidence_cases.record(name)
+    return evidence_cases
+
+
+def _record_case(job: tuple[Path, str]) -> tuple[str, dict]:
+    repo, name = job
+    return name, _conformance_cases(repo).record(name)
 
 
 def _evidence(args) -> int:
@@ -64,10 +74,7 @@ def _evidence(args) -> int:
     compare with the forms of build/*.co. Needs a checkout: the cases live in tests/."""
     from . import evidence
     repo = Path(__file__).resolve().parents[1]
-    if not (repo / "tests" / "conformance" / "evidence_cases.py").is_file():
-        raise RuntimeError(f"the conformance cases are not in {repo / 'tests'}: run this from a gfxasm checkout")
-    sys.path.insert(0, str(repo))
-    from tests.conformance import evidence_cases
+    evidence_cases = _conformance_cases(repo)
     cache = corpus.cache_dir() / EVIDENCE_CACHE
     recorded = evidence.load_case_forms(cache)
     names = args.cases or list(evidence_cases.EVIDENCE_CASES)
@@ -88,8 +95,9 @@ def _evidence(args) -> int:
     if todo:
         print(f"running {len(todo)} conformance cases with a form recorder ...")
         shas = dict(todo)
-        with Pool(args.jobs) as pool:
-            for name, entry in pool.imap_unordered(_record_case, list(shas)):
+        # spawn, not fork: the parent holds torch's threads, and a forked child can hang on their locks
+        with get_context("spawn").Pool(args.jobs) as pool:
+            for name, entry in pool.imap_unordered(_record_case, [(repo, n) for n in shas]):
                 recorded[name] = {**entry, "sha256": shas[name]}
                 cache.parent.mkdir(parents=True, exist_ok=True)
                 cache.write_text(json.dumps(recorded, indent=1, sort_keys=True))
