@@ -7,8 +7,9 @@ P to the input dtype before P.V and rounds O once, so |O - O_ref| <= 2u (P|V| + 
 sees no key.
 
 Memory: every cache slot at or past a sequence's length and every page no sequence uses is
-NaN, so a read of one shows up as NaN in O (with a sliding window, so is every 16-key
-block wholly before the window: the kernel must skip them); page-table entries past a sequence's end hold
+NaN, so a read of one shows up as NaN in O (so is every key before cache_leftpad and before
+the first query's window: the kernel must not read them, not even into the first tile,
+where V = NaN weighed by P = 0 would be NaN); page-table entries past a sequence's end hold
 ids outside the pool. `out` is a strided view into a NaN-poisoned buffer: every element must
 be written and nothing around it. One case places the used pages at ids >= 65,536 of a
 pool over 4 GiB (allocated lazily; only the used pages are touched).
@@ -20,13 +21,18 @@ page, and NaN pairs there.
 Shapes: ragged cache_seqlens with 0, 1, page boundaries +-1 and split boundaries +-1;
 shuffled pages of 16, 64 and 1024 keys; contiguous caches (also as views into one KV
 tensor); GQA ratios 1, 8, 16 (16 x Sq 16 = 256 query rows: 16 row tiles); Sq 1, 4, 16
-causal and non-causal; sliding windows and sinks, split and unsplit; D 64 and 128; bf16
-and fp16; FP8 launches under seeded adversarial schedules (bit-identical outputs). Default-suite
-budget: 120 s on a 2-core machine.
+causal and non-causal; sliding windows (left and right bounds) and sinks, split and unsplit;
+cache_leftpad (keys before it NaN: never read); softcap (its error bound measured on rows
+of one key); K and V as views of one pool ([pages, 2, ...], [2, pages, ...], HND, an HND
+pool; FP8 pairs as views; one pool over 4 GiB); D 64 and 128; bf16 and fp16; FP8 launches
+under seeded adversarial schedules (bit-identical outputs). Default-suite budget: 150 s on
+a 2-core machine.
 
 `test_full_cross_product` (marker `full`, deselected by default; `pytest -m full
 tests/test_decode_attention.py`) runs page sizes 16/64/1024/contiguous x GQA 1/8/16 x Sq
-1/4/16 x cache kind (16-bit, FP8 per-tensor, FP8 per-token) x D 64/128, options rotated.
+1/4/16 x cache kind (16-bit, FP8 per-tensor, FP8 per-token) x D 64/128, options rotated;
+`test_kv_views_of_one_pool_full` every pool layout x page 16/64/contiguous x cache kind x D,
+with softcap, cache_leftpad and a window.
 """
 from __future__ import annotations
 
@@ -762,12 +768,13 @@ def test_inf_in_k(page, splits, sinks):
 
 # ------------------------------------------------------------------ window_size, cache_leftpad, softcap
 
-# (seqlens, Hq, Hkv, Sq, D, dtype, page_size, causal, window_size, sinks, num_splits, leftpad, softcap, fp8)
+# (seqlens, Hq, Hkv, Sq, D, dtype, page_size, causal, window_size, sinks, num_splits, leftpad, softcap, fp8);
+# those marked full run with -m full only
 FEATURE_CASES = [
     # non-causal with a right bound (query s sees up to pos + 2) and a left one, page 16, splits
     ([100, 37, 5], 8, 2, 4, 128, "bf16", 16, False, (20, 2), False, 3, None, 0.0, None),
     # right bound only, contiguous, GQA 16 x Sq 4 (4 row tiles), D 64
-    ([60, 90], 16, 1, 4, 64, "f16", None, False, (-1, 0), True, 2, None, 0.0, None),
+    pytest.param([60, 90], 16, 1, 4, 64, "f16", None, False, (-1, 0), True, 2, None, 0.0, None, marks=pytest.mark.full),
     # left-padded batch (pads not multiples of 16; one entry all padding: no key; one whose pad
     # leaves fewer keys than Sq: its first queries see none), paged 16, split boundaries
     ([90, 40, 17, 33], 8, 1, 4, 128, "bf16", 16, True, (-1, -1), False, 3, [21, 40, 15, 0], 0.0, None),
@@ -777,11 +784,13 @@ FEATURE_CASES = [
     ([200, 150], 8, 2, 1, 128, "f16", 64, False, (40, 5), False, None, [70, 130], 0.0, None),
     # softcap alone (both dtypes, both D), with a window, with sinks and splits
     ([77, 20, 0], 8, 1, 2, 128, "bf16", 16, True, (-1, -1), False, 1, None, 15.0, None),
-    ([150, 64], 16, 2, 1, 64, "f16", None, True, (30, -1), True, 3, None, 30.0, None),
+    pytest.param([150, 64], 16, 2, 1, 64, "f16", None, True, (30, -1), True, 3, None, 30.0, None,
+                 marks=pytest.mark.full),
     # everything together: window, sinks, softcap, leftpad, on FP8 per-tensor and per-token caches
     ([120, 45], 8, 2, 4, 64, "bf16", 16, True, (33, 0), True, 2, [7, 19], 20.0, "tensor"),
     ([120, 45], 8, 2, 2, 128, "f16", 16, False, (33, 3), True, 3, [7, 19], 10.0, "token"),
-    ([64, 100], 4, 1, 1, 128, "bf16", None, True, (-1, -1), False, 1, [50, 0], 0.0, "token"),
+    pytest.param([64, 100], 4, 1, 1, 128, "bf16", None, True, (-1, -1), False, 1, [50, 0], 0.0, "token",
+                 marks=pytest.mark.full),
 ]
 
 
@@ -875,8 +884,7 @@ def check_pool(layout, page, fp8, dim, dtype, seq_q, seqlens, seed, **options):
 
 
 POOL_CASES = [("nkv", 16, None, 128, torch.bfloat16), ("kvn", 64, "token", 64, torch.float16),
-              ("hnd", 16, "tensor", 128, torch.float16), ("nkhv", None, None, 64, torch.bfloat16),
-              ("nkhv", 16, "token", 128, torch.bfloat16), ("hnd", None, "token", 64, torch.bfloat16)]
+              ("hnd", 16, "tensor", 128, torch.float16), ("nkhv", None, None, 64, torch.bfloat16)]
 
 
 @pytest.mark.parametrize("layout,page,fp8,dim,dtype", POOL_CASES, ids=str)
