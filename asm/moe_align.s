@@ -1,112 +1,169 @@
-; moe_align — vLLM's moe_align_block_size on the device, deterministic:
+; moe_align — vLLM's moe_align_block_size on the device, deterministic, O(slots) work, in
+; three launches (PHASE 1, 2, 3: kernels moe_align_count, moe_align_scan, moe_align_scatter):
 ;
-;   slot t = token * top_k + k of topk_ids (flattened, `slots` entries), expert e = topk_ids[t]
-;   sorted_token_ids: the slots of expert 0, then expert 1, ..., each expert's run in slot
-;       order and padded with the sentinel `slots` to a multiple of block_m; the rest of the
-;       buffer (max_padded entries in all) holds the sentinel too
-;   expert_ids[b]: the expert of block b (block_m entries of sorted_token_ids), mapped through
-;       expert_map when has_map (-1 for an expert not on this rank); -1 for every block past
-;       the last expert's
-;   num_tokens_post_padded[0] = sum over experts of roundup(count[e], block_m)
-;   An id outside [0, num_experts) (negative ones included: compared unsigned) is skipped:
-;   its slot appears nowhere and counts for no expert.
+;   slot t = token * top_k + k of topk_ids (flattened, `slots` entries); its key is the
+;       expert e = topk_ids[t] (map_mode 0, 1) or the local expert expert_map[e] (map_mode 2:
+;       vLLM's ignore_invalid_experts, experts the map marks -1 are left out); a slot whose
+;       e or key is outside [0, num_experts) (compared unsigned) is skipped: it appears
+;       nowhere and counts for no key
+;   sorted_token_ids: the slots of key 0, then key 1, ..., each key's run in slot order and
+;       padded with the sentinel `slots` to a multiple of block_m; every other entry (up to
+;       max_padded) holds the sentinel too
+;   expert_ids[b]: the key of block b, through expert_map in map_mode 1 (expert_map[e]: -1
+;       for an expert not on this rank); past the last run: 0 (map_mode 1: expert_map[0])
+;   num_tokens_post_padded[0] = sum over keys of roundup(count[key], block_m)
 ;
-; gfx950, wave64. One workgroup of WORKGROUP_SIZE_X work-items (4 waves); grid 1.
-; 0. sorted_token_ids filled with the sentinel (first: the stores overlap steps 1-2).
-; 1. counts[e] = 0 in LDS.                                                    barrier
-; 2. ids to LDS (-1 for an invalid id and for slots past the end, up to a multiple of 64);
-;    ds_add_u32 counts[id] += 1; the sentinel stores complete.                barrier
-; 3. Wave 0: per chunk of 64 experts, padded counts, an inclusive scan across the lanes
-;    (6 DPP adds) plus the previous chunks' total gives start[e] (written over
-;    counts[e]); each lane writes its expert's expert_ids blocks; then the total
-;    (num_tokens_post_padded) and -1 for the blocks past it.                  barrier
-; 4. Every wave takes chunks of 64 slots (wave w: chunks w, w + 4, ...). Lane t's rank among
-;    the slots of its expert is the number of slots j < t with the same id: all of the
-;    previous chunks' ids (read 16 at a time from LDS with broadcast ds_read_b128) and, in
-;    its own chunk, those of lower lanes. sorted_token_ids[start[e] + rank] = t.
-; Step 4 costs O(slots^2 / 256) VALU work: meant for decode-sized routings (the op limits
-; slots to MAX_SLOTS, the LDS it has for the ids). Nothing depends on the order in which
-; lanes or waves run, so the result is the same on every run.
+; The slots are cut into `chunks` chunks of `chunk` slots (a multiple of 64); one wave owns a
+; chunk in phases 1 and 3. counts [num_experts, chunks] (int32, the op's workspace) links them.
+;
+; 1. count (grid cdiv(chunks, 4) x 256 work-items): every workgroup first fills its share of
+;    sorted_token_ids with the sentinel (grid-stride, so all of it is filled before phase 3
+;    starts); then each wave counts its chunk's keys in its own LDS table (ds_add) and writes
+;    the table to counts[key, chunk].
+; 2. scan (grid 1 x 1024 work-items, 16 waves): each wave sums the rows counts[key, :] of
+;    keys wave, wave + 16, ...; wave 0 scans the padded totals over the keys (DPP, 64 keys
+;    at a time) into start[key], writes expert_ids and the total; then each wave rewrites its
+;    rows as absolute offsets: counts[key, c] = start[key] + the counts of chunks before c.
+; 3. scatter (grid as phase 1): each wave loads its chunk's offsets into its own LDS table
+;    and takes its chunk 64 slots at a time, in order: a lane's rank is the number of lower
+;    lanes with its key (all 64 keys from LDS, broadcast reads); it stores its slot at
+;    offset[key] + rank, and ds_max_u32 moves offset[key] past the round's last such slot.
+; Every count and offset is an integer sum or maximum, so no order of lanes, waves or
+; workgroups changes a result: the output is the same on every run. Work: phases 1 and 3
+; O(slots) (phase 3 ~4 instructions per slot and lane below it, i.e. per slot x 64), phase 2
+; O(num_experts * chunks / 64) per wave.
 ;
 ; Kernarg (k_* from kernels.yaml): topk_ids, expert_map, sorted_token_ids, expert_ids,
-; num_tokens_post_padded (*i32); slots, num_experts, block_m_log2, max_padded, max_blocks,
-; has_map (u32).
-; LDS: [0, 4 * MAX_EXPERTS) counts[e], overwritten by start[e]; [LDS_IDS, +4 * roundup(slots, 64))
-; the sanitised ids.
+; num_tokens_post_padded, counts (*i32); slots, num_experts, block_m_log2, max_padded,
+; max_blocks, map_mode, chunk, chunks (u32).
+; LDS: phases 1, 3: per wave [LDS_WAVE * wave, +4 * MAX_EXPERTS) its table (counts or
+; offsets by key), then (phase 3) its round's 64 keys. Phase 2: [0, 4 * MAX_EXPERTS) the
+; padded totals, overwritten by start[key].
 
 .include "mxfp8.inc"
 
 .set MAX_EXPERTS, 1024
-.set LDS_IDS, 4 * MAX_EXPERTS
-.if LDS_BYTES <= LDS_IDS
-    .error "moe_align: LDS must hold the counts and the ids"
+.set MAX_SEGS, 4                     ; chunks <= 64 * MAX_SEGS (the op's MAX_CHUNKS)
+.set LDS_KEYS, 4 * MAX_EXPERTS       ; phase 3: the round's keys, after the wave's table
+.set LDS_WAVE, LDS_KEYS + 4 * 64
+.if PHASE == 2
+    .set LDS_NEED, 4 * MAX_EXPERTS
+    .set WAVES, 16
+.else
+    .set LDS_NEED, 4 * LDS_WAVE
+    .set WAVES, 4
 .endif
-.if WORKGROUP_SIZE_X != 256
-    .error "moe_align: step 4 hands out chunks of 64 slots to 4 waves"
+.if LDS_BYTES < LDS_NEED
+    .error "moe_align: LDS too small for the phase's tables"
+.endif
+.if WORKGROUP_SIZE_X != 64 * WAVES
+    .error "moe_align: phases 1 and 3 take 4 waves (one chunk each), phase 2 16"
 .endif
 
 ; --- SGPRs (s[0:1] kernarg, s2 workgroup x come from the hardware) ---
 .set s_rsrc_ids, 8                   ; [8:11]  V# topk_ids (4 * slots bytes)
-.set s_rsrc_map, 12                  ; [12:15] V# expert_map (4 * num_experts * has_map)
+.set s_rsrc_map, 12                  ; [12:15] V# expert_map (4 * num_experts, or 0 without a map)
 .set s_rsrc_sorted, 16               ; [16:19] V# sorted_token_ids (4 * max_padded)
 .set s_rsrc_eids, 20                 ; [20:23] V# expert_ids (4 * max_blocks)
 .set s_rsrc_post, 24                 ; [24:27] V# num_tokens_post_padded (4)
-.set s_slots, 28
-.set s_E, 29
-.set s_bm_log2, 30
-.set s_max_padded, 31
-.set s_max_blocks, 32
-.set s_has_map, 33
-.set s_tmp, 34
-.set s_wave, 35                      ; wave index in the workgroup
-.set s_base, 36                      ; loop base: slot, expert or block index
-.set s_carry, 37                     ; step 3: padded tokens of the chunks before
-.set s_bm_m1, 38                     ; block_m - 1
-.set s_slots64, 39                   ; slots rounded up to 64
-.set s_j, 40                         ; step 4: LDS byte address of the next 16 ids
-.set s_jend, 41
-.set s_saved, 42                     ; [42:43] EXEC
-.set s_mask, 44                      ; [44:45]
-.set s_left, 46                      ; step 4: slots from this chunk's first to the end
+.set s_rsrc_counts, 28               ; [28:31] V# counts (4 * num_experts * chunks)
+.set s_slots, 32
+.set s_E, 33
+.set s_bm_log2, 34
+.set s_max_padded, 35
+.set s_max_blocks, 36
+.set s_map_mode, 37
+.set s_chunk, 38
+.set s_chunks, 39
+.set s_tmp, 40
+.set s_wave, 41                      ; wave index in the workgroup
+.set s_base, 42                      ; loop base: slot, key or block index
+.set s_end, 43                       ; end of the wave's chunk (phases 1, 3); phase 2: row start
+.set s_lds, 44                       ; the wave's LDS table (phases 1, 3)
+.set s_c, 45                         ; the wave's chunk (phases 1, 3)
+.set s_carry, 46                     ; phase 2: running start / padded total
+.set s_bm_m1, 47                     ; block_m - 1
+.set s_saved, 48                     ; [48:49] EXEC
+.set s_mask, 50                      ; [50:51]
+.set s_valid, 52                     ; [52:53] phase 3: the round's valid lanes
+.set s_segs, 54                      ; phase 2: cdiv(chunks, 64)
+.set s_key_map, 55                   ; map_mode == 2
 ; --- VGPRs ---
 .set v_tid, 1
 .set v_lane, 2
-.set v_t, 3                          ; slot / expert / block index of the lane
+.set v_t, 3                          ; slot / key / block index of the lane
 .set v_addr, 4                       ; byte offset
 .set v_id, 5
 .set v_one, 6
 .set v_cnt, 7
-.set v_pad, 8                        ; padded count of the lane's expert
-.set v_nblk, 9                       ; its blocks still to write
-.set v_incl, 10                      ; inclusive scan of v_pad
-.set v_start, 13
-.set v_val, 14                       ; expert_ids value of the lane's expert
-.set v_rank, 15
-.set v_jaddr, 16
-.set v_sent, 17
-.set v_ids, 20                       ; [20:35] 16 ids of a batch (4-aligned for ds_read_b128)
+.set v_key, 8                        ; the slot's key, -1 when skipped
+.set v_rank, 9
+.set v_sent, 10
+.set v_incl, 11                      ; inclusive scan
+.set v_pad, 12
+.set v_val, 13                       ; expert_ids value of the lane's key
+.set v_nblk, 14
+.set v_start, 15
+.set v_seg, 16                       ; [16:19] phase 2: a row's MAX_SEGS segments
+.set v_ids, 20                       ; [20:35] phase 3: 16 keys of the round
+.set v_oob, 36                       ; phase 2: OOB_OFFSET
+
+; v_incl = inclusive sum of \v_src over the 64 lanes, DPP only: Hillis-Steele within each
+; row of 16 (a lane whose source lies outside its row is not written: it keeps its sum),
+; then row 0's total into row 1 and row 2's into row 3 (row_bcast:15, rows 1 and 3), then
+; lane 31's (rows 0-1) into rows 2 and 3 (row_bcast:31). Needs every lane active.
+.macro scan64 v_dst, v_src
+    v_mov_b32 v[\v_dst], v[\v_src]
+    .irp ctrl, row_shr:1, row_shr:2, row_shr:4, row_shr:8
+        s_nop 1                                             ; VALU wrote \v_dst → 2 wait states before a DPP read
+        v_add_u32_dpp v[\v_dst], v[\v_dst], v[\v_dst] \ctrl row_mask:0xf bank_mask:0xf
+    .endr
+    s_nop 1                                                 ; VALU wrote \v_dst → 2 wait states before a DPP read
+    v_add_u32_dpp v[\v_dst], v[\v_dst], v[\v_dst] row_bcast:15 row_mask:0xa bank_mask:0xf
+    s_nop 1                                                 ; VALU wrote \v_dst → 2 wait states before a DPP read
+    v_add_u32_dpp v[\v_dst], v[\v_dst], v[\v_dst] row_bcast:31 row_mask:0xc bank_mask:0xf
+.endm
+
+; v_key = the key of slot v_t (-1 if skipped: past s_end, id or key outside [0, E)); vcc = the
+; lanes whose key is valid. Uses v_addr, v_id, s_mask, s_saved.
+.macro slot_key
+    v_lshlrev_b32 v[v_addr], 2, v[v_t]
+    buffer_load_dword v[v_id], v[v_addr], s[s_rsrc_ids:s_rsrc_ids+3], 0 offen   ; past slots: reads 0
+    s_waitcnt vmcnt(0)                                      ; in flight: topk_ids[t] (and earlier stores) → wait
+    v_cmp_gt_u32 vcc, s[s_end], v[v_t]                      ; t in the chunk
+    v_cmp_gt_u32 s[s_mask:s_mask+1], s[s_E], v[v_id]        ; 0 <= e < num_experts (unsigned)
+    s_and_b64 vcc, vcc, s[s_mask:s_mask+1]
+    s_cmp_eq_u32 s[s_key_map], 0
+    s_cbranch_scc1 L_key_done\@                             ; keys are the experts themselves
+    s_and_saveexec_b64 s[s_saved:s_saved+1], vcc            ; the map is read at valid e only
+    v_lshlrev_b32 v[v_addr], 2, v[v_id]
+    buffer_load_dword v[v_id], v[v_addr], s[s_rsrc_map:s_rsrc_map+3], 0 offen   ; key = expert_map[e]
+    s_mov_b64 exec, s[s_saved:s_saved+1]
+    s_waitcnt vmcnt(0)                                      ; in flight: expert_map[e] → wait
+    v_cmp_gt_u32 s[s_mask:s_mask+1], s[s_E], v[v_id]        ; -1 (absent) and keys past num_experts: skipped
+    s_and_b64 vcc, vcc, s[s_mask:s_mask+1]
+L_key_done\@:
+    v_cndmask_b32 v[v_key], -1, v[v_id], vcc
+.endm
 
     s_load_dwordx2 s[s_rsrc_ids:s_rsrc_ids+1], s[s_kernarg:s_kernarg+1], k_topk_ids
     s_load_dwordx2 s[s_rsrc_map:s_rsrc_map+1], s[s_kernarg:s_kernarg+1], k_expert_map
     s_load_dwordx2 s[s_rsrc_sorted:s_rsrc_sorted+1], s[s_kernarg:s_kernarg+1], k_sorted_token_ids
     s_load_dwordx2 s[s_rsrc_eids:s_rsrc_eids+1], s[s_kernarg:s_kernarg+1], k_expert_ids
     s_load_dwordx2 s[s_rsrc_post:s_rsrc_post+1], s[s_kernarg:s_kernarg+1], k_num_tokens_post_padded
-    s_load_dword s[s_slots], s[s_kernarg:s_kernarg+1], k_slots
-    s_load_dword s[s_E], s[s_kernarg:s_kernarg+1], k_num_experts
-    s_load_dword s[s_bm_log2], s[s_kernarg:s_kernarg+1], k_block_m_log2
-    s_load_dword s[s_max_padded], s[s_kernarg:s_kernarg+1], k_max_padded
-    s_load_dword s[s_max_blocks], s[s_kernarg:s_kernarg+1], k_max_blocks
-    s_load_dword s[s_has_map], s[s_kernarg:s_kernarg+1], k_has_map
+    s_load_dwordx2 s[s_rsrc_counts:s_rsrc_counts+1], s[s_kernarg:s_kernarg+1], k_counts
+    s_load_dwordx8 s[s_slots:s_slots+7], s[s_kernarg:s_kernarg+1], k_slots   ; slots .. chunks, in kernarg order
     v_and_b32 v[v_tid], 0x3ff, v[v_workitem]
     v_and_b32 v[v_lane], 63, v[v_tid]
     v_mov_b32 v[v_one], 1
     s_nop 0                                                 ; VALU wrote v_tid → v_readfirstlane needs 1 wait state
     v_readfirstlane_b32 s[s_wave], v[v_tid]                 ; 64 * wave (lane 0's id)
     s_lshr_b32 s[s_wave], s[s_wave], 6
-    s_waitcnt lgkmcnt(0)                                    ; in flight: 5 pointers, 6 scalars → wait for all
+    s_waitcnt lgkmcnt(0)                                    ; in flight: 6 pointers, 8 scalars → wait for all
     s_lshl_b32 s[s_tmp], s[s_slots], 2
     buffer_rsrc s_rsrc_ids, s[s_tmp]
-    s_mul_i32 s[s_tmp], s[s_E], s[s_has_map]
+    s_cmp_lg_u32 s[s_map_mode], 0
+    s_cselect_b32 s[s_tmp], s[s_E], 0                       ; the map's entries (none without one)
     s_lshl_b32 s[s_tmp], s[s_tmp], 2
     buffer_rsrc s_rsrc_map, s[s_tmp]
     s_lshl_b32 s[s_tmp], s[s_max_padded], 2
@@ -114,106 +171,154 @@
     s_lshl_b32 s[s_tmp], s[s_max_blocks], 2
     buffer_rsrc s_rsrc_eids, s[s_tmp]
     buffer_rsrc s_rsrc_post, 4
+    s_mul_i32 s[s_tmp], s[s_E], s[s_chunks]
+    s_lshl_b32 s[s_tmp], s[s_tmp], 2
+    buffer_rsrc s_rsrc_counts, s[s_tmp]
+    s_cmp_eq_u32 s[s_map_mode], 2
+    s_cselect_b32 s[s_key_map], 1, 0
     s_lshl_b32 s[s_bm_m1], 1, s[s_bm_log2]
     s_sub_u32 s[s_bm_m1], s[s_bm_m1], 1
-    s_add_u32 s[s_slots64], s[s_slots], 63
-    s_and_b32 s[s_slots64], s[s_slots64], 0xffffffc0
-    v_mov_b32 v[v_sent], s[s_slots]
 
-; --- 0. sorted_token_ids = the sentinel everywhere (step 4 overwrites the slots' entries) ---
-    s_mov_b32 s[s_base], 0                                  ; first, so that the stores' latency overlaps steps 1-2
+.if PHASE != 2
+    ; --- the wave's chunk and LDS table ---
+    s_lshl_b32 s[s_c], s[s_wg_x], 2
+    s_add_u32 s[s_c], s[s_c], s[s_wave]                     ; chunk = 4 * workgroup + wave
+    s_mul_i32 s[s_lds], s[s_wave], LDS_WAVE
+    s_mul_i32 s[s_base], s[s_c], s[s_chunk]                 ; the chunk's first slot
+    s_add_u32 s[s_end], s[s_base], s[s_chunk]
+    s_min_u32 s[s_end], s[s_end], s[s_slots]
+.endif
+
+.if PHASE == 1
+; --- sentinel fill: workgroup g stores entries 256 g + tid, stepping by 256 workgroups ---
+    v_mov_b32 v[v_sent], s[s_slots]
+    s_lshl_b32 s[s_carry], s[s_wg_x], 8
+    s_add_u32 s[s_tmp], s[s_chunks], 3
+    s_lshr_b32 s[s_tmp], s[s_tmp], 2                        ; workgroups in the grid
+    s_lshl_b32 s[s_tmp], s[s_tmp], 8                        ; the stride: 256 per workgroup
 L_fill:
-    v_add_u32 v[v_t], s[s_base], v[v_tid]
+    s_cmp_lt_u32 s[s_carry], s[s_max_padded]
+    s_cbranch_scc0 L_fill_done
+    v_add_u32 v[v_t], s[s_carry], v[v_tid]
     v_lshlrev_b32 v[v_addr], 2, v[v_t]
     buffer_store_dword v[v_sent], v[v_addr], s[s_rsrc_sorted:s_rsrc_sorted+3], 0 offen  ; past max_padded: dropped
-    s_add_u32 s[s_base], s[s_base], WORKGROUP_SIZE_X
-    s_cmp_lt_u32 s[s_base], s[s_max_padded]
-    s_cbranch_scc1 L_fill
-
-; --- 1. counts[e] = 0 ---
-    s_mov_b32 s[s_base], 0
-L_zero:
-    v_add_u32 v[v_t], s[s_base], v[v_tid]
-    v_cmp_gt_u32 vcc, s[s_E], v[v_t]                        ; e < num_experts
-    s_and_saveexec_b64 s[s_saved:s_saved+1], vcc
-    v_lshlrev_b32 v[v_addr], 2, v[v_t]
+    s_add_u32 s[s_carry], s[s_carry], s[s_tmp]
+    s_branch L_fill
+L_fill_done:
+    s_cmp_lt_u32 s[s_c], s[s_chunks]
+    s_cbranch_scc0 L_end                                    ; a wave past the last chunk
+; --- the wave's table: counts[key] = 0 ---
     v_mov_b32 v[v_cnt], 0
-    ds_write_b32 v[v_addr], v[v_cnt]
-    s_mov_b64 exec, s[s_saved:s_saved+1]
-    s_add_u32 s[s_base], s[s_base], WORKGROUP_SIZE_X
-    s_cmp_lt_u32 s[s_base], s[s_E]
+    s_mov_b32 s[s_carry], 0
+L_zero:
+    v_add_u32 v[v_t], s[s_carry], v[v_lane]
+    v_lshl_add_u32 v[v_addr], v[v_t], 2, s[s_lds]
+    ds_write_b32 v[v_addr], v[v_cnt]                        ; past num_experts: still the wave's table
+    s_add_u32 s[s_carry], s[s_carry], 64
+    s_cmp_lt_u32 s[s_carry], s[s_E]
     s_cbranch_scc1 L_zero
-    s_waitcnt lgkmcnt(0)                                    ; in flight: this wave's zeroing → done before the barrier
-    s_barrier                                               ; every count is 0 before any wave adds to it
-
-; --- 2. ids to LDS, histogram, sentinel fill ---
-    s_mov_b32 s[s_base], 0
-L_ids:
-    v_add_u32 v[v_t], s[s_base], v[v_tid]
-    v_lshlrev_b32 v[v_addr], 2, v[v_t]
-    buffer_load_dword v[v_id], v[v_addr], s[s_rsrc_ids:s_rsrc_ids+3], 0 offen   ; past slots: reads 0
-    s_waitcnt vmcnt(0)                                      ; in flight: topk_ids[t] (after the sentinel stores) → wait
-    v_cmp_gt_u32 vcc, s[s_slots], v[v_t]                    ; t < slots
-    v_cmp_gt_u32 s[s_mask:s_mask+1], s[s_E], v[v_id]        ; 0 <= id < num_experts (unsigned)
-    s_and_b64 vcc, vcc, s[s_mask:s_mask+1]
-    v_cndmask_b32 v[v_id], -1, v[v_id], vcc
-    v_cmp_gt_u32 s[s_mask:s_mask+1], s[s_slots64], v[v_t]   ; t < roundup(slots, 64): the LDS id array
-    s_and_saveexec_b64 s[s_saved:s_saved+1], s[s_mask:s_mask+1]
-    ds_write_b32 v[v_addr], v[v_id] offset:LDS_IDS
-    s_and_b64 exec, exec, vcc                               ; valid slots count for their expert
-    v_lshlrev_b32 v[v_cnt], 2, v[v_id]
-    ds_add_u32 v[v_cnt], v[v_one]
+; --- count the chunk's keys, 64 slots a round ---
+L_count:
+    v_add_u32 v[v_t], s[s_base], v[v_lane]
+    slot_key
+    s_and_saveexec_b64 s[s_saved:s_saved+1], vcc
+    v_lshl_add_u32 v[v_addr], v[v_key], 2, s[s_lds]
+    ds_add_u32 v[v_addr], v[v_one]                          ; one wave's LDS ops run in order
     s_mov_b64 exec, s[s_saved:s_saved+1]
-    s_add_u32 s[s_base], s[s_base], WORKGROUP_SIZE_X
-    s_cmp_lt_u32 s[s_base], s[s_slots64]
-    s_cbranch_scc1 L_ids
-    s_waitcnt vmcnt(0) lgkmcnt(0)                           ; in flight: sentinel stores, ids, count adds → all done
-    s_barrier                                               ; counts, ids complete; sentinels before step 4's stores
+    s_add_u32 s[s_base], s[s_base], 64
+    s_cmp_lt_u32 s[s_base], s[s_end]
+    s_cbranch_scc1 L_count
+; --- counts[key, chunk] = the table ---
+    s_mov_b32 s[s_carry], 0
+L_write:
+    v_add_u32 v[v_t], s[s_carry], v[v_lane]
+    v_cmp_gt_u32 vcc, s[s_E], v[v_t]
+    s_and_saveexec_b64 s[s_saved:s_saved+1], vcc
+    v_lshl_add_u32 v[v_addr], v[v_t], 2, s[s_lds]
+    ds_read_b32 v[v_cnt], v[v_addr]
+    v_mul_u32_u24 v[v_addr], s[s_chunks], v[v_t]            ; key * chunks (both < 2^24)
+    v_add_lshl_u32 v[v_addr], v[v_addr], s[s_c], 2          ; 4 (key * chunks + chunk)
+    s_waitcnt lgkmcnt(0)                                    ; in flight: the table entry → wait
+    buffer_store_dword v[v_cnt], v[v_addr], s[s_rsrc_counts:s_rsrc_counts+3], 0 offen
+    s_mov_b64 exec, s[s_saved:s_saved+1]
+    s_add_u32 s[s_carry], s[s_carry], 64
+    s_cmp_lt_u32 s[s_carry], s[s_E]
+    s_cbranch_scc1 L_write
+.endif
 
-; --- 3. wave 0: padded prefix sum, expert_ids, the total ---
+.if PHASE == 2
+; v[v_seg + s] = counts[s_base, 64 s + lane] for the row's segments (0 past the row's end);
+; s_end = the row's first entry (key * chunks)
+.macro load_row
+    s_mul_i32 s[s_end], s[s_base], s[s_chunks]              ; the row's first entry
+    .irp s, 0, 1, 2, 3
+        v_add_u32 v[v_t], 64*\s, v[v_lane]
+        v_cmp_gt_u32 vcc, s[s_chunks], v[v_t]
+        v_add_lshl_u32 v[v_addr], s[s_end], v[v_t], 2      ; 4 (key * chunks + chunk)
+        v_cndmask_b32 v[v_addr], v[v_oob], v[v_addr], vcc ; past the row: no buffer holds it, reads 0
+        buffer_load_dword v[v_seg+\s], v[v_addr], s[s_rsrc_counts:s_rsrc_counts+3], 0 offen
+    .endr
+.endm
+.if MAX_SEGS != 4
+    .error "moe_align: load_row and the row loops unroll MAX_SEGS = 4 segments"
+.endif
+    v_mov_b32 v[v_oob], OOB_OFFSET
+    s_add_u32 s[s_segs], s[s_chunks], 63
+    s_lshr_b32 s[s_segs], s[s_segs], 6
+; --- A. padded totals: pad[key] = roundup(sum of the key's row, block_m) ---
+    s_mov_b32 s[s_base], s[s_wave]
+L_totals:
+    s_cmp_lt_u32 s[s_base], s[s_E]
+    s_cbranch_scc0 L_totals_done
+    load_row
+    s_waitcnt vmcnt(0)                                      ; in flight: the row's 4 segments → wait for all
+    v_add_u32 v[v_cnt], v[v_seg], v[v_seg+1]
+    v_add3_u32 v[v_cnt], v[v_cnt], v[v_seg+2], v[v_seg+3]
+    scan64 v_incl, v_cnt
+    s_nop 1                                                 ; VALU wrote v_incl → v_readlane needs 1 wait state
+    v_readlane_b32 s[s_tmp], v[v_incl], 63                  ; the key's count
+    s_add_u32 s[s_tmp], s[s_tmp], s[s_bm_m1]
+    s_lshr_b32 s[s_tmp], s[s_tmp], s[s_bm_log2]
+    s_lshl_b32 s[s_tmp], s[s_tmp], s[s_bm_log2]
+    v_mov_b32 v[v_pad], s[s_tmp]
+    s_lshl_b32 s[s_tmp], s[s_base], 2
+    v_mov_b32 v[v_addr], s[s_tmp]
+    ds_write_b32 v[v_addr], v[v_pad]                        ; every lane the same value at the same address
+    s_add_u32 s[s_base], s[s_base], WAVES
+    s_branch L_totals
+L_totals_done:
+    s_waitcnt lgkmcnt(0)                                    ; in flight: this wave's pad[] writes → done first
+    s_barrier                                               ; every padded total ready for wave 0
+
+; --- B. wave 0: start[key] over the keys, expert_ids, the total ---
     s_cmp_eq_u32 s[s_wave], 0
     s_cbranch_scc0 L_scan_done
     s_mov_b32 s[s_carry], 0
     s_mov_b32 s[s_base], 0
 L_scan:
-    v_add_u32 v[v_t], s[s_base], v[v_lane]                  ; expert e of the lane
+    v_add_u32 v[v_t], s[s_base], v[v_lane]                  ; key of the lane
     v_lshlrev_b32 v[v_addr], 2, v[v_t]
-    v_mov_b32 v[v_cnt], 0
+    v_mov_b32 v[v_pad], 0
+    v_mov_b32 v[v_val], v[v_t]                              ; the block value: the key itself ...
     v_cmp_gt_u32 vcc, s[s_E], v[v_t]
     s_and_saveexec_b64 s[s_saved:s_saved+1], vcc
-    ds_read_b32 v[v_cnt], v[v_addr]
-    s_cmp_eq_u32 s[s_has_map], 0
-    s_cbranch_scc1 L_no_map                                 ; no map: no load (its latency would be wasted)
-    buffer_load_dword v[v_val], v[v_addr], s[s_rsrc_map:s_rsrc_map+3], 0 offen  ; expert_map[e]
-    s_waitcnt vmcnt(0)                                      ; in flight: expert_map[e] (and earlier stores) → wait
-L_no_map:
+    ds_read_b32 v[v_pad], v[v_addr]
+    s_cmp_eq_u32 s[s_map_mode], 1
+    s_cbranch_scc0 L_no_values                              ; ... or, map_mode 1, expert_map[key]
+    buffer_load_dword v[v_val], v[v_addr], s[s_rsrc_map:s_rsrc_map+3], 0 offen
+    s_waitcnt vmcnt(0)                                      ; in flight: expert_map[key] (and earlier stores) → wait
+L_no_values:
     s_mov_b64 exec, s[s_saved:s_saved+1]
-    s_waitcnt lgkmcnt(0)                                    ; in flight: counts[e] → wait (stores: nothing reads them)
-    v_cmp_ne_u32 vcc, 0, s[s_has_map]
-    v_cndmask_b32 v[v_val], v[v_t], v[v_val], vcc           ; the block value: expert_map[e] or e
-    v_add_u32 v[v_pad], s[s_bm_m1], v[v_cnt]
-    v_lshrrev_b32 v[v_nblk], s[s_bm_log2], v[v_pad]         ; blocks of expert e
-    v_lshlrev_b32 v[v_pad], s[s_bm_log2], v[v_nblk]
-    ; inclusive scan of v_pad over the 64 lanes with DPP (no LDS round trips): Hillis-Steele
-    ; within each row of 16 (a lane whose source lies outside its row is not written: it keeps
-    ; its sum), then row 0's total into row 1 and row 2's into row 3 (row_bcast:15, rows 1 and
-    ; 3), then lane 31's (rows 0-1) into rows 2 and 3 (row_bcast:31).
-    v_mov_b32 v[v_incl], v[v_pad]
-    .irp ctrl, row_shr:1, row_shr:2, row_shr:4, row_shr:8
-        s_nop 1                                             ; VALU wrote v_incl → 2 wait states before a DPP read
-        v_add_u32_dpp v[v_incl], v[v_incl], v[v_incl] \ctrl row_mask:0xf bank_mask:0xf
-    .endr
-    s_nop 1                                                 ; VALU wrote v_incl → 2 wait states before a DPP read
-    v_add_u32_dpp v[v_incl], v[v_incl], v[v_incl] row_bcast:15 row_mask:0xa bank_mask:0xf
-    s_nop 1                                                 ; VALU wrote v_incl → 2 wait states before a DPP read
-    v_add_u32_dpp v[v_incl], v[v_incl], v[v_incl] row_bcast:31 row_mask:0xc bank_mask:0xf
+    s_waitcnt lgkmcnt(0)                                    ; in flight: pad[key] → wait
+    v_lshrrev_b32 v[v_nblk], s[s_bm_log2], v[v_pad]         ; blocks of the key
+    scan64 v_incl, v_pad
     v_sub_u32 v[v_start], v[v_incl], v[v_pad]
-    v_add_u32 v[v_start], s[s_carry], v[v_start]            ; start[e], exclusive over all experts before e
+    v_add_u32 v[v_start], s[s_carry], v[v_start]            ; start[key], exclusive over all keys before
     v_cmp_gt_u32 vcc, s[s_E], v[v_t]
     s_and_saveexec_b64 s[s_saved:s_saved+1], vcc
-    ds_write_b32 v[v_addr], v[v_start]                      ; counts[e] becomes start[e]
+    ds_write_b32 v[v_addr], v[v_start]                      ; pad[key] becomes start[key]
     v_lshrrev_b32 v[v_addr], s[s_bm_log2], v[v_start]
-    v_lshlrev_b32 v[v_addr], 2, v[v_addr]                   ; expert_ids offset of e's first block
+    v_lshlrev_b32 v[v_addr], 2, v[v_addr]                   ; expert_ids offset of the key's first block
 L_blocks:
     v_cmp_lt_u32 vcc, 0, v[v_nblk]
     s_and_b64 exec, exec, vcc
@@ -224,7 +329,7 @@ L_blocks:
     s_branch L_blocks
 L_blocks_done:
     s_mov_b64 exec, s[s_saved:s_saved+1]
-    v_readlane_b32 s[s_tmp], v[v_incl], 63                  ; the chunk's padded total
+    v_readlane_b32 s[s_tmp], v[v_incl], 63                  ; the 64 keys' padded total
     s_add_u32 s[s_carry], s[s_carry], s[s_tmp]
     s_add_u32 s[s_base], s[s_base], 64
     s_cmp_lt_u32 s[s_base], s[s_E]
@@ -233,77 +338,114 @@ L_blocks_done:
     v_mov_b32 v[v_cnt], s[s_carry]
     v_lshlrev_b32 v[v_addr], 2, v[v_lane]
     buffer_store_dword v[v_cnt], v[v_addr], s[s_rsrc_post:s_rsrc_post+3], 0 offen
-    ; -1 for the blocks from carry / block_m on
+    ; the blocks from carry / block_m on: 0, through the map in map_mode 1 (expert_map[0])
+    v_mov_b32 v[v_val], 0
+    s_cmp_eq_u32 s[s_map_mode], 1
+    s_cbranch_scc0 L_tail_value
+    v_mov_b32 v[v_addr], 0
+    buffer_load_dword v[v_val], v[v_addr], s[s_rsrc_map:s_rsrc_map+3], 0 offen
+    s_waitcnt vmcnt(0)                                      ; in flight: expert_map[0] (and earlier stores) → wait
+L_tail_value:
     s_lshr_b32 s[s_base], s[s_carry], s[s_bm_log2]
-    v_mov_b32 v[v_val], -1
 L_tail:
     s_cmp_lt_u32 s[s_base], s[s_max_blocks]
-    s_cbranch_scc0 L_tail_done
+    s_cbranch_scc0 L_scan_done
     v_add_u32 v[v_t], s[s_base], v[v_lane]
     v_lshlrev_b32 v[v_addr], 2, v[v_t]
     buffer_store_dword v[v_val], v[v_addr], s[s_rsrc_eids:s_rsrc_eids+3], 0 offen  ; past max_blocks: dropped
     s_add_u32 s[s_base], s[s_base], 64
     s_branch L_tail
-L_tail_done:
 L_scan_done:
     s_waitcnt lgkmcnt(0)                                    ; in flight: wave 0's start[] writes → done first
-    s_barrier                                               ; start[e] ready for every wave
+    s_barrier                                               ; start[key] ready for every wave
 
-; --- 4. stable scatter, 64 slots per wave and round ---
-    s_lshl_b32 s[s_base], s[s_wave], 6
-L_chunk:
-    s_cmp_lt_u32 s[s_base], s[s_slots]
+; --- C. rows to offsets: counts[key, c] = start[key] + sum of counts[key, c' < c] ---
+    s_mov_b32 s[s_base], s[s_wave]
+L_rows:
+    s_cmp_lt_u32 s[s_base], s[s_E]
     s_cbranch_scc0 L_end
-    v_add_u32 v[v_t], s[s_base], v[v_lane]
-    v_lshlrev_b32 v[v_addr], 2, v[v_t]
-    ds_read_b32 v[v_id], v[v_addr] offset:LDS_IDS
-    v_mov_b32 v[v_rank], 0
-    s_lshl_b32 s[s_jend], s[s_base], 2
-    s_add_u32 s[s_jend], s[s_jend], LDS_IDS                 ; this chunk's first id
-    s_mov_b32 s[s_j], LDS_IDS
-    s_waitcnt lgkmcnt(0)                                    ; in flight: the lane's own id → wait for it
-L_prior:                                                    ; every slot of the chunks before this one
-    s_cmp_lt_u32 s[s_j], s[s_jend]
-    s_cbranch_scc0 L_prior_done
-    v_mov_b32 v[v_jaddr], s[s_j]
-    .irp q, 0, 1, 2, 3
-        ds_read_b128 v[v_ids+4*\q:v_ids+4*\q+3], v[v_jaddr] offset:16*\q   ; same address in every lane
+    load_row
+    s_lshl_b32 s[s_tmp], s[s_base], 2
+    v_mov_b32 v[v_addr], s[s_tmp]
+    ds_read_b32 v[v_start], v[v_addr]                       ; start[key], the same in every lane
+    s_waitcnt vmcnt(0) lgkmcnt(0)                           ; in flight: the row's 4 segments, start[key] → wait for all
+    v_readfirstlane_b32 s[s_carry], v[v_start]
+    .irp s, 0, 1, 2, 3
+        s_cmp_le_u32 s[s_segs], \s
+        s_cbranch_scc1 L_row_done                           ; the row has no segment \s
+        scan64 v_incl, v_seg+\s
+        v_sub_u32 v[v_cnt], v[v_incl], v[v_seg+\s]
+        v_add_u32 v[v_cnt], s[s_carry], v[v_cnt]            ; exclusive, from start[key]
+        v_add_u32 v[v_t], 64*\s, v[v_lane]
+        v_cmp_gt_u32 vcc, s[s_chunks], v[v_t]
+        v_add_lshl_u32 v[v_addr], s[s_end], v[v_t], 2      ; 4 (key * chunks + chunk)
+        v_cndmask_b32 v[v_addr], v[v_oob], v[v_addr], vcc ; past the row: dropped
+        buffer_store_dword v[v_cnt], v[v_addr], s[s_rsrc_counts:s_rsrc_counts+3], 0 offen
+        v_readlane_b32 s[s_tmp], v[v_incl], 63
+        s_add_u32 s[s_carry], s[s_carry], s[s_tmp]
     .endr
-    s_add_u32 s[s_j], s[s_j], 64
-    s_waitcnt lgkmcnt(0)                                    ; in flight: 16 ids → wait for all
-    .irp k, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
-        v_cmp_eq_u32 vcc, v[v_ids+\k], v[v_id]
-        v_addc_co_u32 v[v_rank], vcc, 0, v[v_rank], vcc     ; + (id[j] == id)
-    .endr
-    s_branch L_prior
-L_prior_done:
-    v_mov_b32 v[v_jaddr], s[s_jend]
-    s_sub_u32 s[s_left], s[s_slots], s[s_base]              ; 64 or more in all chunks but the last
-    .irp q, 0, 1, 2, 3                                      ; the own chunk: only lanes below count
-        s_cmp_le_u32 s[s_left], 16*\q                       ; groups past the last slot hold no lower slot
-        s_cbranch_scc1 L_own_done
-        .irp r, 0, 1, 2, 3
-            ds_read_b128 v[v_ids+4*\r:v_ids+4*\r+3], v[v_jaddr] offset:64*\q+16*\r
-        .endr
-        s_waitcnt lgkmcnt(0)                                ; in flight: 16 ids → wait for all
-        .irp k, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
-            v_cmp_eq_u32 vcc, v[v_ids+\k], v[v_id]
-            v_cmp_lt_u32 s[s_mask:s_mask+1], 16*\q+\k, v[v_lane]   ; slot j = base + 16q + k below the lane's
-            s_and_b64 vcc, vcc, s[s_mask:s_mask+1]
-            v_addc_co_u32 v[v_rank], vcc, 0, v[v_rank], vcc
-        .endr
-    .endr
-L_own_done:
-    v_cmp_gt_u32 vcc, s[s_E], v[v_id]                       ; a valid slot (invalid ids and the tail are -1)
+L_row_done:
+    s_add_u32 s[s_base], s[s_base], WAVES
+    s_branch L_rows
+.endif
+
+.if PHASE == 3
+    s_cmp_lt_u32 s[s_c], s[s_chunks]
+    s_cbranch_scc0 L_end                                    ; a wave past the last chunk
+; --- the wave's table: offset[key] = counts[key, chunk] ---
+    s_mov_b32 s[s_carry], 0
+L_offsets:
+    v_add_u32 v[v_t], s[s_carry], v[v_lane]
+    v_cmp_gt_u32 vcc, s[s_E], v[v_t]
     s_and_saveexec_b64 s[s_saved:s_saved+1], vcc
-    v_lshlrev_b32 v[v_addr], 2, v[v_id]
-    ds_read_b32 v[v_start], v[v_addr]
-    s_waitcnt lgkmcnt(0)                                    ; in flight: start[id] → wait for it
-    v_add_u32 v[v_addr], v[v_start], v[v_rank]
-    v_lshlrev_b32 v[v_addr], 2, v[v_addr]
-    buffer_store_dword v[v_t], v[v_addr], s[s_rsrc_sorted:s_rsrc_sorted+3], 0 offen
+    v_mul_u32_u24 v[v_addr], s[s_chunks], v[v_t]            ; key * chunks (both < 2^24)
+    v_add_lshl_u32 v[v_addr], v[v_addr], s[s_c], 2          ; 4 (key * chunks + chunk)
+    buffer_load_dword v[v_cnt], v[v_addr], s[s_rsrc_counts:s_rsrc_counts+3], 0 offen
+    v_lshl_add_u32 v[v_addr], v[v_t], 2, s[s_lds]
+    s_waitcnt vmcnt(0)                                      ; in flight: counts[key, chunk] → wait
+    ds_write_b32 v[v_addr], v[v_cnt]
     s_mov_b64 exec, s[s_saved:s_saved+1]
-    s_add_u32 s[s_base], s[s_base], WORKGROUP_SIZE_X
-    s_branch L_chunk
+    s_add_u32 s[s_carry], s[s_carry], 64
+    s_cmp_lt_u32 s[s_carry], s[s_E]
+    s_cbranch_scc1 L_offsets
+    s_add_u32 s[s_tmp], s[s_lds], LDS_KEYS
+    v_mov_b32 v[v_start], s[s_tmp]                          ; the round's keys (broadcast reads)
+    v_lshl_add_u32 v[v_pad], v[v_lane], 2, s[s_tmp]         ; the lane's key
+; --- the chunk, 64 slots a round, in slot order ---
+L_round:
+    v_add_u32 v[v_t], s[s_base], v[v_lane]
+    slot_key
+    s_mov_b64 s[s_valid:s_valid+1], vcc
+    ds_write_b32 v[v_pad], v[v_key]
+    v_mov_b32 v[v_rank], 0
+    .irp q, 0, 1, 2, 3                                      ; rank = lower lanes with the same key
+        .irp r, 0, 1, 2, 3
+            ds_read_b128 v[v_ids+4*\r:v_ids+4*\r+3], v[v_start] offset:64*\q+16*\r   ; same address in every lane
+        .endr
+        s_waitcnt lgkmcnt(0)                                ; in flight: 16 keys → wait for all
+        .irp k, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
+            .if 16*\q+\k < 63                               ; lane 63 is below none
+                s_lshl_b64 exec, -1, 16*\q+\k+1             ; the lanes above lane j = 16q + k
+                v_cmp_eq_u32 vcc, v[v_ids+\k], v[v_key]     ; inactive lanes: 0
+                v_addc_co_u32 v[v_rank], vcc, 0, v[v_rank], vcc     ; + (key[j] == key)
+            .endif
+        .endr
+    .endr
+    s_mov_b64 exec, s[s_valid:s_valid+1]
+    s_cbranch_execz L_round_next
+    v_lshl_add_u32 v[v_addr], v[v_key], 2, s[s_lds]
+    ds_read_b32 v[v_cnt], v[v_addr]                         ; offset[key]
+    s_waitcnt lgkmcnt(0)                                    ; in flight: offset[key] → wait
+    v_add_u32 v[v_cnt], v[v_cnt], v[v_rank]                 ; the slot's place
+    v_lshlrev_b32 v[v_id], 2, v[v_cnt]
+    buffer_store_dword v[v_t], v[v_id], s[s_rsrc_sorted:s_rsrc_sorted+3], 0 offen
+    v_add_u32 v[v_cnt], 1, v[v_cnt]
+    ds_max_u32 v[v_addr], v[v_cnt]                          ; offset[key] past the key's last slot of the round
+L_round_next:
+    s_mov_b64 exec, -1
+    s_add_u32 s[s_base], s[s_base], 64
+    s_cmp_lt_u32 s[s_base], s[s_end]
+    s_cbranch_scc1 L_round
+.endif
 L_end:
     s_endpgm

@@ -2,14 +2,16 @@
 
     python3 bench/moe.py [--tokens 1,4,8,16,64] [--block-m 16|32|64] [--sorted | --unfused] [--out bench/out/moe.json]
     python3 bench/moe.py --floors     # what the targets ask of the HBM, whatever the kernel (no emulation)
+    python3 bench/moe.py --align 1024,16384,262144   # moe_align_block_size alone, top-8 on 129 experts
 
 Shape (issue 11): hidden 6144, intermediate 768 (w1 [129, 1536, 6144], w2 [129, 6144, 768]),
 129 experts, top-5, T = 1, 4, 8, 16, 64 tokens routed uniformly at random (5 distinct
 experts per token, seeded). block_m as the layer chooses it (moe_layer.choose_block_m).
 
-The layer is two or four dependent launches (moe_layer.choose_form), each modelled on its own
+The layer is two or six dependent launches (moe_layer.choose_form), each modelled on its own
 with gfxasm.perf.estimate (the MI355X timing model, launch overhead included) on the
-arguments the layer would pass. The sorted form: moe_align, the gate_up grouped GEMM
+arguments the layer would pass. The sorted form: moe_align (three launches: count, scan,
+scatter; the 'align' column is their sum), the gate_up grouped GEMM
 (a_div = 5) with the SwiGLU + MX-FP8 quantisation fused into its epilogue
 (mxfp8_moe_gemm.gate_up_swiglu), the down grouped GEMM (a_div = 1, topk weights), moe_sum.
 The decode form (T <= moe_layer.DIRECT_MAX_TOKENS): the gate_up step with its routing read
@@ -109,10 +111,8 @@ def launches(T: int, block_m: int | None = None, fused: bool = True, sort: bool 
                  ("down", gemm.direct_sum_launch_args(q, qs, w["w2"], w["w2s"], ids, None, E, tw, out)))
         return ([(step, manifest_case(kernel, variant, "", "", 0, 0, **kargs)) for step, (kernel, variant, kargs)
                  in steps], int(ids.unique().numel()), 0)
-    sorted_ids, expert_ids, post = moe_align.moe_align_block_size(ids, E, sizes["block_m"])   # the real routing
-    outs = tuple(torch.empty_like(t) for t in (sorted_ids, expert_ids, post))
-    cases = [("moe_align", manifest_case("moe_align", None, "", "", 0, 0,
-                                         **moe_align.launch_args(ids, E, sizes["block_m"], None, outs)))]
+    sorted_ids, expert_ids, post = moe_align.moe_align_block_size(ids, sizes["block_m"], E, None, True, True)
+    cases = align_cases(ids, sizes["block_m"], (sorted_ids, expert_ids, post))     # the real routing
     if used_only:
         used = int(post) // sizes["block_m"]
         sorted_ids, expert_ids = sorted_ids[:used * sizes["block_m"]], expert_ids[:used]
@@ -134,6 +134,39 @@ def launches(T: int, block_m: int | None = None, fused: bool = True, sort: bool 
     cases.append(("moe_sum", manifest_case("moe_sum", None, "", "", 0, 0,
                                            **moe_layer.sum_launch_args(y, ids, None, out, sizes))))
     return cases, int(ids.unique().numel()), sizes["block_m"]
+
+
+def align_cases(ids: torch.Tensor, block_m: int, outs: tuple) -> list:
+    """(step, BenchCase) for moe_align's three launches (as the layer runs them) writing copies of `outs`."""
+    outs = tuple(torch.empty_like(t) for t in outs)
+    args = moe_align.launch_args(ids, block_m, E, None, True, outs, moe_align.workspace(ids.numel(), E, "cpu"))
+    return [(kernel, manifest_case(kernel, None, "", "", 0, 0, **args)) for kernel in moe_align.KERNELS]
+
+
+def align_row(slots: int, top_k: int = 8, block_m: int = 64) -> dict:
+    """moe_align_block_size alone at `slots` slots (slots / top_k tokens on E experts, seeded),
+    each launch modelled."""
+    from gfxasm.perf import estimate
+    gen = torch.Generator().manual_seed(slots)
+    ids = torch.stack([torch.randperm(E, generator=gen)[:top_k] for _ in range(slots // top_k)]).to(torch.int32)
+    outs = moe_align.moe_align_block_size(ids, block_m, E, None, True)
+    steps = {}
+    for step, c in align_cases(ids, block_m, outs):
+        est = estimate(c.co, c.grid, c.block, c.kernarg, c.buffers, c.kernel)
+        steps[step] = dict(us=est.seconds * 1e6, grid=list(c.grid))
+    return dict(slots=slots, top_k=top_k, experts=E, block_m=block_m, chunk=moe_align.choose_chunk(slots)[0],
+                us=sum(s["us"] for s in steps.values()), steps=steps)
+
+
+def align_table(rows: list[dict]) -> str:
+    head = f"{'slots':>7} {'chunk':>5} " + " ".join(f"{k[10:]:>8}" for k in moe_align.KERNELS) + f" {'align us':>9}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['slots']:7} {r['chunk']:5} " + " ".join(f"{r['steps'][k]['us']:8.2f}" for k in
+                                                                 moe_align.KERNELS) + f" {r['us']:9.2f}")
+    lines.append(f"modelled: gfxasm.perf MI355X timing model, each launch with its overhead; top-8 routing on {E} "
+                 f"experts, block_size 64")
+    return "\n".join(lines)
 
 
 def weight_bytes(experts: int) -> float:
@@ -176,7 +209,7 @@ def floors_table(tokens: list[int]) -> str:
         experts = int(routed(T).unique().numel())
         weight = weight_bytes(experts)
         target = target_us(T, weight)
-        n = 2 if moe_layer.choose_form(T, TOP_K, None) == "direct" else 4
+        n = 2 if moe_layer.choose_form(T, TOP_K, None) == "direct" else 6
         need = [weight / ((target - k * launch) * 1e-6) / 1e12 if target > k * launch else float("inf")
                 for k in (n, 1)]
         lines.append(f"{T:3} {experts:7} {weight / 1e6:9.1f} {target:9.1f} {n:8} {need[0]:11.2f} {need[1]:10.2f}")
@@ -195,7 +228,7 @@ def table(rows: list[dict]) -> str:
         fly = f"{r['flydsl_us']:7.1f}" if r["flydsl_us"] else f"{'~' + str(FLYDSL_TBPS) + 'TB/s':>7}"
         ratio = f"{r['vs_flydsl']:8.2f}" if r["vs_flydsl"] else f"{'-':>8}"
         act = f"{s['swiglu_quant']['us']:7.2f}" if "swiglu_quant" in s else f"{'fused':>7}"
-        align = f"{s['moe_align']['us']:6.2f}" if "moe_align" in s else f"{'-':>6}"
+        align = f"{sum(s[k]['us'] for k in moe_align.KERNELS):6.2f}" if moe_align.KERNELS[0] in s else f"{'-':>6}"
         summed = f"{s['moe_sum']['us']:6.2f}" if "moe_sum" in s else f"{'fused':>6}"
         bm = f"{r['block_m']:3}" if r["block_m"] else f"{'dir':>3}"
         lines.append(f"{r['T']:3} {r['experts']:7} {bm} {align} "
@@ -219,12 +252,22 @@ def main(argv=None) -> int:
     ap.add_argument("--used", action="store_true", help="the sorted form's GEMMs on the used blocks only (the model "
                     "charges the padded grid's skipped workgroups in full: the truth lies between the two)")
     ap.add_argument("--floors", action="store_true", help="the rates the targets need (no emulation) and stop")
+    ap.add_argument("--align", metavar="SLOTS", help="model moe_align_block_size alone at these slot counts "
+                    "(e.g. 1024,16384,262144) and stop")
     ap.add_argument("--out", default=str(REPO / "bench" / "out" / "moe.json"))
     args = ap.parse_args(argv)
     if args.floors:
         print(floors_table([int(t) for t in args.tokens.split(",")]))
         return 0
     build.build_kernels(moe_layer.kernel_names() + [swiglu_quant.OP])
+    if args.align:
+        rows = [align_row(int(n)) for n in args.align.split(",")]
+        print(align_table(rows))
+        out = Path(args.out).with_name("moe_align.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(dict(source="modelled", rows=rows), indent=1))
+        print(f"wrote {out}")
+        return 0
     gemm.build_kernels()
     rows = []
     for T in (int(t) for t in args.tokens.split(",")):

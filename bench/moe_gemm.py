@@ -59,7 +59,7 @@ def problem(shape: str, T: int, device: str = "cpu") -> dict:
     N, K, a_div = SHAPES[shape]["N"], SHAPES[shape]["K"], SHAPES[shape]["a_div"]
     M = T * TOP_K // a_div
     topk_ids = routed(T)
-    sorted_ids, expert_ids, post = gfxasm.moe_align_block_size(topk_ids, E, BLOCK_M)
+    sorted_ids, expert_ids, post = gfxasm.moe_align_block_size(topk_ids, BLOCK_M, E, pad_sorted_ids=True)
     e4m3 = lambda *s: torch.zeros(s, dtype=torch.uint8, device=device).view(torch.float8_e4m3fn)   # noqa: E731
     unit = lambda *s: torch.full(s, 127, dtype=torch.uint8, device=device)                        # noqa: E731
     return dict(a=e4m3(M, K), a_scale=unit(M, K // 32), w=e4m3(E, N, K), w_scale=unit(E, N, K // 32),

@@ -462,7 +462,7 @@ def test_fuzz_decode_attention(capsys):
 
 # ------------------------------------------------------------------ moe_align_block_size, swiglu_mxfp8_quant
 
-ALIGN_ARGS = ("topk_ids", "num_experts", "block_m", "expert_map")
+ALIGN_ARGS = ("topk_ids", "block_size", "num_experts", "expert_map")
 ALIGN_COUNTS: Counter = Counter()
 
 
@@ -489,11 +489,11 @@ def fuzz_moe_align(c):
         n = E - 1 if c["expert_map"] == "short" else E
         expert_map = torch.randint(-1, E, (n,), generator=g).to(torch.int64 if c["expert_map"] == "int64"
                                                                   else torch.int32)
-    result = call(ALIGN_COUNTS, ALIGN_ARGS, lambda: gfxasm.moe_align_block_size(ids, c["E"], c["block_m"],
+    result = call(ALIGN_COUNTS, ALIGN_ARGS, lambda: gfxasm.moe_align_block_size(ids, c["block_m"], c["E"],
                                                                                 expert_map))
     if result is None:
         return
-    want = moe_align.reference(ids.flatten().tolist(), c["E"], c["block_m"],
+    want = moe_align.reference(ids.flatten().tolist(), c["block_m"], c["E"],
                                None if expert_map is None else expert_map.tolist())
     assert [r.tolist() for r in result] == [want[0], want[1], [want[2]]]
     ALIGN_COUNTS["matched"] += 1
@@ -629,7 +629,7 @@ def fuzz_mxfp8_moe_gemm(c):
     w_scale = torch.randint(120, 134, (e, n, -(-k // 32)), generator=g, dtype=torch.uint8)
     ids = torch.stack([torch.randperm(e, generator=g)[:top_k] for _ in range(t)]).flatten().tolist()
     expert_map = [-1 if c["absent"] and x % 2 else x for x in range(e)]
-    sorted_ids, expert_ids, post = moe_align.reference(ids, e, c["block_m"], expert_map)
+    sorted_ids, expert_ids, post = moe_align.reference(ids, c["block_m"], e, expert_map, True)
     sorted_ids = torch.tensor(sorted_ids, dtype=c["ids_dtype"])
     expert_ids, post = torch.tensor(expert_ids, dtype=torch.int32), torch.tensor([post], dtype=torch.int32)
     weights = {"none": None, "2d": torch.rand(t, top_k, generator=g), "flat": torch.rand(t * top_k, generator=g),

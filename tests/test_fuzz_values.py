@@ -694,7 +694,7 @@ def routing(t: int, top_k: int, e: int, block_m: int, g: torch.Generator):
     experts per token, vLLM's layout from moe_align's reference."""
     from gfxasm.ops import moe_align
     ids = torch.stack([torch.randperm(e, generator=g)[:top_k] for _ in range(t)]).to(torch.int32)
-    sorted_ids, expert_ids, post = moe_align.reference(ids.flatten().tolist(), e, block_m)
+    sorted_ids, expert_ids, post = moe_align.reference(ids.flatten().tolist(), block_m, e, None, True)
     I = lambda x: torch.tensor(x, dtype=torch.int32)        # noqa: E731
     return ids, I(sorted_ids), I(expert_ids), I([post])
 
@@ -902,7 +902,7 @@ def device_cases(seed: int = 26) -> dict:
                  v_scale_shift=torch.rand(3, 16, 1, 2, generator=g).half() + 0.5)
     gemm = dict(a=e4(2, 32), a_scale=sc(2, 1), b=e4(3, 32), b_scale=sc(3, 1))
     ids = [0, 1, 1, 3]
-    sorted_ids, expert_ids, post = moe_align.reference(ids, 4, 16)
+    sorted_ids, expert_ids, post = moe_align.reference(ids, 16, 4, None, True)
     moe_gemm = dict(a=e4(2, 32), a_scale=sc(2, 1), w=e4(4, 16, 32), w_scale=sc(4, 16, 1),
                     sorted_token_ids=I(sorted_ids), expert_ids=I(expert_ids), num_tokens_post_padded=I([post]),
                     topk_weights=torch.rand(2, 2, generator=g))
@@ -947,7 +947,7 @@ def device_cases(seed: int = 26) -> dict:
         "swiglu_mxfp8_quant out": (lambda x, q, scale: gfxasm.swiglu_mxfp8_quant(x, out=(q, scale)),
                                    dict(x=fp_tensor((2, 64), bf, g), q=empty(2, 32, dtype=E4M3),
                                         scale=empty(2, 1, dtype=torch.float8_e8m0fnu))),
-        "moe_align_block_size": (lambda **a: gfxasm.moe_align_block_size(a["topk_ids"], 4, 16, a["expert_map"]),
+        "moe_align_block_size": (lambda **a: gfxasm.moe_align_block_size(a["topk_ids"], 16, 4, a["expert_map"]),
                                  dict(topk_ids=I([ids[:2], ids[2:]]), expert_map=I([0, 1, 2, 3]))),
     }
 

@@ -64,7 +64,7 @@ def route(kind, T, top_k, E, block_m, gen, ep=False, stray=False):
     expert_map = None
     if ep:                           # this rank holds every other expert, renumbered 0..E/2-1
         expert_map = [e // 2 if e % 2 == 0 else -1 for e in range(E)]
-    sorted_ids, expert_ids, post = moe_align.reference(ids.flatten().tolist(), E, block_m, expert_map)
+    sorted_ids, expert_ids, post = moe_align.reference(ids.flatten().tolist(), block_m, E, expert_map, True)
     valid = T * top_k
     sorted_ids = sorted_ids + [valid] * (2 * block_m)              # two spare blocks
     expert_ids = expert_ids + [-1, -1]

@@ -1,69 +1,102 @@
-"""MoE routing on the device: `gfxasm.moe_align_block_size` on asm/moe_align.s.
+"""MoE routing alignment: gfxasm.moe_align_block_size on asm/moe_align.s, a drop-in for vLLM's.
 
     sorted_token_ids, expert_ids, num_tokens_post_padded = gfxasm.moe_align_block_size(
-        topk_ids, num_experts, block_m, expert_map=None)
+        topk_ids, block_size, num_experts, expert_map=None, pad_sorted_ids=False,
+        ignore_invalid_experts=False)
 
-vLLM's moe_align_block_size (vllm/model_executor/layers/fused_moe/moe_align_block_size.py,
-with pad_sorted_ids=True), computed by one workgroup without a host sync:
-  * slot t = token * top_k + k indexes topk_ids flattened (numel slots);
-  * sorted_token_ids (int32) lists the slots of expert 0, then expert 1, ..., each expert's run
-    padded with the sentinel numel to a multiple of block_m; every entry past the last run is
-    the sentinel too. Within an expert the slots are in increasing order (vLLM leaves that
-    order to its kernel; here it is fixed, so results are reproducible bit for bit);
-  * expert_ids (int32) has one entry per block of block_m entries: the block's expert, or,
-    with expert_map, expert_map[expert] (the local id, -1 for an expert not on this rank:
-    such experts are still aligned, as in vLLM, and their blocks are skipped by the GEMMs);
-    blocks past the last expert's are -1 (vLLM leaves 0 there, mapped; readers stop at
-    num_tokens_post_padded either way);
-  * num_tokens_post_padded (int32 [1]) = sum over experts of roundup(count, block_m).
-  Sizes: max_num_tokens_padded = roundup(numel + num_experts * (block_m - 1), block_m), or
-  numel * block_m when numel < num_experts (fewer slots than experts: at most numel runs);
-  expert_ids has max_num_tokens_padded / block_m entries. So len(sorted_token_ids) /
-  len(expert_ids) == block_m exactly, as gfxasm.mxfp8_moe_gemm requires.
-  An id outside [0, num_experts) is skipped on the device (not checked on the host: that
-  would need a sync): its slot appears nowhere and counts for no expert.
+vLLM's moe_align_block_size (vllm/model_executor/layers/fused_moe/moe_align_block_size.py and
+csrc/moe/moe_align_sum_kernels.cu at main): the same signature, output sizes and contents,
+computed on the device without a host sync:
+  * slot t = token * top_k + k indexes topk_ids flattened (numel slots). A slot's key is its
+    expert e = topk_ids[t]; with expert_map and ignore_invalid_experts, its local expert
+    expert_map[e], and the slots of experts the map marks -1 are left out entirely;
+  * sorted_token_ids (int32) lists the slots of key 0, then key 1, ..., each key's run padded
+    with the sentinel numel to a multiple of block_size; every other entry is the sentinel.
+    Within a run the slots are in increasing order (vLLM leaves that order to its atomics;
+    here it is fixed, so results are reproducible bit for bit);
+  * expert_ids (int32) has one entry per block of block_size entries: the block's key; with
+    expert_map and not ignore_invalid_experts, expert_map[expert] (every expert is aligned
+    and an expert not on this rank has -1: the GEMMs skip its blocks). Blocks past the last
+    run hold 0 (as vLLM: mapped through expert_map in that case, i.e. expert_map[0]);
+  * num_tokens_post_padded (int32 [1]) = sum over keys of roundup(count, block_size).
+  Sizes (vLLM's): max_num_tokens_padded = numel + num_experts * (block_size - 1), rounded up to
+  a multiple of block_size with pad_sorted_ids; when numel < num_experts, at most
+  numel * block_size (fewer slots than experts: at most numel runs). expert_ids has
+  cdiv(max_num_tokens_padded, block_size) entries. gfxasm.mxfp8_moe_gemm takes block_m =
+  len(sorted_token_ids) / len(expert_ids), so it needs pad_sorted_ids=True (or numel <
+  num_experts), where that division is exact.
+  An id outside [0, num_experts), or a local id outside it (negative ones included), is
+  skipped on the device (no host check: that would need a sync): its slot appears nowhere and
+  counts for no key. (vLLM skips ids >= num_experts; a negative one is out of its contract.)
 
-Limits (ValueError/TypeError naming the argument, before launch): topk_ids int32, 1-D or
-2-D, contiguous, at most MAX_SLOTS (16384) entries (the ids live in LDS; the stable scatter
-costs O(numel^2 / 256) VALU work, sized for decode); 1 <= num_experts <= MAX_EXPERTS (1024);
-block_m a power of two in [1, 1024]; expert_map int32 [num_experts], contiguous; every tensor
-on one device. numel = 0 gives empty outputs and a zero total without a launch.
+Kernels (three launches, each O(slots) or less; asm/moe_align.s has the details): the slots
+are cut into `chunks` chunks of `chunk` slots, one wave each. 1. count: the sentinel fill, and
+each chunk's count per key into a workspace counts [num_experts, chunks]; 2. scan (one
+workgroup): each key's total and start, expert_ids, the total, and counts rewritten as each
+(key, chunk)'s first place; 3. scatter: each chunk places its slots from those offsets, 64 at
+a time, a slot's rank within the 64 from the lower lanes' keys. choose_chunk keeps chunks <=
+MAX_CHUNKS (phase 2 reads a key's row in one go) and a chunk >= MIN_CHUNK slots.
 
-torch op (declared on loader/ops/framework.py, no _out form):
-gfxasm::moe_align_block_size(topk_ids, num_experts, block_m, expert_map) -> (sorted_token_ids,
-expert_ids, num_tokens_post_padded), with a fake kernel; the checked launch is cached per layout.
+Limits (ValueError/TypeError naming the argument, before launch): topk_ids int32, [T, top_k]
+or flat, contiguous, at most MAX_SLOTS entries; 1 <= num_experts <= MAX_EXPERTS (1024, the
+LDS tables); block_size a power of two in [1, 1024]; expert_map int32 [num_experts],
+contiguous; pad_sorted_ids and ignore_invalid_experts bools; every tensor on one device.
+numel = 0 gives empty outputs and a zero total without a launch.
+
+torch op (declared on loader/ops/framework.py, no _out form): gfxasm::moe_align_block_size(
+topk_ids, block_size, num_experts, expert_map, pad_sorted_ids, ignore_invalid_experts) ->
+(sorted_token_ids, expert_ids, num_tokens_post_padded), with a fake kernel; the checked
+launches are cached per layout, each call binding a fresh workspace.
 """
 from __future__ import annotations
 
 import torch
 
 from ..gridexpr import cdiv
-from ..launcher import prepare
+from ..launcher import PreparedLaunch, prepare
 from ..manifest import default_manifest
 from . import arguments, framework
 
 OP = "moe_align_block_size"
-MAX_SLOTS = 16384                  # LDS holds one int32 id per slot (kernels.yaml: lds_bytes)
-MAX_EXPERTS = 1024                 # ... and one count per expert
-MAX_BLOCK_M = 1024
+KERNELS = ("moe_align_count", "moe_align_scan", "moe_align_scatter")   # in launch order
+MAX_SLOTS = 1 << 24                # slot ids and places stay below 2^31 bytes of int32
+MAX_EXPERTS = 1024                 # each wave's LDS table holds one entry per key
+MAX_BLOCK_SIZE = 1024
+MAX_CHUNKS = 256                   # asm/moe_align.s MAX_SEGS * 64: a key's row in 4 loads
+MIN_CHUNK = 256                    # slots: 4 rounds of 64 per wave at least
 
 
 def _fail(exc, message: str):
     arguments.fail(OP, exc, message)
 
 
-def sizes(numel: int, num_experts: int, block_m: int) -> tuple[int, int]:
-    """(len(sorted_token_ids), len(expert_ids)) for numel slots."""
-    padded = cdiv(numel + num_experts * (block_m - 1), block_m) * block_m
+def sizes(numel: int, block_size: int, num_experts: int, pad_sorted_ids: bool) -> tuple[int, int]:
+    """(len(sorted_token_ids), len(expert_ids)) for numel slots, as vLLM sizes them."""
+    padded = numel + num_experts * (block_size - 1)
+    if pad_sorted_ids:
+        padded = cdiv(padded, block_size) * block_size
     if numel < num_experts:
-        padded = min(numel * block_m, padded)
-    return padded, padded // block_m
+        padded = min(numel * block_size, padded)
+    return padded, cdiv(padded, block_size)
 
 
-def validate(topk_ids, num_experts, block_m, expert_map) -> tuple[int, int]:
+def choose_chunk(numel: int) -> tuple[int, int]:
+    """(chunk, chunks): slots per wave (a multiple of 64, at least MIN_CHUNK) and their number
+    (at most MAX_CHUNKS)."""
+    chunk = max(MIN_CHUNK, 64 * cdiv(numel, 64 * MAX_CHUNKS))
+    return chunk, cdiv(numel, chunk)
+
+
+def map_mode(expert_map, ignore_invalid_experts: bool) -> int:
+    """The kernels' map_mode: 0 no map, 1 expert_ids through the map, 2 keys through the map."""
+    return 0 if expert_map is None else 2 if ignore_invalid_experts else 1
+
+
+def validate(topk_ids, block_size, num_experts, expert_map, pad_sorted_ids, ignore_invalid_experts
+             ) -> tuple[int, int]:
     """Check what metadata tells (the fake kernel runs this); return the output sizes."""
     # dynamic-shape tracing passes the ints as SymInts; they size the outputs: specialise them
-    num_experts, block_m = (int(v) if isinstance(v, torch.SymInt) else v for v in (num_experts, block_m))
+    block_size, num_experts = (int(v) if isinstance(v, torch.SymInt) else v for v in (block_size, num_experts))
     arguments.tensor(OP, "topk_ids", topk_ids, what="[T, top_k] int32")
     if topk_ids.dtype != torch.int32:
         _fail(TypeError, f"'topk_ids' dtype must be torch.int32, got {topk_ids.dtype}")
@@ -72,12 +105,15 @@ def validate(topk_ids, num_experts, block_m, expert_map) -> tuple[int, int]:
     if topk_ids.numel() and not topk_ids.is_contiguous():
         _fail(ValueError, f"'topk_ids' must be contiguous, got strides {topk_ids.stride()}")
     if topk_ids.numel() > MAX_SLOTS:
-        _fail(ValueError, f"'topk_ids' has {topk_ids.numel()} entries; the kernel takes at most {MAX_SLOTS}")
-    for name, value, top in (("num_experts", num_experts, MAX_EXPERTS), ("block_m", block_m, MAX_BLOCK_M)):
+        _fail(ValueError, f"'topk_ids' has {topk_ids.numel()} entries; the kernels take at most {MAX_SLOTS}")
+    for name, value, top in (("block_size", block_size, MAX_BLOCK_SIZE), ("num_experts", num_experts, MAX_EXPERTS)):
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
             _fail(ValueError, f"'{name}' must be an int in [1, {top}], got {value!r}")
-    if block_m & (block_m - 1):
-        _fail(ValueError, f"'block_m' must be a power of two, got {block_m}")
+    if block_size & (block_size - 1):
+        _fail(ValueError, f"'block_size' must be a power of two, got {block_size}")
+    for name, value in (("pad_sorted_ids", pad_sorted_ids), ("ignore_invalid_experts", ignore_invalid_experts)):
+        if not isinstance(value, bool):
+            _fail(TypeError, f"'{name}' must be a bool, got {type(value).__name__}")
     if expert_map is not None:
         if not isinstance(expert_map, torch.Tensor):
             _fail(TypeError, f"'expert_map' must be a torch.Tensor or None, got {type(expert_map).__name__}")
@@ -88,20 +124,35 @@ def validate(topk_ids, num_experts, block_m, expert_map) -> tuple[int, int]:
                               f"{tuple(expert_map.shape)}")
         if not expert_map.is_contiguous():
             _fail(ValueError, f"'expert_map' must be contiguous, got strides {expert_map.stride()}")
-    return sizes(topk_ids.numel(), num_experts, block_m)
+    return sizes(topk_ids.numel(), block_size, num_experts, pad_sorted_ids)
 
 
-def launch_args(topk_ids, num_experts, block_m, expert_map, outs) -> dict:
-    """moe_align's kernel arguments for a validated call writing `outs` (shared with bench/moe.py)."""
+def workspace(numel: int, num_experts: int, device) -> torch.Tensor:
+    """The counts [num_experts, chunks] the three launches share (one per call)."""
+    return torch.empty(num_experts * choose_chunk(numel)[1], dtype=torch.int32, device=device)
+
+
+def launch_args(topk_ids, block_size, num_experts, expert_map, ignore_invalid_experts, outs, counts) -> dict:
+    """The kernels' arguments (all three take the same) for a validated call writing `outs`
+    with workspace `counts` (shared with moe_layer and bench/moe.py)."""
     no_map = torch.empty(0, dtype=torch.int32, device=topk_ids.device)
+    chunk, chunks = choose_chunk(topk_ids.numel())
     return dict(topk_ids=topk_ids.reshape(-1), expert_map=no_map if expert_map is None else expert_map,
-                sorted_token_ids=outs[0], expert_ids=outs[1], num_tokens_post_padded=outs[2], slots=topk_ids.numel(),
-                num_experts=num_experts, block_m_log2=block_m.bit_length() - 1, max_padded=outs[0].numel(),
-                max_blocks=outs[1].numel(), has_map=int(expert_map is not None))
+                sorted_token_ids=outs[0], expert_ids=outs[1], num_tokens_post_padded=outs[2], counts=counts,
+                slots=topk_ids.numel(), num_experts=num_experts, block_m_log2=block_size.bit_length() - 1,
+                max_padded=outs[0].numel(), max_blocks=outs[1].numel(),
+                map_mode=map_mode(expert_map, ignore_invalid_experts), chunk=chunk, chunks=chunks)
+
+
+def prepared(args: dict) -> tuple[PreparedLaunch, ...]:
+    """The three launches on `args` (launch_args), in order."""
+    manifest = default_manifest()
+    return tuple(prepare(manifest.kernel(name).variant(None), args) for name in KERNELS)
 
 
 def _check(call) -> tuple[int, int]:
-    return validate(call.topk_ids, call.num_experts, call.block_m, call.expert_map)
+    return validate(call.topk_ids, call.block_size, call.num_experts, call.expert_map, call.pad_sorted_ids,
+                    call.ignore_invalid_experts)
 
 
 def _allocate(call, names: frozenset) -> dict:
@@ -115,67 +166,58 @@ def _zero_total(call) -> None:
 
 
 def _plan(_sizes: tuple[int, int], call) -> framework.Plan:
-    if call.topk_ids.numel() == 0:
+    numel, device = call.topk_ids.numel(), call.topk_ids.device
+    if numel == 0:
         return framework.Plan(empty=_zero_total)
     outs = (call.sorted_token_ids, call.expert_ids, call.num_tokens_post_padded)
-    return framework.Plan((prepare(default_manifest().kernel("moe_align").variant(None),
-                                   launch_args(call.topk_ids, call.num_experts, call.block_m, call.expert_map, outs)),))
+    args = launch_args(call.topk_ids, call.block_size, call.num_experts, call.expert_map,
+                       call.ignore_invalid_experts, outs, workspace(numel, call.num_experts, device))
+    return framework.Plan(prepared(args), bind=lambda c: dict(c.values, counts=workspace(numel, c.num_experts, device)))
 
 
 MOE_ALIGN_BLOCK_SIZE = framework.define(framework.Spec(
     OP,
-    params=(framework.Param("topk_ids", "Tensor"), framework.Param("num_experts", "SymInt"),
-            framework.Param("block_m", "SymInt"), framework.Param("expert_map", "Tensor?")),
+    params=(framework.Param("topk_ids", "Tensor"), framework.Param("block_size", "SymInt"),
+            framework.Param("num_experts", "SymInt"), framework.Param("expert_map", "Tensor?"),
+            framework.Param("pad_sorted_ids", "bool"), framework.Param("ignore_invalid_experts", "bool")),
     outputs=(framework.Output("sorted_token_ids"), framework.Output("expert_ids"),
              framework.Output("num_tokens_post_padded")),
     check=_check, allocate=_allocate, plan=_plan, out_form=False))
 
 
-def moe_align_block_size(topk_ids: torch.Tensor, num_experts: int, block_m: int,
-                         expert_map: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(sorted_token_ids, expert_ids, num_tokens_post_padded), vLLM's layout (module docstring).
+def moe_align_block_size(topk_ids: torch.Tensor, block_size: int, num_experts: int,
+                         expert_map: torch.Tensor | None = None, pad_sorted_ids: bool = False,
+                         ignore_invalid_experts: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(sorted_token_ids, expert_ids, num_tokens_post_padded), vLLM's op (module docstring).
 
-    topk_ids [T, top_k] int32; num_experts: the global expert count; block_m: rows per GEMM
-    block (a power of two); expert_map: int32 [num_experts], global -> local expert id or -1."""
-    return MOE_ALIGN_BLOCK_SIZE(topk_ids, num_experts, block_m, expert_map)
+    topk_ids [T, top_k] int32 (global expert ids); block_size: rows per GEMM block (a power of
+    two); num_experts: the global expert count; expert_map: int32 [num_experts], global ->
+    local expert id or -1; pad_sorted_ids: len(sorted_token_ids) a multiple of block_size;
+    ignore_invalid_experts: leave out the experts expert_map marks -1 (runs by local id)."""
+    return MOE_ALIGN_BLOCK_SIZE(topk_ids, block_size, num_experts, expert_map, pad_sorted_ids,
+                                ignore_invalid_experts)
 
 
 # ------------------------------------------------------------------ reference
 
-def reference(ids: list[int], num_experts: int, block_m: int, expert_map: list[int] | None = None
+def reference(ids: list[int], block_size: int, num_experts: int, expert_map: list[int] | None = None,
+              pad_sorted_ids: bool = False, ignore_invalid_experts: bool = False
               ) -> tuple[list[int], list[int], int]:
     """The contract above in plain Python (lists and loops, no sorting routine): (sorted_token_ids,
     expert_ids, num_tokens_post_padded) for the flattened ids."""
     n = len(ids)
-    padded, blocks = sizes(n, num_experts, block_m)
-    sorted_ids, expert_ids, pos = [n] * padded, [-1] * blocks, 0
-    for e in range(num_experts):
-        run = [t for t in range(n) if ids[t] == e]
+    padded, blocks = sizes(n, block_size, num_experts, pad_sorted_ids)
+    keys = [e if 0 <= e < num_experts else -1 for e in ids]
+    by_key = expert_map is not None and ignore_invalid_experts
+    if by_key:
+        keys = [expert_map[e] if e >= 0 else -1 for e in keys]
+        keys = [k if 0 <= k < num_experts else -1 for k in keys]
+    value = (lambda k: k) if expert_map is None or by_key else (lambda k: expert_map[k])   # noqa: E731
+    sorted_ids, expert_ids, pos = [n] * padded, [value(0)] * blocks, 0
+    for k in range(num_experts):
+        run = [t for t in range(n) if keys[t] == k]
         sorted_ids[pos:pos + len(run)] = run
-        for b in range(cdiv(len(run), block_m)):
-            expert_ids[pos // block_m + b] = e if expert_map is None else expert_map[e]
-        pos += cdiv(len(run), block_m) * block_m
+        for b in range(cdiv(len(run), block_size)):
+            expert_ids[pos // block_size + b] = value(k)
+        pos += cdiv(len(run), block_size) * block_size
     return sorted_ids, expert_ids, pos
-
-
-def _register_run_case() -> None:
-    from ..runcases import RunCase, run_case
-
-    @run_case("moe_align")
-    def align_case(variant, gen, T=37, top_k=5, E=129, block_m=16) -> RunCase:
-        ids = torch.randint(-1, E + 1, (T * top_k,), generator=gen, dtype=torch.int32)   # a few out of range
-        want = reference(ids.tolist(), E, block_m)
-        padded, blocks = sizes(ids.numel(), E, block_m)
-        poison = lambda n: torch.full((n,), -7, dtype=torch.int32)   # noqa: E731
-        return RunCase(args=dict(topk_ids=ids, expert_map=torch.empty(0, dtype=torch.int32),
-                                 sorted_token_ids=poison(padded), expert_ids=poison(blocks),
-                                 num_tokens_post_padded=poison(1), slots=ids.numel(), num_experts=E,
-                                 block_m_log2=block_m.bit_length() - 1, max_padded=padded, max_blocks=blocks,
-                                 has_map=0),
-                       expected=dict(sorted_token_ids=torch.tensor(want[0], dtype=torch.int32),
-                                     expert_ids=torch.tensor(want[1], dtype=torch.int32),
-                                     num_tokens_post_padded=torch.tensor([want[2]], dtype=torch.int32)),
-                       atol=0, rtol=0, note=f"{T}x{top_k} slots, {E} experts, block_m {block_m}")
-
-
-_register_run_case()

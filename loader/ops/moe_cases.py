@@ -26,7 +26,7 @@ def gemm_case(variant, gen: torch.Generator, T: int = 5, top_k: int = 3, E: int 
     w, w_scale = w.view(E, N, K), w_scale.view(E, N, K // BLOCK)
     ids = torch.stack([torch.randperm(E, generator=gen)[:top_k] for _ in range(T)]).flatten().tolist()
     expert_map = [-1 if e in (1, 4) else e for e in range(E)]
-    routing = tuple(torch.tensor(x, dtype=torch.int32).reshape(-1) for x in align(ids, E, block_m, expert_map))
+    routing = tuple(torch.tensor(x, dtype=torch.int32).reshape(-1) for x in align(ids, block_m, E, expert_map, True))
     tw = torch.rand(T, top_k, generator=gen)
     out = torch.full((T * top_k, N), float("nan"), dtype=out_dtype)
     call = (a, a_scale, w, w_scale, *routing, top_k, tw, out, out_dtype)
@@ -64,7 +64,7 @@ def swiglu_case(variant, gen: torch.Generator, T: int = 5, top_k: int = 3, E: in
     ids = torch.stack([torch.randperm(E, generator=gen)[:top_k] for _ in range(T)]).to(torch.int32)
     expert_map = [-1 if e in (1, 4) else e for e in range(E)]
     routing = tuple(torch.tensor(x, dtype=torch.int32).reshape(-1)
-                    for x in align(ids.flatten().tolist(), E, block_m, expert_map))
+                    for x in align(ids.flatten().tolist(), block_m, E, expert_map, True))
     S = T * top_k
     q = torch.full((S, I), 0x7F, dtype=torch.uint8).view(E4M3)                            # NaN
     scale = torch.full((S, I // BLOCK), 0xFF, dtype=torch.uint8).view(E8M0)                 # NaN

@@ -1,4 +1,4 @@
-"""The MX-FP8 mixture-of-experts layer: `gfxasm.mxfp8_moe`, two or four launches and no host sync.
+"""The MX-FP8 mixture-of-experts layer: `gfxasm.mxfp8_moe`, two or six launches and no host sync.
 
     out = gfxasm.mxfp8_moe(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids)
 
@@ -15,7 +15,9 @@ the down GEMM's per-slot sums: bit-equal when cdiv(I, 128) % 4 == 0).
 
 The sorted form (block_m given, top_k > 16, or more than DIRECT_MAX_TOKENS tokens): launches,
 in order (each its own kernel; intermediates allocated per call):
-  1. gfxasm.moe_align_block_size(topk_ids, E_global, block_m, expert_map)   (asm/moe_align.s)
+  1. gfxasm.moe_align_block_size(topk_ids, block_m, E_global, expert_map, pad_sorted_ids=True,
+     ignore_invalid_experts=True): absent experts' slots are left out (asm/moe_align.s, three
+     launches)
   2. the gate_up GEMM fused with the activation (mxfp8_moe_gemm.gate_up_swiglu, the SWIGLU
      variant of asm/mxfp8_moe_gemm.s): h = gfxasm.mxfp8_moe_gemm(x, ..., w1, ..., a_div=top_k)
      rounded to bf16, then gfxasm.swiglu_mxfp8_quant(h, alpha, beta, limit), bit for bit,
@@ -146,7 +148,7 @@ def validate(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, exp
 def _validate_steps(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit,
                     sizes) -> None:
     """Every step's own checks, on stand-ins of the intermediates, before the first launch."""
-    moe_align.validate(topk_ids, sizes["E_global"], sizes["block_m"], expert_map)
+    moe_align.validate(topk_ids, sizes["block_m"], sizes["E_global"], expert_map, True, True)
     swiglu_quant.validate(torch.empty((0, 2 * sizes["I"]), dtype=torch.bfloat16, device=x.device), alpha, beta, limit)
     if sizes["T"] == 0:
         return
@@ -159,13 +161,14 @@ def _validate_steps(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_i
 def _intermediates(sizes: dict, device: torch.device, routed: bool) -> dict:
     """Fresh tensors between the steps, by the names the plan's launches take them under:
     q and scale (the down GEMM's activations), and with `routed` (the sorted form) the
-    routing arrays and y (the weighted rows)."""
+    routing arrays, moe_align's workspace and y (the weighted rows)."""
     S, I = sizes["T"] * sizes["top_k"], sizes["I"]
     made = dict(q=torch.empty((S, I), dtype=E4M3, device=device),
                 scale=torch.empty((S, I // BLOCK), dtype=E8M0, device=device))
     if routed:
-        padded, blocks = moe_align.sizes(S, sizes["E_global"], sizes["block_m"])
-        made.update(sorted_token_ids=torch.empty(padded, dtype=torch.int32, device=device),
+        padded, blocks = moe_align.sizes(S, sizes["block_m"], sizes["E_global"], True)
+        made.update(counts=moe_align.workspace(S, sizes["E_global"], device),
+                    sorted_token_ids=torch.empty(padded, dtype=torch.int32, device=device),
                     expert_ids=torch.empty(blocks, dtype=torch.int32, device=device),
                     num_tokens_post_padded=torch.empty(1, dtype=torch.int32, device=device),
                     y=torch.empty((S, sizes["H"]), dtype=torch.bfloat16, device=device))
@@ -201,8 +204,8 @@ def _sorted_launches(sizes: dict, call, t: dict) -> tuple[PreparedLaunch, ...]:
     routing = (t["sorted_token_ids"], t["expert_ids"], t["num_tokens_post_padded"])
     down = (t["q"], t["scale"], call.w2, call.w2_scale, *routing, 1, call.topk_weights, t["y"], torch.bfloat16)
     return (
-        _prepared("moe_align", None, moe_align.launch_args(call.topk_ids, sizes["E_global"], sizes["block_m"],
-                                                           call.expert_map, routing)),
+        *moe_align.prepared(moe_align.launch_args(call.topk_ids, sizes["block_m"], sizes["E_global"], call.expert_map,
+                                                  True, routing, t["counts"])),
         _prepared(*mxfp8_moe_gemm.swiglu_launch_args(call.x, call.x_scale, call.w1, call.w1_scale, *routing,
                                                      sizes["top_k"], t["q"], t["scale"], call.alpha, call.beta,
                                                      call.limit), **_GATE_UP),
@@ -268,4 +271,4 @@ def mxfp8_moe(x: torch.Tensor, x_scale: torch.Tensor, w1: torch.Tensor, w1_scale
 
 def kernel_names() -> list[str]:
     """This layer's own kernels (the GEMMs' are mxfp8_moe_gemm.build_kernels()'s."""
-    return ["moe_align", "moe_sum"]
+    return [*moe_align.KERNELS, "moe_sum"]

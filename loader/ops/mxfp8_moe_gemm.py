@@ -13,7 +13,8 @@ M * a_div slots; a_div = top_k for gate_up, where a holds one row per token, and
 where a holds one row per slot). sorted_token_ids [S] lists slots grouped by expert, each
 expert's run padded to a multiple of block_m with the sentinel num_valid; expert_ids [S /
 block_m] names each block's expert; num_tokens_post_padded (int32 [1], on the device) ends
-the used blocks. block_m = S / len(expert_ids) must divide exactly and be 16, 32 or 64.
+the used blocks. block_m = S / len(expert_ids) must divide exactly and be 16, 32 or 64
+(gfxasm.moe_align_block_size(..., pad_sorted_ids=True) sizes them so).
 
 One output row per slot (no sum over top_k): out is [num_valid, N]. Rows of slots that no
 processed block names are left untouched (pass `out` to keep their contents; a fresh
@@ -135,7 +136,7 @@ def validate(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_po
     S, blocks = sorted_token_ids.numel(), expert_ids.numel()
     if blocks == 0 or S % blocks or S // blocks not in BLOCK_MS:
         _fail(ValueError, f"block_m = len(sorted_token_ids) / len(expert_ids) must be exactly one of {BLOCK_MS}, got "
-                          f"{S} / {blocks}")
+                          f"{S} / {blocks} (moe_align_block_size sizes them so with pad_sorted_ids=True)")
     block_m = S // blocks
     _check_a_div(a_div)
     valid = M * a_div
