@@ -621,6 +621,20 @@ def test_fp8_schedule_independent(fp8):
     assert not found, "\n".join(map(str, found))
 
 
+def test_features_schedule_independent():
+    # the first tile's out-of-range offsets (cache_leftpad, window start), the softcap scores
+    # and a right-bounded window under seeded adversarial schedules: bit-identical outputs
+    from gfxasm.emu import adversarial
+    gen = torch.Generator().manual_seed(12)
+    q = torch.randn(2, 2, 2, 64, generator=gen).to(torch.bfloat16)
+    k, v, table = make_cache([80, 30], 1, 64, torch.bfloat16, gen, page_size=16)
+    seqlens, leftpad = torch.tensor([80, 30], dtype=torch.int32), torch.tensor([21, 3], dtype=torch.int32)
+    found = adversarial.check(lambda: gfxasm.decode_attention(q, k, v, seqlens, block_table=table, num_splits=2,
+                                                              cache_leftpad=leftpad, window_size=(50, 1),
+                                                              causal=False, softcap=25.0, return_lse=True), range(2))
+    assert not found, "\n".join(map(str, found))
+
+
 # ------------------------------------------------------------------ legal inputs at the edges of f32 and of the shapes
 
 @pytest.mark.parametrize("dim,dtype,fp8,sinks,seq_q", [(64, "bf16", None, False, 1), (128, "f16", None, True, 2),
