@@ -20,8 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .codeobj import load_code_object
-from .emu.decode import decode
+from .emu.coverage import instructions
 
 # Modifiers whose value changes what an instruction does. Offsets (offset, offset0/1,
 # inst_offset) are reduced to "present"; everything else printed is kept whole.
@@ -55,7 +54,7 @@ def form_of(inst) -> str:
 
 def static_forms(path: Path) -> set[str]:
     """Every form that occurs in a code object."""
-    return {form_of(inst) for inst in decode(load_code_object(path).data)}
+    return {form_of(inst) for inst in instructions(path)}
 
 
 class FormRecorder:

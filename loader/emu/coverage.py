@@ -31,10 +31,15 @@ class ObjectCoverage:
         return not (self.decode_error or self.missing or self.rejected)
 
 
+def instructions(path: Path) -> list:
+    """Every decoded instruction of a code object (the evidence ledger reads forms from these)."""
+    return decode(load_code_object(path).data)
+
+
 def object_coverage(path: Path) -> ObjectCoverage:
     result = ObjectCoverage(Path(path))
     try:
-        insts = decode(load_code_object(path).data)
+        insts = instructions(path)
     except (EmulatorError, CodeObjectError) as exc:
         result.decode_error = str(exc)
         return result
