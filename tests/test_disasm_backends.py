@@ -16,6 +16,7 @@ from gfxasm.disasm import llvm_c
 from gfxasm.build import build_manifest
 from gfxasm.emu import decode
 from gfxasm.manifest import default_manifest
+from gfxasm.toolchain import ToolchainError, find_tool
 from tests.kernel_source import assemble
 
 HAVE_LLVM_C = disasm.llvm_c_installed()
@@ -154,3 +155,14 @@ def test_llvm_c_named_without_rocm_llvm_python_says_what_to_install(monkeypatch)
             disasm.disassemble(b"", disasm.LLVM_C)
     finally:
         llvm_c._disassembler.cache_clear()              # set up afresh by the next use
+
+
+def test_llvm_objdump_missing_names_both_ways_to_get_a_disassembler(monkeypatch, tmp_path):
+    monkeypatch.setenv("LLVM_BIN", str(tmp_path))                # holds no llvm-objdump
+    find_tool.cache_clear()
+    try:
+        with pytest.raises(ToolchainError, match=rf"llvm-objdump not found in LLVM_BIN={tmp_path}; or `pip install "
+                                                 rf"'gfxasm\[llvm\]'` to disassemble in process"):
+            disasm.disassemble(b"", disasm.OBJDUMP)
+    finally:
+        find_tool.cache_clear()
