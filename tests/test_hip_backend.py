@@ -319,13 +319,15 @@ for binding in ("ctypes", "hip-python"):
     log.unlink(missing_ok=True)
     backend.launch(co, "axpb", (5, 2, 7), (256, 1, 1), kernarg, device=3, stream=0x7F00DEAD1234)
     backend.launch(co, "axpb", (1, 1, 1), (256, 1, 1), kernarg[::-1], device=3, stream=0)
-    os.environ["HIPSTUB_FAIL"] = "hipModuleGetFunction:500"
-    try:
-        HipBackend().launch(co, "axpb", (1, 1, 1), (256, 1, 1), kernarg, device=0, stream=0)
-    except HipError as error:
-        failure = str(error)
+    failures = []
+    for code in (500, 12345):             # 12345: a code no HIP release has
+        os.environ["HIPSTUB_FAIL"] = f"hipModuleGetFunction:{code}"
+        try:
+            HipBackend().launch(co, "axpb", (1, 1, 1), (256, 1, 1), kernarg, device=0, stream=0)
+        except HipError as error:
+            failures.append(str(error))
     del os.environ["HIPSTUB_FAIL"]
-    seen[binding] = {"calls": log.read_text().splitlines(), "failure": failure, "library": backend.runtime.path}
+    seen[binding] = {"calls": log.read_text().splitlines(), "failures": failures, "library": backend.runtime.path}
 print(json.dumps(seen))
 """
 
@@ -354,9 +356,13 @@ def test_hip_python_makes_the_calls_the_ctypes_binding_makes(hip_python_dir, stu
     assert [line.split()[0] for line in by_ctypes["calls"]] == [
         "hipGetDevice", "hipSetDevice", "hipModuleLoadData", "hipModuleGetFunction", "hipModuleLaunchKernel",
         "hipSetDevice", "hipGetDevice", "hipSetDevice", "hipModuleLaunchKernel", "hipSetDevice",
-        "hipGetDevice", "hipModuleLoadData", "hipModuleGetFunction"]          # the last one fails
-    assert by_hip_python["failure"] == by_ctypes["failure"] == (
+        "hipGetDevice", "hipModuleLoadData", "hipModuleGetFunction",          # fails
+        "hipGetDevice", "hipModuleLoadData", "hipModuleGetFunction"]          # fails
+    assert by_hip_python["failures"][0] == by_ctypes["failures"][0] == (
         "hipModuleGetFunction('axpb') failed: hipErrorNotFound: named symbol not found (hipError_t 500)")
+    assert by_ctypes["failures"][1] == "hipModuleGetFunction('axpb') failed: hipErrorUnknown (hipError_t 12345)"
+    assert by_hip_python["failures"][1] == ("hipModuleGetFunction('axpb') failed with a hipError_t hip-python does "
+                                            "not know (12345 is not a valid hipError_t)")
     assert by_ctypes["library"] == str(library)
     assert by_hip_python["library"] == (str(library) if hip_python_dir.name.startswith("10.") else "libamdhip64.so")
 

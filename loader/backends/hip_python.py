@@ -26,7 +26,7 @@ import ctypes
 import importlib.metadata
 import os
 
-from .hip_runtime import LIBRARY_ENV, HipUnavailable, RuntimeBinding, mapped_libraries
+from .hip_runtime import LIBRARY_ENV, HipError, HipUnavailable, RuntimeBinding, mapped_libraries
 
 DISTRIBUTION = "hip-python"
 LINES = (6, 7, 10)               # hip-python major versions whose call forms are known here
@@ -92,6 +92,14 @@ class HipPythonRuntime(RuntimeBinding):
     def __init__(self, hip, path: str):
         self._hip, self.path = hip, path
 
+    @staticmethod
+    def _call(call: str, function, *args) -> tuple:
+        """hip-python's `function`(*args): its (hipError_t, ...) tuple."""
+        try:
+            return function(*args)
+        except ValueError as exc:      # hip-python turns the C result into its enum, which lacks the code
+            raise HipError(f"{call} failed with a hipError_t hip-python does not know ({exc})") from None
+
     def error_name_and_text(self, error: int) -> tuple[str, str]:
         code = self._hip.hipError_t(error)
         _, name = self._hip.hipGetErrorName(code)
@@ -99,24 +107,26 @@ class HipPythonRuntime(RuntimeBinding):
         return bytes(name).decode(errors="replace"), bytes(text).decode(errors="replace")
 
     def get_device(self) -> int:
-        error, device = self._hip.hipGetDevice()
+        error, device = self._call("hipGetDevice", self._hip.hipGetDevice)
         self.check(error, "hipGetDevice")
         return device
 
     def set_device(self, device: int) -> None:
-        (error,) = self._hip.hipSetDevice(device)
+        (error,) = self._call("hipSetDevice", self._hip.hipSetDevice, device)
         self.check(error, "hipSetDevice")
 
     def load_module(self, image: bytes):
-        error, module = self._hip.hipModuleLoadData(image)
+        error, module = self._call("hipModuleLoadData", self._hip.hipModuleLoadData, image)
         self.check(error, "hipModuleLoadData")
         return module
 
     def get_function(self, module, symbol: str):
-        error, function = self._hip.hipModuleGetFunction(module, symbol.encode())   # bytes: 6.x/7.x refuse str
-        self.check(error, f"hipModuleGetFunction('{symbol}')")
+        call = f"hipModuleGetFunction('{symbol}')"
+        error, function = self._call(call, self._hip.hipModuleGetFunction, module, symbol.encode())  # 6.x/7.x: bytes
+        self.check(error, call)
         return function
 
     def module_launch_kernel(self, function, grid, block, stream: int | None, extra: ctypes.Array) -> int:
-        (error,) = self._hip.hipModuleLaunchKernel(function, *grid, *block, 0, stream, None, extra)
+        (error,) = self._call("hipModuleLaunchKernel", self._hip.hipModuleLaunchKernel, function, *grid, *block, 0,
+                              stream, None, extra)
         return error
