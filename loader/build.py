@@ -16,6 +16,7 @@ toolchain.
 """
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import json
@@ -159,16 +160,24 @@ def _run(command: list[str], cwd: Path, what: str) -> str:
 
 
 def build_variant(variant: Variant, toolchain: Toolchain, force: bool = False) -> BuildResult:
+    # Several processes may build one variant at once (pytest -n workers, two `gfxasm build`s):
+    # one at a time, or they would unlink and write each other's .co, .partial and gen files.
+    gen_dir = variant.kernel.manifest.build_dir / "gen"
+    gen_dir.mkdir(parents=True, exist_ok=True)
+    with open(gen_dir / f"{variant.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_variant(variant, toolchain, force, gen_dir)
+
+
+def _build_variant(variant: Variant, toolchain: Toolchain, force: bool, gen_dir: Path) -> BuildResult:
     manifest = variant.kernel.manifest
     co_path = variant.co_path
-    gen_dir = manifest.build_dir / "gen"
     generated, stamp = gen_dir / f"{variant.name}.s", gen_dir / f"{variant.name}.stamp"
     code = codegen.code_part(variant)
     digest = inputs_digest(variant, code, toolchain)
     if not force and co_path.is_file() and stamp.is_file() and stamp.read_text() == digest:
         return BuildResult(variant, co_path, assembled=False)
 
-    gen_dir.mkdir(parents=True, exist_ok=True)
     # Until this build succeeds there is no .co: a failed build must not leave a stale one to launch.
     stamp.unlink(missing_ok=True)
     co_path.unlink(missing_ok=True)
