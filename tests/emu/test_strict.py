@@ -781,8 +781,9 @@ def test_store_outside_registered_buffers_faults():
         for part in ("global_store_dword", f"address {addr:#x}", "outside every registered buffer",
                      "kernel k", "workgroup (1,0,0) wave 0", "pc 0x"):
             assert part in msg, msg
-    out = run(body.replace("0x40000000", "0"), grid=2)
-    np.testing.assert_array_equal(f32(out), np.ones(64, np.float32))
+    # the control: workgroup 1 stores next to workgroup 0 (the same bytes would be a race)
+    out = run(body.replace("0x40000000", "0x100"), grid=2, out_words=128)
+    np.testing.assert_array_equal(f32(out), np.ones(128, np.float32))
 
 
 # =========================================================== MFMA helpers (independent)
