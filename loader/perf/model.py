@@ -18,10 +18,16 @@ The machine (every number from params.Params):
   * VALU ops keep the SIMD's vector ALU busy `valu_cycles` (transcendentals
     `trans_cycles`, 32-bit integer multiplies `imul_cycles`). An MFMA takes one vector
     issue slot and then occupies the SIMD's matrix pipe for 4 x passes cycles; VALU ops
-    (of any wave) run alongside. An MFMA issues only when the matrix pipe is free; its
+    (of any wave) run alongside, except in the operand-read hold after each MFMA issue
+    (`mfma_hold`: 1 + widest A/B source bytes / 16 issue slots; SGEMM/DGEMM passes + 2;
+    on the whole SIMD or only the issuing wave, params.mfma_hold_scope). Packed-FP32
+    (v_pk_{fma,mul,add}_f32, v_pk_mov_b32) and DOT ops never issue in an MFMA's shadow:
+    they wait until passes + 2 slots after the last MFMA issue on their SIMD (+1 for an A
+    source of 16 bytes or more). A trans result reaches a non-trans VALU reader
+    `trans_forward_slots` later. An MFMA issues only when the matrix pipe is free; its
     result is readable by non-accumulating consumers (P + 4 wait states after issue).
     A VALU op issued while its SIMD's matrix pipe is busy costs `valu_under_mfma_cycles`
-    more (a bracketed contention mechanism; 0 by default).
+    more (0: a sensitivity knob, no evidence for it).
   * LDS: one pipe per CU (read and write bandwidths); global memory: one pipe per CU at
     the smaller of the CU's sustained L2 bandwidth and its share of HBM bandwidth (scaled
     by the fraction of requested bytes that must come from DRAM), plus a loaded latency
@@ -41,7 +47,7 @@ from dataclasses import dataclass, field
 
 from ..emu.decode import waitcnt_fields
 from . import params as P
-from .stats import classify, lane_bytes, mfma_passes
+from .stats import classify, lane_bytes, mfma_passes, mfma_shape
 
 INF = float("inf")
 
@@ -53,6 +59,28 @@ _CATEGORY = {"valu": VEC, "trans": VEC, "mfma": VEC, "salu": SCAL, "smem": SCAL,
 _IMUL = {"v_mul_lo_u32", "v_mul_hi_u32", "v_mul_hi_i32", "v_mul_lo_i32", "v_mad_u64_u32", "v_mad_i64_i32",
          "v_mad_u32_u24_hi"}
 _TWO_DST = re.compile(r"^v_(add|sub|subrev|addc|subb|subbrev)_co_|^v_div_scale|^v_mad_(u|i)64")
+
+# Packed-FP32 and DOT ops: never in an MFMA's shadow (LLVM PR #233721, ATT-fitted; LLVM
+# SIInstrInfo::isNeverCoissue lists them; the gluon tutorials' cost table). Packed 16-bit
+# ops issue like plain VALU (#233721).
+_NO_SHADOW = re.compile(r"^v_pk_(fma|mul|add|mov)_(f32|b32)$|^v_dot")
+
+
+def mfma_holds(inst, passes: int, prm: P.Params) -> tuple[int, int]:
+    """(cycles every VALU is held after this MFMA's issue, cycles a packed-FP32/DOT op is
+    held): the operand-read hold 1 + (widest A/B source, bytes per lane) / 16 issue slots
+    (+ params.mfma_hold_extra_slots, never below the MFMA's own slot), passes + 2 slots for
+    f32/f64-input MFMAs (SGEMM/DGEMM); packed FP32 and DOT wait passes + 2 slots, one more
+    for an A source of 16 bytes or more (LLVM PR #233721, ATT-fitted on MI350X)."""
+    Q = prm.issue_quantum
+    ab = max((4 * o.count for o in inst.ops[1:3] if o.kind in ("v", "a")), default=4)
+    shape = mfma_shape(inst)
+    if shape is not None and shape[4] in ("f32", "f64"):
+        slots = passes + 2
+    else:
+        slots = max(1, 1 + ab // 16 + prm.mfma_hold_extra_slots)
+    return Q * slots, Q * (passes + 2 + (1 if ab >= 16 else 0))
+
 
 SGPR_BASE, AGPR_BASE = 512, 256
 NREGS = 640
@@ -109,6 +137,9 @@ class StaticInst:
     cat: int
     busy: int = 0                 # vector ALU cycles (VEC) / 0
     passes: int = 0
+    hold: int = 0                 # MFMA: cycles after its issue no VALU may issue (mfma_holds)
+    pk_hold: int = 0              # MFMA: cycles after its issue no packed-FP32/DOT op may issue
+    no_shadow: bool = False       # a packed-FP32 or DOT op (waits out pk_hold)
     srcs: tuple = ()              # register numbers read
     srcs_c: tuple = ()            # MFMA srcC registers
     dsts: tuple = ()
@@ -174,10 +205,12 @@ def prepare(insts, prm: P.Params) -> list[StaticInst]:
         if k == "mfma":
             s.passes = mfma_passes(inst)
             s.busy = prm.issue_quantum
+            s.hold, s.pk_hold = mfma_holds(inst, s.passes, prm)
         elif k == "trans":
             s.busy = prm.trans_cycles
         elif k == "valu":
             s.busy = prm.imul_cycles if name in _IMUL else prm.valu_cycles
+            s.no_shadow = bool(_NO_SHADOW.match(name))
         s.srcs, s.dsts = tuple(srcs), tuple(dsts)
         if k == "waitcnt":
             s.vmcnt, _, s.lgkmcnt = waitcnt_fields(inst)
@@ -219,7 +252,7 @@ class Wave:
     """One wave's issue state on a CU. `head`: index (in the static list) of its next
     instruction; `ws`: its recorded stream when replayed (simulate_cu), else None."""
     __slots__ = ("ws", "pos", "head", "simd", "prio", "age", "earliest", "ready", "ready_m", "ready_c",
-                 "vm", "lgkm", "mem_i", "done", "group", "at_barrier", "last_slot", "deps")
+                 "vm", "lgkm", "mem_i", "done", "group", "at_barrier", "last_slot", "deps", "hold")
 
     def __init__(self, group, simd, age, start, head, ws=None):
         self.ws = ws
@@ -240,6 +273,7 @@ class Wave:
         self.at_barrier = False
         self.last_slot = -1
         self.deps = None                # head instruction's register/waitcnt readiness (cached)
+        self.hold = 0.0                 # its VALU may not issue before (mfma_hold_scope "wave")
 
 
 class Cu:
@@ -272,6 +306,11 @@ class Cu:
         self.mfma_free = [0.0] * nsimd
         self.mfma_busy = [0.0] * nsimd
         self.valu_busy = [0.0] * nsimd
+        if prm.mfma_hold_scope not in P.HOLD_SCOPES:
+            raise ValueError(f"params.mfma_hold_scope must be one of {P.HOLD_SCOPES}, got {prm.mfma_hold_scope!r}")
+        self.hold_per_wave = prm.mfma_hold_scope == "wave"
+        self.hold_free = [0.0] * nsimd     # no VALU issues before (MFMA operand-read hold, scope "simd")
+        self.pk_free = [0.0] * nsimd       # no packed-FP32/DOT op issues before (MFMA shadow)
         self.gpipe = 0.0
         self.lpipe = 0.0
         self.cap = prm.vmem_inflight_bytes
@@ -353,6 +392,12 @@ class Cu:
             self.mfma_busy[simd] += dur
             self.valu_free[simd] = max(self.valu_free[simd], t + Q)
             self.valu_busy[simd] += Q
+            if self.hold_per_wave:
+                wv.hold = t + s.hold
+            elif t + s.hold > self.hold_free[simd]:
+                self.hold_free[simd] = t + s.hold
+            if t + s.pk_hold > self.pk_free[simd]:
+                self.pk_free[simd] = t + s.pk_hold
             rdy = start + dur + prm.mfma_read_extra_slots * Q
             for r in s.dsts:
                 wv.ready[r] = rdy
@@ -364,8 +409,9 @@ class Cu:
             self.valu_busy[simd] += busy
             r1 = t + busy
             r2 = max(r1, t + prm.valu_to_mfma_slots * Q)
+            r0 = r1 + prm.trans_forward_slots * Q if k == "trans" else r1
             for r in s.dsts:
-                wv.ready[r] = r1
+                wv.ready[r] = r0
                 wv.ready_m[r] = r2
                 wv.ready_c[r] = r2
         elif k == "salu":
@@ -475,6 +521,7 @@ class Cu:
         None when every wave has ended."""
         by_simd, dirty, fresh, st = self.by_simd, self.dirty, self.fresh, self.st
         valu_free, mfma_free = self.valu_free, self.mfma_free
+        hold_free, pk_free, hold_per_wave = self.hold_free, self.pk_free, self.hold_per_wave
         Q = self.Q
         for w in fresh:
             by_simd[w.simd].append(w)
@@ -502,8 +549,15 @@ class Cu:
                 cat = s.cat
                 if cat == VEC:
                     unit = valu_free[simd]
-                    if s.klass == "mfma" and mfma_free[simd] > unit:
-                        unit = mfma_free[simd]
+                    if s.klass == "mfma":
+                        if mfma_free[simd] > unit:
+                            unit = mfma_free[simd]
+                    else:
+                        hold = w.hold if hold_per_wave else hold_free[simd]
+                        if hold > unit:
+                            unit = hold
+                        if s.no_shadow and pk_free[simd] > unit:
+                            unit = pk_free[simd]
                     if unit > t:
                         t = unit
                 if t > now:

@@ -59,11 +59,17 @@ class Params:
     # One instruction per wave per issue slot; "wait states" (s_nop N = N+1) count issue slots.
     # (GCN/CDNA issue rule; the wait-state unit = one issue slot is our reading of it.)
     valu_cycles: int = 4
-    # Transcendentals (v_exp/v_log/v_rcp/...): quarter rate on GCN/CDNA, i.e. a wave64 op
-    # keeps the ALU 16 cycles. ASSUMED carried over to gfx950 (no CDNA4 throughput table).
-    # BRACKET: the data cannot tell 16 (quarter rate) from 8 or a separate pipe; estimates
-    # that compare kernels report the range over BRACKETS.
-    trans_cycles: int = 16
+    # Transcendentals (v_exp/v_log/v_rcp/... : stats.TRANS_NAMES): a wave64 op keeps the ALU
+    # 8 cycles on gfx950 (twice a plain VALU op). Source: ROCm/gfx950-gluon-tutorials
+    # kernels/attention/README.md §2 (issue-cost table "validated against ATT instruction
+    # traces" on MI355X: TRANS 8 clk, VALU 4) and its FAv3 co-issue note ("1 exp = 2 valu",
+    # +5.2% measured); no ISA text states it (../shared/docs/research/valu-mfma-gfx950.md §1a).
+    # BRACKET: 16 (the GCN "quarter rate" of LLVM SISchedule.td) is the pessimistic corner.
+    trans_cycles: int = 8
+    # A trans result reaches a dependent non-trans VALU one wait state later than a plain
+    # VALU result (gfx940+ "VALU Trans Writes" hazard: LLVM hasTransForwardingHazard,
+    # rocRoller's gfx94x wait-state observer): extra issue slots before it is readable.
+    trans_forward_slots: int = 1
     # 32-bit integer multiplies (v_mul_lo/hi_u32, v_mul_hi_i32): quarter rate on GCN. ASSUMED.
     imul_cycles: int = 16
     # A consumer of an MFMA result (VALU, store, MFMA srcA/B) may issue P+4 wait states after
@@ -71,9 +77,24 @@ class Params:
     mfma_read_extra_slots: int = 5
     # VALU result -> MFMA operand: 2 wait states (fact sheet §4); VALU -> VALU: back to back.
     valu_to_mfma_slots: int = 3
-    # Extra vector-ALU cycles of a VALU op issued while its SIMD's matrix pipe is busy
-    # (register-file port contention between co-issued MFMA and VALU). BRACKET: 0 (free
-    # overlap, the CDNA3 ISA's description of MFMA/VALU co-execution) to 4 (VALU at half rate).
+    # VALU/MFMA co-execution (research note valu-mfma-gfx950.md §2): VALU ops issue while
+    # the matrix pipe runs, except in an operand-read hold after each MFMA issue of
+    # 1 + (widest A/B source, bytes per lane) / 16 issue slots, counted from the issue (12
+    # cycles for v_mfma_*_32x32x64_f8f6f4 with fp8 A/B, 8 for 16-byte sources such as
+    # 32x32x16 bf16, 4 = the MFMA's own slot for 8-byte ones); f32/f64-input MFMAs
+    # (SGEMM/DGEMM) hold every VALU for passes + 2 slots. Source: LLVM PR #233721 (rules
+    # fitted to ATT traces on MI350X; not merged, the /16 questioned in review) and, for the
+    # 16-byte case, the gluon tutorials' mfma_coissue_scheduling.md (no co-issue in [0, 8)
+    # clk of a 32x32x16 f16). BRACKET: mfma_hold_extra_slots -1 / 0 / +1 (never below the
+    # MFMA's own slot).
+    mfma_hold_extra_slots: int = 0
+    # Whether the hold blocks the VALU of every wave on the SIMD ("simd": it is a register
+    # read-port hold, the note's assumption) or only the issuing wave's ("wave"). BRACKET:
+    # no source says; "simd" is the default and pessimistic, "wave" the optimistic corner.
+    mfma_hold_scope: str = "simd"
+    # Extra vector-ALU cycles of a VALU op issued while its SIMD's matrix pipe is busy. The
+    # ATT-fitted rules above find no such slowdown (VALU co-executes at full rate outside
+    # the hold): 0, kept for sensitivity runs (--set) only.
     valu_under_mfma_cycles: int = 0
     # A taken branch refetches: one issue slot lost. ASSUMED.
     branch_taken_cycles: int = 4
@@ -144,11 +165,20 @@ CALIBRATED = Params(power_mfma=0.49, power_valu=0.0, global_latency_ns=275.4, l2
 DEFAULT = CALIBRATED
 # What the data cannot pin (see README.md beside this file): comparisons between kernels
 # are reported as ranges over these variants of DEFAULT.
-BRACKETS = {"trans 16 clk, free VALU/MFMA overlap": {},
-            "trans 8 clk": {"trans_cycles": 8},
-            "VALU +4 clk under a busy MFMA pipe": {"valu_under_mfma_cycles": 4},
+# The corners of the brackets below that move attention-like VALU-heavy kernels the most:
+# every kernel comparison that quotes one figure quotes it at "default" with the range
+# "optimistic"..."pessimistic" (docs/model-ruler.md).
+CORNERS = {"optimistic": {"mfma_hold_scope": "wave", "mfma_hold_extra_slots": -1},
+           "default": {},
+           "pessimistic": {"trans_cycles": 16, "mfma_hold_extra_slots": 1}}
+BRACKETS = {"default: trans 8 clk, MFMA hold 1+B/16 slots on the SIMD": {},
+            "trans 16 clk": {"trans_cycles": 16},
+            "MFMA hold +1 slot": {"mfma_hold_extra_slots": 1},
+            "MFMA hold -1 slot, issuing wave only": CORNERS["optimistic"],
+            "pessimistic corner (trans 16, hold +1)": CORNERS["pessimistic"],
             "LDS phases: ds_read_b128's groups for unmeasured ops": {"lds_conflicts": "b128 groups"},
             "LDS phases: quarter waves for unmeasured ops": {"lds_conflicts": "quarter waves"}}
+HOLD_SCOPES = ("simd", "wave")
 FITTED = ("power_mfma", "power_valu", "global_latency_ns", "l2_bytes_per_clk_per_cu", "hbm_efficiency",
           "launch_overhead_us", "vmem_inflight_bytes")
 
@@ -175,10 +205,13 @@ PARAM_SOURCES = {
     "clock_hz": "AMD MI355X spec: peak engine clock 2.4 GHz (the sustained clock is sustained_clock())",
     "power_mfma": "FITTED (DVFS: clock drop per unit of chip-wide matrix-pipe busy) - bench/calibrate.py",
     "power_valu": "FITTED (DVFS: clock drop per unit of chip-wide vector-ALU busy) - bench/calibrate.py",
-    "valu_under_mfma_cycles": "BRACKET 0-4 (VALU/MFMA register-port contention: no public figure)",
+    "valu_under_mfma_cycles": "0: ATT-fitted co-execution rules find no slowdown outside the hold (--set only)",
+    "mfma_hold_extra_slots": "BRACKET -1/0/+1 on the hold 1 + (widest A/B bytes)/16 slots after an MFMA issue (LLVM PR #233721, ATT-fitted on MI350X)",
+    "mfma_hold_scope": "BRACKET simd (default, pessimistic) / wave (optimistic): whom the hold blocks; no source",
+    "trans_forward_slots": "gfx940+ trans forwarding hazard: +1 wait state to a non-trans VALU reader (LLVM, rocRoller)",
     "issue_quantum": "derived: MI355X FP32 vector peak = 256x4x16x2x2x2.4 GHz -> SIMD16, wave64 in 4 cycles",
     "valu_cycles": "same derivation (one wave64 VALU op = 4 cycles; packed FP32 does 2 ops/lane in them)",
-    "trans_cycles": "BRACKET 8-16 (GCN/CDNA quarter rate = 16; no CDNA4 figure)",
+    "trans_cycles": "8: gfx950 gluon tutorials' ATT-validated cost table (MI355X); BRACKET 16 = GCN quarter rate",
     "imul_cycles": "ASSUMED: GCN quarter-rate 32-bit integer multiply",
     "mfma_read_extra_slots": "fact sheet §4: consumer P+4 wait states after an MFMA (LLVM 22 gfx950)",
     "valu_to_mfma_slots": "fact sheet §4: VALU write -> MFMA read 2 wait states",

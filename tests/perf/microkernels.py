@@ -87,3 +87,27 @@ def lds_reads(n: int, stride: int) -> bytes:
     body += "".join(f"\n  ds_read_b64 v[{2 + 2 * (k % 8)}:{3 + 2 * (k % 8)}], v1" for k in range(n))
     body += "\n  s_waitcnt lgkmcnt(0)"
     return assemble("lds_reads", body, threads=64, lds=65536)
+
+
+def mfma_shadow(n: int, mfma: str, shadow: list[str], vgprs: int = 64) -> bytes:
+    """n repetitions of one MFMA accumulating in place followed by the `shadow` ops (which
+    read and write registers the MFMA does not touch)."""
+    body = "\n".join("  " + line for _ in range(n) for line in [mfma] + shadow)
+    return assemble("mfma_shadow", body, vgprs=vgprs)
+
+
+def mfma_beside_valu(n: int, valu_ops: int) -> bytes:
+    """Waves 0-3 run n back-to-back 16-pass MFMAs (v_mfma_f32_32x32x64_f8f6f4, fp8 A/B),
+    waves 4-7 run `valu_ops` independent v_add_f32: SIMD s hosts wave s (MFMAs) and wave
+    s + 4 (VALU), so the VALU wave lives in the MFMA wave's shadow."""
+    mfma = "  v_mfma_f32_32x32x64_f8f6f4 v[0:15], v[16:23], v[24:31], v[0:15]\n"
+    valu = "".join(f"  v_add_f32 v{32 + i % 16}, v48, v49\n" for i in range(valu_ops))
+    body = f"""
+  v_readfirstlane_b32 s10, v0
+  s_and_b32 s10, s10, 0x100
+  s_cmp_eq_u32 s10, 0
+  s_cbranch_scc0 L_valu
+{mfma * n}  s_branch L_end
+L_valu:
+{valu}L_end:"""
+    return assemble("mfma_beside_valu", body, vgprs=64)
