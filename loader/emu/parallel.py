@@ -229,15 +229,20 @@ def _check(accesses: GlobalAccesses, fp: Footprint, batch_mark: int):
             replay[region] = off[:0]
             continue
         k_write, k_atomic, k_read = kb["writer"] != 0, kb["atomic"] != 0, kd["reader"] != 0
+        changed = shadow.stored or shadow.updated         # else the earlier pieces only read it
+        if changed and k_read.any():
+            # the bytes of the dwords the piece read, as earlier pieces left them
+            quads = np.minimum(4 * doff[k_read, None] + np.arange(4), len(shadow.bytes["writer"]) - 1)
+            if (shadow.bytes["writer"][quads].any() or shadow.bytes["atomic"][quads].any()):
+                return None
+        if not off.size:
+            replay[region] = off
+            continue
         p_write, p_atomic = shadow.bytes["writer"][off], shadow.bytes["atomic"][off]
-        # the bytes of the dwords the piece read, as earlier pieces left them
-        size = len(shadow.bytes["writer"])
-        quads = np.minimum(4 * doff[:, None] + np.arange(4), size - 1)
-        p_touched = (shadow.bytes["writer"][quads] != 0) | (shadow.bytes["atomic"][quads] != 0)
-        p_read = shadow.dwords["reader"][off >> 2] != 0
         if (((k_write | k_atomic) & (p_write != 0)).any() or (k_write & (p_atomic != 0)).any()
-                or (k_read & p_touched.any(axis=1)).any() or ((k_write | k_atomic) & p_read).any()
                 or (k_atomic & (p_atomic >= batch_mark)).any()):
+            return None
+        if shadow.read and (shadow.dwords["reader"][off >> 2] != 0).any():   # stores/atomics after reads
             return None
         replay[region] = off[k_atomic & (p_atomic != 0)]
     return replay
@@ -299,6 +304,9 @@ def _write(memory: Memory, result: PieceResult, replay: dict) -> None:
     dwords = []
     for region, (off, k, _, _) in result.footprint.regions.items():
         changed = off[(k["writer"] != 0) | (k["atomic"] != 0)]
+        if not replay[region].size:
+            views[region][changed] = result.values[region]
+            continue
         again = np.isin(changed, replay[region])
         views[region][changed[~again]] = result.values[region][~again]
         dwords.append(memory._bases[region] + replay[region][replay[region] % 4 == 0].astype(np.uint64))
