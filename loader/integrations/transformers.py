@@ -131,16 +131,16 @@ def _prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, first: torch.Ten
              options: dict) -> torch.Tensor:
     """batch_prefill per sequence: its queries q[b] ([Sq, Hq, D]), its keys the pool
     k[b] viewed as Skv pages of one row ([Skv, 1, Hkv, D]) named from `first` on. Keys past
-    the sequence's count (end - first) are never read, so the table's tail needs no clamp."""
-    batch, seq_q = q.shape[:2]
-    out = q.new_empty(q.shape)
-    qo_indptr = torch.tensor([0, seq_q], dtype=torch.int32, device=q.device)
+    the sequence's count (end - first) are never read, so the table's tail needs no clamp.
+    The outputs are stacked (one copy of O): batch_prefill's out= form writing into views
+    of one output tensor gave wrong rows under torch.compile(dynamic=True)."""
+    qo_indptr = torch.tensor([0, q.shape[1]], dtype=torch.int32, device=q.device)
     slots = torch.arange(k.shape[1], dtype=torch.int32, device=q.device)
-    for b in range(batch):
+    return torch.stack([
         prefill_op.batch_prefill(q[b], k[b].unsqueeze(1), v[b].unsqueeze(1), qo_indptr,
                                  block_table=(slots + first[b])[None], seqlens_k=(end[b] - first[b]).reshape(1),
-                                 causal=True, out=out[b], **options)
-    return out
+                                 causal=True, **options)
+        for b in range(q.shape[0])])
 
 
 def _check_head_dim(q: torch.Tensor, supported: tuple[int, ...], op: str) -> None:
