@@ -766,14 +766,16 @@
     s_nop 0                                             ; VALU write -> v_readfirstlane read: 1 wait state
     v_readfirstlane_b32 s[s_scale_log2], v[v_t0]        ; (read by VALU again only in the loop, far later)
 .endif
-    ; --- key ranges: the split's [lo, lo + chunk) within [leftpad, seqlen); the wave's [klo, khi) ---
+    ; --- key ranges: the splits cut [first, seqlen), first = max(leftpad, the first query's
+    ; window start) (the host sizes the splits to it); split's [lo, lo + chunk); the wave's [klo, khi) ---
+    s_sub_i32 s[s_t], s[s_seqlen], s[s_seq_q]           ; qpos of token 0
+    s_sub_i32 s[s_t], s[s_t], s[s_window]               ; its window start (negative: none)
+    s_max_i32 s[s_t], s[s_t], s[s_leftpad]              ; first
     s_mul_i32 s[s_w], s[s_wg_x], s[s_chunk]
-    s_add_u32 s[s_w], s[s_w], s[s_leftpad]              ; split start
+    s_add_u32 s[s_w], s[s_w], s[s_t]                    ; split start
     s_add_u32 s[s_khi], s[s_w], s[s_chunk]
     s_min_i32 s[s_khi], s[s_khi], s[s_seqlen]
-    s_sub_i32 s[s_t], s[s_seqlen], s[s_seq_q]           ; qpos of token 0
-    s_sub_i32 s[s_t], s[s_t], s[s_window]               ; its window start
-    s_max_i32 s[s_start], s[s_t], s[s_w]
+    s_mov_b32 s[s_start], s[s_w]
     s_and_b32 s[s_klo], s[s_start], -KV_BLOCK
     ; per lane: lo = max(qpos - window, split start), hi = min(qpos + 1 + future, khi)
     s_sub_i32 s[s_t], s[s_seqlen], s[s_seq_q]

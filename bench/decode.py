@@ -18,10 +18,11 @@ Configurations (Sq = 1, causal, every sequence at full length):
     pa_bf16_noquant_gqa8_1tg_4w (the corpus object, launched as tests/conformance/cases.py's
     paged_attention recipe does, modelled the same way; needs `gfxasm corpus fetch`).
 
---features: the bf16 paged-16 B16 Hq64/Hkv8 D128 S8192 shape with no option, softcap 50
-(the SOFTCAP variant: 6 more VALU ops per score), window_size (4096, 0) (half the keys
-visible; pages wholly before the window are not read) and (128, 0) (gpt-oss's sliding
-layers), and cache_leftpad 4096 for every sequence (the same keys skipped as padding).
+--features: bf16 paged-16 Hq64/Hkv8 S8192 at B16 D128 and at B1 D64 (gpt-oss's decode,
+where the split model matters) with no option, softcap 50 (the SOFTCAP variant: 6 more
+VALU ops per score), window_size (4096, 0) (half the keys visible; pages wholly before the
+window are not read) and (128, 0) (gpt-oss's sliding layers; the splits are sized to the
+window), and cache_leftpad 4096 for every sequence (the same keys skipped as padding).
 
 Bytes: the minimum is the problem's (every visible K and V byte once, Q read, O written);
 "moved" adds what this implementation also moves (block table, split partials written and
@@ -98,7 +99,8 @@ def kernel_launch(kernel: str, variant: str, args: dict):
     return chosen.co_path, grid, block, raw, [args[a.name] for a in chosen.args if a.type.is_pointer]
 
 
-FEATURE_SHAPE = (torch.bfloat16, "16", 16, 16, 64, 8, 128, 8192, None, "")
+FEATURE_SHAPES = [("bf16 paged16 B16 Hq64/Hkv8 D128 S8192", (torch.bfloat16, "16", 16, 16, 64, 8, 128, 8192, None, "")),
+                  ("bf16 paged16 B1 Hq64/Hkv8 D64 S8192", (torch.bfloat16, "16", 16, 1, 64, 8, 64, 8192, None, ""))]
 FEATURES = [("no option", {}), ("softcap 50", dict(softcap=50.0)), ("window (4096, 0)", dict(window_size=(4096, 0))),
             ("window (128, 0)", dict(window_size=(128, 0))), ("cache_leftpad 4096", dict(leftpad=4096))]
 
@@ -210,14 +212,16 @@ def main(argv=None) -> list[dict]:
 
 
 def features(out: Path) -> list[dict]:
-    """The modelled cost of softcap and of windows against none, at FEATURE_SHAPE."""
+    """The modelled cost of softcap and of windows against none, at FEATURE_SHAPES."""
     rows = []
-    label = "bf16 paged16 B16 Hq64/Hkv8 D128 S8192"
-    print(f"{label}, modelled: option, time, time / no option's")
-    for name, options in FEATURES:
-        r = bench(f"{label} {name}", *FEATURE_SHAPE, options=options)
-        rows.append(r)
-        print(f"  {name:20} {r['seconds'] * 1e6:8.2f} us  {r['seconds'] / rows[0]['seconds']:6.3f}", flush=True)
+    for label, shape in FEATURE_SHAPES:
+        print(f"{label}, modelled: option, splits, time, time / no option's")
+        for name, options in FEATURES:
+            r = bench(f"{label} {name}", *shape, options=options)
+            rows.append(r)
+            base = rows[-1 - FEATURES.index((name, options))]
+            print(f"  {name:20} {r['splits']:3} {r['seconds'] * 1e6:8.2f} us  {r['seconds'] / base['seconds']:6.3f}",
+                  flush=True)
     print("modelled = gfxasm.perf MI355X timing model (no gfx950 here); not a measurement")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(rows, indent=1, default=str))

@@ -134,8 +134,10 @@ def plan(batch: int, heads_kv: int, rows: int, capacity: int, num_splits: int | 
     """The split model. An 8-wave workgroup per (batch, KV head, 16-row query tile, split);
     the grid without splits has batch * heads_kv * row_tiles * 8 waves. Splits multiply it
     up to about NUM_CUS * WAVES_PER_CU waves (256 CUs x 4), but each split keeps at least
-    MIN_SPLIT_KEYS keys of the cache's capacity (contiguous: S_max; paged: max_pages *
-    page_size — the longest sequence the call can hold, known without a device sync), and
+    MIN_SPLIT_KEYS keys of `capacity`, the most keys one sequence's queries can see: the
+    cache's capacity (contiguous: S_max; paged: max_pages * page_size — the longest sequence
+    the call can hold, known without a device sync), or less with a sliding window (left +
+    seq_q: the kernel's splits start at the first query's window start), and
     at most MAX_SPLITS. The chunk is rounded up to TILE keys and splits that would be empty
     for every sequence are dropped. `num_splits` overrides the model (then only the chunk
     rounding applies). Target: bench/decode.py's modelled sweeps put the one-wave-per-split
@@ -496,7 +498,10 @@ def _runs(checked: _Checked, call) -> list[tuple[Variant, dict]]:
         return []
     batch, seq_q, heads_q, dim = q.shape
     heads_kv = call.k_cache.shape[2]
-    split = plan(batch, heads_kv, seq_q * (heads_q // heads_kv), checked.capacity, call.num_splits)
+    # the splits cut the keys some query may see: from the first query's window start (the
+    # kernel's split 0 starts there, or at cache_leftpad) to cache_seqlens
+    keys = checked.capacity if checked.left < 0 else min(checked.capacity, checked.left + seq_q)
+    split = plan(batch, heads_kv, seq_q * (heads_q // heads_kv), keys, call.num_splits)
     partial = split.partial or call.sinks is not None
     outputs = _output_args(call, split.num_splits, partial)
     kernel = default_manifest().kernel(KERNEL).variant_with(D=dim, F16=q.dtype == torch.float16, FP8=checked.fp8,
