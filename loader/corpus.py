@@ -63,6 +63,19 @@ EXTRA_OBJECTS = {
     "fmha_v4_fwd/fwd_hd128_mxfp8.co": ExtraObject(
         "e8f438a748d27d5350b9a2d63c8e1cffc2626f52", "hsa/gfx950/fmha_v4_fwd/fwd_hd128_mxfp8.co",
         "30b3da70213c0af12d05780fc2bfd998cda090f9fa1c8f82e378847b5c61d913"),
+    # the FP8 forms of fmha_v3_fwd (the wheel carries only its bf16 ones)
+    "fmha_v3_fwd/fwd_hd128_fp8.co": ExtraObject(
+        "e8f438a748d27d5350b9a2d63c8e1cffc2626f52", "hsa/gfx950/fmha_v3_fwd/fwd_hd128_fp8.co",
+        "346fa7479ec25e9a39f6b7f9d1ede30c9d780220e2de3b4b00344e1e966759fe"),
+    "fmha_v3_fwd/fwd_hd128_fp8_causal.co": ExtraObject(
+        "e8f438a748d27d5350b9a2d63c8e1cffc2626f52", "hsa/gfx950/fmha_v3_fwd/fwd_hd128_fp8_causal.co",
+        "ca8f416739558e92a189e733efa77af0a3db00460ed7bed83361b839e39281b3"),
+    "fmha_v3_fwd/fwd_hd128_fp8_group.co": ExtraObject(
+        "e8f438a748d27d5350b9a2d63c8e1cffc2626f52", "hsa/gfx950/fmha_v3_fwd/fwd_hd128_fp8_group.co",
+        "302243017a553d60ee0c5d6fe942e0c1f66363fb8f7eb7a655c64ad9e18f0903"),
+    "fmha_v3_fwd/fwd_hd128_fp8_causal_group.co": ExtraObject(
+        "e8f438a748d27d5350b9a2d63c8e1cffc2626f52", "hsa/gfx950/fmha_v3_fwd/fwd_hd128_fp8_causal_group.co",
+        "a307e6c9096559f88d6cd4509a617559d63ee6e8a187610a8ffa5e0c11c813a1"),
 }
 
 
