@@ -42,7 +42,9 @@ each id to [0, num_pages - 1] (a negative id, read as unsigned, becomes num_page
 a bad id reads a wrong page of the pool, never memory outside it. Page-table entries past a
 sequence's end (and pages wholly before cache_leftpad or a sliding window) are never read,
 nor are cache rows at or past cache_seqlens, nor rows before cache_leftpad or before the
-first query's window (those in a 16-key block the kernel reads load as zeros).
+first query's window (those in a 16-key block the kernel reads load as zeros). A
+cache_leftpad outside [0, cache_seqlens] on a GPU (not checked there) gives a row no key or
+wrong keys of the sequence's own pages, never memory outside the pool.
 
 FP8 caches: k_cache and v_cache torch.float8_e4m3fn (OCP e4m3) with either per-tensor
 float32 k_descale and v_descale (one element each, read on the device: the keys are
