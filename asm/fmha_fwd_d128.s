@@ -17,6 +17,11 @@
 ;   FP8          (PAGED) e4m3 Q/K/V with per-tensor descales, bf16 O (fmha_fp8.inc)
 ;   BLK, BLKS    (FP8) K/V scales per page and KV head: one pair per 64-key tile
 ;                (page_size >= 64), or per key (any page size) (fmha_block_scale.inc)
+;   WINDOW       sliding window (window_left, window_right): tiles outside every row's
+;                window are skipped, per workgroup and per wave (fmha_window.inc)
+;   SOFTCAP      (16-bit) scores softcap tanh(x / softcap) before masking (fmha_softcap.inc)
+; Attention sinks (has_sinks, sinks [heads_q] f32) are in every variant: the epilogue's
+; out-of-line sinks_row, once per wave.
 ; The dense kernel reads top-down; the batch-prefill pieces are macros in asm/include/,
 ; invoked where this file has `.if PAGED` / `.if FP8` / `.if BLK`.
 ;
@@ -27,7 +32,9 @@
 ; Kernarg (offsets k_* generated from kernels.yaml): q k v o: *bf16|*f16, lse: *f32;
 ; seq_q, seq_k; byte strides {q,k,v,o}_{seq,head,batch}_stride, lse_{head,batch}_stride;
 ; kv_head_magic = ceil(2^32 / r) (0 when r = 1: kv head = h * magic >> 32, exact for
-; h, r < 2^16); scale_log2 = softmax_scale * log2(e); store_lse (0: lse is not touched).
+; h, r < 2^16); scale_log2 = softmax_scale * log2(e); store_lse (0: lse is not touched);
+; sinks, has_sinks (0: sinks is not touched); window_left, window_right (WINDOW; 2^30: unbounded);
+; softcap_log2 (SOFTCAP: softcap log2(e); scale_log2 is then 2 softmax_scale log2(e) / softcap).
 ; Every (b, h) slice must satisfy: rows 16-byte aligned, seq stride >= 256 bytes, and
 ; (seq - 1) * seq_stride + 256 < 2^31 (the ops layer checks this).
 ;
@@ -84,6 +91,20 @@
 .if BLKS && !BLK
     .error "fmha_fwd_d128: BLKS is a BLK variant"
 .endif
+.ifndef WINDOW
+    .set WINDOW, 0                     ; sliding window (window_left, window_right kernargs; fmha_window.inc)
+.endif
+.ifndef SOFTCAP
+    .set SOFTCAP, 0                    ; logit soft-capping (softcap_log2 kernarg; fmha_softcap.inc)
+.endif
+.if SOFTCAP && FP8
+    .error "fmha_fwd_d128: SOFTCAP is a 16-bit variant"
+.endif
+.if BLK || SOFTCAP
+    .set NEGM_SRCC, 0                  ; GEMM0 starts from 0 (v_negm stays 0): S - m is formed per element
+.else
+    .set NEGM_SRCC, 1                  ; GEMM0's first MFMA of a key block takes srcC = -m (v_negm)
+.endif
 
 .include "float16.inc"
 
@@ -96,6 +117,10 @@
 .include "fmha_fp8.inc"
 
 .include "fmha_block_scale.inc"
+
+.include "fmha_window.inc"
+
+.include "fmha_softcap.inc"
 
 ; --- constants ---
 .set Q_TILE, 256
@@ -116,6 +141,7 @@
 .set F32_MAX, 0x7f7fffff
 .set F32_NAN, 0x7fc00000
 .set LN2, 0x3f317218                   ; ln(2)
+.set LOG2E, 0x3fb8aa3b                 ; log2(e)
 .if PAGED
     paged_constants                    ; fmha_paged.inc
 .else
@@ -193,6 +219,10 @@
 .set s_kd_off, 83           ; byte offset of the K buffer this iteration's DMA fills
 .set s_kd_line, 84          ; m0 of that DMA's first line: s_m0k + s_kd_off
 .set s_kbuf_cur, 85         ; K buffer offset the v_kaddr addresses hold now
+; epilogue only (the masks' SGPRs are free there): the attention sink of head h
+.set s_has_sinks, s_cmp2    ; kernarg has_sinks
+.set s_sink, s_cmp2 + 1     ; sinks[h] (natural log units)
+.set s_ptr_sinks, s_cmp1    ; [74:75]
 
 ; --- VGPRs ---
 .set v_lane, 1              ; l = work-item % 64 (v0 holds the packed work-item ids at entry)
@@ -230,6 +260,12 @@
     paged_registers                    ; fmha_paged.inc: page gather (cbase, rows, page entries)
     fp8_registers                      ; fmha_fp8.inc: c, -c, v_descale, lazy threshold
     block_scale_registers              ; fmha_block_scale.inc: scale pairs, tables, v_ref
+.endif
+.if WINDOW
+    window_registers                   ; fmha_window.inc: the wave's first tile, low mask bound, t_lo
+.endif
+.if SOFTCAP
+    softcap_registers                  ; fmha_softcap.inc: C = softcap log2(e)
 .endif
 
 ; ============================================================================ macros
@@ -412,9 +448,9 @@
         v_max_f32 v[v_diff], v[v_t0], v[v_t1]
     .elseif (\i) == 5
         .if \test
-        .if FP8 && !BLK
+        .if FP8 && !BLK && !WINDOW
             v_cmp_lt_f32 vcc, s[s_lazy], v[v_diff]          ; ... by more than 8 / c (raw score units)
-        .elseif FP8
+        .elseif FP8 && !WINDOW
             v_cmp_lt_f32 vcc, LAZY_THRESHOLD, v[v_diff]     ; some row's max grew by more than 8
         .else
             v_cmp_lt_f32 vcc, v[v_thr], v[v_diff]           ; ... by more than 8, or a fresh row has a score
@@ -438,7 +474,7 @@ L_prep_back_\tag:
         .set _i, _i + 1
     .endr
     v_max_f32 v[v_m], M_INIT, v[v_diff]
-    .if !FP8
+    .if !FP8 || WINDOW
         fresh_rows_first                                ; (rows without a score yet: m = 0)
     .endif
     v_sub_f32 v[v_t2], 0, v[v_m]
@@ -448,7 +484,7 @@ L_prep_back_\tag:
         .set _r, _r + 2
     .endr
     .set _r, 0
-    .rept 8 * !BLK                          ; (BLK: GEMM0 starts from 0; blk_scores subtracts m)
+    .rept 8 * NEGM_SRCC                     ; (BLK, SOFTCAP: GEMM0 starts from 0; S - m is formed per element)
         v_pk_mov_b32 v[v_negm + _r : v_negm + _r + 1], v[v_t2:v_t2+1], v[v_t2:v_t2+1] op_sel:[0,0]
         .set _r, _r + 2
     .endr
@@ -583,8 +619,15 @@ L_prep_back_\tag:
         .set _g, _g + 1
     .endr
     .if \softmax
+        .if SOFTCAP
+            softcap_scores \first           ; fmha_softcap.inc: C tanh - m, before the mask
+        .endif
         s_cmp_ge_i32 s[s_j], s[s_maskfrom]
         s_cbranch_scc1 L_mask_\tag          ; tail keys or causal diagonal in this tile: out of line
+        .if WINDOW
+            s_cmp_lt_i32 s[s_j], s[s_masklo]
+            s_cbranch_scc1 L_mask_\tag      ; keys below some row's window
+        .endif
 L_mask_back_\tag:
         .if BLK
             blk_lead \first, \gemm1         ; fmha_block_scale.inc: the tile's k scales into S
@@ -667,11 +710,21 @@ L_orescale_back_\tag:
 .macro fresh_rows_first
     v_cmp_eq_f32 vcc, v[v_neginf], v[v_diff]
     v_cndmask_b32_e64 v[v_m], v[v_m], 0, vcc
-    v_mov_b32 v[v_thr], LAZY_THRESHOLD
+    lazy_threshold v_thr
     v_cndmask_b32 v[v_thr], v[v_thr], v[v_neginf], vcc
 .endm
 
-; rare_prep, 16-bit: a fresh row (threshold -inf) whose tile has a score above -inf takes
+; v[r] = the lazy threshold of a row that has a score: 8 (log2 units), FP8 per-tensor 8 / c
+; (raw score units)
+.macro lazy_threshold r
+.if FP8 && !BLK
+    v_mov_b32 v[\r], s[s_lazy]
+.else
+    v_mov_b32 v[\r], LAZY_THRESHOLD
+.endif
+.endm
+
+; rare_prep, 16-bit (and FP8 window variants): a fresh row (threshold -inf) whose tile has a score above -inf takes
 ; delta = its raw max v_diff (m = 0 + delta; v_diff < 0 is fine: S - delta <= 0) and
 ; threshold 8. v_corr, from max(v_diff, 0), stays finite: its l and O are 0.
 .macro fresh_rows_prep
@@ -679,7 +732,7 @@ L_orescale_back_\tag:
     v_cmp_lt_f32 vcc, v[v_neginf], v[v_diff]
     s_and_b64 vcc, vcc, s[s_tmp64:s_tmp64+1]
     v_cndmask_b32 v[v_t2], v[v_t2], v[v_diff], vcc
-    v_mov_b32 v[v_t1], LAZY_THRESHOLD
+    lazy_threshold v_t1
     v_cndmask_b32 v[v_thr], v[v_thr], v[v_t1], vcc
 .endm
 
@@ -688,20 +741,68 @@ L_orescale_back_\tag:
 ; q or K), the softmax is 0 / 0, O = NaN as the float64 reference gives (LSE: -inf). A row
 ; that sees no key (causal, seq_q > seq_k) keeps O = 0.
 .macro empty_rows_nan
+.if WINDOW
+    v_cmp_lt_i32 vcc, v[v_lo4], v[v_lim4]               ; lo(q) < lim(q): the row's window holds keys
+.else
     v_lshrrev_b32 v[v_t1], 5, v[v_lane]
     v_lshl_add_u32 v[v_t1], v[v_t1], 2, v[v_lim4]      ; lim(q): the keys the row sees
     v_cmp_lt_i32 vcc, 0, v[v_t1]
+.endif
     v_cmp_eq_f32 s[s_tmp64:s_tmp64+1], 0, v[v_t0]
     s_and_b64 vcc, vcc, s[s_tmp64:s_tmp64+1]
     v_mov_b32 v[v_t1], F32_NAN
     v_cndmask_b32 v[v_corr], v[v_corr], v[v_t1], vcc
 .endm
 
+; Epilogue with attention sinks (has_sinks; v_t0 = l of the row, v_m its m): the sink
+; sigma = sinks[h] (natural log units, finite) joins the denominator only. In natural units,
+; with mn = m ln 2 (-inf for a row without a finite score: l = 0, its m is no score) and
+; M = max(mn, sigma) (finite): l' = l e^(mn - M) + e^(sigma - M) >= 1 (the term at M weighs
+; exactly 1: the key that set m, or the sink), O factor e^(mn - M) / l', LSE = M + ln l'.
+; (Natural units: sigma log2(e) would overflow f32 for |sigma| > 2.36e38.) A row that sees
+; no key, or whose visible scores are all -inf, gets O = 0 and LSE = sigma (P = 0 for every
+; key, the sink's weight 1): empty_rows_nan does not apply. Out of line, once per wave.
+.macro sinks_row
+L_sinks:
+    s_load_dwordx2 s[s_ptr_sinks:s_ptr_sinks+1], s[s_kernarg:s_kernarg+1], k_sinks
+    s_lshl_b32 s[s_t0], s[s_wg_y], 2
+.if FP8 && !BLK
+    v_mul_f32 v[v_t1], s[s_c], v[v_m]                   ; (m in raw score units: c m in log2 units)
+    v_mul_f32 v[v_t1], LN2, v[v_t1]
+.else
+    v_mul_f32 v[v_t1], LN2, v[v_m]                      ; mn = m ln 2
+.endif
+    v_cmp_eq_f32 vcc, 0, v[v_t0]
+    v_cndmask_b32 v[v_t1], v[v_t1], v[v_neginf], vcc    ; l = 0: no finite score, mn = -inf
+    s_waitcnt lgkmcnt(0)                                ; in flight: the sinks pointer -> wait for it
+    s_load_dword s[s_sink], s[s_ptr_sinks:s_ptr_sinks+1], s[s_t0]
+    s_waitcnt lgkmcnt(0)                                ; in flight: sinks[h] -> wait for it
+    v_max_f32 v[v_t2], s[s_sink], v[v_t1]               ; M
+    v_sub_f32 v[v_t1], v[v_t1], v[v_t2]                 ; mn - M <= 0
+    v_mul_f32 v[v_t1], LOG2E, v[v_t1]
+    v_exp_f32 v[v_t1], v[v_t1]                          ; a = e^(mn - M)
+    v_sub_f32 v[v_corr], s[s_sink], v[v_t2]             ; sigma - M <= 0
+    v_mul_f32 v[v_corr], LOG2E, v[v_corr]
+    v_exp_f32 v[v_corr], v[v_corr]                      ; e^(sigma - M)
+    s_nop 0                                             ; (a transcendental result: 1 wait state before a VALU reads it)
+    v_fma_f32 v[v_t0], v[v_t0], v[v_t1], v[v_corr]      ; l' = l a + e^(sigma - M) >= 1
+    v_rcp_f32 v[v_corr], v[v_t0]
+    v_log_f32 v[v_t0], v[v_t0]
+    v_mul_f32 v[v_corr], v[v_corr], v[v_t1]             ; a / l'
+    v_mul_f32 v[v_t0], LN2, v[v_t0]
+    v_add_f32 v[v_t2], v[v_t2], v[v_t0]                 ; LSE = M + ln 2 log2 l'
+    s_branch L_sinks_back
+.endm
+
 ; --- rare paths (placed after s_endpgm) ---
 
 ; mask S(j) (-inf where the key is not visible): element e = key block e/16, register e%16
 .macro mask_cmp e, pair
+.if WINDOW
+    window_mask_cmp \e, \pair
+.else
     v_cmp_lt_i32_e64 s[\pair:\pair+1], 32*((\e)/16) + 8*(((\e)%16)/4) + (\e)%4, v[v_mask_t]
+.endif
 .endm
 .macro mask_sel e, pair
     v_cndmask_b32_e64 v[_sj + (\e)], v[v_neginf], v[_sj + (\e)], s[\pair:\pair+1]
@@ -709,7 +810,11 @@ L_orescale_back_\tag:
 .macro rare_mask tag, parity
 L_mask_\tag:
     .set _sj, v_s0 + 32*(\parity)
+.if WINDOW
+    window_mask_prep                                      ; (and key >= lo': fmha_window.inc)
+.else
     v_sub_u32 v[v_mask_t], v[v_lim4], s[s_tile_start]     ; key (in tile) < v_mask_t (4(l/32) folded in) is visible
+.endif
     ; compares rotate over 3 SGPR pairs so each v_cndmask reads its mask >= 2 wait states
     ; after the v_cmp wrote it (VALU SGPR write -> VALU read)
     mask_cmp 0, s_cmp0
@@ -755,7 +860,7 @@ L_prep_\tag:
     v_sub_f32 v[v_corr], 0, v[v_t2]
 .endif
     v_exp_f32 v[v_corr], v[v_corr]
-.if !FP8
+.if !FP8 || WINDOW
     fresh_rows_prep                     ; (a fresh row with a score: delta = its max, corr stays finite)
 .endif
     v_add_f32 v[v_m], v[v_m], v[v_t2]
@@ -765,7 +870,7 @@ L_prep_\tag:
         .set _r, _r + 2
     .endr
     .set _r, 0
-    .rept 8 * !BLK
+    .rept 8 * NEGM_SRCC
         v_pk_add_f32 v[v_negm + _r : v_negm + _r + 1], v[v_negm + _r : v_negm + _r + 1], v[v_t2:v_t2+1] op_sel_hi:[1,0] neg_lo:[0,1] neg_hi:[0,1]
         .set _r, _r + 2
     .endr
@@ -832,6 +937,12 @@ L_orescale_\tag:
     s_load_dword s[s_kv_magic], s[s_kernarg:s_kernarg+1], k_kv_head_magic
     s_load_dword s[s_scale_log2], s[s_kernarg:s_kernarg+1], k_scale_log2
     s_load_dword s[s_store_lse], s[s_kernarg:s_kernarg+1], k_store_lse
+.if WINDOW
+    window_load_args
+.endif
+.if SOFTCAP
+    softcap_load_args
+.endif
 .endif
     v_and_b32 v[v_lane], 63, v[v_workitem]
     v_bfe_u32 v[v_t0], v[v_workitem], 6, 4              ; wave index = work-item x / 64
@@ -938,7 +1049,9 @@ L_orescale_\tag:
     s_add_u32 s[s_t1], s[s_q0], Q_TILE - 1
     s_sub_u32 s[s_t3], s[s_seq_q], 1
     s_min_u32 s[s_t1], s[s_t1], s[s_t3]                 ; last valid row of the tile
-.if FMHA_CAUSAL
+.if WINDOW
+    window_tile_counts                                  ; fmha_window.inc: tiles from t_lo, the wave's ws .. w
+.elseif FMHA_CAUSAL
     s_sub_u32 s[s_t2], s[s_seq_k], s[s_seq_q]
     s_add_u32 s[s_t2], s[s_t2], 1                       ; off1 = seq_k - seq_q + 1 (signed)
     s_add_u32 s[s_t1], s[s_t1], s[s_t2]
@@ -966,7 +1079,12 @@ L_orescale_\tag:
     s_cselect_b32 s[s_wtiles], 0, s[s_wtiles]           ; a wave past the last row computes nothing
     s_max_u32 s[s_wm2], s[s_wtiles], 2
     s_sub_u32 s[s_wm2], s[s_wm2], 2
-.if FMHA_CAUSAL && !PAGED
+.if WINDOW
+    window_wave_counts
+.endif
+.if WINDOW && !PAGED
+    window_descriptors                                  ; fmha_window.inc: from row 64 t_lo to the last tile
+.elseif FMHA_CAUSAL && !PAGED
     ; K/V descriptors end at the workgroup's last tile (when that is before seq_k): the
     ; unconditional DMA of the last iterations then reads zeros, not memory
     s_lshl_b32 s[s_t1], s[s_ntiles], 6
@@ -979,7 +1097,7 @@ L_no_clamp:
 
     ; --- per-lane mask limit: v_lim4 = lim(q) - 4(l/32) ---
     v_add_u32 v[v_t0], s[s_t0], v[v_u_lq]                 ; q = q0 + 32w + l%32
-.if FMHA_CAUSAL
+.if FMHA_CAUSAL || WINDOW
     v_add_u32 v[v_t0], s[s_t2], v[v_t0]
     v_min_i32 v[v_t0], s[s_seq_k], v[v_t0]
 .else
@@ -987,6 +1105,9 @@ L_no_clamp:
 .endif
     v_lshlrev_b32 v[v_t1], 2, v[v_u_lh]
     v_sub_u32 v[v_lim4], v[v_t0], v[v_t1]
+.if WINDOW
+    v_subrev_u32 v[v_lim4], s[s_tlo], v[v_lim4]         ; (in t_lo's frame, as v_lo4)
+.endif
 
     ; --- LDS read addresses ---
 .if FP8
@@ -1119,6 +1240,10 @@ L_q_scale:
     s_barrier                                           ; every wave's lines of K(0) landed
     s_cmp_eq_u32 s[s_wtiles], 0
     s_cbranch_scc1 L_loops
+.if WINDOW
+    s_cmp_lg_u32 s[s_wfirst], 0
+    s_cbranch_scc1 L_loops                              ; (GEMM0(ws) in the loop's g0only body)
+.endif
     ; GEMM0(0) only: S(0) into v_s0 from K[0]
     iteration tag=pre, parity=1, gemm1=0, softmax=0, gemm0=1, first=0, group=0
     s_nop 7                                             ; S(0) was written by the last MFMA: 12 wait states
@@ -1159,8 +1284,13 @@ L\g\()_iter:
     .endif
     s_add_u32 s[s_kd_line], s[s_m0k], s[s_kd_off]
     s_lshl_b32 s[s_tile_start], s[s_j], 6
-    s_sub_u32 s[s_t0], s[s_j], 1
-    s_cmp_lt_u32 s[s_t0], s[s_wm2]      ; 1 <= j <= w-2: the full body
+    .if WINDOW
+        s_add_u32 s[s_t0], s[s_wfirst], 1
+        s_sub_u32 s[s_t0], s[s_j], s[s_t0]
+    .else
+        s_sub_u32 s[s_t0], s[s_j], 1
+    .endif
+    s_cmp_lt_u32 s[s_t0], s[s_wm2]      ; 1 <= j <= w-2 (WINDOW: ws + 1 <= j <= w - 2): the full body
     s_cbranch_scc0 L\g\()_dispatch_rare
     s_bitcmp1_b32 s[s_j], 0
     s_cbranch_scc1 L\g\()_full_1
@@ -1198,11 +1328,22 @@ L\g\()_dispatch_rare:
     s_cbranch_scc1 L\g\()_dma_only
     s_cmp_gt_u32 s[s_j], s[s_wtiles]
     s_cbranch_scc1 L\g\()_dma_only
+    .if WINDOW
+        s_add_u32 s[s_t0], s[s_j], 1
+        s_cmp_eq_u32 s[s_t0], s[s_wfirst]
+        s_cbranch_scc1 L\g\()_g0only         ; j = ws - 1: GEMM0(ws) alone
+        s_cmp_lt_u32 s[s_j], s[s_wfirst]
+        s_cbranch_scc1 L\g\()_dma_only       ; j < ws - 1: before this wave's tiles
+    .endif
     s_bitcmp1_b32 s[s_j], 0
     s_cbranch_scc1 L\g\()_dispatch_odd
     s_cmp_eq_u32 s[s_j], s[s_wtiles]
     s_cbranch_scc1 L\g\()_aonly_0
-    s_cmp_eq_u32 s[s_j], 0
+    .if WINDOW
+        s_cmp_eq_u32 s[s_j], s[s_wfirst]
+    .else
+        s_cmp_eq_u32 s[s_j], 0
+    .endif
     s_cbranch_scc1 L\g\()_dispatch_first
     ; last body (j = w-1): GEMM1(j-1), softmax(j), no GEMM0
     iteration tag=g\g\()_last_0, parity=0, gemm1=1, softmax=1, gemm0=0, first=0, group=\g
@@ -1210,10 +1351,19 @@ L\g\()_dispatch_rare:
 L\g\()_dispatch_odd:
     s_cmp_eq_u32 s[s_j], s[s_wtiles]
     s_cbranch_scc1 L\g\()_aonly_1
+    .if WINDOW
+        s_cmp_eq_u32 s[s_j], s[s_wfirst]
+        s_cbranch_scc1 L\g\()_dispatch_first_1
+    .endif
     iteration tag=g\g\()_last_1, parity=1, gemm1=1, softmax=1, gemm0=0, first=0, group=\g
     s_branch L\g\()_next
 L\g\()_dispatch_first:
-    s_cmp_eq_u32 s[s_wtiles], 1
+    .if WINDOW
+        s_add_u32 s[s_t0], s[s_wfirst], 1
+        s_cmp_eq_u32 s[s_wtiles], s[s_t0]
+    .else
+        s_cmp_eq_u32 s[s_wtiles], 1
+    .endif
     s_cbranch_scc1 L\g\()_first_only
     ; first body (j = 0): softmax(0), GEMM0(1)
     iteration tag=g\g\()_first, parity=0, gemm1=0, softmax=1, gemm0=1, first=1, group=\g
@@ -1238,6 +1388,44 @@ L\g\()_dma_only:
 L\g\()_dma_only_1:
     iteration tag=g\g\()_dma_1, parity=1, gemm1=0, softmax=0, gemm0=0, first=0, group=\g
     s_branch L\g\()_next
+    .if WINDOW
+        window_bodies \g
+    .endif
+.endm
+
+; WINDOW: the bodies of a wave whose first tile ws may be odd or past 0: the first
+; (softmax(ws), GEMM0(ws+1)) and first-only bodies at odd j, and GEMM0(ws) alone at
+; j = ws - 1 (the pre-loop GEMM0(0)'s place)
+.macro window_bodies g
+L\g\()_dispatch_first_1:
+    s_add_u32 s[s_t0], s[s_wfirst], 1
+    s_cmp_eq_u32 s[s_wtiles], s[s_t0]
+    s_cbranch_scc1 L\g\()_first_only_1
+    iteration tag=g\g\()_first_1, parity=1, gemm1=0, softmax=1, gemm0=1, first=1, group=\g
+    s_branch L\g\()_next
+L\g\()_first_only_1:
+    iteration tag=g\g\()_first_only_1, parity=1, gemm1=0, softmax=1, gemm0=0, first=1, group=\g
+    s_branch L\g\()_next
+L\g\()_g0only:
+    s_bitcmp1_b32 s[s_j], 0
+    s_cbranch_scc1 L\g\()_g0only_1
+    iteration tag=g\g\()_g0only_0, parity=0, gemm1=0, softmax=0, gemm0=1, first=0, group=\g
+    g0only_wait
+    s_branch L\g\()_next
+L\g\()_g0only_1:
+    iteration tag=g\g\()_g0only_1, parity=1, gemm1=0, softmax=0, gemm0=1, first=0, group=\g
+    g0only_wait
+    s_branch L\g\()_next
+.endm
+
+; After GEMM0 alone: S was written by the last MFMA, 12 wait states (FP8 20) before the next
+; body's softmax reads it (as after the pre-loop GEMM0(0))
+.macro g0only_wait
+    s_nop 7
+    s_nop 3
+.if FP8
+    s_nop 7
+.endif
 .endm
 
     s_cmp_ge_u32 s[s_wave], 4
@@ -1261,6 +1449,7 @@ L_group2:
 
 ; ============================================================================ epilogue
 L_epilogue:
+    s_load_dword s[s_has_sinks], s[s_kernarg:s_kernarg+1], k_has_sinks
 .if PAGED
     s_waitcnt vmcnt(0)                  ; in flight: the last DMA's page entries (v_g_* in the O staging below)
 .endif
@@ -1275,10 +1464,24 @@ L_epilogue:
     s_nop 1                             ; VALU write -> v_permlane32_swap read: 2 wait states
     v_permlane32_swap_b32 v[v_t0], v[v_t1]
     v_add_f32 v[v_t0], v[v_t0], v[v_t1] ; l of the row, in both halves
+    s_waitcnt lgkmcnt(0)                ; in flight: has_sinks -> wait for it
+    s_cmp_lg_u32 s[s_has_sinks], 0
+    s_cbranch_scc1 L_sinks              ; attention sinks: 1 / l and the LSE out of line (sinks_row)
     v_max_f32 v[v_t1], 1.0, v[v_t0]
     v_rcp_f32 v[v_corr], v[v_t1]        ; 1 / l (l >= 1 once the row saw a finite score; O = 0 x 1 without)
     v_log_f32 v[v_t2], v[v_t0]          ; log2 l (-inf for a row whose scores were all -inf)
     empty_rows_nan                      ; (its VALU ops give the rcp's 1 wait state)
+.if FP8
+    .if BLK
+    v_add_f32 v[v_t2], v[v_m], v[v_t2]                  ; (BLK: m is in log2 units)
+    .else
+    v_fma_f32 v[v_t2], v[v_m], s[s_c], v[v_t2]          ; (m is in raw score units)
+    .endif
+.else
+    v_add_f32 v[v_t2], v[v_m], v[v_t2]
+.endif
+    v_mul_f32 v[v_t2], LN2, v[v_t2]     ; LSE = (m + log2 l) * ln 2
+L_sinks_back:
 .if FP8
     v_mul_f32 v[v_corr], s[s_vd], v[v_corr]             ; O = v_descale * P V / l (the factor <= v_descale)
 .endif
@@ -1290,16 +1493,6 @@ L_epilogue:
         v_pk_mul_f32 v[v_o + _r : v_o + _r + 1], v[v_o + _r : v_o + _r + 1], v[v_corr:v_corr+1] op_sel_hi:[1,0]
         .set _r, _r + 2
     .endr
-.if FP8
-    .if BLK
-    v_add_f32 v[v_t2], v[v_m], v[v_t2]                  ; (BLK: m is in log2 units)
-    .else
-    v_fma_f32 v[v_t2], v[v_m], s[s_c], v[v_t2]          ; (m is in raw score units)
-    .endif
-.else
-    v_add_f32 v[v_t2], v[v_m], v[v_t2]
-.endif
-    v_mul_f32 v[v_t2], LN2, v[v_t2]     ; LSE = (m + log2 l) * ln 2
     ; O^T block db, register 4g + e holds d = 32db + 8g + 4(l/32) + e (4 consecutive d, 8
     ; bytes). Pair q = 2db + p of groups g0 = 2p, g1 = 2p+1: X = lane's 8 bytes of g0,
     ; Y = of g1; one v_permlane32_swap per VGPR trades the low half's Y for the high half's
@@ -1357,4 +1550,9 @@ L_end:
     rare_orescale g\g\()_full_1
     rare_orescale g\g\()_last_0
     rare_orescale g\g\()_last_1
+.if WINDOW
+    rare_mask g\g\()_first_1, 1
+    rare_mask g\g\()_first_only_1, 1
+.endif
 .endr
+    sinks_row

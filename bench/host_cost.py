@@ -65,9 +65,10 @@ def cases():
             lambda: torch.ops.gfxasm.mxfp8_gemm_out(a, sa, b, sb, out_mx, torch.bfloat16, "auto", None),
         "fmha_fwd Sq=1 Sk=512 Hq=8 Hk=1": lambda: gfxasm.fmha_fwd(q, k, v),
         "fmha_fwd Sq=1 Sk=512 Hq=8 Hk=1, out=": lambda: gfxasm.fmha_fwd(q, k, v, out=out_fmha),
-        "torch.ops.gfxasm.fmha_fwd (dispatcher)": lambda: torch.ops.gfxasm.fmha_fwd(q, k, v, False, None, False),
+        "torch.ops.gfxasm.fmha_fwd (dispatcher)":
+            lambda: torch.ops.gfxasm.fmha_fwd(q, k, v, False, None, -1, -1, None, 0.0, False),
         "torch.ops.gfxasm.fmha_fwd_out (dispatcher)":
-            lambda: torch.ops.gfxasm.fmha_fwd_out(q, k, v, out_fmha, None, False, None),
+            lambda: torch.ops.gfxasm.fmha_fwd_out(q, k, v, out_fmha, None, False, None, -1, -1, None, 0.0),
         "decode_attention Hq=8 Hkv=1 512 keys": lambda: gfxasm.decode_attention(q, k_pages, v_pages, seqlens,
                                                                                 block_table=table),
         "decode_attention Hq=8 Hkv=1 512 keys, out=":

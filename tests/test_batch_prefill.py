@@ -42,6 +42,7 @@ from gfxasm.ops import batch_prefill as bp
 from gfxasm.ops import fmha
 
 D = bp.HEAD_DIM
+NO_FEATURES = (-1, -1, None, 0.0)        # window_left, window_right, sinks, softcap in the torch ops' schemas
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -525,15 +526,17 @@ def test_out_overlapping_input_refused():
 def test_torch_op_functional_equals_out():
     q, k, v, qo, sglang, _ = _base()
     tables = (sglang["kv_indptr"], sglang["kv_page_indices"], sglang["kv_last_page_len"], None, None)
-    o, lse = torch.ops.gfxasm.batch_prefill(q, k, v, qo, *tables, True, None, None, None, None, None, True)
+    o, lse = torch.ops.gfxasm.batch_prefill(q, k, v, qo, *tables, True, None, *NO_FEATURES, None, None, None, None,
+                                            True)
     out = torch.full_like(q, float("nan"))
     lse2 = torch.full_like(lse, float("nan"))
-    torch.ops.gfxasm.batch_prefill_out(q, k, v, qo, *tables, out, lse2, True, None, None, None, None, None)
+    torch.ops.gfxasm.batch_prefill_out(q, k, v, qo, *tables, out, lse2, True, None, *NO_FEATURES, None, None, None,
+                                       None)
     assert torch.equal(o.view(torch.int16), out.view(torch.int16)) and torch.equal(lse, lse2)
     with torch.device("meta"):
         mo, ml = torch.ops.gfxasm.batch_prefill(q.to("meta"), k.to("meta"), v.to("meta"), qo.to("meta"),
                                                 *(t.to("meta") if t is not None else None for t in tables),
-                                                True, None, None, None, None, None, True)
+                                                True, None, *NO_FEATURES, None, None, None, None, True)
     assert mo.shape == q.shape and ml.shape == (q.shape[1], q.shape[0])
 
 

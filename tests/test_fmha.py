@@ -40,6 +40,7 @@ from gfxasm.ops import fmha
 SEQS = (1, 17, 64, 255, 256, 257, 1000)
 HEADS = ((1, 1), (4, 1), (4, 4), (8, 4), (8, 8), (16, 4), (16, 16))   # (Hq, Hk)
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
+NO_FEATURES = (-1, -1, None, 0.0)        # window_left, window_right, sinks, softcap in the torch ops' schemas
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -219,7 +220,7 @@ def test_lse_overlapping_out_is_refused(no_launch):
     out = memory.view(q.shape)
     lse = memory.view(torch.float32)[:4 * 8].view(1, 4, 8)            # the first bytes of out
     with pytest.raises(ValueError, match="'lse' overlaps the memory of 'out'"):
-        torch.ops.gfxasm.fmha_fwd_out(q, k, v, out, lse, False, None)
+        torch.ops.gfxasm.fmha_fwd_out(q, k, v, out, lse, False, None, *NO_FEATURES)
 
 
 def test_out_with_shared_elements_is_refused(no_launch):
@@ -276,7 +277,7 @@ def run_poisoned(q, k, v, causal, softmax_scale=None):
     """fmha_fwd_out into outputs poisoned with POISON_O / POISON_LSE (NaN is a legal result here)."""
     out = torch.full(q.shape, POISON_O, dtype=q.dtype)
     lse = torch.full((q.shape[0], q.shape[2], q.shape[1]), POISON_LSE)
-    torch.ops.gfxasm.fmha_fwd_out(q, k, v, out, lse, causal, softmax_scale)
+    torch.ops.gfxasm.fmha_fwd_out(q, k, v, out, lse, causal, softmax_scale, *NO_FEATURES)
     return out, lse
 
 
@@ -346,7 +347,7 @@ def test_scores_below_minus_1e30(seq_q, seq_k, causal):
     scale = 0.125 / fmha.LOG2E
     out = torch.full(q.shape, POISON_O, dtype=q.dtype)
     lse = torch.full((1, 2, seq_q), POISON_LSE)
-    torch.ops.gfxasm.fmha_fwd_out(q, k, v, out, lse, causal, scale)
+    torch.ops.gfxasm.fmha_fwd_out(q, k, v, out, lse, causal, scale, *NO_FEATURES)
     o_ref, lse_ref = fmha.reference(q, k, v, causal=causal, softmax_scale=scale, dtype=torch.float64)
     assert (lse_ref[torch.isfinite(lse_ref)] < -1e30).all() and o_ref.abs().max() > 2
     assert fmha.max_error(out.double(), o_ref) <= 2 * torch.finfo(torch.bfloat16).eps * o_ref.abs().max()

@@ -123,7 +123,6 @@ def test_requires_grad_refused():
         gfxasm.mxfp8_gemm(a, sa, b, sb)
 
 
-
 def test_out_op_bumps_output_versions_and_refuses_grad_through_torch_ops():
     # what torch.library.custom_op's autograd and ADInplaceOrView kernels did, the one
     # kernel does (library.py): the _out op marks out (and lse) modified in place, on the
@@ -133,13 +132,14 @@ def test_out_op_bumps_output_versions_and_refuses_grad_through_torch_ops():
     before = out._version, lse._version
     gfxasm.fmha_fwd(q, k, v, out=out)
     assert out._version > before[0] and lse._version == before[1]
-    torch.ops.gfxasm.fmha_fwd_out(q, k, v, out, lse, False, None)
+    torch.ops.gfxasm.fmha_fwd_out(q, k, v, out, lse, False, None, *NO_FEATURES)
     assert out._version > before[0] + 1 and lse._version > before[1]
     expected, expected_lse = fmha.reference(q, k, v)
     torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(lse, expected_lse, atol=5e-3, rtol=5e-3)
     with pytest.raises(RuntimeError, match="fmha_fwd_out: 'k' requires grad"):
-        torch.ops.gfxasm.fmha_fwd_out(q, k.clone().requires_grad_(True), v, out, None, False, None)
+        torch.ops.gfxasm.fmha_fwd_out(q, k.clone().requires_grad_(True), v, out, None, False, None, *NO_FEATURES)
+
 
 # ------------------------------------------------------------------ decode_attention
 

@@ -43,6 +43,9 @@
   and LSE = -inf; seqlen_q = 0 is legal. A NaN in a query or in a key it sees makes that
   row's O and LSE NaN (IEEE; `reference` agrees); a NaN in K that the causal mask hides
   from a row does not reach it, one in V can (0 * NaN).
+- window_size, sinks, softcap: as `gfxasm.fmha_fwd` (loader/ops/fmha.py), per sequence
+  (query i of a sequence at key position i + seqlen_k - seqlen_q). Windows and sinks in
+  every dtype (FP8 included); softcap for bf16/fp16 only (refused for FP8).
 - LSE `[Hq, total_q]` float32, natural log of the sum of exp(scaled scores).
 - `out` (optional): q's shape, q's dtype (bf16 for FP8), 16-byte rows; it may not share
   memory with any input (refused, no in-place form).
@@ -78,7 +81,7 @@ import torch
 
 from ..launcher import prepare
 from ..manifest import default_manifest
-from . import framework
+from . import fmha, framework
 
 HEAD_DIM = 128
 Q_TILE = 256
@@ -103,10 +106,13 @@ _VLLM = ("block_table", "seqlens_k")
 _DESCALES = ("q_descale", "k_descale", "v_descale")
 
 
-def variant_name(dtype: torch.dtype, causal: bool, block_scales: bool = False, page_size: int = MAX_PAGE_SIZE) -> str:
-    """The kernel variant; block scales below BLOCK_SCALE_MIN_PAGE take the per-key `_blks` one."""
+def variant_name(dtype: torch.dtype, causal: bool, block_scales: bool = False, page_size: int = MAX_PAGE_SIZE,
+                 window: bool = False, softcap: bool = False) -> str:
+    """The kernel variant; block scales below BLOCK_SCALE_MIN_PAGE take the per-key `_blks` one;
+    `window`: the sliding-window variant (fmha.windowed); `softcap`: the soft-capping one."""
     blk = ("_blks" if page_size < BLOCK_SCALE_MIN_PAGE else "_blk") if block_scales else ""
-    return f"{KERNEL}_{DTYPES[dtype]}{blk}{'_causal' if causal else ''}"
+    return (f"{KERNEL}_{DTYPES[dtype]}{blk}{'_causal' if causal else ''}{'_window' if window else ''}"
+            f"{'_softcap' if softcap else ''}")
 
 
 def out_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -351,6 +357,8 @@ class _Checked:
     """What the checks derive from a call: its variant and the launch scalars its layouts fix."""
     variant: str
     scale: float
+    window: tuple[int, int]
+    softcap: float
     k_seq_stride: int
     v_seq_stride: int
 
@@ -418,11 +426,17 @@ def _check(call) -> _Checked:
         largest_k_scale = _check_block_scales(call, k_cache, used)
     if fp8:
         _check_score_scale(call, scale, readable, largest_k_scale)
+    window = fmha.check_window(call)
+    softcap = fmha.check_softcap(call)
+    fmha.check_sinks(call, q.shape[1])
     if call.out is not None:
         _check_out(call, q)
     if call.lse is not None:
         _check_lse(call, q)
-    return _Checked(variant_name(q.dtype, call.causal, block_scales, page_size), scale, k_seq_stride, v_seq_stride)
+    if softcap and fp8:
+        call.fail(ValueError, f"'softcap' applies to bfloat16/float16 inputs only; q is {q.dtype}")
+    name = variant_name(q.dtype, call.causal, block_scales, page_size, fmha.windowed(call.causal, window), softcap > 0)
+    return _Checked(name, scale, window, softcap, k_seq_stride, v_seq_stride)
 
 
 # ------------------------------------------------------------------ the launch
@@ -475,7 +489,8 @@ def kernel_args(checked: _Checked, call) -> dict:
                 o_seq_stride=out.stride(0) * out.element_size(), o_head_stride=out.stride(1) * out.element_size(),
                 lse_head_stride=lse.stride(0) * 4 if store_lse else 0,
                 page_shift=k_cache.shape[1].bit_length() - 1, kv_head_magic=0 if ratio == 1 else -(-_U32 // ratio),
-                scale_log2=checked.scale * LOG2E, store_lse=int(store_lse))
+                store_lse=int(store_lse), **fmha.score_args(checked.scale, checked.softcap),
+                **fmha.sinks_args(call.sinks, q.device), **fmha.window_args(checked.window))
 
 
 def _plan(checked: _Checked, call) -> framework.Plan:
@@ -485,7 +500,7 @@ def _plan(checked: _Checked, call) -> framework.Plan:
     if not args["max_seq_q"]:                   # no sequence has a query
         return framework.Plan()
     launch = prepare(default_manifest().kernel(KERNEL).variant(checked.variant), args)
-    made = {name: args[name] for name in ("kv_start", "seqlen_k", "page_list", "descales", "kv_scales")}
+    made = {name: args[name] for name in ("kv_start", "seqlen_k", "page_list", "descales", "kv_scales", "sinks")}
     placeholder = args["lse"]                   # the kernel never touches lse without store_lse
 
     def bind(c) -> dict:
@@ -514,6 +529,7 @@ BATCH_PREFILL = framework.define(framework.Spec(
             framework.Param("v_cache", "Tensor", **_ALIGNED), framework.Param("qo_indptr", "Tensor"),
             *(framework.Param(n, "Tensor?") for n in _SGLANG + _VLLM),
             framework.Param("causal", "bool"), framework.Param("softmax_scale", "float?"),
+            *fmha.WINDOW_SINKS_SOFTCAP,
             *(framework.Param(n, "Tensor?") for n in _DESCALES + ("kv_block_descale",))),
     outputs=(framework.Output("out", **_ALIGNED), framework.Output("lse", optional=True)),
     check=_check, allocate=_allocate, plan=_plan, out_after="seqlens_k", cacheable=False))
@@ -523,6 +539,7 @@ def batch_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                   kv_indptr: torch.Tensor | None = None, kv_page_indices: torch.Tensor | None = None,
                   kv_last_page_len: torch.Tensor | None = None, block_table: torch.Tensor | None = None,
                   seqlens_k: torch.Tensor | None = None, causal: bool = False, softmax_scale: float | None = None,
+                  window_size: tuple[int, int] = (-1, -1), sinks: torch.Tensor | None = None, softcap: float = 0.0,
                   q_descale: torch.Tensor | None = None, k_descale: torch.Tensor | None = None,
                   v_descale: torch.Tensor | None = None, kv_block_descale: torch.Tensor | None = None,
                   out: torch.Tensor | None = None, return_lse: bool = False):
@@ -530,7 +547,8 @@ def batch_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     return_lse. See the module docstring; runs torch.ops.gfxasm.batch_prefill (or
     batch_prefill_out when `out` is given)."""
     return BATCH_PREFILL(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_page_indices, kv_last_page_len, block_table,
-                         seqlens_k, causal, softmax_scale, q_descale, k_descale, v_descale, kv_block_descale, out=out,
+                         seqlens_k, causal, softmax_scale, *fmha.window_pair(NAME, window_size), sinks, softcap,
+                         q_descale, k_descale, v_descale, kv_block_descale, out=out,
                          return_lse=return_lse)
 
 
@@ -545,12 +563,13 @@ def gather_kv(cache: torch.Tensor, page_list: torch.Tensor, start: int, seqlen: 
 
 
 def reference(q, k_cache, v_cache, qo_indptr, page_list, kv_start, seqlen_k, *, causal=False,
-              softmax_scale=None, descales=(1.0, 1.0, 1.0), kv_block_descale=None,
-              p_bound=False) -> tuple[torch.Tensor, ...]:
+              softmax_scale=None, window=(-1, -1), sinks=None, softcap=0.0, descales=(1.0, 1.0, 1.0),
+              kv_block_descale=None, p_bound=False) -> tuple[torch.Tensor, ...]:
     """(O [total_q, Hq, 128], LSE [Hq, total_q]) in float64 from the normalised page table
     (page_list, kv_start, seqlen_k: the form `normalise` returns), inputs dequantised by
-    `descales` (q, k, v) and, per page and KV head, `kv_block_descale`. A row that sees no
-    key gets O = 0, LSE = -inf; one that sees a NaN score (a NaN in its query or a visible
+    `descales` (q, k, v) and, per page and KV head, `kv_block_descale`; window, sinks and
+    softcap as fmha.reference's. A row that sees no key gets O = 0, LSE = -inf (with sinks:
+    the sink); one that sees a NaN score (a NaN in its query or a visible
     key) gets NaN. With p_bound, also the bound on |O - O_ref| that P's rounding to FP8
     e4m3 allows (see `fp8_p_bound`)."""
     scale = 1.0 / math.sqrt(HEAD_DIM) if softmax_scale is None else softmax_scale
@@ -563,7 +582,7 @@ def reference(q, k_cache, v_cache, qo_indptr, page_list, kv_start, seqlen_k, *, 
     for b in range(qo_indptr.shape[0] - 1):
         q0, q1 = int(qo_indptr[b]), int(qo_indptr[b + 1])
         sq, sk = q1 - q0, int(seqlen_k[b])
-        if sq == 0 or sk == 0:
+        if sq == 0:
             continue
         qb = q[q0:q1].double() * qd
         kb = gather_kv(k_cache, page_list, int(kv_start[b]), sk).double() * kd
@@ -576,19 +595,21 @@ def reference(q, k_cache, v_cache, qo_indptr, page_list, kv_start, seqlen_k, *, 
             if k_cache.shape[1] < BLOCK_SCALE_MIN_PAGE:         # (_blk: P is rounded as it is)
                 v_ratio = tile_v_ratio(row_scales[..., 1]).repeat_interleave(ratio, 1)
         kb, vb = kb.repeat_interleave(ratio, 1), vb.repeat_interleave(ratio, 1)
-        s = torch.einsum("qhd,khd->hqk", qb, kb) * scale
+        s = fmha.capped(torch.einsum("qhd,khd->hqk", qb, kb) * scale, softcap)
         sees = torch.ones(sq, dtype=torch.bool)                # rows with at least one visible key
-        if causal:
-            i = torch.arange(sq)[:, None]
-            j = torch.arange(sk)[None, :]
-            s = s.masked_fill(~(j <= i + sk - sq), float("-inf"))
-            sees = torch.arange(sq) + sk - sq >= 0
-        lse_b = torch.logsumexp(s, dim=-1)
+        visible = fmha.visible_keys(sq, sk, causal, window)
+        if visible is not None:
+            s = s.masked_fill(~visible, float("-inf"))
+            sees = visible.any(-1)
+        lse_b = torch.logsumexp(fmha.with_sinks(s, sinks), dim=-1)
         # IEEE arithmetic, as in the kernel: a NaN among the visible scores (a NaN in Q or a
         # visible key) or a +inf score makes the row NaN, visible scores all -inf give 0 / 0 =
-        # NaN; only a row without a visible key gets P = 0. P = exp(s - max) / sum (softmax),
-        # not exp(s - lse): at scores near 1e31 lse absorbs log 2 of two tied best keys.
-        p = torch.softmax(s, dim=-1).masked_fill(~sees[None, :, None], 0.0)
+        # NaN (with sinks: P = 0 and the sink's weight 1); only a row without a visible key
+        # gets P = 0. P = exp(s - max) / sum (softmax), not exp(s - lse): at scores near 1e31
+        # lse absorbs log 2 of two tied best keys.
+        p = torch.softmax(fmha.with_sinks(s, sinks), dim=-1)[..., :sk]
+        if sinks is None:
+            p = p.masked_fill(~sees[None, :, None], 0.0)
         o[q0:q1] = torch.einsum("hqk,khd->qhd", p, vb)
         lse[:, q0:q1] = lse_b
         if p_bound:
@@ -660,7 +681,8 @@ def _register_run_case() -> None:
         lse = torch.full((heads_q, q.shape[0]), float("nan"))
         kv_block = torch.rand(num_pages, heads_k, 2, generator=gen) + 0.5 if blk else None
         call = framework.Call(NAME, dict(q=q, k_cache=k, v_cache=v, qo_indptr=qo_indptr, **table, block_table=None,
-                                         seqlens_k=None, causal=causal, softmax_scale=None, q_descale=None,
+                                         seqlens_k=None, causal=causal, softmax_scale=None, window_left=-1,
+                                         window_right=-1, sinks=None, softcap=0.0, q_descale=None,
                                          k_descale=None, v_descale=None, kv_block_descale=kv_block, out=out, lse=lse),
                               True)
         o_ref, lse_ref, bound = reference(q, k, v, qo_indptr, *normalise(len(seq_q), page_size, num_pages, **table),

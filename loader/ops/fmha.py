@@ -11,6 +11,19 @@ when seq_q != seq_k (query i sees key j iff j <= i + seq_k - seq_q). A query tha
 key (causal, seq_q > seq_k) gets O = 0 and LSE = -inf. LSE is the natural-log
 log-sum-exp of the scaled scores, float32, dense `[batch, heads_q, seq_q]`.
 
+Features (issue 22; flash-attention's names and semantics):
+- window_size=(left, right): query i, at key position pos = i + seq_k - seq_q, sees key j
+  iff pos - left <= j <= pos + right; -1 leaves that side unbounded; causal=True means
+  right = 0 (causal with right > 0 is an error). KV tiles outside every row's window are
+  skipped (the `_window` variants, asm/include/fmha_window.inc); a row whose window holds
+  no key gets O = 0, LSE = -inf.
+- sinks: float32 [heads_q], finite (checked on CPU tensors): each row's softmax
+  denominator gains exp(sink - m); the numerator is unchanged and LSE includes it (a row
+  that sees no key gets O = 0, LSE = its sink). In every variant (the epilogue).
+- softcap > 0: scores become softcap * tanh(softmax_scale * q.k / softcap) before masking
+  (the `_softcap` variants; tanh from v_exp_f32 and v_rcp_f32, within 2^-21 softcap log2(e)
+  of the exact capped score in log2 units: asm/include/fmha_softcap.inc).
+
 The kernel reads 16-byte rows through buffer descriptors, so every tensor's data pointer
 and its batch/seq/head strides must be 16-byte aligned (multiples of 8 elements), rows of
 one head must not overlap (seq stride >= 128 elements), and one head's rows must span
@@ -23,8 +36,10 @@ here, before launching; a violation is a ValueError/TypeError naming the argumen
 was expected and what was given.
 
 torch ops (declared on loader/ops/framework.py): gfxasm::fmha_fwd(q, k, v, causal,
-softmax_scale, return_lse) -> (out, lse), lse empty unless return_lse;
-gfxasm::fmha_fwd_out(q, k, v, out!, lse!?, causal, softmax_scale). Both have fake kernels
+softmax_scale, window_left, window_right, sinks, softcap, return_lse) -> (out, lse), lse
+empty unless return_lse; gfxasm::fmha_fwd_out(q, k, v, out!, lse!?, causal, softmax_scale,
+window_left, window_right, sinks, softcap). (The window travels as two ints: a list
+argument would make every call's plan-cache key unhashable.) Both have fake kernels
 (meta tensors, torch.compile). The validated launch is cached per tensor layout (shapes,
 strides, dtypes, devices) and scalars, so a repeated call only checks pointers and launches.
 
@@ -51,11 +66,13 @@ _ALIGN_ELEMENTS = 8                # 16 bytes of bf16/fp16
 _U32 = 2**32
 _MAX_SPAN = 2**31                  # voffset + inst offset must stay positive in 32 bits
 _MAX_HEADS = 2**16                 # kv head = h * magic >> 32 is exact below this
+WINDOW_NONE = 2**30                # an unbounded window side (the kernel's sums stay below 2^31)
 
 
-def variant(dtype: torch.dtype, causal: bool) -> Variant:
+def variant(dtype: torch.dtype, causal: bool, window: bool = False, softcap: bool = False) -> Variant:
     """The kernel variant for a call, chosen by the source's defines."""
-    return default_manifest().kernel(KERNEL).variant_with(F16=dtype == torch.float16, FMHA_CAUSAL=causal)
+    return default_manifest().kernel(KERNEL).variant_with(F16=dtype == torch.float16, FMHA_CAUSAL=causal,
+                                                           WINDOW=window, SOFTCAP=softcap)
 
 
 # ------------------------------------------------------------------ validation
@@ -145,28 +162,117 @@ def _check_lse(lse, q: torch.Tensor) -> None:
                          f"strides {lse.stride()}")
 
 
-def _check(call) -> float:
-    """Everything the tensors' metadata can tell; returns the softmax scale."""
+def check_sinks(call, heads_q: int) -> None:
+    """sinks (None, or one finite float32 logit per query head, contiguous [heads_q]); its
+    values are read where the call's tensors are readable CPU tensors."""
+    sinks = call.sinks
+    if sinks is None:
+        return
+    t = call.tensor("sinks", 1, "[heads_q] float32")
+    if t.dtype != torch.float32:
+        call.fail(TypeError, f"'sinks' dtype must be torch.float32, got {t.dtype}")
+    if t.shape[0] != heads_q:
+        call.fail(ValueError, f"'sinks' must be [heads_q] = [{heads_q}], got {tuple(t.shape)}")
+    if not t.is_contiguous():
+        call.fail(ValueError, f"'sinks' must be contiguous, got strides {t.stride()}")
+    if call.data and t.device.type == "cpu":
+        bad = (~torch.isfinite(t)).nonzero()
+        if len(bad):
+            head = int(bad[0, 0])
+            call.fail(ValueError, f"'sinks' must be finite, got {float(t[head])} for query head {head}")
+
+
+def window_pair(op: str, value) -> tuple[int, int]:
+    """The Python API's window_size: a pair of ints, each -1 (unbounded) or >= 0 (checked
+    again by the op as window_left, window_right)."""
+    if not isinstance(value, (tuple, list)) or len(value) != 2 or \
+            any(isinstance(x, bool) or not isinstance(x, int) for x in value):
+        arguments.fail(op, TypeError, f"'window_size' must be a pair of ints (left, right), got {value!r}")
+    return int(value[0]), int(value[1])
+
+
+def check_window(call) -> tuple[int, int]:
+    """(left, right) of the sliding window, -1 unbounded, after causal (right = 0): flash-
+    attention's rule, causal with right > 0 is an error."""
+    left, right = call.window_left, call.window_right
+    for x in (left, right):
+        if isinstance(x, bool) or not isinstance(x, int):
+            call.fail(TypeError, f"'window_size' must be a pair of ints, got ({left!r}, {right!r})")
+        if x < -1:
+            call.fail(ValueError, f"'window_size' entries must be -1 (unbounded) or >= 0, got ({left}, {right})")
+    if call.causal:
+        if right > 0:
+            call.fail(ValueError, f"causal=True means window_size right = 0; got window_size ({left}, {right}) "
+                                  f"(pass causal=False with a right window instead)")
+        right = 0
+    return left, right
+
+
+def windowed(causal: bool, window: tuple[int, int]) -> bool:
+    """Whether a call needs the WINDOW variant: a bound other than plain causal's."""
+    return window != ((-1, 0) if causal else (-1, -1))
+
+
+def window_args(window: tuple[int, int]) -> dict:
+    """The kernels' window_left, window_right: -1 (and anything past any sequence) as 2^30."""
+    return {name: WINDOW_NONE if x < 0 else min(x, WINDOW_NONE) for name, x in zip(("window_left", "window_right"),
+                                                                                  window)}
+
+
+def check_softcap(call) -> float:
+    """softcap: a float >= 0 (0: none)."""
+    value = call.softcap
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        call.fail(TypeError, f"'softcap' must be a float, got {type(value).__name__}")
+    if not (math.isfinite(value) and value >= 0):
+        call.fail(ValueError, f"'softcap' must be finite and >= 0 (0: no soft-capping), got {value}")
+    return float(value)
+
+
+def score_args(scale: float, softcap: float) -> dict:
+    """scale_log2 and softcap_log2: with softcap > 0 the kernels pre-scale Q by
+    2 softmax_scale log2(e) / softcap, so that GEMM0 gives the exponent of e^(2x / softcap)
+    in tanh (asm/include/fmha_softcap.inc)."""
+    if not softcap:
+        return dict(scale_log2=scale * LOG2E, softcap_log2=0.0)
+    return dict(scale_log2=2 * scale * LOG2E / softcap, softcap_log2=softcap * LOG2E)
+
+
+def _check(call) -> tuple[float, tuple[int, int], float]:
+    """Everything the tensors' metadata can tell (and the sinks' values on the CPU); returns
+    the softmax scale, the window (after causal) and softcap."""
     scale = _validate(call.q, call.k, call.v, call.out, call.softmax_scale)
     if not isinstance(call.causal, bool):
         raise TypeError(f"fmha_fwd: 'causal' must be a bool, got {type(call.causal).__name__}")
+    window = check_window(call)
+    softcap = check_softcap(call)
+    check_sinks(call, call.q.shape[2])
     if call.lse is not None:
         _check_lse(call.lse, call.q)
-    return scale
+    return scale, window, softcap
 
 
 # ------------------------------------------------------------------ kernel arguments
 
+def sinks_args(sinks: torch.Tensor | None, device) -> dict:
+    """The kernels' sinks arguments: the tensor and has_sinks = 1, or an empty placeholder the
+    kernel never reads (a null pointer at launch) and 0."""
+    if sinks is None:
+        return dict(sinks=torch.empty(0, dtype=torch.float32, device=device), has_sinks=0)
+    return dict(sinks=sinks, has_sinks=1)
+
+
 def kernel_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor | None,
-                scale: float) -> dict:
+                scale: float, sinks: torch.Tensor | None = None, window: tuple[int, int] = (-1, -1),
+                softcap: float = 0.0) -> dict:
     """The manifest arguments of fmha_fwd_d128 (byte strides, kv head divisor, log2 scale).
-    Without lse the kernel never touches it: an empty placeholder stands in (a null
-    pointer at launch)."""
+    Without lse (or sinks) the kernel never touches it: an empty placeholder stands in (a
+    null pointer at launch)."""
     e = q.element_size()
     ratio = q.shape[2] // k.shape[2]
     args = dict(q=q, k=k, v=v, o=o, seq_q=q.shape[1], seq_k=k.shape[1],
-                kv_head_magic=0 if ratio == 1 else -(-_U32 // ratio),
-                scale_log2=scale * LOG2E, store_lse=int(lse is not None))
+                kv_head_magic=0 if ratio == 1 else -(-_U32 // ratio), store_lse=int(lse is not None),
+                **score_args(scale, softcap), **sinks_args(sinks, q.device), **window_args(window))
     for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
         args[f"{name}_seq_stride"] = _stride(t, 1) * e
         args[f"{name}_head_stride"] = _stride(t, 2) * e
@@ -197,7 +303,8 @@ def _allocate(call, names: frozenset) -> dict:
     return new_outputs(call.tensor("q", 4, f"[batch, seq, heads, {HEAD_DIM}]"), names)
 
 
-def _plan(scale: float, call) -> framework.Plan:
+def _plan(checked: tuple[float, tuple[int, int], float], call) -> framework.Plan:
+    scale, window, softcap = checked
     q, k, out, lse = call.q, call.k, call.out, call.lse
     if not q.numel():
         return framework.Plan()
@@ -205,67 +312,113 @@ def _plan(scale: float, call) -> framework.Plan:
         def no_keys(c) -> None:
             c.out.zero_()
             if c.lse is not None:
-                c.lse.fill_(float("-inf"))
+                no_key_lse(c.lse, c.sinks, 1)
         return framework.Plan(empty=no_keys)
-    args = kernel_args(q, k, call.v, out, lse, scale)
-    placeholder = args["lse"]                 # the kernel never touches lse without store_lse
+    args = kernel_args(q, k, call.v, out, lse, scale, call.sinks, window, softcap)
+    placeholders = {name: args[name] for name in ("lse", "sinks")}   # never touched without store_lse, has_sinks
 
     def bind(c) -> dict:
-        return dict(q=c.q, k=c.k, v=c.v, o=c.out, lse=placeholder if c.lse is None else c.lse)
-    return framework.Plan((prepare(variant(q.dtype, call.causal), args),), bind=bind)
+        return dict(q=c.q, k=c.k, v=c.v, o=c.out, lse=placeholders["lse"] if c.lse is None else c.lse,
+                    sinks=placeholders["sinks"] if c.sinks is None else c.sinks)
+    recheck = None if call.sinks is None else (lambda c: check_sinks(c, q.shape[2]))   # (sinks' values)
+    launch = prepare(variant(q.dtype, call.causal, windowed(call.causal, window), softcap > 0), args)
+    return framework.Plan((launch,), bind=bind, recheck=recheck)
 
 
+def no_key_lse(lse: torch.Tensor, sinks: torch.Tensor | None, head_dim: int) -> None:
+    """The LSE of rows that see no key: -inf, or the head's sink (its weight alone);
+    `head_dim` is lse's heads axis."""
+    if sinks is None:
+        lse.fill_(float("-inf"))
+    else:
+        shape = [1] * lse.dim()
+        shape[head_dim] = -1
+        lse.copy_(sinks.reshape(shape).expand(lse.shape))
+
+
+# The attention features' parameters (batch_prefill declares the same): the window as two ints
+# (a list would make every call's plan-cache key unhashable), the Python API's window_size.
+WINDOW_SINKS_SOFTCAP = (framework.Param("window_left", "int"), framework.Param("window_right", "int"),
+                        framework.Param("sinks", "Tensor?", align=4), framework.Param("softcap", "float"))
 _ALIGNED = dict(align=16)
 FMHA_FWD = framework.define(framework.Spec(
     "fmha_fwd",
     params=(framework.Param("q", "Tensor", **_ALIGNED), framework.Param("k", "Tensor", **_ALIGNED),
             framework.Param("v", "Tensor", **_ALIGNED), framework.Param("causal", "bool"),
-            framework.Param("softmax_scale", "float?")),
+            framework.Param("softmax_scale", "float?"), *WINDOW_SINKS_SOFTCAP),
     outputs=(framework.Output("out", may_alias="q", **_ALIGNED), framework.Output("lse", optional=True)),
     check=_check, allocate=_allocate, plan=_plan, out_after="v"))
 
 
 def fmha_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-             softmax_scale: float | None = None, out: torch.Tensor | None = None, return_lse: bool = False):
+             softmax_scale: float | None = None, window_size: tuple[int, int] = (-1, -1),
+             sinks: torch.Tensor | None = None, softcap: float = 0.0, out: torch.Tensor | None = None,
+             return_lse: bool = False):
     """Attention forward (flash-attention conventions); returns out, or (out, lse) with
     return_lse. See the module docstring for the layout rules; runs torch.ops.gfxasm.fmha_fwd
     (or fmha_fwd_out when `out` is given)."""
-    return FMHA_FWD(q, k, v, causal, softmax_scale, out=out, return_lse=return_lse)
+    return FMHA_FWD(q, k, v, causal, softmax_scale, *window_pair("fmha_fwd", window_size), sinks, softcap,
+                    out=out, return_lse=return_lse)
 
 
 # ------------------------------------------------------------------ references
 
-def _visible(seq_q: int, seq_k: int, causal: bool, device) -> torch.Tensor | None:
-    if not causal:
+def visible_keys(seq_q: int, seq_k: int, causal: bool, window: tuple[int, int] = (-1, -1),
+                 device=None) -> torch.Tensor | None:
+    """[seq_q, seq_k] bool, query i (at key position pos = i + seq_k - seq_q) sees key j iff
+    pos - left <= j <= pos + right (-1: unbounded; causal: right = 0); None when it sees all."""
+    left, right = window
+    if causal:
+        right = 0
+    if left < 0 and right < 0:
         return None
-    i = torch.arange(seq_q, device=device)[:, None]
+    pos = torch.arange(seq_q, device=device)[:, None] + (seq_k - seq_q)
     j = torch.arange(seq_k, device=device)[None, :]
-    return j <= i + (seq_k - seq_q)
+    visible = torch.ones(seq_q, seq_k, dtype=torch.bool, device=device)
+    if right >= 0:
+        visible &= j <= pos + right
+    if left >= 0:
+        visible &= j >= pos - left
+    return visible
+
+
+def capped(s: torch.Tensor, softcap: float) -> torch.Tensor:
+    """Scores soft-capped: softcap tanh(s / softcap) (softcap 0: as they are)."""
+    return softcap * torch.tanh(s / softcap) if softcap else s
+
+
+def with_sinks(s: torch.Tensor, sinks: torch.Tensor | None) -> torch.Tensor:
+    """Scores [H, Sq, Sk] with each head's sink logit appended as one more key (it joins the
+    softmax's denominator; callers drop its column of P)."""
+    if sinks is None:
+        return s
+    return torch.cat([s, sinks.to(s.dtype)[:, None, None].expand(s.shape[0], s.shape[1], 1)], dim=-1)
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-              softmax_scale: float | None = None, dtype: torch.dtype = torch.float32
-              ) -> tuple[torch.Tensor, torch.Tensor]:
+              softmax_scale: float | None = None, window: tuple[int, int] = (-1, -1), sinks: torch.Tensor | None = None,
+              softcap: float = 0.0, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     """(O, LSE) in `dtype` (float32, or float64 for inputs at the edges of f32) from the same
     inputs: O [B, Sq, Hq, 128], LSE [B, Hq, Sq]. Rows that see no key (causal, seq_q >
-    seq_k; or seq_k = 0): O = 0, LSE = -inf. Elsewhere IEEE arithmetic stands, as in the
-    kernel: a row whose visible scores are all -inf (+-inf in q or k) gets O = NaN (0 / 0)
-    and LSE -inf; a +inf or NaN score makes O NaN (LSE +inf or NaN). Computed one batch
-    entry at a time."""
+    seq_k; or seq_k = 0): O = 0, LSE = -inf (with sinks: the sink). Elsewhere IEEE arithmetic
+    stands, as in the kernel: a row whose visible scores are all -inf (+-inf in q or k) gets
+    O = NaN (0 / 0) and LSE -inf (with sinks: O = 0, LSE the sink); a +inf or NaN score makes
+    O NaN (LSE +inf or NaN). Computed one batch entry at a time."""
     scale = 1.0 / math.sqrt(HEAD_DIM) if softmax_scale is None else softmax_scale
     ratio = q.shape[2] // k.shape[2]
-    visible = _visible(q.shape[1], k.shape[1], causal, q.device)
+    visible = visible_keys(q.shape[1], k.shape[1], causal, window, q.device)
     outs, lses = [], []
     for b in range(q.shape[0]):
         qb = q[b].to(dtype).transpose(0, 1)                                # [H, Sq, D]
         kb = k[b].to(dtype).repeat_interleave(ratio, 1).transpose(0, 1)
         vb = v[b].to(dtype).repeat_interleave(ratio, 1).transpose(0, 1)
-        s = torch.matmul(qb, kb.transpose(1, 2)) * scale                   # [H, Sq, Sk]
+        s = capped(torch.matmul(qb, kb.transpose(1, 2)) * scale, softcap)  # [H, Sq, Sk]
         if visible is not None:
             s = s.masked_fill(~visible, float("-inf"))
+        s = with_sinks(s, sinks)
         lse = torch.logsumexp(s, dim=-1)
-        p = torch.softmax(s, dim=-1)                # (exp(s - max) / sum: exact 1 for the best key at any |s|)
-        if visible is not None:                                            # rows that see no key -> 0
+        p = torch.softmax(s, dim=-1)[..., :k.shape[1]]   # (exp(s - max) / sum: exact 1 for the best key at any |s|)
+        if visible is not None and sinks is None:                         # rows that see no key -> 0
             p = p.masked_fill(~visible.any(-1)[:, None], 0.0)
         outs.append(torch.matmul(p, vb).transpose(0, 1))
         lses.append(lse)
@@ -273,23 +426,26 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
 
 
 def reference_lowp(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-                   softmax_scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   softmax_scale: float | None = None, window: tuple[int, int] = (-1, -1),
+                   sinks: torch.Tensor | None = None, softcap: float = 0.0
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """(O, LSE) computed by PyTorch in the inputs' precision (flash-attention's
     `attention_ref` with upcast=False, reorder_ops=True): scores from q and pre-scaled k
     rounded to the input dtype, softmax output and P.V rounded to it; LSE from those
     rounded scores. Its error against `reference` sets the tolerance."""
     scale = 1.0 / math.sqrt(HEAD_DIM) if softmax_scale is None else softmax_scale
     ratio = q.shape[2] // k.shape[2]
-    visible = _visible(q.shape[1], k.shape[1], causal, q.device)
+    visible = visible_keys(q.shape[1], k.shape[1], causal, window, q.device)
     outs, lses = [], []
     for b in range(q.shape[0]):
         qb = q[b].transpose(0, 1)
         kb = (k[b] * scale).repeat_interleave(ratio, 1).transpose(0, 1)
         vb = v[b].repeat_interleave(ratio, 1).transpose(0, 1)
-        s = torch.matmul(qb, kb.transpose(1, 2)).float()
+        s = capped(torch.matmul(qb, kb.transpose(1, 2)).float(), softcap)
         if visible is not None:
             s = s.masked_fill(~visible, float("-inf"))
-        p = torch.softmax(s, dim=-1).nan_to_num(0.0).to(q.dtype)
+        s = with_sinks(s, sinks)
+        p = torch.softmax(s, dim=-1)[..., :k.shape[1]].nan_to_num(0.0).to(q.dtype)
         outs.append(torch.matmul(p, vb).transpose(0, 1))
         lses.append(torch.logsumexp(s, dim=-1))
     return torch.stack(outs), torch.stack(lses)
@@ -307,7 +463,8 @@ def max_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
 
 
 def tolerances(q, k, v, o_ref: torch.Tensor, lse_ref: torch.Tensor, *, causal: bool,
-               softmax_scale: float | None = None) -> tuple[float, float]:
+               softmax_scale: float | None = None, window: tuple[int, int] = (-1, -1),
+               sinks: torch.Tensor | None = None, softcap: float = 0.0) -> tuple[float, float]:
     """(O, LSE) bounds on the largest absolute error: 2 x the error of `reference_lowp`
     against the float32 reference (flash-attention's rule), plus a floor.
     O's floor: 4 ulp at 1.0 of the dtype (one rounding of O itself must always pass).
@@ -316,7 +473,8 @@ def tolerances(q, k, v, o_ref: torch.Tensor, lse_ref: torch.Tensor, *, causal: b
     score of a row moves by up to that relative rounding together; PyTorch's low-precision
     scores round independently and their errors average out in the log-sum-exp, so 2 x its
     error alone can be smaller than one rounding of a correlated shift."""
-    o_low, lse_low = reference_lowp(q, k, v, causal=causal, softmax_scale=softmax_scale)
+    o_low, lse_low = reference_lowp(q, k, v, causal=causal, softmax_scale=softmax_scale, window=window, sinks=sinks,
+                                    softcap=softcap)
     o_err = max_error(o_low.float(), o_ref)
     lse_err = max_error(lse_low, lse_ref)
     finite = lse_ref[torch.isfinite(lse_ref)]
