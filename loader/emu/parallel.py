@@ -50,6 +50,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..codeobj import load_code_object
 from .errors import EmulatorError, LaunchError
 from .families.mem import ATOMICS, BUFFER_ATOMICS
 from .memory import Memory
@@ -141,11 +142,11 @@ def _in_processes(kernel, run_, pieces, budget, jobs):
         _FORKED = None
 
 
-def _ray_piece(co_bytes: bytes, name: str, run_, regions, piece: Piece, budget: int) -> PieceResult:
-    """A Ray task: the launch's memory rebuilt from the object store's copy at the
-    original addresses, then run_piece."""
-    from .kernel import load
-    kernel = load(co_bytes).kernel(name)
+def _ray_piece(module_class, co_bytes: bytes, name: str, run_, regions, piece: Piece, budget: int) -> PieceResult:
+    """A Ray task: the kernel loaded again (module_class: kernel.Module, passed in so that
+    this module need not import kernel.py, which imports it) and the launch's memory
+    rebuilt from the object store's copy at the original addresses, then run_piece."""
+    kernel = module_class(load_code_object(co_bytes)).kernel(name)
     memory = Memory()
     seg = None
     for base, data, region_name in regions:
@@ -173,7 +174,7 @@ def _in_ray(kernel, run_, pieces, budget):
     shipped = dataclasses.replace(run_, memory=None, seg=None, trace=None)
     task = ray.remote(num_cpus=1)(_ray_piece)
     co = ray.put(kernel.module.code_object.data)
-    refs = [task.remote(co, kernel.name, shipped, regions, piece, budget) for piece in pieces]
+    refs = [task.remote(type(kernel.module), co, kernel.name, shipped, regions, piece, budget) for piece in pieces]
     for ref in refs:
         yield ray.get(ref)
 
