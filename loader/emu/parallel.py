@@ -54,6 +54,7 @@ from ..codeobj import load_code_object
 from .errors import EmulatorError, LaunchError
 from .families.mem import ATOMICS, BUFFER_ATOMICS
 from .memory import Memory
+from .state import occurrence_rank
 from .races import BYTE_FIELDS, DWORD_FIELDS, Footprint, GlobalAccesses
 
 ENGINES = ("processes", "ray")
@@ -322,14 +323,8 @@ def _write(memory: Memory, result: PieceResult, replay: dict) -> None:
 
 
 def _apply_in_order(memory: Memory, addr: np.ndarray, values: np.ndarray, fn) -> None:
-    """fn(old, value) on the dword at each address, one lane after another: in rounds,
-    round i doing the i-th operation on every address."""
-    order = np.argsort(addr, kind="stable")
-    sorted_addr = addr[order]
-    first = np.r_[True, sorted_addr[1:] != sorted_addr[:-1]]
-    run_start = np.maximum.accumulate(np.where(first, np.arange(addr.size), 0))
-    rank = np.empty(addr.size, np.int64)
-    rank[order] = np.arange(addr.size) - run_start
+    """fn(old, value) on the dword at each address, one lane after another (in rounds)."""
+    rank = occurrence_rank(addr)
     for r in range(int(rank.max()) + 1):
         sel = rank == r
         old = memory.read(addr[sel], 4).view(np.uint32).reshape(-1)

@@ -53,6 +53,19 @@ def bits_to_mask(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (packed & np.uint64(0xFFFFFFFF)).astype(np.uint32), (packed >> np.uint64(32)).astype(np.uint32)
 
 
+def occurrence_rank(keys: np.ndarray) -> np.ndarray:
+    """For each element, how many earlier elements have the same key (0 for the first):
+    atomics apply in rounds, round r doing the r-th operation on every address, which keeps
+    each address's operations in order while different addresses go at once."""
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    first = np.r_[True, sorted_keys[1:] != sorted_keys[:-1]]
+    start = np.maximum.accumulate(np.where(first, np.arange(keys.size), 0))
+    rank = np.empty(keys.size, np.int64)
+    rank[order] = np.arange(keys.size) - start
+    return rank
+
+
 @dataclass
 class Pending:
     """A memory operation issued but not yet retired by s_waitcnt.

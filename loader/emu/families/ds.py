@@ -18,6 +18,7 @@ import numpy as np
 from .. import lds
 from ..errors import MemoryFault, UnsupportedInstruction
 from ..registry import handles
+from ..state import occurrence_rank
 
 READS = {"ds_read_b32": 4, "ds_read_b64": 8, "ds_read_b96": 12, "ds_read_b128": 16,
          "ds_read_u8": 1, "ds_read_i8": 1, "ds_read_u16": 2, "ds_read_i16": 2}
@@ -343,13 +344,7 @@ def ds_atomic(ex, inst, w):
     if rows.size:
         slots = slot[rows, 0, 0]
         byte = index[rows, lanes, 0]
-        key = slots * (ex.waves.lds_bytes + 8) + byte
-        order = np.argsort(key, kind="stable")
-        sk = key[order]
-        first = np.r_[True, sk[1:] != sk[:-1]]
-        start = np.maximum.accumulate(np.where(first, np.arange(sk.size), 0))
-        rank = np.empty(sk.size, np.int64)
-        rank[order] = np.arange(sk.size) - start
+        rank = occurrence_rank(slots * (ex.waves.lds_bytes + 8) + byte)
         mem = ex.waves.lds
         span = np.arange(4)
         for r in range(int(rank.max()) + 1):
