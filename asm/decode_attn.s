@@ -771,6 +771,8 @@
     s_sub_i32 s[s_t], s[s_seqlen], s[s_seq_q]           ; qpos of token 0
     s_sub_i32 s[s_t], s[s_t], s[s_window]               ; its window start (negative: none)
     s_max_i32 s[s_t], s[s_t], s[s_leftpad]              ; first
+    s_max_i32 s[s_t], s[s_t], 0                         ; within [0, seqlen] (leftpad is unchecked on a GPU)
+    s_min_i32 s[s_t], s[s_t], s[s_seqlen]
     s_mul_i32 s[s_w], s[s_wg_x], s[s_chunk]
     s_add_u32 s[s_w], s[s_w], s[s_t]                    ; split start
     s_add_u32 s[s_khi], s[s_w], s[s_chunk]

@@ -536,6 +536,32 @@ def test_bad_cache_leftpad(no_launch):
     launched(cache_leftpad=torch.tensor([5, 30], dtype=torch.int32))        # every key padding: legal
 
 
+@pytest.mark.parametrize("page", [16, None])
+def test_unchecked_leftpad_clamped_on_the_device(page):
+    # on a GPU the host cannot read cache_leftpad: the kernel takes a negative one as 0 and
+    # one past cache_seqlens as no key (extremes included), reading nothing outside the table
+    # or pool (the strict emulator faults on any such read). Launched past the host check.
+    gen = torch.Generator().manual_seed(40)
+    seqlens = [37, 20, 33, 5]
+    q = torch.randn(4, 2, 4, 64, generator=gen).to(torch.bfloat16)
+    k, v, table = make_cache(seqlens, 1, 64, torch.bfloat16, gen, page)
+    bad = torch.tensor([-5, 2**31 - 1, -2**31, 6], dtype=torch.int32)
+    seqlens_t = torch.tensor(seqlens, dtype=torch.int32)
+    out, lse, runs = da.launches(q, k, v, seqlens_t, block_table=table, cache_leftpad=torch.zeros(4, dtype=torch.int32),
+                                 num_splits=2, return_lse=True)
+    out.fill_(float("nan"))
+    for kernel, variant, args in runs:
+        gfxasm.launch(kernel, variant=variant, **dict(args, cache_leftpad=bad) if kernel == da.KERNEL else args)
+    if table is not None:
+        table = torch.where((table < 0) | (table >= k.shape[0]), k.shape[0] - 1, table)
+    o_ref, lse_ref, o_abs = da.reference(q, k, v, seqlens_t, block_table=table,
+                                         cache_leftpad=torch.minimum(bad.clamp(min=0), seqlens_t))
+    assert ((out.double() - o_ref).abs() <= da.tolerance(o_ref, o_abs, torch.bfloat16)).all()
+    assert torch.equal(torch.isinf(lse), torch.isinf(lse_ref)) and torch.isinf(lse[1]).all() and torch.isinf(lse[3]).all()
+    finite = torch.isfinite(lse_ref)
+    assert ((lse.double() - lse_ref)[finite].abs() <= da.LSE_TOL * lse_ref[finite].abs().clamp(min=1)).all()
+
+
 def test_data_checks_survive_the_plan_cache(no_launch):
     # a repeat of a planned layout checks its data again
     launched(sinks=torch.zeros(8))

@@ -43,8 +43,8 @@ a bad id reads a wrong page of the pool, never memory outside it. Page-table ent
 sequence's end (and pages wholly before cache_leftpad or a sliding window) are never read,
 nor are cache rows at or past cache_seqlens, nor rows before cache_leftpad or before the
 first query's window (those in a 16-key block the kernel reads load as zeros). A
-cache_leftpad outside [0, cache_seqlens] on a GPU (not checked there) gives a row no key or
-wrong keys of the sequence's own pages, never memory outside the pool.
+cache_leftpad outside [0, cache_seqlens] on a GPU (not checked there) acts as the nearer
+bound (negative: 0; past cache_seqlens: no key); nothing outside the pool or table is read.
 
 FP8 caches: k_cache and v_cache torch.float8_e4m3fn (OCP e4m3) with either per-tensor
 float32 k_descale and v_descale (one element each, read on the device: the keys are
