@@ -116,8 +116,13 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
                         f"gfxasm attention: the layer's sliding window ({window or 'none'}) differs from its mask's")
     first, end = ranges[:, 0].contiguous(), ranges[:, 1].contiguous()
     q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)      # [B, S, H, D] views
-    options = dict(softmax_scale=scaling, window_size=(window - 1, 0) if window else (-1, -1),
-                   sinks=None if s_aux is None else s_aux.float(), softcap=float(softcap or 0.0))
+    options = dict(softmax_scale=scaling)          # and the features the layer uses
+    if window:
+        options["window_size"] = (window - 1, 0)
+    if s_aux is not None:
+        options["sinks"] = s_aux.float()
+    if softcap:
+        options["softcap"] = float(softcap)
     if q.shape[1] <= decode_op.MAX_SEQ_Q:
         _check_head_dim(q, decode_op.HEAD_DIMS, "decode_attention")
         out = decode_op.decode_attention(q, k, v, end, cache_leftpad=first, causal=True, **options)
