@@ -14,24 +14,25 @@
 ;   num_tokens_post_padded[0] = sum over keys of roundup(count[key], block_m)
 ;
 ; The slots are cut into `chunks` chunks of `chunk` slots (a multiple of 64); one wave owns a
-; chunk in phases 1 and 3. counts [num_experts, chunks] (int32, the op's workspace) links them.
+; chunk in phases 1 and 3. counts [chunks, num_experts] (int32, the op's workspace) links them.
 ;
 ; 1. count (grid cdiv(chunks, 4) x 256 work-items): every workgroup first fills its share of
 ;    sorted_token_ids with the sentinel (grid-stride, so all of it is filled before phase 3
 ;    starts); then each wave counts its chunk's keys in its own LDS table (ds_add) and writes
-;    the table to counts[key, chunk].
-; 2. scan (grid 1 x 1024 work-items, 16 waves): each wave sums the rows counts[key, :] of
-;    keys wave, wave + 16, ...; wave 0 scans the padded totals over the keys (DPP, 64 keys
-;    at a time) into start[key], writes expert_ids and the total; then each wave rewrites its
-;    rows as absolute offsets: counts[key, c] = start[key] + the counts of chunks before c.
-; 3. scatter (grid as phase 1): each wave loads its chunk's offsets into its own LDS table
-;    and takes its chunk 64 slots at a time, in order: a lane's rank is the number of lower
-;    lanes with its key (all 64 keys from LDS, broadcast reads); it stores its slot at
+;    the table to its row counts[chunk, :].
+; 2. scan (grid 1 x 1024 work-items, 16 waves): work-item k owns key k. A: it sums its column
+;    counts[:, k] (BATCH rows per wait, coalesced across the lanes) into the padded total;
+;    B: wave 0 scans the padded totals over the keys (DPP, 64 keys at a time) into start[k],
+;    writes expert_ids and the total; C: each work-item rewrites its column as absolute
+;    offsets, counts[c, k] = start[k] + the counts of chunks before c.
+; 3. scatter (grid as phase 1): each wave loads its chunk's row of offsets into its own LDS
+;    table and takes its chunk 64 slots at a time, in order: a lane's rank is the number of
+;    lower lanes with its key (all 64 keys from LDS, broadcast reads); it stores its slot at
 ;    offset[key] + rank, and ds_max_u32 moves offset[key] past the round's last such slot.
 ; Every count and offset is an integer sum or maximum, so no order of lanes, waves or
 ; workgroups changes a result: the output is the same on every run. Work: phases 1 and 3
-; O(slots) (phase 3 ~4 instructions per slot and lane below it, i.e. per slot x 64), phase 2
-; O(num_experts * chunks / 64) per wave.
+; O(slots) (phase 3 ~3 instructions per slot and lane below it, i.e. per slot x 64), phase 2
+; O(chunks) per work-item (num_experts * chunks in all).
 ;
 ; Kernarg (k_* from kernels.yaml): topk_ids, expert_map, sorted_token_ids, expert_ids,
 ; num_tokens_post_padded, counts (*i32); slots, num_experts, block_m_log2, max_padded,
@@ -43,7 +44,7 @@
 .include "mxfp8.inc"
 
 .set MAX_EXPERTS, 1024
-.set MAX_SEGS, 4                     ; chunks <= 64 * MAX_SEGS (the op's MAX_CHUNKS)
+.set BATCH, 16                        ; phase 2: rows of counts loaded before one wait
 .set LDS_KEYS, 4 * MAX_EXPERTS       ; phase 3: the round's keys, after the wave's table
 .set LDS_WAVE, LDS_KEYS + 4 * 64
 .if PHASE == 2
@@ -86,7 +87,11 @@
 .set s_saved, 48                     ; [48:49] EXEC
 .set s_mask, 50                      ; [50:51]
 .set s_valid, 52                     ; [52:53] phase 3: the round's valid lanes
-.set s_segs, 54                      ; phase 2: cdiv(chunks, 64)
+.set s_row_bytes, 54                 ; phase 2: 4 num_experts, one row of counts
+.set s_table, 56                     ; phase 2: 4 num_experts chunks
+.set s_off, 57                       ; phase 2: byte offset of a row
+.set s_active, 58                    ; phase 2: the wave holds a key (64 wave < num_experts)
+.set s_row, 59                       ; phases 1, 3: the chunk's row of counts (chunk * num_experts)
 .set s_key_map, 55                   ; map_mode == 2
 ; --- VGPRs ---
 .set v_tid, 1
@@ -96,7 +101,8 @@
 .set v_id, 5
 .set v_one, 6
 .set v_cnt, 7
-.set v_key, 8                        ; the slot's key, -1 when skipped
+.set v_key, 8                        ; the slot's key, -1 when skipped; phase 2: byte offset of
+                                     ; the lane's key in a row (OOB_OFFSET past num_experts)
 .set v_rank, 9
 .set v_sent, 10
 .set v_incl, 11                      ; inclusive scan
@@ -104,7 +110,7 @@
 .set v_val, 13                       ; expert_ids value of the lane's key
 .set v_nblk, 14
 .set v_start, 15
-.set v_seg, 16                       ; [16:19] phase 2: a row's MAX_SEGS segments
+.set v_seg, 16                       ; [16:31] phase 2: BATCH rows' counts of the lane's key
 .set v_ids, 20                       ; [20:35] phase 3: 16 keys of the round
 .set v_oob, 36                       ; phase 2: OOB_OFFSET
 
@@ -228,7 +234,8 @@ L_count:
     s_add_u32 s[s_base], s[s_base], 64
     s_cmp_lt_u32 s[s_base], s[s_end]
     s_cbranch_scc1 L_count
-; --- counts[key, chunk] = the table ---
+; --- counts[chunk, key] = the table ---
+    s_mul_i32 s[s_row], s[s_c], s[s_E]                  ; the chunk's row
     s_mov_b32 s[s_carry], 0
 L_write:
     v_add_u32 v[v_t], s[s_carry], v[v_lane]
@@ -236,8 +243,7 @@ L_write:
     s_and_saveexec_b64 s[s_saved:s_saved+1], vcc
     v_lshl_add_u32 v[v_addr], v[v_t], 2, s[s_lds]
     ds_read_b32 v[v_cnt], v[v_addr]
-    v_mul_u32_u24 v[v_addr], s[s_chunks], v[v_t]            ; key * chunks (both < 2^24)
-    v_add_lshl_u32 v[v_addr], v[v_addr], s[s_c], 2          ; 4 (key * chunks + chunk)
+    v_add_lshl_u32 v[v_addr], v[v_t], s[s_row], 2       ; 4 (chunk * num_experts + key)
     s_waitcnt lgkmcnt(0)                                    ; in flight: the table entry → wait
     buffer_store_dword v[v_cnt], v[v_addr], s[s_rsrc_counts:s_rsrc_counts+3], 0 offen
     s_mov_b64 exec, s[s_saved:s_saved+1]
@@ -247,45 +253,44 @@ L_write:
 .endif
 
 .if PHASE == 2
-; v[v_seg + s] = counts[s_base, 64 s + lane] for the row's segments (0 past the row's end);
-; s_end = the row's first entry (key * chunks)
-.macro load_row
-    s_mul_i32 s[s_end], s[s_base], s[s_chunks]              ; the row's first entry
-    .irp s, 0, 1, 2, 3
-        v_add_u32 v[v_t], 64*\s, v[v_lane]
-        v_cmp_gt_u32 vcc, s[s_chunks], v[v_t]
-        v_add_lshl_u32 v[v_addr], s[s_end], v[v_t], 2      ; 4 (key * chunks + chunk)
-        v_cndmask_b32 v[v_addr], v[v_oob], v[v_addr], vcc ; past the row: no buffer holds it, reads 0
-        buffer_load_dword v[v_seg+\s], v[v_addr], s[s_rsrc_counts:s_rsrc_counts+3], 0 offen
+; v[v_seg + j] = counts[chunk c + j, key] for j < BATCH (0 past the table or for a lane past
+; num_experts: no buffer holds those offsets); s_end = the byte offset of row c.
+.macro load_rows
+    s_mov_b32 s[s_off], s[s_end]
+    .irp j, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
+        v_add_u32 v[v_addr], s[s_off], v[v_key]
+        buffer_load_dword v[v_seg+\j], v[v_addr], s[s_rsrc_counts:s_rsrc_counts+3], 0 offen
+        s_add_u32 s[s_off], s[s_off], s[s_row_bytes]
     .endr
 .endm
-.if MAX_SEGS != 4
-    .error "moe_align: load_row and the row loops unroll MAX_SEGS = 4 segments"
-.endif
     v_mov_b32 v[v_oob], OOB_OFFSET
-    s_add_u32 s[s_segs], s[s_chunks], 63
-    s_lshr_b32 s[s_segs], s[s_segs], 6
-; --- A. padded totals: pad[key] = roundup(sum of the key's row, block_m) ---
-    s_mov_b32 s[s_base], s[s_wave]
+    v_cmp_gt_u32 vcc, s[s_E], v[v_tid]                      ; the lane's key: its work-item id
+    v_lshlrev_b32 v[v_key], 2, v[v_tid]
+    v_cndmask_b32 v[v_key], v[v_oob], v[v_key], vcc         ; its byte offset in a row (none past num_experts)
+    s_lshl_b32 s[s_row_bytes], s[s_E], 2
+    s_mul_i32 s[s_table], s[s_row_bytes], s[s_chunks]
+    s_lshl_b32 s[s_tmp], s[s_wave], 6
+    s_cmp_lt_u32 s[s_tmp], s[s_E]
+    s_cselect_b32 s[s_active], 1, 0                         ; the wave holds a key
+; --- A. padded totals: pad[key] = roundup(sum over the chunks of counts[c, key], block_m) ---
+    s_cmp_eq_u32 s[s_active], 0
+    s_cbranch_scc1 L_totals_done
+    v_mov_b32 v[v_cnt], 0
+    s_mov_b32 s[s_end], 0
 L_totals:
-    s_cmp_lt_u32 s[s_base], s[s_E]
-    s_cbranch_scc0 L_totals_done
-    load_row
-    s_waitcnt vmcnt(0)                                      ; in flight: the row's 4 segments → wait for all
-    v_add_u32 v[v_cnt], v[v_seg], v[v_seg+1]
-    v_add3_u32 v[v_cnt], v[v_cnt], v[v_seg+2], v[v_seg+3]
-    scan64 v_incl, v_cnt
-    s_nop 1                                                 ; VALU wrote v_incl → v_readlane needs 1 wait state
-    v_readlane_b32 s[s_tmp], v[v_incl], 63                  ; the key's count
-    s_add_u32 s[s_tmp], s[s_tmp], s[s_bm_m1]
-    s_lshr_b32 s[s_tmp], s[s_tmp], s[s_bm_log2]
-    s_lshl_b32 s[s_tmp], s[s_tmp], s[s_bm_log2]
-    v_mov_b32 v[v_pad], s[s_tmp]
-    s_lshl_b32 s[s_tmp], s[s_base], 2
-    v_mov_b32 v[v_addr], s[s_tmp]
-    ds_write_b32 v[v_addr], v[v_pad]                        ; every lane the same value at the same address
-    s_add_u32 s[s_base], s[s_base], WAVES
-    s_branch L_totals
+    load_rows
+    s_waitcnt vmcnt(0)                                      ; in flight: BATCH rows → wait for all
+    .irp j, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
+        v_add_u32 v[v_cnt], v[v_cnt], v[v_seg+\j]
+    .endr
+    s_mov_b32 s[s_end], s[s_off]
+    s_cmp_lt_u32 s[s_end], s[s_table]
+    s_cbranch_scc1 L_totals
+    v_add_u32 v[v_pad], s[s_bm_m1], v[v_cnt]
+    v_lshrrev_b32 v[v_pad], s[s_bm_log2], v[v_pad]
+    v_lshlrev_b32 v[v_pad], s[s_bm_log2], v[v_pad]
+    v_lshlrev_b32 v[v_addr], 2, v[v_tid]
+    ds_write_b32 v[v_addr], v[v_pad]                        ; past num_experts: 0, never read as a key's
 L_totals_done:
     s_waitcnt lgkmcnt(0)                                    ; in flight: this wave's pad[] writes → done first
     s_barrier                                               ; every padded total ready for wave 0
@@ -359,47 +364,38 @@ L_scan_done:
     s_waitcnt lgkmcnt(0)                                    ; in flight: wave 0's start[] writes → done first
     s_barrier                                               ; start[key] ready for every wave
 
-; --- C. rows to offsets: counts[key, c] = start[key] + sum of counts[key, c' < c] ---
-    s_mov_b32 s[s_base], s[s_wave]
+; --- C. the table to offsets: counts[c, key] = start[key] + sum of counts[c' < c, key] ---
+    s_cmp_eq_u32 s[s_active], 0
+    s_cbranch_scc1 L_end
+    v_lshlrev_b32 v[v_addr], 2, v[v_tid]
+    ds_read_b32 v[v_start], v[v_addr]                       ; start[key] (past num_experts: 0, stores dropped)
+    s_mov_b32 s[s_end], 0
 L_rows:
-    s_cmp_lt_u32 s[s_base], s[s_E]
-    s_cbranch_scc0 L_end
-    load_row
-    s_lshl_b32 s[s_tmp], s[s_base], 2
-    v_mov_b32 v[v_addr], s[s_tmp]
-    ds_read_b32 v[v_start], v[v_addr]                       ; start[key], the same in every lane
-    s_waitcnt vmcnt(0) lgkmcnt(0)                           ; in flight: the row's 4 segments, start[key] → wait for all
-    v_readfirstlane_b32 s[s_carry], v[v_start]
-    .irp s, 0, 1, 2, 3
-        s_cmp_le_u32 s[s_segs], \s
-        s_cbranch_scc1 L_row_done                           ; the row has no segment \s
-        scan64 v_incl, v_seg+\s
-        v_sub_u32 v[v_cnt], v[v_incl], v[v_seg+\s]
-        v_add_u32 v[v_cnt], s[s_carry], v[v_cnt]            ; exclusive, from start[key]
-        v_add_u32 v[v_t], 64*\s, v[v_lane]
-        v_cmp_gt_u32 vcc, s[s_chunks], v[v_t]
-        v_add_lshl_u32 v[v_addr], s[s_end], v[v_t], 2      ; 4 (key * chunks + chunk)
-        v_cndmask_b32 v[v_addr], v[v_oob], v[v_addr], vcc ; past the row: dropped
-        buffer_store_dword v[v_cnt], v[v_addr], s[s_rsrc_counts:s_rsrc_counts+3], 0 offen
-        v_readlane_b32 s[s_tmp], v[v_incl], 63
-        s_add_u32 s[s_carry], s[s_carry], s[s_tmp]
+    load_rows
+    s_waitcnt vmcnt(0) lgkmcnt(0)                           ; in flight: BATCH rows (and start[key]) → wait for all
+    s_mov_b32 s[s_off], s[s_end]
+    .irp j, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
+        v_add_u32 v[v_addr], s[s_off], v[v_key]
+        buffer_store_dword v[v_start], v[v_addr], s[s_rsrc_counts:s_rsrc_counts+3], 0 offen   ; past the table: dropped
+        v_add_u32 v[v_start], v[v_start], v[v_seg+\j]
+        s_add_u32 s[s_off], s[s_off], s[s_row_bytes]
     .endr
-L_row_done:
-    s_add_u32 s[s_base], s[s_base], WAVES
-    s_branch L_rows
+    s_mov_b32 s[s_end], s[s_off]
+    s_cmp_lt_u32 s[s_end], s[s_table]
+    s_cbranch_scc1 L_rows
 .endif
 
 .if PHASE == 3
     s_cmp_lt_u32 s[s_c], s[s_chunks]
     s_cbranch_scc0 L_end                                    ; a wave past the last chunk
-; --- the wave's table: offset[key] = counts[key, chunk] ---
+; --- the wave's table: offset[key] = counts[chunk, key] ---
+    s_mul_i32 s[s_row], s[s_c], s[s_E]                  ; the chunk's row
     s_mov_b32 s[s_carry], 0
 L_offsets:
     v_add_u32 v[v_t], s[s_carry], v[v_lane]
     v_cmp_gt_u32 vcc, s[s_E], v[v_t]
     s_and_saveexec_b64 s[s_saved:s_saved+1], vcc
-    v_mul_u32_u24 v[v_addr], s[s_chunks], v[v_t]            ; key * chunks (both < 2^24)
-    v_add_lshl_u32 v[v_addr], v[v_addr], s[s_c], 2          ; 4 (key * chunks + chunk)
+    v_add_lshl_u32 v[v_addr], v[v_t], s[s_row], 2       ; 4 (chunk * num_experts + key)
     buffer_load_dword v[v_cnt], v[v_addr], s[s_rsrc_counts:s_rsrc_counts+3], 0 offen
     v_lshl_add_u32 v[v_addr], v[v_t], 2, s[s_lds]
     s_waitcnt vmcnt(0)                                      ; in flight: counts[key, chunk] → wait

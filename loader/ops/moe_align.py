@@ -31,11 +31,12 @@ computed on the device without a host sync:
 
 Kernels (three launches, each O(slots) or less; asm/moe_align.s has the details): the slots
 are cut into `chunks` chunks of `chunk` slots, one wave each. 1. count: the sentinel fill, and
-each chunk's count per key into a workspace counts [num_experts, chunks]; 2. scan (one
-workgroup): each key's total and start, expert_ids, the total, and counts rewritten as each
-(key, chunk)'s first place; 3. scatter: each chunk places its slots from those offsets, 64 at
-a time, a slot's rank within the 64 from the lower lanes' keys. choose_chunk keeps chunks <=
-MAX_CHUNKS (phase 2 reads a key's row in one go) and a chunk >= MIN_CHUNK slots.
+each chunk's count per key into a workspace counts [chunks, num_experts]; 2. scan (one
+workgroup, a work-item per key): each key's total and start, expert_ids, the total, and counts
+rewritten as each (chunk, key)'s first place; 3. scatter: each chunk places its slots from
+those offsets, 64 at a time, a slot's rank within the 64 from the lower lanes' keys.
+choose_chunk keeps chunks <= MAX_CHUNKS (the scan walks a key's chunks in turn) and a chunk
+>= MIN_CHUNK slots.
 
 Limits (ValueError/TypeError naming the argument, before launch): topk_ids int32, [T, top_k]
 or flat, contiguous, at most MAX_SLOTS entries; 1 <= num_experts <= MAX_EXPERTS (1024, the
@@ -62,7 +63,7 @@ KERNELS = ("moe_align_count", "moe_align_scan", "moe_align_scatter")   # in laun
 MAX_SLOTS = 1 << 24                # slot ids and places stay below 2^31 bytes of int32
 MAX_EXPERTS = 1024                 # each wave's LDS table holds one entry per key
 MAX_BLOCK_SIZE = 1024
-MAX_CHUNKS = 256                   # asm/moe_align.s MAX_SEGS * 64: a key's row in 4 loads
+MAX_CHUNKS = 256                   # the scan's work-items walk their key's column of chunks
 MIN_CHUNK = 256                    # slots: 4 rounds of 64 per wave at least
 
 
@@ -128,7 +129,7 @@ def validate(topk_ids, block_size, num_experts, expert_map, pad_sorted_ids, igno
 
 
 def workspace(numel: int, num_experts: int, device) -> torch.Tensor:
-    """The counts [num_experts, chunks] the three launches share (one per call)."""
+    """The counts [chunks, num_experts] the three launches share (one per call)."""
     return torch.empty(num_experts * choose_chunk(numel)[1], dtype=torch.int32, device=device)
 
 
