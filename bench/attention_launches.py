@@ -81,7 +81,7 @@ def paged_parts(B, Hq, Hk, Sq, Sk, causal, dtype=torch.bfloat16, block_scales=Fa
                 q_seq_stride=q.stride(0) * e, q_head_stride=q.stride(1) * e, k_seq_stride=k.stride(1) * e,
                 k_head_stride=k.stride(2) * e, v_seq_stride=v.stride(1) * e, v_head_stride=v.stride(2) * e,
                 o_seq_stride=o.stride(0) * 2, o_head_stride=o.stride(1) * 2, lse_head_stride=lse.stride(0) * 4,
-                page_shift=page.bit_length() - 1, kv_head_magic=0 if Hq == Hk else -(-2**32 // (Hq // Hk)),
+                page_shift=page.bit_length() - 1, page_stride_shift=page.bit_length() - 1, kv_head_magic=0 if Hq == Hk else -(-2**32 // (Hq // Hk)),
                 store_lse=1, **fmha.score_args(1 / math.sqrt(D), 0.0), **fmha.sinks_args(None, q.device),
                 **fmha.window_args((-1, -1)))
     variant = default_manifest().kernel(bp.KERNEL).variant(bp.variant_name(dtype, causal, block_scales, page))

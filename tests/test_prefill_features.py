@@ -368,6 +368,58 @@ def test_adversarial_schedules_window_sinks():
     assert adversarial.check(run, seeds=range(1)) == []
 
 
+# ------------------------------------------------------------------ KV cache layouts (views, no copies)
+
+def as_layout(k_cache, v_cache, layout):
+    """K and V of one pool in `layout`, as [pages, page, Hkv, D] views holding the same values:
+    'sglang' [pages, 2, page, Hkv, D], 'vllm' [2, pages, page, Hkv, D], 'hnd' separate
+    [pages, Hkv, page, D] permuted, 'hnd_pool' [pages, 2, Hkv, page, D]."""
+    pages, page, hk, _ = k_cache.shape
+    if layout == "sglang":
+        pool = torch.stack([k_cache, v_cache], dim=1)
+        return pool[:, 0], pool[:, 1]
+    if layout == "vllm":
+        pool = torch.stack([k_cache, v_cache])
+        return pool[0], pool[1]
+    if layout == "hnd":
+        return (c.permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3) for c in (k_cache, v_cache))
+    pool = torch.stack([k_cache.permute(0, 2, 1, 3), v_cache.permute(0, 2, 1, 3)], dim=1)       # hnd_pool
+    return pool[:, 0].permute(0, 2, 1, 3), pool[:, 1].permute(0, 2, 1, 3)
+
+
+@pytest.mark.parametrize("layout, page_size, dtype, heads", [
+    ("sglang", 16, torch.bfloat16, (4, 2)),
+    ("vllm", 1, torch.float16, (2, 1)),
+    ("hnd", 16, torch.bfloat16, (4, 4)),
+    ("hnd_pool", 64, FP8, (4, 2)),
+    ("sglang", 4, FP8, (2, 1)),
+])
+def test_prefill_cache_views(layout, page_size, dtype, heads):
+    """The same values through each layout's views give every output bit of the plain pool's
+    (which the other tests hold to the reference); no view is copied."""
+    q, k_cache, v_cache, qo, sglang, vllm, _ = make_paged([5, 70], [40, 130], page_size, *heads, dtype, 17)
+    scales = dict(q_descale=torch.tensor([0.5]), k_descale=torch.tensor([1.5])) if dtype == FP8 else {}
+    k_view, v_view = as_layout(k_cache, v_cache, layout)
+    assert torch.equal(k_view.view(torch.uint8), k_cache.view(torch.uint8)) and not k_view.is_contiguous() \
+        or layout == "vllm"
+    for table in (sglang, vllm):
+        plain = gfxasm.batch_prefill(q, k_cache, v_cache, qo, **table, causal=True, return_lse=True, **scales)
+        viewed = gfxasm.batch_prefill(q, k_view, v_view, qo, **table, causal=True, return_lse=True, **scales)
+        assert not torch.isnan(plain[0]).any()
+        for a, b in zip(plain, viewed):
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), layout
+
+
+def test_prefill_cache_layout_refused():
+    q, k_cache, v_cache, qo, sglang, _, _ = make_paged([4], [40], 16, 6, 3, torch.bfloat16, 0)
+    k_hnd, v_hnd = as_layout(k_cache, v_cache, "hnd")                 # Hkv = 3: pages 3 x page_size rows apart
+    with pytest.raises(ValueError, match="'k_cache' pages must lie a power-of-two multiple of page_size rows apart"):
+        gfxasm.batch_prefill(q, k_hnd, v_hnd, qo, **sglang)
+    k2, v2 = as_layout(k_cache, v_cache, "sglang")
+    with pytest.raises(ValueError, match="'v_cache' pages must lie as many rows apart as k_cache's"):
+        gfxasm.batch_prefill(q, k_cache, v2, qo, **sglang)
+
+
 # ------------------------------------------------------------------ bad input
 
 def _fmha_inputs():

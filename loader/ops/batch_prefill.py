@@ -8,8 +8,14 @@
 
 - q `[total_q, Hq, 128]`; sequence b's queries are rows qo_indptr[b] .. qo_indptr[b+1]
   (int32 [B+1], flash-attention's cu_seqlens; qo_indptr[0] = 0, qo_indptr[B] = total_q).
-- k_cache, v_cache LINEAR `[num_pages, page_size, Hkv, 128]`, page_size a power of two
-  1..1024, Hq % Hkv == 0 (MHA, GQA, MQA).
+- k_cache, v_cache `[num_pages, page_size, Hkv, 128]`, page_size a power of two 1..1024,
+  Hq % Hkv == 0 (MHA, GQA, MQA); any strides with the head dim contiguous (16-byte
+  multiples) whose pages lie a power-of-two multiple of page_size rows apart: a plain
+  pool, K and V as views of one combined pool (flashinfer/SGLang `[pages, 2, page, Hkv,
+  128]`, vLLM `[2, pages, page, Hkv, 128]`), the HND layout `[pages, Hkv, page, 128]`
+  permuted to `[pages, page, Hkv, 128]` (a power-of-two Hkv). No copy is made: the kernel
+  addresses slot r of page p at row p * page_size * 2^k + r times the row stride (64-bit
+  products; the row index p * page_size * 2^k + r must stay below 2^32).
 - Exactly one page table: SGLang's (kv_indptr [B+1] cumulative page counts,
   kv_page_indices, kv_last_page_len [B] in 1..page_size for a sequence with pages;
   seqlen_k = (pages - 1) * page_size + last) or vLLM's (block_table [B, max_blocks],
@@ -56,8 +62,8 @@ in the last 64-key tile read a valid row of K that the mask then hides, and V = 
 weigh exactly 0 whatever the last key holds), and forms 64-bit addresses
 (page * page_size + slot) * row stride, so the pool may exceed 4 GiB; page * page_size +
 slot must stay below 2^32. Checked on the host before launch: every tensor (index
-tensors and outputs included) on q's device, dtypes, shapes, strides (16-byte rows; a
-page's rows at one stride), both or neither table kind, page size; and,
+tensors and outputs included) on q's device, dtypes, shapes, strides (16-byte rows; pages
+a power-of-two multiple of page_size rows apart), both or neither table kind, page size; and,
 for index tensors on the CPU, qo_indptr / kv_indptr monotonic and consistent with total_q
 and the page list, kv_last_page_len in range, seqlens_k within the table, and every page
 id the sequences use within the pool. For index tensors on a GPU only their shapes and
@@ -147,16 +153,24 @@ def _rows(call, name: str, t: torch.Tensor, dims: tuple[int, ...]) -> None:
                                   f"{stride} bytes (strides {t.stride()})")
 
 
-def _row_stride(call, name: str, cache: torch.Tensor) -> int:
-    """Bytes between consecutive slots of the pool (slot = page * page_size + row)."""
+def _row_stride(call, name: str, cache: torch.Tensor) -> tuple[int, int]:
+    """(bytes between a page's consecutive rows, log2 of the page stride in rows over
+    page_size): the kernel addresses slot r of page p at row p * page_size * 2^that + r. A
+    plain pool has 0; K or V as a view of a combined pool ([pages, 2, page, Hkv, D]: 1) or the
+    HND layout permuted ([pages, Hkv, page, D]: log2 Hkv) a power-of-two multiple."""
     pages, page_size = cache.shape[0], cache.shape[1]
     e = cache.element_size()
     if page_size == 1:
-        return cache.stride(0) * e if pages > 1 else HEAD_DIM * e
-    if pages > 1 and cache.stride(0) != page_size * cache.stride(1):
-        call.fail(ValueError, f"'{name}' pages must be page_size rows of one stride apart (stride(0) == page_size * "
-                              f"stride(1)), got strides {cache.stride()}")
-    return cache.stride(1) * e
+        return (cache.stride(0) * e if pages > 1 else HEAD_DIM * e), 0
+    row = cache.stride(1)
+    if pages == 1:
+        return row * e, 0
+    ratio = cache.stride(0) // (page_size * row) if row > 0 and cache.stride(0) % (page_size * row) == 0 else 0
+    if ratio < 1 or ratio & (ratio - 1):
+        call.fail(ValueError, f"'{name}' pages must lie a power-of-two multiple of page_size rows apart (stride(0) == "
+                              f"2^k * page_size * stride(1): a plain pool, K/V views of a combined pool, the HND layout "
+                              f"with a power-of-two head count), got strides {cache.stride()}")
+    return row * e, ratio.bit_length() - 1
 
 
 def _in_range(call, name: str, smallest: float, largest: float, why: str) -> None:
@@ -361,10 +375,12 @@ class _Checked:
     softcap: float
     k_seq_stride: int
     v_seq_stride: int
+    page_ratio_log2: int           # log2 (page stride / (page_size * row stride)), K's and V's
 
 
-def _check_attention(call) -> tuple[int, int]:
-    """q and the caches: dtypes, shapes, strides; returns the caches' slot strides (bytes)."""
+def _check_attention(call) -> tuple[int, int, int]:
+    """q and the caches: dtypes, shapes, strides; returns the caches' row strides (bytes) and
+    log2 of their page stride over page_size rows (`_row_stride`)."""
     q = call.tensor("q", 3, _Q)
     k_cache = call.tensor("k_cache", 4, _CACHE)
     v_cache = call.tensor("v_cache", 4, _CACHE)
@@ -388,21 +404,27 @@ def _check_attention(call) -> tuple[int, int]:
                               f"Hkv={heads_k}")
     if heads_q >= _MAX_HEADS:
         call.fail(ValueError, f"heads_q must be below {_MAX_HEADS}, got {heads_q}")
-    if num_pages * page_size > _U32:
-        call.fail(ValueError, f"the pool holds {num_pages * page_size} slots; the kernel's slot index is 32-bit")
     _rows(call, "q", q, (0, 1))
     _rows(call, "k_cache", k_cache, (0, 1, 2))
     _rows(call, "v_cache", v_cache, (0, 1, 2))
+    (k_row, k_ratio), (v_row, v_ratio) = _row_stride(call, "k_cache", k_cache), _row_stride(call, "v_cache", v_cache)
+    if k_ratio != v_ratio:
+        call.fail(ValueError, f"'v_cache' pages must lie as many rows apart as k_cache's (page stride / (page_size * "
+                              f"row stride) {2**v_ratio} vs {2**k_ratio}): strides {v_cache.stride()} and "
+                              f"{k_cache.stride()}")
+    if num_pages * page_size << k_ratio > _U32:
+        call.fail(ValueError, f"the pool spans {num_pages * page_size << k_ratio} row slots; the kernel's slot index "
+                              f"is 32-bit")
     if total_q and q.stride(0) * q.element_size() * total_q >= _MAX_SPAN:
         call.fail(ValueError, f"'q' rows span {q.stride(0) * q.element_size() * total_q} bytes; the kernel needs < "
                               f"2^31")
-    return _row_stride(call, "k_cache", k_cache), _row_stride(call, "v_cache", v_cache)
+    return k_row, v_row, k_ratio
 
 
 def _check(call) -> _Checked:
     """Everything the metadata can tell, and the index tensors' and scales' contents where
     they are readable (a real call on CPU tensors)."""
-    k_seq_stride, v_seq_stride = _check_attention(call)
+    k_seq_stride, v_seq_stride, page_ratio_log2 = _check_attention(call)
     q, k_cache = call.q, call.k_cache
     scale = _softmax_scale(call)
     qo_indptr = call.tensor("qo_indptr", 1, "int32 [batch + 1]")
@@ -436,7 +458,7 @@ def _check(call) -> _Checked:
     if softcap and fp8:
         call.fail(ValueError, f"'softcap' applies to bfloat16/float16 inputs only; q is {q.dtype}")
     name = variant_name(q.dtype, call.causal, block_scales, page_size, fmha.windowed(call.causal, window), softcap > 0)
-    return _Checked(name, scale, window, softcap, k_seq_stride, v_seq_stride)
+    return _Checked(name, scale, window, softcap, k_seq_stride, v_seq_stride, page_ratio_log2)
 
 
 # ------------------------------------------------------------------ the launch
@@ -488,7 +510,8 @@ def kernel_args(checked: _Checked, call) -> dict:
                 v_seq_stride=checked.v_seq_stride, v_head_stride=v_cache.stride(2) * e,
                 o_seq_stride=out.stride(0) * out.element_size(), o_head_stride=out.stride(1) * out.element_size(),
                 lse_head_stride=lse.stride(0) * 4 if store_lse else 0,
-                page_shift=k_cache.shape[1].bit_length() - 1, kv_head_magic=0 if ratio == 1 else -(-_U32 // ratio),
+                page_shift=k_cache.shape[1].bit_length() - 1,
+                page_stride_shift=k_cache.shape[1].bit_length() - 1 + checked.page_ratio_log2, kv_head_magic=0 if ratio == 1 else -(-_U32 // ratio),
                 store_lse=int(store_lse), **fmha.score_args(checked.scale, checked.softcap),
                 **fmha.sinks_args(call.sinks, q.device), **fmha.window_args(checked.window))
 
