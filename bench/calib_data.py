@@ -133,6 +133,34 @@ def _split_by_shape(points: list[dict], rng: random.Random) -> None:
         p["split"] = "fit" if tuple(p[k] for k in FMOE_SHAPE) in fit else "held"
 
 
+SHAPE_KEY = ("kernel", "N", "K")
+
+
+def shape_split(points: list[dict], seed: int = SEED) -> None:
+    """Re-mark the GEMM points 'fit' or 'held' by shape (issue 25, item 3): every
+    (kernel, N, K) is on one side only, so no held-out point shares its kernel and weight
+    shape with a fitted one. Per kernel, its shapes are shuffled (random.Random(seed)) and
+    taken into "fit" while their rows stay within half of the kernel's rows; a kernel with
+    one shape is held out. FMHA and fused-MoE points keep split()'s marks (FMHA: one
+    object, five shapes, already disjoint; fused MoE: already split by shape)."""
+    rng = random.Random(seed)
+    by_kernel: dict[str, list[dict]] = {}
+    for p in points:
+        if p["family"] in ("f4gemm", "bf16gemm"):
+            by_kernel.setdefault(p["kernel"], []).append(p)
+    for kernel in sorted(by_kernel):
+        rows = Counter(tuple(p[k] for k in SHAPE_KEY) for p in by_kernel[kernel])
+        shapes = sorted(rows)
+        rng.shuffle(shapes)
+        fit, taken = set(), 0
+        for shape in shapes[:-1]:               # the last shape is always held out
+            if taken + rows[shape] <= len(by_kernel[kernel]) // 2:
+                fit.add(shape)
+                taken += rows[shape]
+        for p in by_kernel[kernel]:
+            p["split"] = "fit" if tuple(p[k] for k in SHAPE_KEY) in fit else "held"
+
+
 def build() -> list[dict]:
     points = f4gemm_points() + bf16gemm_points() + fmha_points() + fmoe_points()
     split(points)

@@ -1,6 +1,6 @@
 """Fit and validate the MI355X timing model on hardware timings (bench/calib_points.json).
 
-    python -m bench.calibrate [--jobs N] [--set NAME=VALUE ...] [--fit [--fit-only A,B]] [--lds-charged] [--limit N] [--png F]
+    python -m bench.calibrate [--jobs N] [--set NAME=VALUE ...] [--fit [--fit-only A,B]] [--split row|shape] [--lds-charged] [--limit N] [--png F]
 
 Every point of the data set (bench/calib_data.py: aiter's f4gemm and bf16 GEMM objects
 with the MI355X timings of aiter's tuning tables, and the five published FMHA points) is
@@ -304,6 +304,8 @@ def main(argv=None):
                     help="also report the held-out error with LDS bank conflicts charged (lds_banks.DEFAULT)")
     ap.add_argument("--fit-every", type=int, default=1,
                     help="fit on every n-th f4gemm fit point only (fit cost; the held-out report is unchanged)")
+    ap.add_argument("--split", choices=("row", "shape"), default="row",
+                    help="row: calib_points.json's marks; shape: calib_data.shape_split (no (kernel, N, K) on both sides)")
     ap.add_argument("--limit", type=int, default=0, help="every n-th point only (a quick look)")
     ap.add_argument("--rebuild", action="store_true", help="rebuild the data set from the corpus first")
     ap.add_argument("--png", default=None)
@@ -313,6 +315,8 @@ def main(argv=None):
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     P.DEFAULT = dataclasses.replace(P.DEFAULT, **P.overrides(args.set))      # workers fork with it
     points = calib_data.build() if args.rebuild else calib_data.load()
+    if args.split == "shape":
+        calib_data.shape_split(points)
     from tests.conformance.cases import SHARED_DIR
     if not SHARED_DIR.is_dir():
         print(f"calibrate: {SHARED_DIR} is absent: the bf16gemm points are left out", file=sys.stderr)

@@ -117,3 +117,20 @@ def test_fit_returns_the_best_point_it_evaluated_and_set_parses_fields():
         "vmem_inflight_bytes": 32768.0, "dram_queue": "md1", "lds_conflicts": None, "valu_cycles": 8}
     with pytest.raises(ValueError, match="NAME=VALUE"):
         P.overrides(["no_such_field=1"])
+
+
+def test_shape_split_keeps_every_gemm_shape_on_one_side():
+    points = calib_data.load()
+    before = {p["id"]: p["split"] for p in points if p["family"] in ("fmha", "fmoe")}
+    calib_data.shape_split(points)
+    gemms = [p for p in points if p["family"] in ("f4gemm", "bf16gemm")]
+    side = {}
+    for p in gemms:                                     # no (kernel, N, K) on both sides
+        assert side.setdefault((p["kernel"], p["N"], p["K"]), p["split"]) == p["split"]
+    per_kernel = Counter(p["kernel"] for p in gemms)
+    fit = Counter(p["kernel"] for p in gemms if p["split"] == "fit")
+    for kernel, n in per_kernel.items():
+        assert fit[kernel] <= n // 2, kernel            # at most half of a kernel's rows fitted on
+        assert fit[kernel] < n, kernel                   # every kernel has held-out rows
+    assert sum(fit.values()) > len(gemms) / 3           # the packing leaves most of the half to the fit
+    assert {p["id"]: p["split"] for p in points if p["family"] in ("fmha", "fmoe")} == before
