@@ -235,7 +235,7 @@ L_count:
     s_cmp_lt_u32 s[s_base], s[s_end]
     s_cbranch_scc1 L_count
 ; --- counts[chunk, key] = the table ---
-    s_mul_i32 s[s_row], s[s_c], s[s_E]                  ; the chunk's row
+    s_mul_i32 s[s_row], s[s_c], s[s_E]                      ; the chunk's row
     s_mov_b32 s[s_carry], 0
 L_write:
     v_add_u32 v[v_t], s[s_carry], v[v_lane]
@@ -243,7 +243,7 @@ L_write:
     s_and_saveexec_b64 s[s_saved:s_saved+1], vcc
     v_lshl_add_u32 v[v_addr], v[v_t], 2, s[s_lds]
     ds_read_b32 v[v_cnt], v[v_addr]
-    v_add_lshl_u32 v[v_addr], v[v_t], s[s_row], 2       ; 4 (chunk * num_experts + key)
+    v_add_lshl_u32 v[v_addr], v[v_t], s[s_row], 2           ; 4 (chunk * num_experts + key)
     s_waitcnt lgkmcnt(0)                                    ; in flight: the table entry → wait
     buffer_store_dword v[v_cnt], v[v_addr], s[s_rsrc_counts:s_rsrc_counts+3], 0 offen
     s_mov_b64 exec, s[s_saved:s_saved+1]
@@ -389,13 +389,13 @@ L_rows:
     s_cmp_lt_u32 s[s_c], s[s_chunks]
     s_cbranch_scc0 L_end                                    ; a wave past the last chunk
 ; --- the wave's table: offset[key] = counts[chunk, key] ---
-    s_mul_i32 s[s_row], s[s_c], s[s_E]                  ; the chunk's row
+    s_mul_i32 s[s_row], s[s_c], s[s_E]                      ; the chunk's row
     s_mov_b32 s[s_carry], 0
 L_offsets:
     v_add_u32 v[v_t], s[s_carry], v[v_lane]
     v_cmp_gt_u32 vcc, s[s_E], v[v_t]
     s_and_saveexec_b64 s[s_saved:s_saved+1], vcc
-    v_add_lshl_u32 v[v_addr], v[v_t], s[s_row], 2       ; 4 (chunk * num_experts + key)
+    v_add_lshl_u32 v[v_addr], v[v_t], s[s_row], 2           ; 4 (chunk * num_experts + key)
     buffer_load_dword v[v_cnt], v[v_addr], s[s_rsrc_counts:s_rsrc_counts+3], 0 offen
     v_lshl_add_u32 v[v_addr], v[v_t], 2, s[s_lds]
     s_waitcnt vmcnt(0)                                      ; in flight: counts[key, chunk] → wait

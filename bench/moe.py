@@ -137,10 +137,16 @@ def launches(T: int, block_m: int | None = None, fused: bool = True, sort: bool 
 
 
 def align_cases(ids: torch.Tensor, block_m: int, outs: tuple) -> list:
-    """(step, BenchCase) for moe_align's three launches (as the layer runs them) writing copies of `outs`."""
+    """(step, BenchCase) for moe_align's three launches (as the layer runs them) writing copies
+    of `outs`, each launch on the workspace as the launches before it leave it (run here on the
+    emulator first: the scan's loops and the scatter's stores depend on the counts)."""
     outs = tuple(torch.empty_like(t) for t in outs)
     args = moe_align.launch_args(ids, block_m, E, None, True, outs, moe_align.workspace(ids.numel(), E, "cpu"))
-    return [(kernel, manifest_case(kernel, None, "", "", 0, 0, **args)) for kernel in moe_align.KERNELS]
+    cases = []
+    for kernel, launch in zip(moe_align.KERNELS, moe_align.prepared(args)):
+        cases.append((kernel, manifest_case(kernel, None, "", "", 0, 0, **dict(args, counts=args["counts"].clone()))))
+        launch(*[args[name] for name, _, _ in launch.pointers])
+    return cases
 
 
 def align_row(slots: int, top_k: int = 8, block_m: int = 64) -> dict:
