@@ -23,8 +23,8 @@ Refusals: head-dim-64 prefill past 16 tokens (batch_prefill has head dim 128 onl
 padding, ready-made 4D masks, float32 models.
 
 Cost, process CPU time (user + sys) of pytest on the 2-core machine: the default-suite part
-about 32 s (wall 75-100 s at a load average of 12 from other work); `-m full` (the
-torch.compile cases, about 40 s each, and gpt-oss on a static cache) about 100 s.
+32-35 s (wall 75-100 s at a load average of 12 from other work); `-m full` (the
+torch.compile cases and gpt-oss on a static cache) 56-100 s over two runs.
 """
 from __future__ import annotations
 
