@@ -152,16 +152,16 @@ L_stored_\@:
 .endm
 
 ; --- prologue ---
-    s_load_dwordx2 s[s_rsrc_a:s_rsrc_a+1], s[s_kernarg:s_kernarg+1], k_a
-    s_load_dwordx2 s[s_rsrc_as:s_rsrc_as+1], s[s_kernarg:s_kernarg+1], k_a_scale
-    s_load_dwordx2 s[s_rsrc_b:s_rsrc_b+1], s[s_kernarg:s_kernarg+1], k_b
-    s_load_dwordx2 s[s_rsrc_bs:s_rsrc_bs+1], s[s_kernarg:s_kernarg+1], k_b_scale
-    s_load_dwordx2 s[s_rsrc_out:s_rsrc_out+1], s[s_kernarg:s_kernarg+1], k_out
-    s_load_dwordx2 s[s_rsrc_ws:s_rsrc_ws+1], s[s_kernarg:s_kernarg+1], k_ws
-    s_load_dword s[s_M], s[s_kernarg:s_kernarg+1], k_M
-    s_load_dword s[s_N], s[s_kernarg:s_kernarg+1], k_N
-    s_load_dword s[s_K], s[s_kernarg:s_kernarg+1], k_K
-    s_load_dword s[s_splits], s[s_kernarg:s_kernarg+1], k_splits
+    load_kernarg s_rsrc_a, a
+    load_kernarg s_rsrc_as, a_scale
+    load_kernarg s_rsrc_b, b
+    load_kernarg s_rsrc_bs, b_scale
+    load_kernarg s_rsrc_out, out
+    load_kernarg s_rsrc_ws, ws
+    load_kernarg s_M, M
+    load_kernarg s_N, N
+    load_kernarg s_K, K
+    load_kernarg s_splits, splits
     mfma_lanes
     s_waitcnt lgkmcnt(0)                                    ; in flight: 6 pointers, M, N, K, splits → wait for all
     activation_rsrcs

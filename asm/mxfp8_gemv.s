@@ -300,16 +300,16 @@ set_log2 R_SHIFT, R
 .endm
 
 ; --- prologue: arguments, buffer descriptors, per-lane offsets ---
-    s_load_dwordx2 s[s_rsrc_a:s_rsrc_a+1], s[s_kernarg:s_kernarg+1], k_a
-    s_load_dwordx2 s[s_rsrc_as:s_rsrc_as+1], s[s_kernarg:s_kernarg+1], k_a_scale
-    s_load_dwordx2 s[s_rsrc_b:s_rsrc_b+1], s[s_kernarg:s_kernarg+1], k_b
-    s_load_dwordx2 s[s_rsrc_bs:s_rsrc_bs+1], s[s_kernarg:s_kernarg+1], k_b_scale
-    s_load_dwordx2 s[s_rsrc_out:s_rsrc_out+1], s[s_kernarg:s_kernarg+1], k_out
-    s_load_dwordx2 s[s_rsrc_ws:s_rsrc_ws+1], s[s_kernarg:s_kernarg+1], k_ws
-    s_load_dword s[s_M], s[s_kernarg:s_kernarg+1], k_M
-    s_load_dword s[s_N], s[s_kernarg:s_kernarg+1], k_N
-    s_load_dword s[s_K], s[s_kernarg:s_kernarg+1], k_K
-    s_load_dword s[s_splits], s[s_kernarg:s_kernarg+1], k_splits
+    load_kernarg s_rsrc_a, a
+    load_kernarg s_rsrc_as, a_scale
+    load_kernarg s_rsrc_b, b
+    load_kernarg s_rsrc_bs, b_scale
+    load_kernarg s_rsrc_out, out
+    load_kernarg s_rsrc_ws, ws
+    load_kernarg s_M, M
+    load_kernarg s_N, N
+    load_kernarg s_K, K
+    load_kernarg s_splits, splits
     v_and_b32 v[v_tid], 0x3ff, v[v_workitem]                ; work-item id x
     v_and_b32 v[v_lane], 63, v[v_tid]
     v_lshrrev_b32 v[v_tmp], 6, v[v_tid]                     ; wave index (uniform in the wave)

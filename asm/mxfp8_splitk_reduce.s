@@ -33,11 +33,11 @@
 .set v_out_off, 5
 .set v_part, 8                       ; [SPLIT_BATCH] partials of one batch
 
-    s_load_dwordx2 s[s_rsrc_ws:s_rsrc_ws+1], s[s_kernarg:s_kernarg+1], k_ws
-    s_load_dwordx2 s[s_rsrc_out:s_rsrc_out+1], s[s_kernarg:s_kernarg+1], k_out
-    s_load_dword s[s_M], s[s_kernarg:s_kernarg+1], k_M
-    s_load_dword s[s_N], s[s_kernarg:s_kernarg+1], k_N
-    s_load_dword s[s_splits], s[s_kernarg:s_kernarg+1], k_splits
+    load_kernarg s_rsrc_ws, ws
+    load_kernarg s_rsrc_out, out
+    load_kernarg s_M, M
+    load_kernarg s_N, N
+    load_kernarg s_splits, splits
     v_and_b32 v[v_e], 0x3ff, v[v_workitem]
     v_mov_b32 v[v_sum], 0
     s_waitcnt lgkmcnt(0)                                    ; in flight: ws, out, M, N, splits → wait for all

@@ -59,12 +59,12 @@
 .set v_y, 24                         ; [24:31] 8 f32 results
 .set v_q, 32                         ; [32:33] 8 e4m3 bytes
 
-    s_load_dwordx2 s[s_rsrc_x:s_rsrc_x+1], s[s_kernarg:s_kernarg+1], k_x
-    s_load_dwordx2 s[s_rsrc_q:s_rsrc_q+1], s[s_kernarg:s_kernarg+1], k_q
-    s_load_dwordx2 s[s_rsrc_s:s_rsrc_s+1], s[s_kernarg:s_kernarg+1], k_scale
-    s_load_dwordx4 s[s_M:s_M+3], s[s_kernarg:s_kernarg+1], k_M          ; M, I, NB, magic
-    s_load_dwordx2 s[s_nal:s_nal+1], s[s_kernarg:s_kernarg+1], k_neg_alpha_log2e   ; and beta
-    s_load_dword s[s_limit], s[s_kernarg:s_kernarg+1], k_limit
+    load_kernarg s_rsrc_x, x
+    load_kernarg s_rsrc_q, q
+    load_kernarg s_rsrc_s, scale
+    load_kernarg s_M, M, 4                              ; M, I, NB, magic
+    load_kernarg s_nal, neg_alpha_log2e, 2                ; and beta
+    load_kernarg s_limit, limit
     v_and_b32 v[v_g], 0x3ff, v[v_workitem]
     s_waitcnt lgkmcnt(0)                                    ; in flight: 3 pointers, 7 scalars → wait for all
     s_mul_i32 s[s_blocks], s[s_M], s[s_NB]

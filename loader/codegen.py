@@ -2,10 +2,11 @@
 
 For each variant the builder assembles one generated file, build/gen/<variant>.s:
 
-  code part        defines, `.set k_<arg>, <offset>` kernarg symbols, kernel constants
-                   (WORKGROUP_SIZE_X, LDS_BYTES, ...), the names of the registers the
-                   hardware initialises (s_kernarg, s_wg_x/y/z, v_workitem), the entry
-                   label, then `.include` of the kernel source — which holds only code.
+  code part        defines, `.set k_<arg>, <offset>` kernarg symbols, the `load_kernarg`
+                   macro (below), kernel constants (WORKGROUP_SIZE_X, LDS_BYTES, ...),
+                   the names of the registers the hardware initialises (s_kernarg,
+                   s_wg_x/y/z, v_workitem), the entry label, then `.include` of the
+                   kernel source — which holds only code.
   descriptor part  the `.amdhsa_kernel` block and the `.amdgpu_metadata` block (code
                    object v5), written with the register counts the assembler measured
                    on the code part (see build.py: the build runs in two passes).
@@ -74,6 +75,8 @@ def code_part(variant: Variant) -> str:
         *(f".set {KERNARG_SYMBOL_PREFIX}{arg.name}, {arg.offset}    ; {arg.type.name} {arg.direction}"
           for arg in variant.args),
         "",
+        *load_kernarg_macro(variant),
+        "",
         "; kernel constants from the manifest",
         *(f".set {name}, {value}" for name, value in zip(CONSTANT_SYMBOLS, (
             variant.kernarg_size, kernel.lds_bytes, *kernel.workgroup))),
@@ -95,6 +98,38 @@ def code_part(variant: Variant) -> str:
         f".set {COUNT_SYMBOLS['sgprs']}, .amdgcn.next_free_sgpr",
     ]
     return "\n".join(lines) + "\n"
+
+
+SMEM_LOADS = {1: "s_load_dword", 2: "s_load_dwordx2", 4: "s_load_dwordx4", 8: "s_load_dwordx8",
+              16: "s_load_dwordx16"}
+
+
+def load_kernarg_macro(variant: Variant) -> list[str]:
+    """`load_kernarg sreg, name[, dwords]`: the scalar load of argument `name` into
+    s[sreg...] — as many dwords as the argument has (a pointer 2, a scalar 1), or `dwords`
+    consecutive ones from it (e.g. four u32 arguments in one s_load_dwordx4). So a source
+    names what it loads and the manifest supplies offset and width; a name the manifest
+    lacks, a width no s_load has, or a load past the segment is an assembly error. A macro
+    defines no symbol, so objects are unchanged by it (their symbol tables list k_*)."""
+    loads = [".macro gfxasm_kernarg_load reg, offset, dwords"]
+    for dwords, load in SMEM_LOADS.items():
+        dest = "s[\\reg]" if dwords == 1 else f"s[\\reg:\\reg+{dwords - 1}]"
+        loads += [f"  .{'if' if dwords == 1 else 'elseif'} \\dwords == {dwords}",
+                  f"    {load} {dest}, s[s_kernarg:s_kernarg+1], \\offset"]
+    loads += ["  .else", '    .error "load_kernarg: dwords must be 1, 2, 4, 8 or 16"', "  .endif",
+              "  .if \\offset + 4 * \\dwords > KERNARG_SIZE",
+              '    .error "load_kernarg: the load reaches past the kernarg segment"', "  .endif", ".endm"]
+    dispatch = [".macro load_kernarg reg:req, name:req, dwords=0"]
+    for arg in variant.args:
+        natural = max(1, arg.type.size // 4)
+        dispatch += [f"  .ifc \\name, {arg.name}", "    .if \\dwords",
+                     f"      gfxasm_kernarg_load \\reg, {KERNARG_SYMBOL_PREFIX}{arg.name}, \\dwords", "    .else",
+                     f"      gfxasm_kernarg_load \\reg, {KERNARG_SYMBOL_PREFIX}{arg.name}, {natural}", "    .endif",
+                     "  .else"]
+    dispatch += ['    .error "load_kernarg: the manifest has no argument \\name"',
+                 *["  .endif"] * len(variant.args), ".endm"]
+    return ["; load_kernarg sreg, name[, dwords]: s_load of an argument (its own width, or `dwords`)",
+            *loads, *dispatch]
 
 
 def descriptor_part(variant: Variant, counts: RegisterCounts) -> str:

@@ -243,3 +243,38 @@ def test_build_sh_builds_and_fails_with_the_assemblers_message(store_n_manifest)
     done = run_build_sh("-m", str(store_n_manifest))
     assert done.returncode != 0
     assert f"{source}:12:" in done.stderr and "error:" in done.stderr
+
+
+LOAD_KERNARG_ARGS = [{"name": "x", "type": "*f32", "dir": "in", "shape": [4]},
+                     {"name": "n", "type": "u32"}, {"name": "m", "type": "u32"}, {"name": "w", "type": "u64"}]
+
+
+def test_load_kernarg_takes_offset_and_width_from_the_manifest(tmp_path):
+    # the generated macro against the loads written out by hand with the manifest's offsets
+    # (x 0, n 8, m 12, w 16): the same instruction bytes
+    by_macro = "    load_kernarg 8, x\n    load_kernarg 10, n\n    load_kernarg 11, m\n    load_kernarg 12, w\n" \
+               "    load_kernarg 16, n, 2\n    s_endpgm\n"
+    by_hand = ("    s_load_dwordx2 s[8:9], s[0:1], 0\n    s_load_dword s10, s[0:1], 8\n"
+               "    s_load_dword s11, s[0:1], 12\n    s_load_dwordx2 s[12:13], s[0:1], 16\n"
+               "    s_load_dwordx2 s[16:17], s[0:1], 8\n    s_endpgm\n")
+    texts = []
+    for name, source in (("macro", by_macro), ("hand", by_hand)):
+        (tmp_path / f"{name}.s").write_text(source)
+        manifest = Manifest.load(write_manifest(tmp_path, {name: {"source": f"{name}.s", "workgroup": 64,
+                                                                  "grid": [1], "args": LOAD_KERNARG_ARGS}}))
+        build_manifest(manifest)
+        texts.append(load_code_object(manifest.kernel(name).variant().co_path).text)
+    assert texts[0] == texts[1]
+
+
+@pytest.mark.parametrize("line, message", [
+    ("load_kernarg 8, y", "the manifest has no argument y"),
+    ("load_kernarg 8, w, 4", "the load reaches past the kernarg segment"),
+    ("load_kernarg 8, x, 3", "dwords must be 1, 2, 4, 8 or 16"),
+])
+def test_load_kernarg_refuses_what_the_manifest_does_not_hold(tmp_path, line, message):
+    (tmp_path / "k.s").write_text(f"    {line}\n    s_endpgm\n")
+    manifest = Manifest.load(write_manifest(tmp_path, {"k": {"source": "k.s", "workgroup": 64, "grid": [1],
+                                                             "args": LOAD_KERNARG_ARGS}}))
+    with pytest.raises(BuildError, match=message):
+        build_manifest(manifest)
