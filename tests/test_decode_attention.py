@@ -442,13 +442,20 @@ def test_bad_contiguous_cache(no_launch):
 
 def test_bad_options(no_launch):
     raises(TypeError, "'causal' must be a bool", causal=1)
-    for window in ((-2, -1), (3.0, -1), (3,), 5, (True, 0), (1, 2, 3), (-1, -2)):
-        raises(ValueError, re.escape("'window_size' must be two ints >= -1 (left, right; -1: unbounded), got "
-                                     f"{window!r}"), window_size=window)
-    raises(ValueError, "'window_size' right must be -1 or 0 with causal=True", window_size=(4, 1))
-    for softcap in (-1.0, float("nan"), float("inf"), "3", True):
-        raises(ValueError, re.escape(f"'softcap' must be a finite number >= 0 (0: none), got {softcap!r}"),
-               softcap=softcap)
+    # window_size and softcap: fmha's checks (fmha.window_pair, check_window, check_softcap)
+    for window in ((3.0, -1), (3,), 5, (True, 0), (1, 2, 3)):
+        raises(TypeError, re.escape(f"'window_size' must be a pair of ints (left, right), got {window!r}"),
+               window_size=window)
+    for window in ((-2, -1), (-1, -2)):
+        raises(ValueError, re.escape(f"'window_size' entries must be -1 (unbounded) or >= 0, got {window}"),
+               window_size=window)
+    raises(ValueError, re.escape("causal=True means window_size right = 0; got window_size (4, 1)"), window_size=(4, 1))
+    launched(window_size=(4, 0))
+    launched(window_size=(2**40, -1))                  # past any sequence: unbounded
+    for softcap in ("3", True):
+        raises(TypeError, "'softcap' must be a float", softcap=softcap)
+    for softcap in (-1.0, float("nan"), float("inf")):
+        raises(ValueError, "'softcap' must be finite and >= 0", softcap=softcap)
     raises(ValueError, "'softcap' 1e-300 with softmax_scale", softcap=1e-300)
     raises(ValueError, "'softcap' 1e\\+300 with softmax_scale", softcap=1e300)
     raises(TypeError, "'sinks' dtype must be torch.float32", sinks=torch.zeros(8, dtype=torch.bfloat16))

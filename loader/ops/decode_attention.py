@@ -86,7 +86,7 @@ import torch
 from ..gridexpr import cdiv
 from ..launcher import prepare
 from ..manifest import Variant, default_manifest
-from . import arguments, fmha, framework
+from . import fmha, framework
 
 NAME = "decode_attention"
 KERNEL = "decode_attn"
@@ -102,7 +102,6 @@ WAVES_PER_GROUP = 8                # kernels.yaml decode_attn workgroup / 64 (a 
 WAVES_PER_CU = 4                   # target resident waves per CU for the split model
 MIN_SPLIT_KEYS = 512               # a split should give each of its 8 waves >= 2 tiles
 MAX_SPLITS = 64
-NO_LIMIT = 2**30                   # a window bound (left or right) meaning "none"
 CONTIGUOUS_SHIFT = 31              # page_shift of a contiguous cache: one page per batch entry
 LOG2E = 1.4426950408889634
 SOFTCAP_ERROR = 2.0**-20           # |kernel score - softcap tanh(.)| <= SOFTCAP_ERROR softcap (asm header: ~2^-21)
@@ -325,30 +324,10 @@ def _check_cache_layout(call) -> None:
                                   f"heads)")
 
 
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _check_window(call) -> tuple[int, int]:
-    """window_size = (window_left, window_right) with causal; returns them, -1 for unbounded
-    (causal: right 0)."""
-    window = (call.window_left, call.window_right)
-    if not all(_is_int(w) and w >= -1 for w in window):
-        call.fail(ValueError, f"'window_size' must be two ints >= -1 (left, right; -1: unbounded), got {window!r}")
-    left, right = (-1 if w >= NO_LIMIT else w for w in window)
-    if call.causal:
-        if right > 0:
-            call.fail(ValueError, f"'window_size' right must be -1 or 0 with causal=True (causal means right = 0), "
-                                  f"got {right}")
-        right = 0
-    return left, right
-
-
 def _check_softcap(call, scale: float) -> float:
-    """softcap: a finite number >= 0 (0: none) whose kernel constants are normal f32."""
-    softcap = call.softcap
-    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not math.isfinite(softcap) or softcap < 0:
-        call.fail(ValueError, f"'softcap' must be a finite number >= 0 (0: none), got {softcap!r}")
+    """softcap as fmha's (a finite float >= 0, 0: none), whose kernel constants
+    (fmha.score_args) must also be normal f32."""
+    softcap = fmha.check_softcap(call)
     lo, hi = _F32_NORMAL
     if softcap and not (lo <= softcap * LOG2E <= hi and lo <= 2 * scale * LOG2E / softcap <= hi):
         call.fail(ValueError, f"'softcap' {softcap!r} with softmax_scale {scale!r}: softcap log2(e) and "
@@ -361,7 +340,7 @@ def _check_options(call, heads_q: int, dim: int) -> tuple[float, int, int, float
     left, right, softcap)."""
     if not isinstance(call.causal, bool):
         call.fail(TypeError, f"'causal' must be a bool, got {type(call.causal).__name__}")
-    left, right = _check_window(call)
+    left, right = fmha.check_window(call)
     if call.sinks is not None:
         _vector(call, "sinks", torch.float32, heads_q, "[heads_q] float32")
     num_splits = call.num_splits
@@ -556,17 +535,14 @@ def _attention_args(checked: _Checked, call, split: Plan, partial: bool) -> dict
     leftpad = call.cache_leftpad
     if leftpad is None:
         leftpad = torch.zeros(batch, dtype=torch.int32, device=q.device)
-    scale_log2 = checked.scale * LOG2E
-    if checked.softcap:
-        scale_log2 = 2 * scale_log2 / checked.softcap
+    window = fmha.window_args((checked.left, checked.right))
     return dict(q=q, k_cache=k, v_cache=v, cache_seqlens=call.cache_seqlens, block_table=table, cache_leftpad=leftpad,
                 **_scale_args(checked.fp8, call), num_splits=split.num_splits, heads_kv=heads_kv,
                 row_tiles=split.row_tiles, group=group, group_magic=_magic(group),
                 tiles_magic=_magic(split.row_tiles), rows=seq_q * group, max_pages=table.shape[1],
                 pages_m1=pages - 1, page_shift=shift, chunk=split.chunk,
-                window=NO_LIMIT if checked.left < 0 else checked.left,
-                future=NO_LIMIT if checked.right < 0 else checked.right, scale_log2=scale_log2,
-                softcap_log2=checked.softcap * LOG2E, partial=int(partial))
+                window=window["window_left"], future=window["window_right"],
+                **fmha.score_args(checked.scale, checked.softcap), partial=int(partial))
 
 
 def _scale_args(fp8: Fp8, call) -> dict:
@@ -640,16 +616,8 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, *, block_table=None, ca
     return_lse. See the module docstring for conventions and limits; runs
     torch.ops.gfxasm.decode_attention (or decode_attention_out when `out` is given)."""
     return DECODE_ATTENTION(q, k_cache, v_cache, cache_seqlens, block_table, cache_leftpad, k_descale, v_descale,
-                            k_scale_shift, v_scale_shift, softmax_scale, causal, *_window_pair(window_size), sinks,
-                            softcap, num_splits, out=out, return_lse=return_lse)
-
-
-def _window_pair(window_size) -> tuple:
-    """The Python call's window_size as the op's (window_left, window_right)."""
-    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
-        arguments.fail(NAME, ValueError, f"'window_size' must be two ints >= -1 (left, right; -1: unbounded), got "
-                                         f"{window_size!r}")
-    return tuple(window_size)
+                            k_scale_shift, v_scale_shift, softmax_scale, causal, *fmha.window_pair(NAME, window_size),
+                            sinks, softcap, num_splits, out=out, return_lse=return_lse)
 
 
 _SIGNATURE = inspect.signature(decode_attention)
@@ -663,7 +631,7 @@ def launches(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None, list]:
     given = _SIGNATURE.bind(*args, **kwargs)
     given.apply_defaults()
     bound = given.arguments
-    bound["window_left"], bound["window_right"] = _window_pair(bound["window_size"])
+    bound["window_left"], bound["window_right"] = fmha.window_pair(NAME, bound["window_size"])
     values = {p.name: bound[p.name] for p in DECODE_ATTENTION.spec.params}
     call = framework.Call(NAME, {**values, "out": bound["out"], "lse": None}, False)
     checked = _check(call)
