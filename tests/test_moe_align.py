@@ -12,7 +12,7 @@
   test_moe.routing's kinds (empty experts, a hot expert, one slot per expert, few experts),
   out-of-range ids, expert_map without ignore_invalid_experts (absent experts aligned, their
   blocks -1, trailing blocks expert_map[0]), maps that are not monotone, chunk boundaries at
-  every place (the op's chunk limits shrunk), more slots than the one-workgroup kernel took;
+  every place (the op's chunk balance moved), more slots than the one-workgroup kernel took;
   the three kernels launched on poisoned, guarded buffers (every entry written, nothing
   outside); empty and single-slot routings; bad input refused before any launch.
 """
@@ -233,15 +233,15 @@ def test_out_of_range_ids_and_local_ids_are_skipped():
     check_reference(ids, 16, 20, expert_map, ignore=True)
 
 
-@pytest.mark.parametrize("min_chunk,max_chunks", [(64, 3), (128, 5), (64, 256)])
-def test_chunk_boundaries(monkeypatch, min_chunk, max_chunks):
-    """The op's chunk limits shrunk, so that a few thousand slots cross many chunk boundaries,
-    rows of several segments (64 chunks each) and chunks longer than the minimum."""
-    monkeypatch.setattr(moe_align, "MIN_CHUNK", min_chunk)
-    monkeypatch.setattr(moe_align, "MAX_CHUNKS", max_chunks)
+@pytest.mark.parametrize("balance,chunk", [(16, 640), (64, 320), (1024, 64)])
+def test_chunk_boundaries(monkeypatch, balance, chunk):
+    """The op's chunk balance moved, so that 1,665 slots make 3 chunks of 10 rounds, 6 of 5,
+    or 27 of one (the scan's walk past one batch of 16 rows), the last one partial."""
+    monkeypatch.setattr(moe_align, "CHUNK_BALANCE", balance)
+    assert moe_align.choose_chunk(1665)[0] == chunk
     moe_align.MOE_ALIGN_BLOCK_SIZE.clear_cache()
     try:
-        gen = torch.Generator().manual_seed(min_chunk + max_chunks)
+        gen = torch.Generator().manual_seed(balance)
         ids = vllm_routing(333, 5, 129, gen)
         ids[::5, 0] = 3                          # one hot expert across every chunk
         check_reference(ids, 32, 129, pad=True)
@@ -252,14 +252,15 @@ def test_chunk_boundaries(monkeypatch, min_chunk, max_chunks):
 
 def test_beyond_one_workgroup():
     """20,480 slots (4,096 tokens x top-5, E 129): more than the single-workgroup kernel's
-    16,384; 80 chunks, two segments per row."""
+    16,384; 80 chunks of 256 (the scan's walk: five batches of rows)."""
     gen = torch.Generator().manual_seed(4096)
     check_vllm(vllm_routing(4096, 5, 129, gen), 64, 129, pad_sorted_ids=True)
 
 
 @pytest.mark.full
 def test_prefill_32k_tokens_top8():
-    """262,144 slots (32,768 tokens x top-8, E 256): 256 chunks of 1,024 slots."""
+    """20,480 slots (4,096 tokens x top-5, E 129): more than the single-workgroup kernel's
+    16,384; 80 chunks of 256 (the scan's walk: five batches of rows)."""
     gen = torch.Generator().manual_seed(32768)
     ids = torch.stack([torch.randperm(256, generator=gen)[:8] for _ in range(32768)]).to(torch.int32)
     check_vllm(ids, 64, 256, pad_sorted_ids=True)

@@ -35,8 +35,7 @@ each chunk's count per key into a workspace counts [chunks, num_experts]; 2. sca
 workgroup, a work-item per key): each key's total and start, expert_ids, the total, and counts
 rewritten as each (chunk, key)'s first place; 3. scatter: each chunk places its slots from
 those offsets, 64 at a time, a slot's rank within the 64 from the lower lanes' keys.
-choose_chunk keeps chunks <= MAX_CHUNKS (the scan walks a key's chunks in turn) and a chunk
->= MIN_CHUNK slots.
+choose_chunk balances the scatter's rounds per chunk against the scan's walk down the chunks.
 
 Limits (ValueError/TypeError naming the argument, before launch): topk_ids int32, [T, top_k]
 or flat, contiguous, at most MAX_SLOTS entries; 1 <= num_experts <= MAX_EXPERTS (1024, the
@@ -51,6 +50,8 @@ launches are cached per layout, each call binding a fresh workspace.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..gridexpr import cdiv
@@ -63,8 +64,9 @@ KERNELS = ("moe_align_count", "moe_align_scan", "moe_align_scatter")   # in laun
 MAX_SLOTS = 1 << 24                # slot ids and places stay below 2^31 bytes of int32
 MAX_EXPERTS = 1024                 # each wave's LDS table holds one entry per key
 MAX_BLOCK_SIZE = 1024
-MAX_CHUNKS = 256                   # the scan's work-items walk their key's column of chunks
-MIN_CHUNK = 256                    # slots: 4 rounds of 64 per wave at least
+# A chunk of 64 r slots costs the scatter ~r round trips in turn, and chunks / 16 cost the scan
+# as many (bench/moe.py --align, modelled): r ~ sqrt(slots / CHUNK_BALANCE) balances the two.
+CHUNK_BALANCE = 1024
 
 
 def _fail(exc, message: str):
@@ -82,9 +84,9 @@ def sizes(numel: int, block_size: int, num_experts: int, pad_sorted_ids: bool) -
 
 
 def choose_chunk(numel: int) -> tuple[int, int]:
-    """(chunk, chunks): slots per wave (a multiple of 64, at least MIN_CHUNK) and their number
-    (at most MAX_CHUNKS)."""
-    chunk = max(MIN_CHUNK, 64 * cdiv(numel, 64 * MAX_CHUNKS))
+    """(chunk, chunks): slots per wave, 64 r with r = isqrt(cdiv(numel, CHUNK_BALANCE)) >= 1
+    rounds (1,024 slots: 64; 16,384: 256; 262,144: 1,024), and their number."""
+    chunk = 64 * max(1, math.isqrt(cdiv(numel, CHUNK_BALANCE)))
     return chunk, cdiv(numel, chunk)
 
 
