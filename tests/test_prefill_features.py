@@ -1,11 +1,15 @@
-"""Attention features of the prefill kernels (issue 22): sinks in gfxasm.fmha_fwd and
-gfxasm.batch_prefill, on the strict emulator against a float64 reference written here
-(`attention`, row by row from the definitions; it shares no code with the ops or their
-module references).
+"""Attention features of the prefill kernels (issue 22) in gfxasm.fmha_fwd and
+gfxasm.batch_prefill: sinks, sliding windows, soft-capping, KV caches as views of combined
+pools and the HND layout; on the strict emulator against a float64 reference written here
+(`attention`, from the definitions; it shares no code with the ops or their module
+references).
 
 Semantics (flash-attention's and gpt-oss's): `sinks` [Hq] float32 logits join each row's
 softmax denominator only (exp(sink - m)); the numerator is unchanged and the LSE includes
-them; a row that sees no key gets O = 0 and LSE = its sink.
+them; a row that sees no key gets O = 0 and LSE = its sink. window_size (left, right):
+query i at pos = i + Sk - Sq sees keys pos - left .. pos + right (-1 unbounded; causal:
+right 0); a row whose window holds no key gets O = 0, LSE = -inf. softcap: scores
+softcap tanh(s / softcap) before the mask.
 
 Tolerance (bf16/fp16, `bound`): the kernel scores Q pre-scaled by softmax_scale log2(e) and
 rounded to the input dtype, so every score of a row moves by at most
@@ -15,7 +19,9 @@ so O moves by at most (e^(2 delta) - 1) max|V|; P rounded to the dtype before P.
 u max|V|, O's own rounding u |O|, f32 arithmetic 1e-5. LSE: delta + 2^-20 (1 + |LSE|).
 FP8 (e4m3, bf16 out): scores are exact; P rounded to e4m3 moves O by at most
 `batch_prefill.fp8_p_bound` (derived there), plus O's rounding 2^-8 |O| and 2^-16 v max|V|.
-Outputs are poisoned with NaN first (an unwritten element fails).
+Outputs are poisoned with NaN first (an unwritten element fails). The default run is a few
+small shapes per feature and combination; the cross-product (dtype x causal x windows x
+sinks x softcap, page sizes, FP8 scale kinds) is marked `full` (`pytest -m full`).
 """
 from __future__ import annotations
 
@@ -366,6 +372,35 @@ def test_adversarial_schedules_window_sinks():
                 *gfxasm.batch_prefill(q2, k_cache, v_cache, qo, **sglang, causal=True, window_size=(20, 0),
                                       sinks=sinks, return_lse=True))
     assert adversarial.check(run, seeds=range(1)) == []
+
+
+# ------------------------------------------------------------------ the cross-product (`pytest -m full`)
+
+FULL_WINDOWS = [(-1, -1), (0, 0), (40, -1), (100, 30), (-1, 5)]
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("dtype, causal, window, sinks, softcap", [
+    (dtype, causal, window, sinks, softcap)
+    for dtype, causal, window, sinks, softcap in itertools.product(
+        (torch.bfloat16, torch.float16), (False, True), FULL_WINDOWS, (False, True), (0.0, 6.0))
+    if not (causal and window[1] > 0)])
+def test_fmha_features_full(dtype, causal, window, sinks, softcap):
+    for batch, seq_q, seq_k, heads in ((1, 300, 300, (4, 1)), (2, 70, 400, (2, 2)), (1, 257, 64, (4, 2))):
+        run_fmha(batch, seq_q, seq_k, *heads, dtype, causal, seed=seq_q, sinks=sinks, window=window,
+                 softcap=softcap, q_scale=2.0)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("dtype, page_size, causal, window, softcap", [
+    (dtype, page_size, causal, window, softcap)
+    for dtype, page_size, causal, window, softcap in itertools.product(
+        (torch.bfloat16, torch.float16, FP8), (1, 16, 64), (False, True), FULL_WINDOWS, (0.0, 6.0))
+    if not (causal and window[1] > 0) and not (dtype == FP8 and softcap)])
+def test_prefill_features_full(dtype, page_size, causal, window, softcap):
+    for block_scales in ((False, True) if dtype == FP8 else (False,)):
+        run_prefill([1, 70, 0, 257, 90], [1, 150, 30, 300, 40], page_size, (4, 2), dtype, causal, seed=page_size,
+                    block_scales=block_scales, window=window, softcap=softcap)
 
 
 # ------------------------------------------------------------------ KV cache layouts (views, no copies)
