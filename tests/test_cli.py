@@ -118,6 +118,14 @@ def test_run_case_registration_refuses_duplicates(monkeypatch):
         cli.run_case("k")(lambda variant, gen: None)
 
 
+
+def test_every_product_kernel_has_a_run_case():
+    # `gfxasm run --all` (the quick start's main job) fails on a kernel with no reference
+    import gfxasm.ops  # noqa: F401  (registers the op modules' cases)
+    from gfxasm.manifest import default_manifest
+    missing = sorted(set(default_manifest().kernels) - set(cli.RUN_CASES))
+    assert not missing, f"no run case registered for {missing}"
+
 def test_the_console_script_is_installed():
     completed = subprocess.run(["gfxasm", "--help"], capture_output=True, text=True)
     assert completed.returncode == 0

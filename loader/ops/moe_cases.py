@@ -125,3 +125,76 @@ for name in swiglu_kernel_names() + [DIRECT_SWIGLU_KERNEL]:
     run_case(name)(swiglu_case)
 for name in direct_kernel_names()[1:]:
     run_case(name)(direct_sum_case)
+
+
+# ------------------------------------------------------------------ moe_align's three phases
+# Each phase alone, from the state the previous one leaves (computed here from the ids), so a
+# run names the phase that is wrong. 700 slots in chunks of 64 (the last one partial), 13
+# experts, some ids out of range (skipped); map_mode 0. poison: what no phase may write.
+
+ALIGN_POISON = -7
+
+
+def _align_state(gen: torch.Generator, slots: int = 700, E: int = 13, block_m_log2: int = 4):
+    """(ids, chunk, chunks, per-chunk counts [chunks, E], padded totals, key starts, args)."""
+    ids = torch.randint(-2, E + 2, (slots,), generator=gen, dtype=torch.int32)
+    chunk, block_m = 64, 1 << block_m_log2
+    chunks = -(-slots // chunk)
+    keys = ids.long()
+    valid = (keys >= 0) & (keys < E)
+    counts = torch.zeros(chunks, E, dtype=torch.int64)
+    counts.index_put_((torch.arange(slots)[valid] // chunk, keys[valid]), torch.ones(int(valid.sum()),
+                                                                                   dtype=torch.int64),
+                      accumulate=True)
+    padded = -(-counts.sum(0) // block_m) * block_m
+    starts = torch.cumsum(padded, 0) - padded
+    max_padded = slots + E * (block_m - 1)
+    args = dict(topk_ids=ids, expert_map=torch.empty(0, dtype=torch.int32),
+                sorted_token_ids=torch.full((max_padded,), ALIGN_POISON, dtype=torch.int32),
+                expert_ids=torch.full((-(-max_padded // block_m),), ALIGN_POISON, dtype=torch.int32),
+                num_tokens_post_padded=torch.full((1,), ALIGN_POISON, dtype=torch.int32),
+                counts=torch.full((chunks * E,), ALIGN_POISON, dtype=torch.int32),
+                slots=slots, num_experts=E, block_m_log2=block_m_log2, max_padded=max_padded,
+                max_blocks=-(-max_padded // block_m), map_mode=0, chunk=chunk, chunks=chunks)
+    return ids, counts, padded, starts, args
+
+
+def _chunk_offsets(counts: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+    """counts rewritten as each (chunk, key)'s first place: the key's start plus the counts
+    of the chunks before."""
+    return starts + torch.cumsum(counts, 0) - counts
+
+
+@run_case("moe_align_count")
+def align_count_case(variant, gen: torch.Generator) -> RunCase:
+    ids, counts, _, _, args = _align_state(gen)
+    expected = dict(sorted_token_ids=torch.full_like(args["sorted_token_ids"], args["slots"]),
+                    counts=counts.reshape(-1).int())
+    return RunCase(args=args, expected=expected, atol=0, rtol=0, note="700 slots, 13 experts, chunks of 64")
+
+
+@run_case("moe_align_scan")
+def align_scan_case(variant, gen: torch.Generator) -> RunCase:
+    ids, counts, padded, starts, args = _align_state(gen)
+    args["counts"] = counts.reshape(-1).int()
+    block_m = 1 << args["block_m_log2"]
+    expert_ids = torch.zeros(args["max_blocks"], dtype=torch.int32)
+    for key in range(args["num_experts"]):
+        expert_ids[int(starts[key]) // block_m:int(starts[key] + padded[key]) // block_m] = key
+    expected = dict(expert_ids=expert_ids, num_tokens_post_padded=padded.sum().reshape(1).int(),
+                    counts=_chunk_offsets(counts, starts).reshape(-1).int())
+    return RunCase(args=args, expected=expected, atol=0, rtol=0, note="700 slots, 13 experts, chunks of 64")
+
+
+@run_case("moe_align_scatter")
+def align_scatter_case(variant, gen: torch.Generator) -> RunCase:
+    ids, counts, _, starts, args = _align_state(gen)
+    args["counts"] = _chunk_offsets(counts, starts).reshape(-1).int()
+    expected = torch.full_like(args["sorted_token_ids"], ALIGN_POISON)      # only the slots' places written
+    place = starts.clone()
+    for t, key in enumerate(ids.tolist()):
+        if 0 <= key < args["num_experts"]:
+            expected[place[key]] = t
+            place[key] += 1
+    return RunCase(args=args, expected=dict(sorted_token_ids=expected), atol=0, rtol=0,
+                   note="700 slots, 13 experts, chunks of 64")
