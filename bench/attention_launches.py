@@ -13,7 +13,6 @@ from typing import Callable
 import torch
 
 from gfxasm import kernarg
-from gfxasm.manifest import default_manifest
 from gfxasm.ops import batch_prefill as bp
 from gfxasm.ops import fmha
 
@@ -84,7 +83,7 @@ def paged_parts(B, Hq, Hk, Sq, Sk, causal, dtype=torch.bfloat16, block_scales=Fa
                 page_shift=page.bit_length() - 1, page_stride_shift=page.bit_length() - 1, kv_head_magic=0 if Hq == Hk else -(-2**32 // (Hq // Hk)),
                 store_lse=1, **fmha.score_args(1 / math.sqrt(D), 0.0), **fmha.sinks_args(None, q.device),
                 **fmha.window_args((-1, -1)))
-    variant = default_manifest().kernel(bp.KERNEL).variant(bp.variant_name(dtype, causal, block_scales, page))
+    variant = bp.variant(dtype, causal, block_scales, page)
     return _packed(variant, args, (math.ceil(Sq / Q_TILE), Hq, B))
 
 

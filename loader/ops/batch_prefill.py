@@ -86,7 +86,7 @@ from dataclasses import dataclass
 import torch
 
 from ..launcher import prepare
-from ..manifest import default_manifest
+from ..manifest import Variant, default_manifest
 from . import fmha, framework
 
 HEAD_DIM = 128
@@ -112,13 +112,14 @@ _VLLM = ("block_table", "seqlens_k")
 _DESCALES = ("q_descale", "k_descale", "v_descale")
 
 
-def variant_name(dtype: torch.dtype, causal: bool, block_scales: bool = False, page_size: int = MAX_PAGE_SIZE,
-                 window: bool = False, softcap: bool = False) -> str:
-    """The kernel variant; block scales below BLOCK_SCALE_MIN_PAGE take the per-key `_blks` one;
-    `window`: the sliding-window variant (fmha.windowed); `softcap`: the soft-capping one."""
-    blk = ("_blks" if page_size < BLOCK_SCALE_MIN_PAGE else "_blk") if block_scales else ""
-    return (f"{KERNEL}_{DTYPES[dtype]}{blk}{'_causal' if causal else ''}{'_window' if window else ''}"
-            f"{'_softcap' if softcap else ''}")
+def variant(dtype: torch.dtype, causal: bool, block_scales: bool = False, page_size: int = MAX_PAGE_SIZE,
+            window: bool = False, softcap: bool = False) -> Variant:
+    """The kernel variant, chosen by the source's defines: block scales below
+    BLOCK_SCALE_MIN_PAGE take the per-key BLKS one; `window`: the sliding-window variant
+    (fmha.windowed); `softcap`: the soft-capping one."""
+    return default_manifest().kernel(KERNEL).variant_with(
+        F16=dtype == torch.float16, FP8=dtype == FP8, BLK=block_scales,
+        BLKS=block_scales and page_size < BLOCK_SCALE_MIN_PAGE, FMHA_CAUSAL=causal, WINDOW=window, SOFTCAP=softcap)
 
 
 def out_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -369,7 +370,7 @@ def _f32(x: float) -> float:
 @dataclass(frozen=True)
 class _Checked:
     """What the checks derive from a call: its variant and the launch scalars its layouts fix."""
-    variant: str
+    variant: Variant
     scale: float
     window: tuple[int, int]
     softcap: float
@@ -457,8 +458,8 @@ def _check(call) -> _Checked:
         _check_lse(call, q)
     if softcap and fp8:
         call.fail(ValueError, f"'softcap' applies to bfloat16/float16 inputs only; q is {q.dtype}")
-    name = variant_name(q.dtype, call.causal, block_scales, page_size, fmha.windowed(call.causal, window), softcap > 0)
-    return _Checked(name, scale, window, softcap, k_seq_stride, v_seq_stride, page_ratio_log2)
+    chosen = variant(q.dtype, call.causal, block_scales, page_size, fmha.windowed(call.causal, window), softcap > 0)
+    return _Checked(chosen, scale, window, softcap, k_seq_stride, v_seq_stride, page_ratio_log2)
 
 
 # ------------------------------------------------------------------ the launch
@@ -522,7 +523,7 @@ def _plan(checked: _Checked, call) -> framework.Plan:
     args = kernel_args(checked, call)
     if not args["max_seq_q"]:                   # no sequence has a query
         return framework.Plan()
-    launch = prepare(default_manifest().kernel(KERNEL).variant(checked.variant), args)
+    launch = prepare(checked.variant, args)
     made = {name: args[name] for name in ("kv_start", "seqlen_k", "page_list", "descales", "kv_scales", "sinks")}
     placeholder = args["lse"]                   # the kernel never touches lse without store_lse
 
