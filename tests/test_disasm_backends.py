@@ -135,7 +135,7 @@ def test_every_corpus_object_and_built_kernel_prints_the_same():
     assert differing == [], differing
 
 
-def test_the_source_is_chosen_by_the_environment_then_by_what_is_installed(monkeypatch):
+def test_the_source_is_chosen_by_the_environment_then_by_what_is_installed(monkeypatch, tmp_path):
     monkeypatch.setenv(disasm.SOURCE_ENV, "objdump")
     with pytest.raises(disasm.DisassemblyError, match="GFXASM_DISASSEMBLER='objdump': the disassemblers are "
                                                       "'llvm-c' .* and 'llvm-objdump'"):
@@ -143,7 +143,13 @@ def test_the_source_is_chosen_by_the_environment_then_by_what_is_installed(monke
     monkeypatch.setenv(disasm.SOURCE_ENV, disasm.OBJDUMP)
     assert disasm.source_name() == disasm.OBJDUMP
     monkeypatch.delenv(disasm.SOURCE_ENV)
-    assert disasm.source_name() == (disasm.LLVM_C if HAVE_LLVM_C else disasm.OBJDUMP)
+    assert disasm.source_name() == (disasm.OBJDUMP if disasm.objdump_found() or not HAVE_LLVM_C else disasm.LLVM_C)
+    monkeypatch.setenv("LLVM_BIN", str(tmp_path))                       # no llvm-objdump there
+    find_tool.cache_clear()
+    try:
+        assert disasm.source_name() == (disasm.LLVM_C if HAVE_LLVM_C else disasm.OBJDUMP)
+    finally:
+        find_tool.cache_clear()
 
 
 def test_llvm_c_named_without_rocm_llvm_python_says_what_to_install(monkeypatch):

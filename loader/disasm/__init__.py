@@ -9,9 +9,14 @@ compares them; with `-m full` on every gfx950 corpus object and every built kern
     llvm-objdump  `llvm-objdump -d --mcpu=gfx950` of an LLVM >= 20 toolchain, run per object
                   (objdump.py)
 
-$GFXASM_DISASSEMBLER names one of them; unset, llvm-c is used where rocm-llvm-python is
-installed and llvm-objdump otherwise (`source_name()` says which). A named or installed
-source that fails raises; no call falls back to the other source.
+$GFXASM_DISASSEMBLER names one of them; unset, llvm-objdump is used where an LLVM >= 20
+toolchain is found and llvm-c otherwise, so a pip-only install (the `llvm` extra, nothing
+from apt) emulates (`source_name()` says which). llvm-objdump comes first because the two
+LLVMs are not the same release and do not decode every gfx950 encoding alike: the
+`v_cmpx_*_e64` with an SGPR destination (tests/emu/test_vop.py) is an instruction to
+LLVM 22's llvm-objdump and an undecodable `.long` to rocm-llvm-python 7.2's LLVM, which the
+emulator then refuses. The choice is made per call from the environment; a source that
+fails raises, and no call falls back to the other.
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ import os
 from .lines import MCPU, DisassemblyError, Line
 
 __all__ = ["DisassemblyError", "LLVM_C", "Line", "MCPU", "OBJDUMP", "SOURCE_ENV", "disassemble",
-           "llvm_c_installed", "source_name"]
+           "llvm_c_installed", "objdump_found", "source_name"]
 SOURCE_ENV = "GFXASM_DISASSEMBLER"
 LLVM_C, OBJDUMP = "llvm-c", "llvm-objdump"
 
@@ -34,7 +39,17 @@ def source_name() -> str:
             raise DisassemblyError(f"{SOURCE_ENV}={named!r}: the disassemblers are {LLVM_C!r} (rocm-llvm-python, "
                                    f"`pip install 'gfxasm[llvm]'`) and {OBJDUMP!r}")
         return named
-    return LLVM_C if llvm_c_installed() else OBJDUMP
+    return OBJDUMP if objdump_found() or not llvm_c_installed() else LLVM_C
+
+
+def objdump_found() -> bool:
+    """Whether an LLVM >= 20 llvm-objdump is found (LLVM_BIN, or llvm-objdump-<version> on PATH)."""
+    from ..toolchain import ToolchainError, find_tool
+    try:
+        find_tool("llvm-objdump")
+    except ToolchainError:
+        return False
+    return True
 
 
 def llvm_c_installed() -> bool:
