@@ -704,19 +704,26 @@ def _register_run_case() -> None:
         out = torch.full(q.shape, float("nan"), dtype=out_dtype(dtype))
         lse = torch.full((heads_q, q.shape[0]), float("nan"))
         kv_block = torch.rand(num_pages, heads_k, 2, generator=gen) + 0.5 if blk else None
+        # each variant with what the op would give it (the call's checks choose this variant)
+        window = ((37, 0) if causal else (37, 11)) if variant.defines.get("WINDOW") else (-1, -1)
+        softcap = 2.0 if variant.defines.get("SOFTCAP") else 0.0
         call = framework.Call(NAME, dict(q=q, k_cache=k, v_cache=v, qo_indptr=qo_indptr, **table, block_table=None,
-                                         seqlens_k=None, causal=causal, softmax_scale=None, window_left=-1,
-                                         window_right=-1, sinks=None, softcap=0.0, q_descale=None,
+                                         seqlens_k=None, causal=causal, softmax_scale=None, window_left=window[0],
+                                         window_right=window[1], sinks=None, softcap=softcap, q_descale=None,
                                          k_descale=None, v_descale=None, kv_block_descale=kv_block, out=out, lse=lse),
                               True)
         o_ref, lse_ref, bound = reference(q, k, v, qo_indptr, *normalise(len(seq_q), page_size, num_pages, **table),
-                                          causal=causal, kv_block_descale=kv_block, p_bound=True)
+                                          causal=causal, window=window, softcap=softcap, kv_block_descale=kv_block,
+                                          p_bound=True)
         # one atol for both outputs: FP8's P-rounding bound plus O's rounding, or 2^-6 for bf16/fp16
         # (their tests hold them to flash-attention's rule: tests/test_batch_prefill.py)
         slack = 2.0**-8 * o_ref.abs().max().item() + 2.0**-6
         atol = (bound.max().item() if dtype == FP8 else 0.0) + slack
-        return RunCase(args=kernel_args(_check(call), call), expected={"o": o_ref.float(), "lse": lse_ref.float()},
-                       atol=atol, rtol=0.0, note=f"Sq={seq_q} Sk={seq_k} page {page_size} Hq={heads_q} Hk={heads_k}")
+        checked = _check(call)
+        assert checked.variant.name == variant.name, f"the case's arguments choose {checked.variant.name}, not {variant.name}"
+        return RunCase(args=kernel_args(checked, call), expected={"o": o_ref.float(), "lse": lse_ref.float()},
+                       atol=atol, rtol=0.0, note=f"Sq={seq_q} Sk={seq_k} page {page_size} Hq={heads_q} Hk={heads_k} "
+                                                 f"window {window} softcap {softcap}")
 
 
 _register_run_case()

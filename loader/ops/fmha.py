@@ -498,12 +498,18 @@ def _register_run_case() -> None:
         v = torch.randn(batch, seq_k, heads_k, HEAD_DIM, generator=gen).to(dtype)
         o = torch.full(q.shape, float("nan"), dtype=dtype)
         lse = torch.full((batch, heads_q, seq_q), float("nan"))
-        o_ref, lse_ref = reference(q, k, v, causal=causal)
-        o_tol, lse_tol = tolerances(q, k, v, o_ref, lse_ref, causal=causal)
-        args = kernel_args(q, k, v, o, lse, 1.0 / math.sqrt(HEAD_DIM))
+        # each variant with what the op would give it: a window for WINDOW (the op picks it only
+        # for a bounded one), a softcap the scores reach for SOFTCAP
+        window = ((37, 0) if causal else (37, 11)) if variant.defines.get("WINDOW") else (-1, -1)
+        softcap = 2.0 if variant.defines.get("SOFTCAP") else 0.0
+        features = dict(causal=causal, window=window, softcap=softcap)
+        o_ref, lse_ref = reference(q, k, v, **features)
+        o_tol, lse_tol = tolerances(q, k, v, o_ref, lse_ref, **features)
+        args = kernel_args(q, k, v, o, lse, 1.0 / math.sqrt(HEAD_DIM), window=window, softcap=softcap)
         # RunCase has one atol for both outputs: the larger budget (tests check each apart).
         return RunCase(args=args, expected={"o": o_ref, "lse": lse_ref}, atol=max(o_tol, lse_tol), rtol=0.0,
-                       note=f"B={batch} Sq={seq_q} Sk={seq_k} Hq={heads_q} Hk={heads_k}")
+                       note=f"B={batch} Sq={seq_q} Sk={seq_k} Hq={heads_q} Hk={heads_k} window {window} "
+                            f"softcap {softcap}")
 
 
 _register_run_case()
