@@ -152,16 +152,7 @@ L_stored_\@:
 .endm
 
 ; --- prologue ---
-    load_kernarg s_rsrc_a, a
-    load_kernarg s_rsrc_as, a_scale
-    load_kernarg s_rsrc_b, b
-    load_kernarg s_rsrc_bs, b_scale
-    load_kernarg s_rsrc_out, out
-    load_kernarg s_rsrc_ws, ws
-    load_kernarg s_M, M
-    load_kernarg s_N, N
-    load_kernarg s_K, K
-    load_kernarg s_splits, splits
+    load_mxfp8_gemm_args
     mfma_lanes
     s_waitcnt lgkmcnt(0)                                    ; in flight: 6 pointers, M, N, K, splits → wait for all
     activation_rsrcs

@@ -300,16 +300,7 @@ set_log2 R_SHIFT, R
 .endm
 
 ; --- prologue: arguments, buffer descriptors, per-lane offsets ---
-    load_kernarg s_rsrc_a, a
-    load_kernarg s_rsrc_as, a_scale
-    load_kernarg s_rsrc_b, b
-    load_kernarg s_rsrc_bs, b_scale
-    load_kernarg s_rsrc_out, out
-    load_kernarg s_rsrc_ws, ws
-    load_kernarg s_M, M
-    load_kernarg s_N, N
-    load_kernarg s_K, K
-    load_kernarg s_splits, splits
+    load_mxfp8_gemm_args
     v_and_b32 v[v_tid], 0x3ff, v[v_workitem]                ; work-item id x
     v_and_b32 v[v_lane], 63, v[v_tid]
     v_lshrrev_b32 v[v_tmp], 6, v[v_tid]                     ; wave index (uniform in the wave)
