@@ -140,19 +140,24 @@ def fmha_fwd(B: int, Hq: int, Hk: int, Sq: int, Sk: int, seed: int = 0, causal: 
                 [q, k, v, o, lse], check)
 
 
+def cu_seqlens(seqlens_q: list[int], seqlens_k: list[int], causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Group mode's int32 [B+1] sequence starts of q and k, the lengths checked."""
+    if len(seqlens_q) != len(seqlens_k) or not seqlens_q:
+        raise ValueError("seqlens_q and seqlens_k must be non-empty lists of one length")
+    if causal and any(a > b for a, b in zip(seqlens_q, seqlens_k)):
+        raise ValueError("causal needs seqlen_q <= seqlen_k in every sequence")
+    starts = lambda lengths: torch.tensor([0] + lengths, dtype=torch.int32).cumsum(0).to(torch.int32)  # noqa: E731
+    return starts(seqlens_q), starts(seqlens_k)
+
+
 def fmha_fwd_group(seqlens_q: list[int], seqlens_k: list[int], Hq: int, Hk: int, seed: int = 0,
                    causal: bool = False) -> Case:
     """Group (varlen) mode, asm_mha_varlen_fwd.cu: q/o [total_q, Hq, 128], k/v [total_k, Hk,
     128], cu_seqlens int32 [B+1], lse [Hq, total_q]; batch strides 0; the grid is
     (Hq, B, tiles of total_q) as fmha_fwd_v3_group_dispatcher computes it (traits.s is
     mha_fwd_args.seqlen_q = total_q), so workgroups past a sequence's end must exit."""
-    if len(seqlens_q) != len(seqlens_k) or not seqlens_q:
-        raise ValueError("seqlens_q and seqlens_k must be non-empty lists of one length")
-    if causal and any(a > b for a, b in zip(seqlens_q, seqlens_k)):
-        raise ValueError("causal needs seqlen_q <= seqlen_k in every sequence")
+    cu_q, cu_k = cu_seqlens(seqlens_q, seqlens_k, causal)
     g = torch.Generator().manual_seed(seed)
-    cu_q = torch.tensor([0] + seqlens_q, dtype=torch.int32).cumsum(0).to(torch.int32)
-    cu_k = torch.tensor([0] + seqlens_k, dtype=torch.int32).cumsum(0).to(torch.int32)
     total_q, total_k = int(cu_q[-1]), int(cu_k[-1])
     q = torch.randn(total_q, Hq, FMHA_D, generator=g).to(torch.bfloat16)
     k, v = _kv_with_slack((total_k, Hk, FMHA_D), 0, g)

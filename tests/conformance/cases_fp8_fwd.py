@@ -29,7 +29,7 @@ import torch
 
 from gfxasm import corpus
 
-from .cases import Case, Kernarg, _fmha_q_tiles, _fmha_tune_opt, poison
+from .cases import Case, Kernarg, _fmha_q_tiles, _fmha_tune_opt, cu_seqlens, poison
 
 TS_QO = 256
 TS_KV = 128
@@ -96,13 +96,8 @@ def fp8_fwd_group(seqlens_q: list[int], seqlens_k: list[int], Hq: int, Hk: int, 
     [B+1] (given as both the sequence starts and the padded starts, as mha_fwd.cu does
     without cu_seqlen pointers), lse [Hq, total_q], batch strides 0; grid (Hq, B, tiles of
     total_q)."""
-    if len(seqlens_q) != len(seqlens_k) or not seqlens_q:
-        raise ValueError("seqlens_q and seqlens_k must be non-empty lists of one length")
-    if causal and any(a > b for a, b in zip(seqlens_q, seqlens_k)):
-        raise ValueError("causal needs seqlen_q <= seqlen_k in every sequence")
+    cu_q, cu_k = cu_seqlens(seqlens_q, seqlens_k, causal)
     g = torch.Generator().manual_seed(seed)
-    cu_q = torch.tensor([0] + seqlens_q, dtype=torch.int32).cumsum(0).to(torch.int32)
-    cu_k = torch.tensor([0] + seqlens_k, dtype=torch.int32).cumsum(0).to(torch.int32)
     total_q = int(cu_q[-1])
     t = _tensors((total_q, Hq), (int(cu_k[-1]), Hk), 0, g)
     o = poison((total_q, Hq, D), torch.bfloat16)
