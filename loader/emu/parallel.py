@@ -125,7 +125,12 @@ def run_piece(kernel, run_, piece: Piece, budget: int) -> PieceResult:
 
 
 # ---------------------------------------------------------------------- engines
-_FORKED = None      # (kernel, run_, pieces, budget): what forked workers run pieces of
+_FORKED = None      # in a worker: (kernel, run_, pieces, budget), what it runs pieces of
+
+
+def _forked_init(state) -> None:
+    global _FORKED
+    _FORKED = state
 
 
 def _forked_piece(index: int) -> PieceResult:
@@ -134,13 +139,15 @@ def _forked_piece(index: int) -> PieceResult:
 
 
 def _in_processes(kernel, run_, pieces, budget, jobs):
-    global _FORKED
-    _FORKED = (kernel, run_, pieces, budget)
-    try:
-        with multiprocessing.get_context("fork").Pool(min(jobs, len(pieces))) as pool:
-            yield from pool.imap(_forked_piece, range(len(pieces)))
-    finally:
-        _FORKED = None
+    # Each worker gets the launch's state through the pool's initializer (inherited by the
+    # fork, not pickled). A module global set here and cleared in a `finally` raced: a launch
+    # that raised (a race report) left this generator suspended, and its `finally` ran when
+    # it was collected, which could fall between the next launch setting the global and its
+    # pool forking, so those workers found None.
+    state = (kernel, run_, pieces, budget)
+    with multiprocessing.get_context("fork").Pool(min(jobs, len(pieces)), initializer=_forked_init,
+                                                  initargs=(state,)) as pool:
+        yield from pool.imap(_forked_piece, range(len(pieces)))
 
 
 def _ray_piece(module_class, co_bytes: bytes, name: str, run_, regions, piece: Piece, budget: int) -> PieceResult:
