@@ -463,6 +463,16 @@ def _fmha_inputs():
     return q, kv
 
 
+def both_refuse(error, words, **options):
+    """fmha_fwd and batch_prefill each refuse `options` before launch with `error` matching `words`."""
+    q, kv = _fmha_inputs()
+    with pytest.raises(error, match=words):
+        gfxasm.fmha_fwd(q, kv, kv, **options)
+    q2, k_cache, v_cache, qo, sglang, _, _ = make_paged([4], [8], 16, 4, 2, torch.bfloat16, 0)
+    with pytest.raises(error, match=words):
+        gfxasm.batch_prefill(q2, k_cache, v_cache, qo, **sglang, **options)
+
+
 @pytest.mark.parametrize("sinks, error, words", [
     (torch.zeros(3), ValueError, r"'sinks' must be \[heads_q\] = \[4\]"),
     (torch.zeros(4, dtype=torch.float64), TypeError, "'sinks' dtype must be torch.float32"),
@@ -473,12 +483,7 @@ def _fmha_inputs():
     ([0.0] * 4, TypeError, "'sinks' must be a torch.Tensor"),
 ])
 def test_bad_sinks(sinks, error, words):
-    q, kv = _fmha_inputs()
-    with pytest.raises(error, match=words):
-        gfxasm.fmha_fwd(q, kv, kv, sinks=sinks)
-    q2, k_cache, v_cache, qo, sglang, _, _ = make_paged([4], [8], 16, 4, 2, torch.bfloat16, 0)
-    with pytest.raises(error, match=words):
-        gfxasm.batch_prefill(q2, k_cache, v_cache, qo, **sglang, sinks=sinks)
+    both_refuse(error, words, sinks=sinks)
 
 
 @pytest.mark.parametrize("options, error, words", [
@@ -489,12 +494,7 @@ def test_bad_sinks(sinks, error, words):
     (dict(window_size=(4, 3), causal=True), ValueError, "causal=True means window_size right = 0"),
 ])
 def test_bad_window(options, error, words):
-    q, kv = _fmha_inputs()
-    with pytest.raises(error, match=words):
-        gfxasm.fmha_fwd(q, kv, kv, **options)
-    q2, k_cache, v_cache, qo, sglang, _, _ = make_paged([4], [8], 16, 4, 2, torch.bfloat16, 0)
-    with pytest.raises(error, match=words):
-        gfxasm.batch_prefill(q2, k_cache, v_cache, qo, **sglang, **options)
+    both_refuse(error, words, **options)
 
 
 @pytest.mark.parametrize("softcap, error, words", [
@@ -505,12 +505,7 @@ def test_bad_window(options, error, words):
     (float("nan"), ValueError, "'softcap' must be finite and >= 0"),
 ])
 def test_bad_softcap(softcap, error, words):
-    q, kv = _fmha_inputs()
-    with pytest.raises(error, match=words):
-        gfxasm.fmha_fwd(q, kv, kv, softcap=softcap)
-    q2, k_cache, v_cache, qo, sglang, _, _ = make_paged([4], [8], 16, 4, 2, torch.bfloat16, 0)
-    with pytest.raises(error, match=words):
-        gfxasm.batch_prefill(q2, k_cache, v_cache, qo, **sglang, softcap=softcap)
+    both_refuse(error, words, softcap=softcap)
 
 
 def test_fp8_softcap_refused():
