@@ -658,28 +658,28 @@
 
 ; ============================================================================ prologue
 
-    s_load_dwordx2 s[s_ptr_q:s_ptr_q+1], s[s_kernarg:s_kernarg+1], k_q
-    s_load_dwordx2 s[s_ptr_k:s_ptr_k+1], s[s_kernarg:s_kernarg+1], k_k_cache
-    s_load_dwordx2 s[s_ptr_v:s_ptr_v+1], s[s_kernarg:s_kernarg+1], k_v_cache
-    s_load_dwordx2 s[s_ptr_sl:s_ptr_sl+1], s[s_kernarg:s_kernarg+1], k_cache_seqlens
-    s_load_dwordx2 s[s_ptr_bt:s_ptr_bt+1], s[s_kernarg:s_kernarg+1], k_block_table
-    s_load_dwordx2 s[s_ptr_lp:s_ptr_lp+1], s[s_kernarg:s_kernarg+1], k_cache_leftpad
-    s_load_dwordx2 s[s_ptr_o:s_ptr_o+1], s[s_kernarg:s_kernarg+1], k_o
-    s_load_dwordx2 s[s_ptr_lse:s_ptr_lse+1], s[s_kernarg:s_kernarg+1], k_lse
-    s_load_dwordx2 s[s_ptr_wso:s_ptr_wso+1], s[s_kernarg:s_kernarg+1], k_ws_o
-    s_load_dwordx2 s[s_ptr_wsl:s_ptr_wsl+1], s[s_kernarg:s_kernarg+1], k_ws_lse
+    load_kernarg s_ptr_q, q
+    load_kernarg s_ptr_k, k_cache
+    load_kernarg s_ptr_v, v_cache
+    load_kernarg s_ptr_sl, cache_seqlens
+    load_kernarg s_ptr_bt, block_table
+    load_kernarg s_ptr_lp, cache_leftpad
+    load_kernarg s_ptr_o, o
+    load_kernarg s_ptr_lse, lse
+    load_kernarg s_ptr_wso, ws_o
+    load_kernarg s_ptr_wsl, ws_lse
 .if FP8_TENSOR
-    s_load_dwordx2 s[s_ptr_kd:s_ptr_kd+1], s[s_kernarg:s_kernarg+1], k_k_descale
-    s_load_dwordx2 s[s_ptr_vd:s_ptr_vd+1], s[s_kernarg:s_kernarg+1], k_v_descale
+    load_kernarg s_ptr_kd, k_descale
+    load_kernarg s_ptr_vd, v_descale
 .endif
     .irp name, seq_q, heads_q, group, group_magic, tiles_magic, row_tiles, rows, max_pages, pages_m1, page_shift
-        s_load_dword s[s_\name], s[s_kernarg:s_kernarg+1], k_\name
+        load_kernarg s_\name, \name
     .endr
     .irp name, k_page_stride, k_seq_stride, k_head_stride, v_page_stride, v_seq_stride, v_head_stride, q_seq_stride, q_head_stride, q_batch_stride, o_seq_stride, o_head_stride, o_batch_stride, lse_head_stride, lse_batch_stride
-        s_load_dword s[s_\name], s[s_kernarg:s_kernarg+1], k_\name
+        load_kernarg s_\name, \name
     .endr
     .irp name, ws_stride, wsl_stride, chunk, window, future, scale_log2, partial, store_lse
-        s_load_dword s[s_\name], s[s_kernarg:s_kernarg+1], k_\name
+        load_kernarg s_\name, \name
     .endr
     v_and_b32 v[v_lane], 63, v[v_workitem]
     v_bfe_u32 v[v_t0], v[v_workitem], 6, 4              ; wave = work-item x / 64
@@ -713,7 +713,7 @@
     s_add_u32 s[s_ptr_bt], s[s_ptr_bt], s[s_t]
     s_addc_u32 s[s_ptr_bt+1], s[s_ptr_bt+1], 0
 .if SOFTCAP
-    s_load_dword s[s_softcap], s[s_kernarg:s_kernarg+1], k_softcap_log2
+    load_kernarg s_softcap, softcap_log2
 .endif
     s_mul_i32 s[s_t], s[s_hkv], s[s_k_head_stride]               ; caches: + kv head offset
     s_add_u32 s[s_ptr_k], s[s_ptr_k], s[s_t]
@@ -794,14 +794,14 @@
     v_sub_u32 v[v_klo], v[v_klo], v[v_t1]               ; 4g - lo
 .if FP8_TOKEN
     ; the pairs' pointers and strides, over registers the prologue is done with
-    s_load_dwordx2 s[s_ptr_ks:s_ptr_ks+1], s[s_kernarg:s_kernarg+1], k_k_scale_shift
-    s_load_dwordx2 s[s_ptr_vs:s_ptr_vs+1], s[s_kernarg:s_kernarg+1], k_v_scale_shift
-    s_load_dword s[s_k_scale_shift_page_stride], s[s_kernarg:s_kernarg+1], k_k_scale_shift_page_stride
-    s_load_dword s[s_k_scale_shift_seq_stride], s[s_kernarg:s_kernarg+1], k_k_scale_shift_seq_stride
-    s_load_dword s[s_v_scale_shift_page_stride], s[s_kernarg:s_kernarg+1], k_v_scale_shift_page_stride
-    s_load_dword s[s_v_scale_shift_seq_stride], s[s_kernarg:s_kernarg+1], k_v_scale_shift_seq_stride
-    s_load_dword s[s_t], s[s_kernarg:s_kernarg+1], k_k_scale_shift_head_stride
-    s_load_dword s[s_u], s[s_kernarg:s_kernarg+1], k_v_scale_shift_head_stride
+    load_kernarg s_ptr_ks, k_scale_shift
+    load_kernarg s_ptr_vs, v_scale_shift
+    load_kernarg s_k_scale_shift_page_stride, k_scale_shift_page_stride
+    load_kernarg s_k_scale_shift_seq_stride, k_scale_shift_seq_stride
+    load_kernarg s_v_scale_shift_page_stride, v_scale_shift_page_stride
+    load_kernarg s_v_scale_shift_seq_stride, v_scale_shift_seq_stride
+    load_kernarg s_t, k_scale_shift_head_stride
+    load_kernarg s_u, v_scale_shift_head_stride
     .irp i, 0, 1, 2, 3
         v_mov_b32 v[v_k + \i], ONES
     .endr

@@ -104,13 +104,13 @@
     .endr
 .endm
 
-    s_load_dwordx2 s[s_ptr_wso:s_ptr_wso+1], s[s_kernarg:s_kernarg+1], k_ws_o
-    s_load_dwordx2 s[s_ptr_wsl:s_ptr_wsl+1], s[s_kernarg:s_kernarg+1], k_ws_lse
-    s_load_dwordx2 s[s_ptr_sink:s_ptr_sink+1], s[s_kernarg:s_kernarg+1], k_sinks
-    s_load_dwordx2 s[s_ptr_o:s_ptr_o+1], s[s_kernarg:s_kernarg+1], k_o
-    s_load_dwordx2 s[s_ptr_lse:s_ptr_lse+1], s[s_kernarg:s_kernarg+1], k_lse
+    load_kernarg s_ptr_wso, ws_o
+    load_kernarg s_ptr_wsl, ws_lse
+    load_kernarg s_ptr_sink, sinks
+    load_kernarg s_ptr_o, o
+    load_kernarg s_ptr_lse, lse
     .irp name, splits, seq_q, heads_q, ws_stride, wsl_stride, o_seq_stride, o_head_stride, o_batch_stride, lse_head_stride, lse_batch_stride, has_sinks, store_lse
-        s_load_dword s[s_\name], s[s_kernarg:s_kernarg+1], k_\name
+        load_kernarg s_\name, \name
     .endr
     v_and_b32 v[v_lane], 0x3ff, v[v_workitem]
     v_mov_b32 v[v_m], M_INIT

@@ -764,7 +764,7 @@ L_orescale_back_\tag:
 ; key, the sink's weight 1): empty_rows_nan does not apply. Out of line, once per wave.
 .macro sinks_row
 L_sinks:
-    s_load_dwordx2 s[s_ptr_sinks:s_ptr_sinks+1], s[s_kernarg:s_kernarg+1], k_sinks
+    load_kernarg s_ptr_sinks, sinks
     s_lshl_b32 s[s_t0], s[s_wg_y], 2
 .if FP8 && !BLK
     v_mul_f32 v[v_t1], s[s_c], v[v_m]                   ; (m in raw score units: c m in log2 units)
@@ -913,30 +913,30 @@ L_orescale_\tag:
 .if PAGED
     paged_load_args                                     ; fmha_paged.inc: kernargs, this sequence's rows and pages
 .else
-    s_load_dwordx2 s[s_ptr_q:s_ptr_q+1], s[s_kernarg:s_kernarg+1], k_q
-    s_load_dwordx2 s[s_ptr_k:s_ptr_k+1], s[s_kernarg:s_kernarg+1], k_k
-    s_load_dwordx2 s[s_ptr_v:s_ptr_v+1], s[s_kernarg:s_kernarg+1], k_v
-    s_load_dwordx2 s[s_ptr_o:s_ptr_o+1], s[s_kernarg:s_kernarg+1], k_o
-    s_load_dwordx2 s[s_ptr_lse:s_ptr_lse+1], s[s_kernarg:s_kernarg+1], k_lse
-    s_load_dword s[s_seq_q], s[s_kernarg:s_kernarg+1], k_seq_q
-    s_load_dword s[s_seq_k], s[s_kernarg:s_kernarg+1], k_seq_k
-    s_load_dword s[s_q_ss], s[s_kernarg:s_kernarg+1], k_q_seq_stride
-    s_load_dword s[s_q_hs], s[s_kernarg:s_kernarg+1], k_q_head_stride
-    s_load_dword s[s_q_bs], s[s_kernarg:s_kernarg+1], k_q_batch_stride
-    s_load_dword s[s_k_ss], s[s_kernarg:s_kernarg+1], k_k_seq_stride
-    s_load_dword s[s_k_hs], s[s_kernarg:s_kernarg+1], k_k_head_stride
-    s_load_dword s[s_k_bs], s[s_kernarg:s_kernarg+1], k_k_batch_stride
-    s_load_dword s[s_v_ss], s[s_kernarg:s_kernarg+1], k_v_seq_stride
-    s_load_dword s[s_v_hs], s[s_kernarg:s_kernarg+1], k_v_head_stride
-    s_load_dword s[s_v_bs], s[s_kernarg:s_kernarg+1], k_v_batch_stride
-    s_load_dword s[s_o_ss], s[s_kernarg:s_kernarg+1], k_o_seq_stride
-    s_load_dword s[s_o_hs], s[s_kernarg:s_kernarg+1], k_o_head_stride
-    s_load_dword s[s_o_bs], s[s_kernarg:s_kernarg+1], k_o_batch_stride
-    s_load_dword s[s_lse_hs], s[s_kernarg:s_kernarg+1], k_lse_head_stride
-    s_load_dword s[s_lse_bs], s[s_kernarg:s_kernarg+1], k_lse_batch_stride
-    s_load_dword s[s_kv_magic], s[s_kernarg:s_kernarg+1], k_kv_head_magic
-    s_load_dword s[s_scale_log2], s[s_kernarg:s_kernarg+1], k_scale_log2
-    s_load_dword s[s_store_lse], s[s_kernarg:s_kernarg+1], k_store_lse
+    load_kernarg s_ptr_q, q
+    load_kernarg s_ptr_k, k
+    load_kernarg s_ptr_v, v
+    load_kernarg s_ptr_o, o
+    load_kernarg s_ptr_lse, lse
+    load_kernarg s_seq_q, seq_q
+    load_kernarg s_seq_k, seq_k
+    load_kernarg s_q_ss, q_seq_stride
+    load_kernarg s_q_hs, q_head_stride
+    load_kernarg s_q_bs, q_batch_stride
+    load_kernarg s_k_ss, k_seq_stride
+    load_kernarg s_k_hs, k_head_stride
+    load_kernarg s_k_bs, k_batch_stride
+    load_kernarg s_v_ss, v_seq_stride
+    load_kernarg s_v_hs, v_head_stride
+    load_kernarg s_v_bs, v_batch_stride
+    load_kernarg s_o_ss, o_seq_stride
+    load_kernarg s_o_hs, o_head_stride
+    load_kernarg s_o_bs, o_batch_stride
+    load_kernarg s_lse_hs, lse_head_stride
+    load_kernarg s_lse_bs, lse_batch_stride
+    load_kernarg s_kv_magic, kv_head_magic
+    load_kernarg s_scale_log2, scale_log2
+    load_kernarg s_store_lse, store_lse
 .if WINDOW
     window_load_args
 .endif
@@ -1449,7 +1449,7 @@ L_group2:
 
 ; ============================================================================ epilogue
 L_epilogue:
-    s_load_dword s[s_has_sinks], s[s_kernarg:s_kernarg+1], k_has_sinks
+    load_kernarg s_has_sinks, has_sinks
 .if PAGED
     s_waitcnt vmcnt(0)                  ; in flight: the last DMA's page entries (v_g_* in the O staging below)
 .endif

@@ -152,13 +152,13 @@ L_key_done\@:
     v_cndmask_b32 v[v_key], -1, v[v_id], vcc
 .endm
 
-    s_load_dwordx2 s[s_rsrc_ids:s_rsrc_ids+1], s[s_kernarg:s_kernarg+1], k_topk_ids
-    s_load_dwordx2 s[s_rsrc_map:s_rsrc_map+1], s[s_kernarg:s_kernarg+1], k_expert_map
-    s_load_dwordx2 s[s_rsrc_sorted:s_rsrc_sorted+1], s[s_kernarg:s_kernarg+1], k_sorted_token_ids
-    s_load_dwordx2 s[s_rsrc_eids:s_rsrc_eids+1], s[s_kernarg:s_kernarg+1], k_expert_ids
-    s_load_dwordx2 s[s_rsrc_post:s_rsrc_post+1], s[s_kernarg:s_kernarg+1], k_num_tokens_post_padded
-    s_load_dwordx2 s[s_rsrc_counts:s_rsrc_counts+1], s[s_kernarg:s_kernarg+1], k_counts
-    s_load_dwordx8 s[s_slots:s_slots+7], s[s_kernarg:s_kernarg+1], k_slots   ; slots .. chunks, in kernarg order
+    load_kernarg s_rsrc_ids, topk_ids
+    load_kernarg s_rsrc_map, expert_map
+    load_kernarg s_rsrc_sorted, sorted_token_ids
+    load_kernarg s_rsrc_eids, expert_ids
+    load_kernarg s_rsrc_post, num_tokens_post_padded
+    load_kernarg s_rsrc_counts, counts
+    load_kernarg s_slots, slots, 8   ; slots .. chunks, in kernarg order
     v_and_b32 v[v_tid], 0x3ff, v[v_workitem]
     v_and_b32 v[v_lane], 63, v[v_tid]
     v_mov_b32 v[v_one], 1

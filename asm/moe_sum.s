@@ -47,12 +47,12 @@
 .set v_lo, 16                        ; [16:19] low halves as f32; then the 8 bf16 results
 .set v_in, 20                        ; [20:20+4*BATCH) the batch's rows, 8 bf16 each
 
-    s_load_dwordx2 s[s_rsrc_y:s_rsrc_y+1], s[s_kernarg:s_kernarg+1], k_y
-    s_load_dwordx2 s[s_rsrc_ids:s_rsrc_ids+1], s[s_kernarg:s_kernarg+1], k_topk_ids
-    s_load_dwordx2 s[s_rsrc_map:s_rsrc_map+1], s[s_kernarg:s_kernarg+1], k_expert_map
-    s_load_dwordx2 s[s_rsrc_out:s_rsrc_out+1], s[s_kernarg:s_kernarg+1], k_out
-    s_load_dwordx4 s[s_T:s_T+3], s[s_kernarg:s_kernarg+1], k_T          ; T, H, top_k, num_experts
-    s_load_dwordx2 s[s_has_map:s_has_map+1], s[s_kernarg:s_kernarg+1], k_has_map   ; and num_local
+    load_kernarg s_rsrc_y, y
+    load_kernarg s_rsrc_ids, topk_ids
+    load_kernarg s_rsrc_map, expert_map
+    load_kernarg s_rsrc_out, out
+    load_kernarg s_T, T, 4          ; T, H, top_k, num_experts
+    load_kernarg s_has_map, has_map, 2   ; and num_local
     v_and_b32 v[v_c], 0x3ff, v[v_workitem]
     .irp i, 0, 1, 2, 3, 4, 5, 6, 7
         v_mov_b32 v[v_acc+\i], 0

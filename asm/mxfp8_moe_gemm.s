@@ -526,45 +526,45 @@ L_fs_done_\@:
 .endm
 
 ; --- prologue ---
-    s_load_dwordx2 s[s_rsrc_a:s_rsrc_a+1], s[s_kernarg:s_kernarg+1], k_a
-    s_load_dwordx2 s[s_rsrc_as:s_rsrc_as+1], s[s_kernarg:s_kernarg+1], k_a_scale
-    s_load_dwordx2 s[s_rsrc_b:s_rsrc_b+1], s[s_kernarg:s_kernarg+1], k_w
-    s_load_dwordx2 s[s_rsrc_bs:s_rsrc_bs+1], s[s_kernarg:s_kernarg+1], k_w_scale
+    load_kernarg s_rsrc_a, a
+    load_kernarg s_rsrc_as, a_scale
+    load_kernarg s_rsrc_b, w
+    load_kernarg s_rsrc_bs, w_scale
 .if SWIGLU
-    s_load_dwordx2 s[s_rsrc_out:s_rsrc_out+1], s[s_kernarg:s_kernarg+1], k_q
-    s_load_dwordx2 s[s_rsrc_sc:s_rsrc_sc+1], s[s_kernarg:s_kernarg+1], k_scale
-    s_load_dwordx2 s[s_nal:s_nal+1], s[s_kernarg:s_kernarg+1], k_neg_alpha_log2e   ; and beta
-    s_load_dword s[s_limit], s[s_kernarg:s_kernarg+1], k_limit
+    load_kernarg s_rsrc_out, q
+    load_kernarg s_rsrc_sc, scale
+    load_kernarg s_nal, neg_alpha_log2e, 2   ; and beta
+    load_kernarg s_limit, limit
 .else
-    s_load_dwordx2 s[s_rsrc_out:s_rsrc_out+1], s[s_kernarg:s_kernarg+1], k_out
+    load_kernarg s_rsrc_out, out
 .endif
 .if DIRECT
-    s_load_dwordx2 s[s_rsrc_ids:s_rsrc_ids+1], s[s_kernarg:s_kernarg+1], k_topk_ids
-    s_load_dwordx2 s[s_rsrc_map:s_rsrc_map+1], s[s_kernarg:s_kernarg+1], k_expert_map
+    load_kernarg s_rsrc_ids, topk_ids
+    load_kernarg s_rsrc_map, expert_map
 .else
-    s_load_dwordx2 s[s_rsrc_ids:s_rsrc_ids+1], s[s_kernarg:s_kernarg+1], k_sorted_token_ids
+    load_kernarg s_rsrc_ids, sorted_token_ids
 .endif
-    s_load_dwordx2 s[s_rsrc_tw:s_rsrc_tw+1], s[s_kernarg:s_kernarg+1], k_topk_weights
+    load_kernarg s_rsrc_tw, topk_weights
 .if !DIRECT
-    s_load_dwordx2 s[s_eptr:s_eptr+1], s[s_kernarg:s_kernarg+1], k_expert_ids
-    s_load_dwordx2 s[s_nptr:s_nptr+1], s[s_kernarg:s_kernarg+1], k_num_tokens_post_padded
+    load_kernarg s_eptr, expert_ids
+    load_kernarg s_nptr, num_tokens_post_padded
 .endif
-    s_load_dword s[s_M], s[s_kernarg:s_kernarg+1], k_M
-    s_load_dword s[s_N], s[s_kernarg:s_kernarg+1], k_N
-    s_load_dword s[s_K], s[s_kernarg:s_kernarg+1], k_K
-    s_load_dword s[s_E], s[s_kernarg:s_kernarg+1], k_E
-    s_load_dword s[s_valid], s[s_kernarg:s_kernarg+1], k_valid
+    load_kernarg s_M, M
+    load_kernarg s_N, N
+    load_kernarg s_K, K
+    load_kernarg s_E, E
+    load_kernarg s_valid, valid
 .if DIRECT
-    s_load_dword s[s_topk], s[s_kernarg:s_kernarg+1], k_top_k
-    s_load_dword s[s_Eg], s[s_kernarg:s_kernarg+1], k_num_experts
-    s_load_dword s[s_has_map], s[s_kernarg:s_kernarg+1], k_has_map
-    s_load_dword s[s_tokens], s[s_kernarg:s_kernarg+1], k_tokens
+    load_kernarg s_topk, top_k
+    load_kernarg s_Eg, num_experts
+    load_kernarg s_has_map, has_map
+    load_kernarg s_tokens, tokens
 .else
-    s_load_dword s[s_blocks], s[s_kernarg:s_kernarg+1], k_blocks
-    s_load_dword s[s_block_m], s[s_kernarg:s_kernarg+1], k_block_m
+    load_kernarg s_blocks, blocks
+    load_kernarg s_block_m, block_m
 .endif
-    s_load_dword s[s_magic], s[s_kernarg:s_kernarg+1], k_a_div_magic
-    s_load_dword s[s_has_w], s[s_kernarg:s_kernarg+1], k_has_weights
+    load_kernarg s_magic, a_div_magic
+    load_kernarg s_has_w, has_weights
     mfma_lanes
     .set t_, 0
     .rept MT

@@ -278,3 +278,16 @@ def test_load_kernarg_refuses_what_the_manifest_does_not_hold(tmp_path, line, me
                                                              "args": LOAD_KERNARG_ARGS}}))
     with pytest.raises(BuildError, match=message):
         build_manifest(manifest)
+
+
+def test_kernel_sources_load_kernargs_only_through_the_manifest():
+    # An offset written by hand goes stale when the manifest's layout changes; load_kernarg
+    # takes offset and width from the manifest, so no product source addresses the kernarg
+    # segment itself.
+    sources = sorted((REPO_ROOT / "asm").rglob("*.s")) + sorted((REPO_ROOT / "asm").rglob("*.inc"))
+    assert len(sources) > 10
+    by_hand = [f"{path.relative_to(REPO_ROOT)}:{number}"
+               for path in sources
+               for number, line in enumerate(path.read_text().splitlines(), 1)
+               if "s[s_kernarg:" in line.split(";")[0]]
+    assert by_hand == []
