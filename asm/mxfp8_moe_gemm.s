@@ -42,7 +42,9 @@
 ; tiles w, w+4: for D register r of lane l (row 16t + 4(l/16) + r, column n0 + 16j + l%16)
 ; it reads the row's slot and weight (ds_read_b128 of 4 rows), sums the 4 copies, multiplies
 ; by the weight in f32, rounds once to bf16/f16 and stores at out[slot, n]; a sentinel slot
-; or n >= N gets voffset OOB_OFFSET and is dropped.
+; or n >= N gets voffset OOB_OFFSET and is dropped. With MT * NT = 16 (block_m 64 x 64
+; columns, the prefill tile) the row table starts at 64 KiB, past the DS offset field: its
+; reads take the base in the address.
 ;
 ; SWIGLU = 1 (the MoE layer's gate_up GEMM fused with swiglu_mxfp8_quant; NT = 4, no topk
 ; weights): w holds [gate rows 0..I-1 | up rows I..2I-1] per expert (N = 2I, I % 32 == 0) and
@@ -806,9 +808,16 @@ L_tile:
     s_lshr_b32 s[s_tmp], s[s_q], NT_SHIFT                   ; t
     s_lshl_b32 s[s_tmp], s[s_tmp], 6                        ; 64t: byte offset of row 16t
     v_lshlrev_b32 v[v_rows], 4, v[v_g]
+  .if LDS_WEIGHTS > 0xffff                                  ; MT*NT = 16: the row table is past the 16-bit DS
+    s_add_u32 s[s_tmp], s[s_tmp], LDS_SLOTS                 ; offset (64 KiB), so the address carries it
+    v_add_u32 v[v_rows], s[s_tmp], v[v_rows]                ; 4*(16t + 4g) + LDS_SLOTS
+    ds_read_b128 v[v_rslot:v_rslot+3], v[v_rows]
+    ds_read_b128 v[v_rw:v_rw+3], v[v_rows] offset:4*BM
+  .else
     v_add_u32 v[v_rows], s[s_tmp], v[v_rows]                ; 4*(16t + 4g)
     ds_read_b128 v[v_rslot:v_rslot+3], v[v_rows] offset:LDS_SLOTS
     ds_read_b128 v[v_rw:v_rw+3], v[v_rows] offset:LDS_WEIGHTS
+  .endif
     s_and_b32 s[s_tmp+1], s[s_q], NT - 1                    ; j
     s_lshl_b32 s[s_tmp+1], s[s_tmp+1], 4
     s_add_u32 s[s_tmp+1], s[s_tmp+1], s[s_n0]               ; n0 + 16j

@@ -56,11 +56,25 @@ def embedded(t: torch.Tensor, fill) -> tuple[torch.Tensor, torch.Tensor]:
     return view, base
 
 
+def ragged_counts(block_m: int) -> tuple[int, ...]:
+    """Slots per expert of the 'ragged' routing: none, one, block_m - 1, block_m + 1 (a second
+    block with one row), exactly block_m, 2 block_m + 1; 5 block_m + 2 in all."""
+    return 0, 1, block_m - 1, block_m + 1, block_m, 2 * block_m + 1
+
+
 def route(kind, T, top_k, E, block_m, gen, ep=False, stray=False):
     """(sorted_token_ids, expert_ids, num_tokens_post_padded) int32 from moe_align.reference, the
     tail past num_tokens_post_padded filled with valid-looking entries; `stray` adds a block
-    of an expert id >= E and one < -1 and stray slot ids inside the used range."""
-    ids = routing(kind, T, top_k, E, gen)
+    of an expert id >= E and one < -1 and stray slot ids inside the used range. kind 'ragged':
+    experts 0, 1, ... get ragged_counts(block_m) slots (T * top_k must be their sum), in a
+    random slot order."""
+    if kind == "ragged":
+        counts = torch.tensor(ragged_counts(block_m) + (0,) * (E - len(ragged_counts(block_m))))
+        assert int(counts.sum()) == T * top_k
+        ids = torch.repeat_interleave(torch.arange(E), counts)[torch.randperm(T * top_k, generator=gen)]
+        ids = ids.view(T, top_k).to(torch.int32)
+    else:
+        ids = routing(kind, T, top_k, E, gen)
     expert_map = None
     if ep:                           # this rank holds every other expert, renumbered 0..E/2-1
         expert_map = [e // 2 if e % 2 == 0 else -1 for e in range(E)]
@@ -170,13 +184,56 @@ def test_stray_expert_and_slot_ids_are_skipped(block_m):
     assert not written.all()
 
 
-@pytest.mark.parametrize("block_m,nt", [(16, 4), (16, 2), (32, 2), (32, 1)])
-def test_wide_tiles(block_m, nt, monkeypatch):
-    # the variants choose_nt takes for many busy blocks, forced on a small problem; the op's
-    # cached plans (of the real choice) are set aside, and those of the forced one dropped after
+def force_nt(monkeypatch, nt: int) -> None:
+    """The op takes `nt` strips per workgroup; its cached plans (of the real choice) are set
+    aside, and those of the forced one dropped after the test."""
     monkeypatch.setattr(moe, "choose_nt", lambda sizes: nt)
     monkeypatch.setattr(moe.MXFP8_MOE_GEMM, "_cache", {})
+
+
+@pytest.mark.parametrize("block_m,nt", [(16, 4), (16, 2), (32, 2), (32, 1), (64, 2), (64, 4)])
+def test_wide_tiles(block_m, nt, monkeypatch):
+    # the variants choose_nt takes for many busy blocks, forced on a small problem
+    force_nt(monkeypatch, nt)
     check("random", 20, 4, 16, 72, 160, block_m)
+
+
+# The prefill tiles (block_m 64, 32 and 64 columns: m64_n64 reads its row table past the DS
+# offset field) and the decode tiles on ragged expert loads: experts with 0, 1, block_m - 1,
+# block_m + 1, block_m and 2 block_m + 1 slots; N = 72 (a partial column tile), K = 416 (a
+# partial K step, uneven steps per wave).
+@pytest.mark.parametrize("block_m,nt", [(64, 4), (64, 2), (64, 1), (16, 4)])
+def test_ragged_expert_loads(block_m, nt, monkeypatch):
+    force_nt(monkeypatch, nt)
+    written = check("ragged", sum(ragged_counts(block_m)) // 2, 2, 8, 72, 416, block_m, a_div_topk=nt != 2)
+    assert written.all()
+
+
+@pytest.mark.parametrize("nt", [4, 2])
+def test_prefill_tiles_expert_parallel(nt, monkeypatch):
+    # expert_map with half the experts absent (their blocks -1), stray ids, block_m 64
+    force_nt(monkeypatch, nt)
+    assert not check("random", 48, 4, 32, 80, 256, 64, ep=True).all()
+    assert not check("random", 40, 5, 16, 72, 128, 64, stray=True, out_dtype=torch.float16).all()
+
+
+def test_prefill_tiles_bit_equal_to_narrow(monkeypatch):
+    # every D tile sums the same K steps in the same order whatever the tile width (the 4 waves'
+    # steps, their copies added in wave order): the 64- and 32-column tiles write the 16-column
+    # tile's bits
+    gen = torch.Generator().manual_seed(11)
+    T, top_k, E, N, K = 37, 3, 6, 136, 672
+    a, a_scale, w, w_scale = operands(T, E, N, K, gen, torch.bfloat16)
+    routing_ = route("random", T, top_k, E, 64, gen)
+    tw = torch.rand(T, top_k, generator=gen)
+    outs = []
+    for nt in (1, 2, 4):
+        force_nt(monkeypatch, nt)
+        out = torch.full((T * top_k, N), float("nan"), dtype=torch.bfloat16)
+        gfxasm.mxfp8_moe_gemm(a, a_scale, w, w_scale, *routing_, a_div=top_k, topk_weights=tw, out=out)
+        outs.append(out.view(torch.int16))
+    assert not torch.isnan(outs[0].view(torch.bfloat16)).any()
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
 
 
 def test_fp16_output_and_uint8_scales():

@@ -5,6 +5,7 @@
 from . import batch_prefill  # noqa: F401
 from . import decode_attention  # noqa: F401
 from . import fmha  # noqa: F401
+from . import fp8_query  # noqa: F401
 from . import mxfp8_gemm  # noqa: F401
 from . import mxfp8_moe_gemm  # noqa: F401
 from . import moe_align  # noqa: F401

@@ -40,8 +40,8 @@ expert's weight rows, K split over the 4 waves. A block's expert weights are rea
 block: an expert with more than block_m slots has several blocks and re-reads them (through
 L2 when they run together); in decode, with block_m at least the largest expert's slot
 count, every expert present is read exactly once per launch. Tile width: choose_nt (16, 32 or
-64 columns for block_m 16, 16 or 32 for 32, 16 for 64). Modelled speed at the seed's shapes:
-bench/moe_gemm.py.
+64 columns for block_m 16 and 64, 16 or 32 for 32). Modelled speed at the seed's shapes:
+bench/moe_gemm.py; in the MoE layer at T = 1 ... 16,384 tokens: bench/moe.py.
 
 torch ops (declared on loader/ops/framework.py): gfxasm::mxfp8_moe_gemm(a, a_scale, w, w_scale,
 sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, topk_weights, out_dtype) -> out and
@@ -175,11 +175,13 @@ def choose_nt(sizes: dict) -> int:
     its prologue's dependent loads once) whose spread of the weight columns over the CUS
     compute units is within WIDE_SLACK of the most even one. The blocks that carry tokens
     number at most min(blocks, slots, experts), and a CU streams about ceil(workgroups /
-    CUS) * NT strips. block_m 16 takes NT 4, 2 or 1, 32 takes 2 or 1, 64 takes 1 (VGPRs: MT * NT
-    D tiles and the K loop's two or three register sets). Checked against the timing model in
-    bench/moe_gemm.py."""
+    CUS) * NT strips. block_m 16 and 64 take NT 4, 2 or 1, 32 takes 2 or 1 (VGPRs: MT * NT
+    D tiles and the K loop's two or three register sets; block_m 32 at 64 columns halves the
+    workgroups per CU and the timing model finds it no faster at T = 256, bench/moe.py).
+    Checked against the timing model in bench/moe_gemm.py (decode) and bench/moe.py (prefill:
+    the layer's down GEMM at T = 4,096, block_m 64, 842 us at 16 columns, 365 us at 64)."""
     busy = min(sizes["blocks"], sizes["valid"], sizes["E"])
-    choices = {16: (4, 2, 1), 32: (2, 1), 64: (1,)}[sizes["block_m"]]
+    choices = {16: (4, 2, 1), 32: (2, 1), 64: (4, 2, 1)}[sizes["block_m"]]
     cost = {nt: cdiv(busy * cdiv(sizes["N"], 16 * nt), CUS) * nt for nt in choices}
     return next(nt for nt in choices if cost[nt] <= WIDE_SLACK * min(cost.values()))
 
@@ -260,7 +262,8 @@ def mxfp8_moe_gemm(a: torch.Tensor, a_scale: torch.Tensor, w: torch.Tensor, w_sc
                           topk_weights, out_dtype, out=out)
 
 
-TILES = ((16, 1), (16, 2), (16, 4), (32, 1), (32, 2), (64, 1))     # every (block_m, NT) choose_nt can pick
+# every (block_m, NT) choose_nt can pick
+TILES = ((16, 1), (16, 2), (16, 4), (32, 1), (32, 2), (64, 1), (64, 2), (64, 4))
 
 
 def kernel_names() -> list[str]:
