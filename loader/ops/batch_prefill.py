@@ -424,7 +424,7 @@ def _check_attention(call) -> tuple[int, int, int]:
 
 def _check(call) -> _Checked:
     """Everything the metadata can tell, and the index tensors' and scales' contents where
-    they are readable (a real call on CPU tensors)."""
+    they are readable (a real call on CPU tensors: `_check_contents`)."""
     k_seq_stride, v_seq_stride, page_ratio_log2 = _check_attention(call)
     q, k_cache = call.q, call.k_cache
     scale = _softmax_scale(call)
@@ -432,23 +432,16 @@ def _check(call) -> _Checked:
     if qo_indptr.shape[0] < 1:
         call.fail(ValueError, "'qo_indptr' must have batch + 1 >= 1 entries, got 0")
     _index(call, "qo_indptr")
-    batch = qo_indptr.shape[0] - 1
-    readable = call.data and q.device.type == "cpu"
-    num_pages, page_size = k_cache.shape[0], k_cache.shape[1]
-    used = _check_table(call, batch, page_size, num_pages, readable)
-    if readable:
-        total_q, indptr = q.shape[0], qo_indptr.tolist()
-        if indptr[0] != 0 or _decreases(indptr) or indptr[-1] != total_q:
-            call.fail(ValueError, f"'qo_indptr' must start at 0, never decrease and end at total_q = {total_q}, got "
-                                  f"{indptr[:8]}{'...' if batch > 7 else ''} ending at {indptr[-1]}")
+    _check_table(call, qo_indptr.shape[0] - 1, k_cache.shape[1], k_cache.shape[0], readable=False)
     fp8 = q.dtype == FP8
-    _check_descales(call, fp8, readable)
+    _check_descales(call, fp8, readable=False)
     block_scales = fp8 and call.kv_block_descale is not None
-    largest_k_scale = 1.0
     if block_scales:
-        largest_k_scale = _check_block_scales(call, k_cache, used)
+        _check_block_scales(call, k_cache, None)
     if fp8:
-        _check_score_scale(call, scale, readable, largest_k_scale)
+        _check_score_scale(call, scale, False, 1.0)
+    if _readable(call):
+        _check_contents(call, scale)
     window = fmha.check_window(call)
     softcap = fmha.check_softcap(call)
     fmha.check_sinks(call, q.shape[1])
@@ -458,8 +451,34 @@ def _check(call) -> _Checked:
         _check_lse(call, q)
     if softcap and fp8:
         call.fail(ValueError, f"'softcap' applies to bfloat16/float16 inputs only; q is {q.dtype}")
-    chosen = variant(q.dtype, call.causal, block_scales, page_size, fmha.windowed(call.causal, window), softcap > 0)
+    chosen = variant(q.dtype, call.causal, block_scales, k_cache.shape[1], fmha.windowed(call.causal, window),
+                     softcap > 0)
     return _Checked(chosen, scale, window, softcap, k_seq_stride, v_seq_stride, page_ratio_log2)
+
+
+def _readable(call) -> bool:
+    """Whether the call's tensor contents may be read: real CPU tensors (on a GPU a read
+    would synchronise)."""
+    return call.data and call.q.device.type == "cpu"
+
+
+def _check_contents(call, scale: float) -> None:
+    """The checks of tensor contents (a readable call whose metadata passed `_check`): the
+    page table, qo_indptr, the descales and block scales; every call makes them."""
+    q, k_cache, qo_indptr = call.q, call.k_cache, call.qo_indptr
+    batch = qo_indptr.shape[0] - 1
+    used = _check_table(call, batch, k_cache.shape[1], k_cache.shape[0], readable=True)
+    total_q, indptr = q.shape[0], qo_indptr.tolist()
+    if indptr[0] != 0 or _decreases(indptr) or indptr[-1] != total_q:
+        call.fail(ValueError, f"'qo_indptr' must start at 0, never decrease and end at total_q = {total_q}, got "
+                              f"{indptr[:8]}{'...' if batch > 7 else ''} ending at {indptr[-1]}")
+    fp8 = q.dtype == FP8
+    _check_descales(call, fp8, readable=True)
+    largest_k_scale = 1.0
+    if fp8 and call.kv_block_descale is not None:
+        largest_k_scale = _check_block_scales(call, k_cache, used)
+    if fp8:
+        _check_score_scale(call, scale, True, largest_k_scale)
 
 
 # ------------------------------------------------------------------ the launch
@@ -489,23 +508,46 @@ def normalise(batch, page_size, num_pages, **table):
     return _page_table(call, batch, page_size, torch.device("cpu"))
 
 
+def max_seq_q(qo_indptr: torch.Tensor) -> int:
+    """The most queries of one sequence (the grid's extent) from qo_indptr: read on the host
+    from a CPU tensor, by a synchronising read on a GPU."""
+    if qo_indptr.shape[0] < 2:
+        return 0
+    if qo_indptr.device.type == "cpu":
+        indptr = qo_indptr.tolist()
+        return max(b - a for a, b in zip(indptr, indptr[1:]))
+    return int((qo_indptr[1:] - qo_indptr[:-1]).max())
+
+
+def _data_key(_checked: _Checked, call) -> int:
+    return max_seq_q(call.qo_indptr)
+
+
+def _descales(call, one: torch.Tensor) -> torch.Tensor:
+    """The kernel's (q, k, v) descales, 1 for one not given."""
+    return torch.cat([(one if call.values[n] is None else call.values[n]).reshape(1) for n in _DESCALES])
+
+
+def _contents(call, one: torch.Tensor) -> dict:
+    """The kernel arguments a call's tensor contents give: the page table normalised, the
+    descales and the block scales (`one` where there are none)."""
+    page_list, kv_start, seqlen_k = _page_table(call, call.qo_indptr.shape[0] - 1, call.k_cache.shape[1],
+                                                call.q.device)
+    return dict(page_list=page_list, kv_start=kv_start, seqlen_k=seqlen_k, descales=_descales(call, one),
+                kv_scales=one if call.kv_block_descale is None else call.kv_block_descale.reshape(-1))
+
+
 def kernel_args(checked: _Checked, call) -> dict:
     """The manifest arguments of batch_prefill_d128 for a checked call: the page table
     normalised, max seqlen_q read from qo_indptr (a synchronisation on a GPU)."""
     q, k_cache, v_cache, out, lse, qo_indptr = call.q, call.k_cache, call.v_cache, call.out, call.lse, call.qo_indptr
-    batch = qo_indptr.shape[0] - 1
-    page_list, kv_start, seqlen_k = _page_table(call, batch, k_cache.shape[1], q.device)
-    one = torch.ones(1, dtype=torch.float32, device=q.device)
     e = q.element_size()
     ratio = q.shape[1] // k_cache.shape[2]
     store_lse = lse is not None
     return dict(q=q, k_cache=k_cache, v_cache=v_cache, o=out,
                 lse=lse if store_lse else torch.empty((0, 0), dtype=torch.float32, device=q.device),
-                qo_indptr=qo_indptr, kv_start=kv_start, seqlen_k=seqlen_k, page_list=page_list,
-                descales=torch.cat([(one if call.values[n] is None else call.values[n]).reshape(1)
-                                    for n in _DESCALES]),
-                kv_scales=one if call.kv_block_descale is None else call.kv_block_descale.reshape(-1),
-                heads_k=k_cache.shape[2], max_seq_q=int((qo_indptr[1:] - qo_indptr[:-1]).max()) if batch else 0,
+                qo_indptr=qo_indptr, **_contents(call, torch.ones(1, dtype=torch.float32, device=q.device)),
+                heads_k=k_cache.shape[2], max_seq_q=max_seq_q(qo_indptr),
                 q_seq_stride=q.stride(0) * e, q_head_stride=q.stride(1) * e,
                 k_seq_stride=checked.k_seq_stride, k_head_stride=k_cache.stride(2) * e,
                 v_seq_stride=checked.v_seq_stride, v_head_stride=v_cache.stride(2) * e,
@@ -518,19 +560,29 @@ def kernel_args(checked: _Checked, call) -> dict:
 
 
 def _plan(checked: _Checked, call) -> framework.Plan:
+    """The launch for a layout and max seqlen_q (the framework keeps one per pair: the
+    Spec's data_key). Each call binds what its tensor contents give (`_contents`); the plan
+    keeps only placeholders the kernel never reads and the layout's constants."""
     if not call.q.numel():
         return framework.Plan()
     args = kernel_args(checked, call)
     if not args["max_seq_q"]:                   # no sequence has a query
         return framework.Plan()
     launch = prepare(checked.variant, args)
-    made = {name: args[name] for name in ("kv_start", "seqlen_k", "page_list", "descales", "kv_scales", "sinks")}
-    placeholder = args["lse"]                   # the kernel never touches lse without store_lse
+    one = torch.ones(1, dtype=torch.float32, device=call.q.device)
+    # the kernel never touches lse without store_lse, nor sinks without has_sinks
+    fixed = {name: args[name] for name in ("lse", "sinks")}
 
     def bind(c) -> dict:
-        return dict(q=c.q, k_cache=c.k_cache, v_cache=c.v_cache, o=c.out, qo_indptr=c.qo_indptr,
-                    lse=placeholder if c.lse is None else c.lse)
-    return framework.Plan((launch,), fixed=made, bind=bind)
+        given = dict(q=c.q, k_cache=c.k_cache, v_cache=c.v_cache, o=c.out, qo_indptr=c.qo_indptr, **_contents(c, one))
+        if c.lse is not None:
+            given["lse"] = c.lse
+        if c.sinks is not None:
+            given["sinks"] = c.sinks
+        return given
+    recheck = (lambda c: (_check_contents(c, checked.scale), fmha.check_sinks(c, c.q.shape[1]))) \
+        if _readable(call) else None
+    return framework.Plan((launch,), fixed=fixed, bind=bind, recheck=recheck)
 
 
 def _allocate(call, names: frozenset) -> dict:
@@ -543,9 +595,8 @@ def _allocate(call, names: frozenset) -> dict:
     return outs
 
 
-# The launch depends on tensor data (the grid's max seqlen_q, the normalised page table), and
-# a serving engine's varlen batches change the layouts (total_q, page counts) from call to call
-# anyway: every call is checked and planned (cacheable=False).
+# The launch depends on tensor data: the grid's max seqlen_q (the data_key: a plan per layout
+# and value) and the page table, descales and block scales (bound on every call).
 _ALIGNED = dict(align=16)
 BATCH_PREFILL = framework.define(framework.Spec(
     NAME,
@@ -556,7 +607,7 @@ BATCH_PREFILL = framework.define(framework.Spec(
             *fmha.WINDOW_SINKS_SOFTCAP,
             *(framework.Param(n, "Tensor?") for n in _DESCALES + ("kv_block_descale",))),
     outputs=(framework.Output("out", **_ALIGNED), framework.Output("lse", optional=True)),
-    check=_check, allocate=_allocate, plan=_plan, out_after="seqlens_k", cacheable=False))
+    check=_check, allocate=_allocate, plan=_plan, out_after="seqlens_k", data_key=_data_key))
 
 
 def batch_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, qo_indptr: torch.Tensor, *,
@@ -569,11 +620,15 @@ def batch_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                   out: torch.Tensor | None = None, return_lse: bool = False):
     """Varlen attention of q over a paged KV cache; returns out, or (out, lse) with
     return_lse. See the module docstring; runs torch.ops.gfxasm.batch_prefill (or
-    batch_prefill_out when `out` is given)."""
-    return BATCH_PREFILL(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_page_indices, kv_last_page_len, block_table,
-                         seqlens_k, causal, softmax_scale, *fmha.window_pair(NAME, window_size), sinks, softcap,
-                         q_descale, k_descale, v_descale, kv_block_descale, out=out,
-                         return_lse=return_lse)
+    batch_prefill_out when `out` is given). bf16 q over an FP8 cache first runs the
+    pre-pass that quantises q on the device (loader/ops/fp8_query.py)."""
+    args = (q, k_cache, v_cache, qo_indptr, kv_indptr, kv_page_indices, kv_last_page_len, block_table, seqlens_k,
+            causal, softmax_scale, *fmha.window_pair(NAME, window_size), sinks, softcap, q_descale, k_descale,
+            v_descale, kv_block_descale)
+    from . import fp8_query     # (it imports this module)
+    if fp8_query.quantizes(q, k_cache):
+        args = fp8_query.with_quantized_query(args, out, return_lse)
+    return BATCH_PREFILL(*args, out=out, return_lse=return_lse)
 
 
 # ------------------------------------------------------------------ reference
