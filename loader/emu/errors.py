@@ -24,3 +24,7 @@ class HazardError(EmulatorError):
 
 class LaunchError(EmulatorError):
     """Launch arguments the kernel descriptor cannot run with."""
+
+
+class DeadlockError(EmulatorError):
+    """Workgroups wait on memory that nothing left to run can change (named with their pcs)."""

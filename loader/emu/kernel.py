@@ -10,7 +10,9 @@
 `schedule="adversarial", seed=N` runs a random legal order of waves and load landings
 instead of lockstep (adversarial.py; its `check` compares outputs across seeds);
 `schedule="timed"` the order of the timing model's per-CU cycle simulation
-(gfxasm.perf.timed, which registers itself here: import gfxasm.perf first).
+(gfxasm.perf.timed, which registers itself here: import gfxasm.perf first);
+`schedule="concurrent"` keeps up to the grid's resident capacity of workgroups live at once,
+interleaved, for kernels whose workgroups wait on each other (concurrent.py).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..codeobj import CodeObject, KernelInfo, load_code_object
-from . import adversarial, families, hazards, parallel, races  # noqa: F401  (families registers every handler)
+from . import adversarial, concurrent, families, hazards, parallel, races  # noqa: F401  (families registers every handler)
 from .decode import Program, decode
 from .errors import EmulatorError, LaunchError
 from .machine import Executor
@@ -79,6 +81,7 @@ class LaunchResult:
     wave_instructions: int
     workgroups: int
     waves: int
+    timeline: object = None     # schedule="concurrent": concurrent.Timeline
 
 
 class Module:
@@ -183,7 +186,7 @@ class Kernel:
     def launch(self, grid, block, kernarg: bytes = b"", buffers=(), *, strict: bool = True,
                max_wave_instructions: int = 2_000_000_000, trace=None, workgroups=None, waive=(),
                schedule: str = "lockstep", seed: int | None = None, jobs: int = 1,
-               engine: str = "processes") -> LaunchResult:
+               engine: str = "processes", resident: int | None = None) -> LaunchResult:
         """Run the kernel. `trace(inst, w)` is called after every executed instruction; if
         it has an `attach(executor)` method, that is called first for every batch.
         `workgroups` (an iterable of (x, y, z)) runs only those workgroups of `grid` — the
@@ -197,10 +200,20 @@ class Kernel:
         `jobs` > 1 runs the workgroups in that many processes (0: one per core); with
         engine="ray" they run as tasks of the Ray cluster the caller initialised (ray.init),
         cut into at least `jobs` pieces (0: the cluster's CPUs). The outputs, the strict
-        reports and wave_instructions are those of a serial run (parallel.py says how)."""
+        reports and wave_instructions are those of a serial run (parallel.py says how).
+        `schedule="concurrent"` runs up to `resident` workgroups (default: the device's
+        capacity for this kernel, concurrent.resident_capacity) interleaved, round-robin, or
+        in a random order drawn from `seed`; a workgroup may wait on another's release
+        (concurrent.py states the memory model); jobs must be 1. The result's `timeline`
+        records the waits (gfxasm.perf.flagwait times them)."""
         if adversarial.forced() is not None:
             schedule, seed, strict = adversarial.forced()
-        adversarial.check_schedule(schedule, seed, strict)
+        if schedule == "concurrent":
+            concurrent.check_launch(seed, jobs, engine, workgroups, resident, trace)
+        else:
+            adversarial.check_schedule(schedule, seed, strict)
+            if resident is not None:
+                raise LaunchError("resident is only for schedule='concurrent'")
         jobs = parallel.check_jobs(jobs, engine, trace)
         grid, block = _dims(grid, "grid"), _dims(block, "block")
         self._check_launch(grid, block)
@@ -224,6 +237,11 @@ class Kernel:
             groups = [(z, y, x) for x, y, z in chosen]
         run_ = Run(grid, block, waves_per_group, memory, seg, kernarg_addr, packet_addr, strict, waived,
                    trace, schedule, seed)
+        if schedule == "concurrent":
+            capacity = resident or concurrent.resident_capacity(self.info, waves_per_group)
+            order = [(x, y, z) for z, y, x in groups]
+            total, timeline = concurrent.run(self, run_, order, max_wave_instructions, seed, capacity, steps)
+            return LaunchResult(total, len(groups), len(groups) * waves_per_group, timeline)
         per_batch = max(1, BATCH_WAVES // waves_per_group)
         batches = [(start, [(x, y, z) for z, y, x in groups[start:start + per_batch]])
                    for start in range(0, len(groups), per_batch)]
@@ -289,6 +307,11 @@ class Kernel:
     def run_batch(self, run_: "Run", start: int, batch, accesses, budget: int) -> int:
         """Run the workgroups `batch` ((x, y, z) each; the launch's groups from index
         `start` on) as one lockstep batch; returns the wave-instructions executed."""
+        return run(self.executor(run_, start, batch, accesses), budget)
+
+    def executor(self, run_: "Run", start: int, batch, accesses) -> Executor:
+        """The Executor of the workgroups `batch` (the launch's groups from index `start` on),
+        at their first instruction."""
         waves = self._init_waves(batch, run_.block, run_.waves_per_group, run_.seg, run_.kernarg_addr,
                                  run_.packet_addr)
         kd = self.info.descriptor
@@ -307,13 +330,13 @@ class Kernel:
         if run_.trace is not None and hasattr(run_.trace, "attach"):
             run_.trace.attach(ex)
         ex.schedule = self._schedule(run_.schedule, run_.seed, start, waves)
-        return run(ex, budget)
+        return ex
 
     def _schedule(self, name: str, seed, batch_start: int, waves: Waves):
         """The order a batch runs in: None (lockstep) or an adversarial/timed schedule."""
         if name == "adversarial":
             return adversarial.Adversarial(seed, batch_start, waves.count)
-        if name == "lockstep":
+        if name in ("lockstep", "concurrent"):     # concurrent: lockstep within a workgroup
             return None
         if name not in _PLUGGED_SCHEDULES:
             raise LaunchError(f"schedule {name!r} is the timing model's: import gfxasm.perf (it registers "
@@ -323,13 +346,31 @@ class Kernel:
 
 def run(ex: Executor, budget: int) -> int:
     """Schedule the waves of `ex` to completion; returns the wave-instructions executed.
-    Lockstep (lowest pc first) unless `ex.schedule` picks the waves and lands loads."""
+    Lockstep (lowest pc first) unless `ex.schedule` picks the waves and lands loads.
+    A wave that spins on memory no one can change here (concurrent.SpinWatch) is a
+    DeadlockError, not a hang."""
+    executed = 0
+    watch = concurrent.SpinWatch(ex)
+    for pc, w in steps(ex):
+        executed += len(w)
+        if executed > budget:
+            raise EmulatorError(f"kernel {ex.kernel_name} exceeded {budget} wave-instructions "
+                                f"(runaway loop?) at pc {pc:#x}")
+        if ex.control == "sleep":
+            watch.slept(pc, w)
+    ex.wave_instructions = executed
+    return executed
+
+
+def steps(ex: Executor):
+    """Run the waves of `ex` one instruction at a time (see run); yields (pc, the waves
+    that executed it: an index array) after each. ex.control then says what the instruction did
+    ("sleep" for s_sleep: a spin-wait's yield)."""
     waves = ex.waves
     schedule = ex.schedule
     all_waves = np.arange(waves.count)
     groups: dict[int, np.ndarray] = {int(ex.program.entry): all_waves}
     at_barrier = np.zeros(waves.count, dtype=bool)
-    executed = 0
     while groups:
         if schedule is None:
             pc = min(groups)
@@ -351,10 +392,6 @@ def run(ex: Executor, budget: int) -> int:
             raise type(exc)(f"{exc} ({ex.where()})") from exc   # say where, once
         except (ValueError, IndexError, TypeError, OverflowError) as exc:
             raise EmulatorError(f"internal error executing `{inst.text}` at pc {inst.pc:#x}: {exc}") from exc
-        executed += len(w)
-        if executed > budget:
-            raise EmulatorError(f"kernel {ex.kernel_name} exceeded {budget} wave-instructions "
-                                f"(runaway loop?) at pc {pc:#x}")
         if schedule is not None:
             schedule.stepped(ex, inst, w)
         if ex.control == "end":
@@ -381,8 +418,7 @@ def run(ex: Executor, budget: int) -> int:
         if not groups and at_barrier.any():
             raise EmulatorError(f"kernel {ex.kernel_name}: waves wait at s_barrier forever "
                                 f"(the other waves of their workgroup ended)")
-    ex.wave_instructions = executed
-    return executed
+        yield pc, w
 
 
 def _release_barriers(waves: Waves, at_barrier: np.ndarray, groups: dict) -> None:

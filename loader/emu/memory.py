@@ -43,6 +43,10 @@ class Memory:
         self._ends = np.zeros(0, dtype=np.uint64)
         self._views: list[np.ndarray] = []
         self.names: list[str] = []
+        # Bumped by every write (watch_values: only by a write that changes a byte): a wave
+        # spinning on memory sees whether anything it could wait for happened (concurrent.py).
+        self.version = 0
+        self.watch_values = False
 
     def register(self, buf, name: str | None = None, base: int | None = None) -> int:
         """Make buf's storage addressable at its host address, or at `base` (a copy of a
@@ -115,8 +119,11 @@ class Memory:
         nbytes = data.shape[1]
         span = np.arange(nbytes, dtype=np.int64)
         for r, sel in self._regions(addr, nbytes):
-            off = (addr[sel] - self._bases[r]).astype(np.int64)
-            self._views[r][off[:, None] + span] = data[sel]
+            at = (addr[sel] - self._bases[r]).astype(np.int64)[:, None] + span
+            view = self._views[r]
+            if not self.watch_values or not np.array_equal(view[at], data[sel]):
+                self.version += 1
+            view[at] = data[sel]
 
     def view_at(self, addr: int, nbytes: int) -> np.ndarray:
         """A writable uint8 view of [addr, addr+nbytes) inside one registered buffer."""

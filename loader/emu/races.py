@@ -14,10 +14,13 @@ before whoever later acquires that location), and an atomic that returns a value
 acquires (the workgroup has seen the value the location's last atomic left, so what that
 atomic's workgroup had done is ordered before what this one does next). Vector clocks
 per workgroup carry it: access A by workgroup a is ordered before access B by workgroup
-b when b's clock holds a's epoch at A. Not modelled, so reported as races if a kernel
-relies on them: ordering through plain loads of a flag (even with sc0/sc1/nt bits or
-buffer_wbl2/buffer_inv), and release sequences (a non-returning atomic does not pass on
-the ordering the location's earlier atomics carried).
+b when b's clock holds a's epoch at A. Not modelled under the serial and parallel
+schedules, so reported as races if a kernel relies on them: ordering through loads of a
+flag (even with sc0/sc1/nt bits or buffer_wbl2/buffer_inv), and release sequences (a
+non-returning atomic does not pass on the ordering the location's earlier atomics carried).
+Under the concurrent schedule `sync` (concurrent.FlagOrdering) replaces these rules with
+AMDGPUUsage's agent-scope release/acquire sequences: sc1 loads and stores are atomic
+accesses, and what releases publish and when acquires take effect is decided there.
 
 The per-byte record (which workgroup, which pc) is also the footprint that a launch over
 several processes (parallel.py) checks and merges shard by shard: `Footprint` is a
@@ -31,8 +34,15 @@ import numpy as np
 
 from .errors import HazardError
 
-READ, WRITE, ATOMIC, ATOMIC_RETURN = range(4)
-_VERB = {READ: "read", WRITE: "stored to", ATOMIC: "updated atomically", ATOMIC_RETURN: "updated atomically"}
+READ, WRITE, ATOMIC, ATOMIC_RETURN, ATOMIC_LOAD, ATOMIC_STORE = range(6)
+_VERB = {READ: "read", WRITE: "stored to", ATOMIC: "updated atomically", ATOMIC_RETURN: "updated atomically",
+         ATOMIC_LOAD: "read atomically (sc1)", ATOMIC_STORE: "stored to atomically (sc1)"}
+# ATOMIC_LOAD and ATOMIC_STORE (agent-coherent sc1 loads and stores) exist only under the
+# concurrent schedule, whose memory model (concurrent.FlagOrdering, `GlobalAccesses.sync`)
+# classifies accesses and decides what releases and acquires.
+ATOMIC_KINDS = (ATOMIC, ATOMIC_RETURN, ATOMIC_LOAD, ATOMIC_STORE)
+READING_KINDS = (READ, ATOMIC_RETURN, ATOMIC_LOAD)
+_ATOMIC_READS = (ATOMIC_RETURN, ATOMIC_LOAD)
 # Per byte: the record of the last plain store and of the last atomic. Per dword: the
 # record of the first plain reader, and of the first reader of another workgroup than that
 # one. Reads are kept per dword (a read of part of a dword counts as a read of all of it:
@@ -109,6 +119,7 @@ class GlobalAccesses:
         self.log_atomics = False
         self.atomic_log: list = []
         self._acquired: dict[int, set[int]] = {}         # returning atomic -> records it saw
+        self.sync = None                  # the concurrent schedule's memory model, or None
 
     # ------------------------------------------------------------------ recording
     def note(self, ex, w, rows: np.ndarray, addr: np.ndarray, nbytes: int, kind: int) -> None:
@@ -116,6 +127,8 @@ class GlobalAccesses:
         (uint64, in lane order), by the instruction ex.inst."""
         if addr.size == 0:
             return
+        if self.sync is not None:
+            kind = self.sync.classify(ex, kind)
         groups = ex.group_ids[ex.wave_ids(w)[rows]]
         # waves (hence rows) come in workgroup order: records per run of one workgroup
         starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
@@ -126,7 +139,9 @@ class GlobalAccesses:
             shadow = self.shadow(region)
             shadow.touch(int(off.min()), int(off.max()) + nbytes)
             self._apply(region, shadow, _Lanes(off, lane_rec[sel], nbytes, self.records[:, 0]), kind)
-        if kind in (ATOMIC, ATOMIC_RETURN):
+        if self.sync is not None and kind in ATOMIC_KINDS:
+            self.sync.synchronise(self, ex, w, rec, kind)
+        elif kind in (ATOMIC, ATOMIC_RETURN):
             self._synchronise(rec, kind)
 
     def shadow(self, region: int) -> _Shadow:
@@ -155,18 +170,18 @@ class GlobalAccesses:
 
     def _apply(self, region, shadow: _Shadow, lanes: "_Lanes", kind: int) -> None:
         by, dw = shadow.bytes, shadow.dwords
-        atomic = kind in (ATOMIC, ATOMIC_RETURN)
+        atomic = kind in ATOMIC_KINDS
         if self.strict:
             if shadow.stored or kind != READ:
                 b = lanes.bytes()
                 self._check(region, b, by["writer"][b.off])
                 if shadow.updated and not atomic:
                     self._check(region, b, by["atomic"][b.off])
-            if shadow.read and kind != READ:        # stores and atomics after plain reads
+            if shadow.read and kind not in (READ, ATOMIC_LOAD):     # stores and atomics after plain reads
                 d = lanes.dwords()
                 for field in DWORD_FIELDS:
                     self._check(region, d, dw[field][d.off], skip_atomic=atomic)
-        if kind in (READ, ATOMIC_RETURN):           # a returning atomic reads, for the footprint
+        if kind in READING_KINDS:                   # a returning atomic reads, for the footprint
             d = lanes.dwords()
             first = dw["reader"][d.off]
             fresh = first == 0
@@ -185,10 +200,11 @@ class GlobalAccesses:
             shadow.stored = True
         elif atomic:
             b = lanes.bytes()
-            if kind == ATOMIC_RETURN:
+            if kind in _ATOMIC_READS:
                 self._note_acquires(b.off, b.rec, by["atomic"][b.off])
-            by["atomic"][b.off] = b.rec
-            shadow.updated = True
+            if kind != ATOMIC_LOAD:
+                by["atomic"][b.off] = b.rec
+                shadow.updated = True
 
     def _note_acquires(self, off, rec, prior) -> None:
         """A returning atomic's lanes see the value the previous atomic on their bytes left:
@@ -207,8 +223,9 @@ class GlobalAccesses:
         that nothing orders before this one (skip_atomic: a returning atomic's read is no
         race with an atomic)."""
         suspect = (prior != 0) & (self.records[prior, 0] != at.group)
-        if skip_atomic:
-            suspect &= self.records[prior, 3] != ATOMIC_RETURN
+        if skip_atomic and suspect.any():
+            kinds = self.records[prior, 3]
+            suspect &= (kinds != ATOMIC_RETURN) & (kinds != ATOMIC_LOAD)
         if not suspect.any():
             return
         for i in np.flatnonzero(suspect).tolist():
@@ -227,7 +244,8 @@ class GlobalAccesses:
         raise HazardError(
             f"cross-workgroup race on global memory: {where} of {name} is {_VERB[k0]} by workgroup "
             f"{self.name_of(g0)} at pc {pc0:#x} and {_VERB[k1]} by workgroup {self.name_of(g1)} at pc "
-            f"{pc1:#x}, and no atomic orders the two (workgroups of a launch may run in any order)")
+            f"{pc1:#x}, and {self.sync.orders if self.sync is not None else 'no atomic orders the two'} "
+            f"(workgroups of a launch may run in any order)")
 
     def _synchronise(self, rec: np.ndarray, kind: int) -> None:
         """Atomics of this step: a returning one acquires what the location's previous
@@ -236,14 +254,14 @@ class GlobalAccesses:
             g = int(self.records[r, 0])
             clock = self.clocks.setdefault(g, {g: 0})
             if kind == ATOMIC_RETURN:
-                for prior in self._prior_atomics(r):
+                for prior in self.prior_atomics(r):
                     for other, epoch in self.snapshots.get(prior, {}).items():
                         if clock.get(other, -1) < epoch:
                             clock[other] = epoch
             self.snapshots[r] = dict(clock)
             clock[g] += 1
 
-    def _prior_atomics(self, r: int) -> set[int]:
+    def prior_atomics(self, r: int) -> set[int]:
         """The atomic records whose value atomic record r returned (set by _apply)."""
         return self._acquired.pop(r, set())
 

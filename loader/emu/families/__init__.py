@@ -1,2 +1,2 @@
 """Instruction families; importing this package registers every handler."""
-from . import cvt, ds, mem, mfma, modes, permute, smem, smfmac, sop, vop, vop3p  # noqa: F401
+from . import cache, cvt, ds, mem, mfma, modes, permute, smem, smfmac, sop, vop, vop3p  # noqa: F401

@@ -381,3 +381,5 @@ def s_nop(ex, inst, w):
     if inst.name == "s_code_end":
         raise UnsupportedInstruction(f"executed s_code_end padding: fell off the end of the kernel "
                                      f"({ex.where()})")
+    if inst.name == "s_sleep":
+        ex.control = "sleep"          # a spin-wait gives way (kernel.run, concurrent.py)
