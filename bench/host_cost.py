@@ -56,16 +56,17 @@ def through_dispatcher(fn):
     """A call of the registered op (torch.ops.gfxasm.<name>) with the positional arguments
     `fn` (a call of the Python function) hands it: recorded once, replayed each call."""
     recorded = []
-    plain_call = library.Op.__call__
+    plain_call, plain_direct = library.Op.__call__, library.Op.direct
 
     def record(op, *args):
         recorded.append((op, args))
         return plain_call(op, *args)
     library.Op.__call__ = record
+    library.Op.direct = lambda op, args: False       # the Python function's call of its op, not its shortcut
     try:
         fn()
     finally:
-        library.Op.__call__ = plain_call
+        library.Op.__call__, library.Op.direct = plain_call, plain_direct
     (op, args), = recorded
     overload = op.op
     return lambda: overload(*args)

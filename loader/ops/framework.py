@@ -121,8 +121,9 @@ class Call:
 class Spec:
     """An op's declaration (module docstring). `out_after`: the parameter the outputs follow
     in the `_out` schema (None: after the last); `out_form`: whether there is an `_out` op;
-    `cacheable`: False where the launches depend on tensor data (a grid read from an index
-    tensor), so that every call is checked and planned anew."""
+    `data_key(checked, call)`: where the launches depend on tensor data beyond what `check`
+    reads (a grid read from an index tensor), that data, read on every call after the
+    plan's `recheck`: a layout's plans are kept per value of it."""
     name: str
     params: tuple[Param, ...]
     outputs: tuple[Output, ...]
@@ -131,17 +132,29 @@ class Spec:
     plan: Callable[[Any, Call], Plan]
     out_after: str | None = None
     out_form: bool = True
-    cacheable: bool = True
+    data_key: Callable[[Any, Call], Any] | None = None
+
+
+class _Planned:
+    """A plan and each of its launches' pointer arguments by name."""
+    __slots__ = ("plan", "launches")
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.launches = tuple((launch, tuple(name for name, _, _ in launch.pointers)) for launch in plan.launches)
 
 
 class _Cached:
-    """A planned call: its plan, the byte extents of its tensors (fixed by the layout) and
-    each launch's pointer arguments by name."""
-    __slots__ = ("plan", "extents", "launches")
+    """A call layout seen before: what `check` returned, the byte extents of its tensors,
+    how to allocate the outputs of a call whose outputs the framework allocated (`fresh`:
+    name, shape, strides, dtype, device; `allocate` reads only the parameters, which the
+    key holds), the data checks a repeated call still needs (`recheck`) and its plan, or
+    for an op with a `data_key` its plans by that key (`by_data`)."""
+    __slots__ = ("checked", "extents", "fresh", "recheck", "planned", "by_data")
 
-    def __init__(self, plan: Plan, extents: dict[str, int]):
-        self.plan, self.extents = plan, extents
-        self.launches = tuple((launch, tuple(name for name, _, _ in launch.pointers)) for launch in plan.launches)
+    def __init__(self, checked, extents: dict[str, int], fresh: tuple):
+        self.checked, self.extents, self.fresh = checked, extents, fresh
+        self.recheck, self.planned, self.by_data = None, None, {}
 
 
 class Op:
@@ -212,6 +225,13 @@ class Op:
         followed by each optional output asked for."""
         raw = self._flag_values(flags) if flags else self._no_flags
         if out is None:
+            if self.functional.direct(params):        # plain eager tensors: no dispatcher, no placeholders
+                wanted = self._wanted(raw)
+                values = dict(zip(self._param_names, params))
+                self._run_fresh(values, wanted)
+                picked = [values[o.name] for o in self.required] + [values[o.name] for o in self.optional
+                                                                   if o.name in wanted]
+                return picked[0] if len(picked) == 1 else tuple(picked)
             results = self.functional(*params, *raw)
             if not self.optional:
                 return results
@@ -263,11 +283,7 @@ class Op:
 
     def _functional(self, *args):
         values, wanted = self._split(args)
-        call = Call(self.name, values, True)
-        outs = self.spec.allocate(call, self._required_names | wanted)
-        for name in self._output_names:
-            values[name] = outs.get(name)
-        self._run(call, fresh=True)
+        self._run_fresh(values, wanted)
         return self._results(values)
 
     def _functional_fake(self, *args):
@@ -321,54 +337,98 @@ class Op:
             arguments.fail(self.name, ValueError,
                            f"tensors must be on the CPU (emulator) or a ROCm gfx950 GPU, got {device}")
 
-    def _key(self, call: Call, fresh: bool) -> tuple:
-        """The cache key: each tensor's layout, each other value with its type, the backend.
-        Outputs the framework allocated (`fresh`) follow from the parameters: only which of
-        them exist enters the key."""
-        values = call.values
-        if fresh:
-            items = map(values.__getitem__, self._param_names)
-            exist = tuple(values[name] is not None for name in self._output_names)
-        else:
-            items, exist = values.values(), None
-        parts = [exist, _backend_setting()]
-        for v in items:             # flat: hashing one tuple is cheaper than nested ones (every call)
+    def _key(self, values: dict, names: tuple[str, ...], wanted: frozenset | None) -> tuple:
+        """The cache key of a call: the values of `names` (each tensor's layout, each other
+        value with its type), the optional outputs the framework allocates (`wanted`; None
+        where `names` holds the caller's outputs) and the backend setting."""
+        parts = [wanted, _backend_setting()]
+        for name in names:          # flat: hashing one tuple is cheaper than nested ones (every call)
+            v = values[name]
             if isinstance(v, torch.Tensor):
                 parts += (v.shape, v.stride(), v.dtype, v.device)
             else:
                 parts += (type(v), v)
         return tuple(parts)
 
-    def _planned(self, call: Call, fresh: bool) -> _Cached:
-        if not self.spec.cacheable:
-            return self._plan_new(call)
-        key = self._key(call, fresh)
+    def _lookup(self, key: tuple) -> _Cached | None:
         try:
-            cached = self._cache.get(key)
+            return self._cache.get(key)
         except TypeError:                  # an unhashable value: check() says what is wrong
-            key, cached = None, None
-        if cached is not None:
-            if cached.plan.recheck is not None:
-                cached.plan.recheck(call)
-            return cached
-        cached = self._plan_new(call)
-        if key is not None:
-            with self._lock:
+            return None
+
+    def _store(self, key: tuple, cached: _Cached) -> None:
+        with self._lock:
+            try:
                 self._cache[key] = cached
-                while len(self._cache) > MAX_CACHED_CALLS:
-                    del self._cache[next(iter(self._cache))]
+            except TypeError:              # (unhashable: never looked up either)
+                return
+            while len(self._cache) > MAX_CACHED_CALLS:
+                del self._cache[next(iter(self._cache))]
+
+    def _plan_new(self, call: Call, fresh: tuple = ()) -> _Cached:
+        """Check a call layout not seen before and plan it."""
+        checked = self._check_new(call)
+        cached = _Cached(checked, {name: extent(t) for name, t in call.values.items() if isinstance(t, torch.Tensor)},
+                         fresh)
+        cached.recheck = self._planned(cached, call).plan.recheck
         return cached
 
-    def _plan_new(self, call: Call) -> _Cached:
-        checked = self._check_new(call)
-        extents = {name: extent(t) for name, t in call.values.items() if isinstance(t, torch.Tensor)}
-        return _Cached(self.spec.plan(checked, call), extents)
+    def _planned(self, cached: _Cached, call: Call) -> _Planned:
+        """The plan of a checked call: the layout's one, or (data_key) the one for its data."""
+        if self.spec.data_key is None:
+            if cached.planned is None:
+                cached.planned = _Planned(self.spec.plan(cached.checked, call))
+            return cached.planned
+        data = self.spec.data_key(cached.checked, call)
+        planned = cached.by_data.get(data)
+        if planned is None:
+            planned = _Planned(self.spec.plan(cached.checked, call))
+            with self._lock:
+                cached.by_data[data] = planned
+                while len(cached.by_data) > MAX_CACHED_CALLS:
+                    del cached.by_data[next(iter(cached.by_data))]
+        return planned
 
-    def _run(self, call: Call, fresh: bool = False) -> None:
-        """Check (or find the plan of) a call and launch it. `fresh`: the outputs are the
-        framework's own new tensors, which meet no input and are aligned."""
-        cached = self._planned(call, fresh)
-        plan = cached.plan
+    def _run_fresh(self, values: dict, wanted: frozenset) -> None:
+        """The functional form: allocate the required outputs and the optional ones in
+        `wanted` into `values` (None for the others), check (or find the plan of) the call
+        and launch it. A layout seen before allocates its outputs as its first call did."""
+        call = Call(self.name, values, True)
+        key = self._key(values, self._param_names, wanted)
+        cached = self._lookup(key)
+        if cached is None:
+            outs = self.spec.allocate(call, self._required_names | wanted)
+            for name in self._output_names:
+                values[name] = outs.get(name)
+            cached = self._plan_new(call, tuple((name, tuple(t.shape), t.stride(), t.dtype, t.device)
+                                                for name, t in outs.items()))
+            self._store(key, cached)
+        else:
+            for name in self._output_names:
+                values[name] = None
+            for name, shape, strides, dtype, device in cached.fresh:
+                values[name] = torch.empty_strided(shape, strides, dtype=dtype, device=device)
+            if cached.recheck is not None:
+                cached.recheck(call)
+        self._launch(call, cached, fresh=True)
+
+    def _run(self, call: Call) -> None:
+        """The out form: check (or find the plan of) a call writing the caller's outputs and
+        launch it."""
+        key = self._key(call.values, self._out_order, None)
+        cached = self._lookup(key)
+        if cached is None:
+            cached = self._plan_new(call)
+            self._store(key, cached)
+        elif cached.recheck is not None:
+            cached.recheck(call)
+        self._launch(call, cached, fresh=False)
+
+    def _launch(self, call: Call, cached: _Cached, fresh: bool) -> None:
+        """Launch a planned call. `fresh`: the outputs are the framework's own new tensors,
+        which meet no input and are aligned."""
+        planned = self._planned(cached, call)
+        plan = planned.plan
         if not plan.launches:
             if plan.empty is not None:
                 plan.empty(call)
@@ -377,7 +437,7 @@ class Op:
         given = plan.bind(call) if plan.bind is not None else call.values
         if plan.fixed:
             given = {**plan.fixed, **given}
-        for launch, names in cached.launches:
+        for launch, names in planned.launches:
             launch(*[given[name] for name in names])
 
     def _check_pointers(self, call: Call, extents: dict[str, int], fresh: bool) -> None:

@@ -45,9 +45,19 @@ class Op:
     op: Any                          # torch.ops.gfxasm.<name>.default
     kernel: Callable                 # the implementation with grad refusal and version bumps
     tensor_positions: tuple[int, ...]    # where the schema takes Tensor or Tensor?
+    tensors: tuple[tuple[int, str], ...]    # (position, argument name) of each of those
 
     def __call__(self, *args):
         return (self.op if needs_dispatcher(args, self.tensor_positions) else self.kernel)(*args)
+
+    def direct(self, args: tuple) -> bool:
+        """Whether a call with the schema's arguments `args` (those up to its last tensor
+        suffice) may run its implementation directly, as `__call__` would; when so, inputs
+        that require grad have been refused as the kernel refuses them."""
+        if needs_dispatcher(args, self.tensor_positions):
+            return False
+        refuse_grad_inputs(self.name, self.tensors, args)
+        return True
 
 
 def define(name: str, impl: Callable, fake: Callable, schema: str, mutates_args: Sequence[str] = ()) -> Op:
@@ -60,10 +70,7 @@ def define(name: str, impl: Callable, fake: Callable, schema: str, mutates_args:
     mutated = tuple(i for i, a in enumerate(arguments) if a.name in mutates_args)
 
     def kernel(*args):
-        if torch.is_grad_enabled():
-            for i, arg_name in tensors:       # a non-tensor there: impl names it in its error
-                if isinstance(args[i], torch.Tensor) and args[i].requires_grad:
-                    refuse_grad(name, arg_name)
+        refuse_grad_inputs(name, tensors, args)
         result = impl(*args)
         if mutated:
             torch._C._increment_version(tuple(args[i] for i in mutated if args[i] is not None))
@@ -71,7 +78,7 @@ def define(name: str, impl: Callable, fake: Callable, schema: str, mutates_args:
 
     _LIBRARY.impl(name, kernel, "CompositeExplicitAutograd")
     torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_LIBRARY)
-    return Op(name, op, kernel, tuple(i for i, _ in tensors))
+    return Op(name, op, kernel, tuple(i for i, _ in tensors), tensors)
 
 
 def _is_tensor(schema_type) -> bool:
@@ -79,6 +86,15 @@ def _is_tensor(schema_type) -> bool:
     if isinstance(schema_type, torch.OptionalType):
         schema_type = schema_type.getElementType()
     return isinstance(schema_type, torch.TensorType)
+
+
+def refuse_grad_inputs(op_name: str, tensors: Sequence[tuple[int, str]], args: tuple) -> None:
+    """In grad mode, refuse the first tensor at the schema's tensor positions `tensors`
+    ((position, name)) that requires grad. A non-tensor there passes: the op names it."""
+    if torch.is_grad_enabled():
+        for i, arg_name in tensors:
+            if isinstance(args[i], torch.Tensor) and args[i].requires_grad:
+                refuse_grad(op_name, arg_name)
 
 
 def refuse_grad(op_name: str, arg_name: str) -> None:
