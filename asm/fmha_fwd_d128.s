@@ -100,6 +100,15 @@
 .if SOFTCAP && FP8
     .error "fmha_fwd_d128: SOFTCAP is a 16-bit variant"
 .endif
+.ifndef HEAD_DIM
+    .set HEAD_DIM, 128                 ; 64: fmha_fwd_d64 (16-bit dense only); 128
+.endif
+.if HEAD_DIM != 64 && HEAD_DIM != 128
+    .error "fmha_fwd_d128: HEAD_DIM must be 64 or 128"
+.endif
+.if HEAD_DIM == 64 && (PAGED || FP8)
+    .error "fmha_fwd_d128: HEAD_DIM 64 is a dense 16-bit variant (no PAGED, no FP8)"
+.endif
 .if BLK || SOFTCAP
     .set NEGM_SRCC, 0                  ; GEMM0 starts from 0 (v_negm stays 0): S - m is formed per element
 .else
@@ -125,13 +134,17 @@
 ; --- constants ---
 .set Q_TILE, 256
 .set KV_TILE, 64
+.set D_STEPS, HEAD_DIM / 16            ; GEMM0's k steps of 16 d (Q: 4 VGPRs each)
+.set D_BLOCKS, HEAD_DIM / 32           ; GEMM1's 32-wide d blocks (O^T: 16 f32 each)
+.set MFMAS, HEAD_DIM / 8               ; 16-bit MFMAs of each GEMM per tile: 2 key blocks x D_STEPS = 4 k steps x D_BLOCKS
 .if FP8
 .set ROW_BYTES, 128                    ; 128 e4m3 (Q, K, V rows)
 .else
-.set ROW_BYTES, 256                    ; 128 bf16/fp16
+.set ROW_BYTES, 2 * HEAD_DIM           ; bf16/fp16 (Q, K, V rows)
 .endif
-.set O_ROW_BYTES, 256                  ; 128 bf16/fp16 (O rows)
-.set TILE_BYTES, KV_TILE * ROW_BYTES   ; 16 KiB
+.set O_ROW_BYTES, 2 * HEAD_DIM         ; bf16/fp16 (O rows)
+.set TILE_BYTES, KV_TILE * ROW_BYTES   ; 16 KiB (HEAD_DIM 64: 8 KiB)
+.set DMA_LINES, HEAD_DIM / 64          ; 16-bit LDS DMA lines (1 KiB each) per wave per tile: lines w (and w + 8)
 .set LDS_V0, 0                         ; V[0..1] at LDS_V0 + buf * TILE_BYTES (DS offsets: 16 bits)
 .set LDS_K0, 2 * TILE_BYTES            ; K[0..2] at LDS_K0 + buf * TILE_BYTES (buffer part in v_kaddr)
 .set LDS_NEEDED, 5 * TILE_BYTES
@@ -147,7 +160,12 @@
 .else
 .set RING, 8                           ; MFMA operand ring: 8 slots of 4 VGPRs
 .set PF, 6                             ; operands read ahead of their MFMA (< RING; <= 7 x 2 DS reads in flight)
-.set DMA_OPS, 16                       ; ops of one iteration's DMA (dma_op)
+.set DMA_OPS, 4 * DMA_LINES + 8         ; ops of one iteration's DMA (dma_op): K and V, 2 per line and 4 descriptor ops each
+.endif
+.if DMA_OPS < 16
+.set A_PAIRS, DMA_OPS                  ; phase A: exp2 and DMA ops alternate for this many pairs
+.else
+.set A_PAIRS, 16
 .endif
 .set PRIO_A, 1                         ; s_setprio of phase A's MFMA stream (see `iteration`)
 .set PRIO_B, 2                         ; ... of phase B's
@@ -270,14 +288,14 @@
 
 ; ============================================================================ macros
 
-; GEMM1 operand i (k step i/4, d block i%4) into ring slot \slot: keys 16ks + 4(l/32) +
+; GEMM1 operand i (k step i/D_BLOCKS, d block i%D_BLOCKS) into ring slot \slot: keys 16ks + 4(l/32) +
 ; {0..3} and +8 of column d = 32 db + l%32, by two transposing reads of V buffer \buf
 .macro v_read_op slot, i, buf
 .if FP8
     v_read_op8 \slot, \i, \buf
 .else
-    ds_read_b64_tr_b16 v[v_op + 4*(\slot) : v_op + 4*(\slot) + 1], v[v_vaddr + (\i) % 4] offset: LDS_V0 + (\buf) * TILE_BYTES + 4096 * ((\i) / 4)
-    ds_read_b64_tr_b16 v[v_op + 4*(\slot) + 2 : v_op + 4*(\slot) + 3], v[v_vaddr + (\i) % 4] offset: LDS_V0 + (\buf) * TILE_BYTES + 4096 * ((\i) / 4) + 2048
+    ds_read_b64_tr_b16 v[v_op + 4*(\slot) : v_op + 4*(\slot) + 1], v[v_vaddr + (\i) % D_BLOCKS] offset: LDS_V0 + (\buf) * TILE_BYTES + 16 * ROW_BYTES * ((\i) / D_BLOCKS)
+    ds_read_b64_tr_b16 v[v_op + 4*(\slot) + 2 : v_op + 4*(\slot) + 3], v[v_vaddr + (\i) % D_BLOCKS] offset: LDS_V0 + (\buf) * TILE_BYTES + 16 * ROW_BYTES * ((\i) / D_BLOCKS) + 8 * ROW_BYTES
 .endif
 .endm
 
@@ -287,16 +305,16 @@
 .if FP8
     k_read_op8 \slot, \i, \buf
 .else
-    ds_read_b128 v[v_op + 4*(\slot) : v_op + 4*(\slot) + 3], v[v_kaddr + (\i) / 2] offset: LDS_K0 + 8192 * ((\i) % 2)
+    ds_read_b128 v[v_op + 4*(\slot) : v_op + 4*(\slot) + 3], v[v_kaddr + (\i) / 2] offset: LDS_K0 + 32 * ROW_BYTES * ((\i) % 2)
 .endif
 .endm
 
-; GEMM1 MFMA i: O^T[d block i%4] += V^T[d block, k step i/4] * P^T[k step]  (4 accumulators rotate)
+; GEMM1 MFMA i: O^T[d block i%D_BLOCKS] += V^T[d block, k step i/D_BLOCKS] * P^T[k step]  (D_BLOCKS accumulators rotate)
 .macro pv_mfma slot, i
 .if FP8
     pv_mfma8 \slot, \i
 .else
-    mfma_32x32x16 v[v_o + 16*((\i)%4) : v_o + 16*((\i)%4) + 15], v[v_op + 4*(\slot) : v_op + 4*(\slot) + 3], v[v_p + 4*((\i)/4) : v_p + 4*((\i)/4) + 3], v[v_o + 16*((\i)%4) : v_o + 16*((\i)%4) + 15]
+    mfma_32x32x16 v[v_o + 16*((\i)%D_BLOCKS) : v_o + 16*((\i)%D_BLOCKS) + 15], v[v_op + 4*(\slot) : v_op + 4*(\slot) + 3], v[v_p + 4*((\i)/D_BLOCKS) : v_p + 4*((\i)/D_BLOCKS) + 3], v[v_o + 16*((\i)%D_BLOCKS) : v_o + 16*((\i)%D_BLOCKS) + 15]
 .endif
 .endm
 
@@ -313,13 +331,13 @@
     .endif
 .endm
 
-; Operand g of an iteration's MFMA stream: with \gemm1 the first 16 (FP8: 4) are GEMM1's
+; Operand g of an iteration's MFMA stream: with \gemm1 the first MFMAS (FP8: 4) are GEMM1's
 ; (V^T), the rest GEMM0's (K). Read into ring slot g % RING.
 .macro op_read g, gemm1, kbuf, vbuf
-    .if (\gemm1) && ((\g) < 16 / (1 + 3 * FP8))
+    .if (\gemm1) && ((\g) < MFMAS / (1 + 3 * FP8))
         v_read_op ((\g) % RING), (\g), \vbuf
     .else
-        k_read_op ((\g) % RING), ((\g) - 16*(\gemm1) / (1 + 3 * FP8)), \kbuf
+        k_read_op ((\g) % RING), ((\g) - MFMAS*(\gemm1) / (1 + 3 * FP8)), \kbuf
     .endif
 .endm
 
@@ -330,7 +348,7 @@
     .set _o, (\g) + 2
     .rept PF - 2
         .if _o < (\n)
-            .if (\gemm1) && (_o < 16)
+            .if (\gemm1) && (_o < MFMAS)
                 .set _w, _w + 2
             .else
                 .set _w, _w + 1
@@ -349,7 +367,7 @@
         .if (\g) % 2 == 0
             op_wait \g, \gemm1, \n
         .endif
-        mfma_issue \g, \gemm1, \n, \parity, 16
+        mfma_issue \g, \gemm1, \n, \parity, MFMAS
     .endif
 .endm
 
@@ -368,32 +386,34 @@
 
 ; DMA op i (0..15) of an iteration: K(k+2) -> K[(k+2) % 3] (its first line at s_kd_line),
 ; V(k) -> V[\vpar], for the barrier k the body passed (tiles past the workgroup's last
-; read zeros: their descriptors are empty); the descriptors move on. Ops 4 -> 5 and 6 -> 7
-; (and 12 -> 13, 14 -> 15) pass SCC: the schedules that spread these ops between MFMAs
+; read zeros: their descriptors are empty); the descriptors move on. Descriptor ops 0 -> 1
+; and 2 -> 3 of each (d128: ops 4 -> 5, 6 -> 7, 12 -> 13, 14 -> 15; d64: 2 -> 3, 4 -> 5,
+; 8 -> 9, 10 -> 11) pass SCC: the schedules that spread these ops between MFMAs
 ; put only VALU, DS, MFMA and s_waitcnt between them, none of which writes SCC.
 .macro dma_op i, vpar
     .if PAGED
         pdma_op (\i), \vpar
-    .elseif (\i) < 8
+    .elseif (\i) < DMA_OPS / 2
         dma_op1 (\i), s_rsrc_k, s_kstep, v_dma_k0, v_dma_k1, s_kd_line, LDS_K0
     .else
-        dma_op1 ((\i) - 8), s_rsrc_v, s_vstep, v_dma_v0, v_dma_v1, s_m0k, LDS_V0 + (\vpar) * TILE_BYTES
+        dma_op1 ((\i) - DMA_OPS / 2), s_rsrc_v, s_vstep, v_dma_v0, v_dma_v1, s_m0k, LDS_V0 + (\vpar) * TILE_BYTES
     .endif
 .endm
 .macro dma_op1 i, rsrc, step, voff0, voff1, s_line, region
+    .set _dd, (\i) - 2 * DMA_LINES                      ; descriptor op 0..3 (after the lines' ops)
     .if (\i) == 0
         s_add_u32 m0, s[\s_line], \region               ; line w
     .elseif (\i) == 1
         buffer_load_dwordx4 v[\voff0], s[\rsrc:\rsrc+3], 0 offen lds
-    .elseif (\i) == 2
+    .elseif (\i) == 2 && DMA_LINES == 2
         s_add_u32 m0, s[\s_line], \region + 8192        ; line w + 8
-    .elseif (\i) == 3
+    .elseif (\i) == 3 && DMA_LINES == 2
         buffer_load_dwordx4 v[\voff1], s[\rsrc:\rsrc+3], 0 offen lds
-    .elseif (\i) == 4
+    .elseif _dd == 0
         s_add_u32 s[\rsrc], s[\rsrc], s[\step]          ; descriptor to the next tile
-    .elseif (\i) == 5
+    .elseif _dd == 1
         s_addc_u32 s[\rsrc+1], s[\rsrc+1], 0
-    .elseif (\i) == 6
+    .elseif _dd == 2
         s_sub_u32 s[\rsrc+2], s[\rsrc+2], s[\step]
     .else
         s_cselect_b32 s[\rsrc+2], 0, s[\rsrc+2]         ; SCC = borrow: past the end, empty
@@ -500,8 +520,10 @@ L_prep_back_\tag:
         kaddr_op ((\i) - _lt)
     .else
         .set _ai, (\i) - _lt - _ka         ; index among the exp2 and DMA ops
-        .if _ex && _dm && (_ai >= 32)
+        .if _ex && _dm && (_ai >= 2 * A_PAIRS) && (DMA_OPS > 16)
             dma_op (_ai - 16), \parity        ; (DMA_OPS > 16) the rest after the exp2s
+        .elseif _ex && _dm && (_ai >= 2 * A_PAIRS)
+            exp2_op (_sj + _ai - DMA_OPS)     ; (DMA_OPS < 16) the rest of the exp2s after the DMA
         .elseif _ex && _dm
             .if _ai % 2 == 0
                 exp2_op (_sj + _ai/2)
@@ -563,7 +585,7 @@ L_prep_back_\tag:
 ; The body is four clusters; the assembler symbols below size them (comparisons evaluate
 ; to -1 in the assembler, so 0/1 flags are set with .if).
 .macro iteration tag, parity, gemm1, softmax, gemm0, first, group
-    .set _n, 16*((\gemm1) + (\gemm0))       ; MFMA slots of the stream, GEMM1's 16 first (FP8: one MFMA per 4 slots)
+    .set _n, MFMAS*((\gemm1) + (\gemm0))    ; MFMA slots of the stream, GEMM1's MFMAS first (FP8: one MFMA per 4 slots)
     .set _sj, v_s0 + 32*(\parity)           ; first VGPR of S(j), the tile the softmax works on
     .set _lt, 7 * ((\softmax) && !(\first)) ; row-max tail ops (row_max_op 0..6) riding on phase A (tile 0: in lead_first)
     .set _ex, (\softmax)                    ; 1: S(j)'s exp2s ride on both phases (key block 0 on A, 1 on B)
@@ -576,15 +598,15 @@ L_prep_back_\tag:
     .endif
     .set _ka, 0                             ; K-address ops (kaddr_op) riding on phase A, ahead of its first K read
     .if (\gemm0) && (\gemm1) && ((\group) != 0)
-        .set _ka, 2 + (8 - 4 * FP8)
+        .set _ka, 2 + (D_STEPS - 4 * FP8)
     .elseif (\gemm0) && ((\group) != 0)
         .set _i, 0
-        .rept 2 + (8 - 4 * FP8)             ; (no GEMM1: the prefetch reads K, so the move runs now)
+        .rept 2 + (D_STEPS - 4 * FP8)       ; (no GEMM1: the prefetch reads K, so the move runs now)
             kaddr_op _i
             .set _i, _i + 1
         .endr
     .endif
-    .set _na, _lt + _ka + 16*_ex + DMA_OPS*_dm   ; all ops spread over phase A's 16 MFMA slots
+    .set _na, _lt + _ka + 16*_ex + DMA_OPS*_dm   ; all ops spread over phase A's MFMAS MFMA slots
 
     ; Cluster 1: softmax(j) lead: mask check (out of line), the row max's head (tile 0: m, S - m, -m)
     ;            loads: the stream's first PF operands (V^T(j-1) with GEMM1, else K(j+1)); BLKS: k scales first
@@ -643,18 +665,26 @@ L_mask_back_\tag:
     .endif
 .endm
 
-; Cluster 2 of `iteration`: phase A, _na ops spread evenly over its 16 MFMAs (a_op)
+; Cluster 2 of `iteration`: phase A, _na ops spread evenly over its MFMAS MFMAs (a_op)
 .macro cluster_a tag, parity, gemm1
     .if \gemm1
-        .set _k, 0                          ; MFMA slot 0..15
+        .set _k, 0                          ; MFMA slot 0..MFMAS-1
         .set _done, 0                       ; a_op ops issued so far
-        .rept 16
+        .rept MFMAS
+            .if (_k + PF >= MFMAS) && (_done < _lt + _ka)
+                .rept _lt + _ka - _done     ; the K reads start after this MFMA: the K address move first
+                    a_op _done, \tag, \parity   ; (HEAD_DIM 64: its 8 slots spread them too thin)
+                    .set _done, _done + 1
+                .endr
+            .endif
             mfma_step _k, \gemm1, _n, \parity
-            .set _upto, ((_k + 1) * _na) / 16   ; ops due by the end of this slot
+            .set _upto, ((_k + 1) * _na) / MFMAS    ; ops due by the end of this slot
+            .if _upto > _done
             .rept _upto - _done
                 a_op _done, \tag, \parity
                 .set _done, _done + 1
             .endr
+            .endif
             .set _k, _k + 1
         .endr
     .else
@@ -689,12 +719,13 @@ L_orescale_back_\tag:
     .endif
 .endm
 
-; Cluster 4 of `iteration`: phase B, one b_ops slot per MFMA (and the tail slot 16)
+; Cluster 4 of `iteration`: phase B, 16 b_ops slots (and the tail slot 16), an MFMA in every
+; (HEAD_DIM 64: every second) one
 .macro cluster_b parity, gemm1, gemm0
-    .set _k, 0                              ; MFMA slot 0..15, 16 = the tail
+    .set _k, 0                              ; b_ops slot 0..15, 16 = the tail
     .rept 17
-        .if (\gemm0) && (_k < 16)
-            mfma_step (16*(\gemm1) + _k), \gemm1, _n, \parity
+        .if (\gemm0) && (_k < 16) && ((_k % (16 / MFMAS)) == 0)
+            mfma_step (MFMAS*(\gemm1) + _k / (16 / MFMAS)), \gemm1, _n, \parity
         .endif
         b_ops _k, (1 - (\parity))
         .set _k, _k + 1
@@ -893,7 +924,7 @@ L_orescale_\tag:
     .set _f, v_corr
 .endif
     .set _r, 0
-    .rept 32
+    .rept HEAD_DIM / 4
         v_pk_mul_f32 v[v_o + _r : v_o + _r + 1], v[v_o + _r : v_o + _r + 1], v[_f:_f+1] op_sel_hi:[1,0]
         .set _r, _r + 2
     .endr
@@ -905,8 +936,10 @@ L_orescale_\tag:
 .macro dma_tile rsrc, voff0, voff1, s_line, region
     s_add_u32 m0, s[\s_line], \region
     buffer_load_dwordx4 v[\voff0], s[\rsrc:\rsrc+3], 0 offen lds
+.if DMA_LINES == 2
     s_add_u32 m0, s[\s_line], \region + 8192
     buffer_load_dwordx4 v[\voff1], s[\rsrc:\rsrc+3], 0 offen lds
+.endif
 .endm
 
 ; ============================================================================ prologue
@@ -1038,7 +1071,7 @@ L_orescale_\tag:
 .else
     v_lshl_add_u32 v[v_u_qoff], v[v_u_lh], 4, v[v_t0]
     .set _s, 0
-    .rept 8
+    .rept D_STEPS
         buffer_load_dwordx4 v[v_q + 4*_s : v_q + 4*_s + 3], v[v_u_qoff], s[s_rsrc_q:s_rsrc_q+3], 0 offen offset: 32*_s
         .set _s, _s + 1
     .endr
@@ -1113,11 +1146,17 @@ L_no_clamp:
 .if FP8
     fp8_lds_addresses                                   ; fmha_fp8.inc
 .else
-    ; K: key l%32 (+32 kb), chunk c = 2s + l/32 at key*256 + 16*(c ^ key%16)
+    ; K: key l%32 (+32 kb), chunk c = 2s + l/32 at key*ROW_BYTES + 16*(c ^ kswz(key)),
+    ; kswz(key) = key%16 (HEAD_DIM 64: (key/2)%8, 8 chunks a row)
+.if HEAD_DIM == 64
+    v_lshlrev_b32 v[v_t1], 7, v[v_u_lq]
+    v_bfe_u32 v[v_t2], v[v_u_lq], 1, 3
+.else
     v_lshlrev_b32 v[v_t1], 8, v[v_u_lq]
     v_and_b32 v[v_t2], 15, v[v_u_lq]
+.endif
     .set _s, 0
-    .rept 8
+    .rept D_STEPS
         v_add_u32 v[v_u3], 2*_s, v[v_u_lh]
         v_xor_b32 v[v_u3], v[v_u3], v[v_t2]
         v_lshl_add_u32 v[v_kaddr + _s], v[v_u3], 4, v[v_t1]
@@ -1125,21 +1164,30 @@ L_no_clamp:
     .endr
     ; V (ds_read_b64_tr_b16): lane 16bb + 4j + m reads 8 bytes of row rr = 4(bb/2) + j
     ; (+16ks +8x by offset) at d = 32db + 16(bb%2) + 4m: chunk c = 4db + 2(bb%2) + m/2,
-    ; address rr*256 + 16*(c ^ swizzle(rr)) + 8(m%2), swizzle(rr) = 4(rr%4) | 2((rr/4)%2) = 4j + 2(l/32)
+    ; address rr*ROW_BYTES + 16*(c ^ swizzle(rr)) + 8(m%2), swizzle(rr) = 4(rr%4) | 2((rr/4)%2) = 4j + 2(l/32)
+    ; (HEAD_DIM 64: 4((rr/2)%2) | 2((rr/4)%2) = 4(j/2) + 2(l/32), within a row's 8 chunks)
     ; (the offsets' 8x + 16ks rows leave it unchanged)
     v_bfe_u32 v[v_t0], v[v_lane], 2, 2                  ; j
     v_lshl_add_u32 v[v_t0], v[v_u_lh], 2, v[v_t0]         ; rr = 4(bb/2) + j   (bb/2 = l/32)
     v_bfe_u32 v[v_t1], v[v_lane], 4, 1                  ; bb % 2
     v_bfe_u32 v[v_t2], v[v_lane], 1, 1                  ; m / 2
     v_lshl_add_u32 v[v_t1], v[v_t1], 1, v[v_t2]         ; 2(bb%2) + m/2
+.if HEAD_DIM == 64
+    v_bfe_u32 v[v_t2], v[v_t0], 1, 1                    ; j/2 = (rr/2) % 2
+.else
     v_and_b32 v[v_t2], 3, v[v_t0]                       ; j = rr % 4
+.endif
     v_lshlrev_b32 v[v_t2], 2, v[v_t2]
     v_lshl_add_u32 v[v_t2], v[v_u_lh], 1, v[v_t2]        ; swizzle(rr)
     v_and_b32 v[v_u3], 1, v[v_lane]                     ; m % 2
     v_lshlrev_b32 v[v_u3], 3, v[v_u3]
+.if HEAD_DIM == 64
+    v_lshl_add_u32 v[v_u3], v[v_t0], 7, v[v_u3]         ; rr*128 + 8(m%2)
+.else
     v_lshl_add_u32 v[v_u3], v[v_t0], 8, v[v_u3]         ; rr*256 + 8(m%2)
+.endif
     .set _d, 0
-    .rept 4
+    .rept D_BLOCKS
         v_add_u32 v[v_u4], 4*_d, v[v_t1]
         v_xor_b32 v[v_u4], v[v_u4], v[v_t2]
         v_lshl_add_u32 v[v_vaddr + _d], v[v_u4], 4, v[v_u3]
@@ -1152,6 +1200,24 @@ L_no_clamp:
     fp8_dma_setup                                       ; fmha_fp8.inc: one line of 8 rows per wave
 .elseif PAGED
     paged_dma_setup                                     ; fmha_paged.inc: cbase of K and V
+.elseif HEAD_DIM == 64
+    ; --- DMA voffsets: lane i fills row r = 8w + i/8 (line w, 128-byte rows), slot i%8 with
+    ; chunk slot ^ swizzle(r): K's (r/2)%8, V's 4((r/2)%2) | 2((r/4)%2) (the read addresses' swizzles)
+    v_lshrrev_b32 v[v_t0], 3, v[v_lane]                 ; i/8
+    v_and_b32 v[v_t1], 7, v[v_lane]                     ; slot
+    s_lshl_b32 s[s_t1], s[s_wave], 3                    ; 8w: first row of line w
+    v_add_u32 v[v_t2], s[s_t1], v[v_t0]                 ; r
+    v_bfe_u32 v[v_u3], v[v_t2], 1, 3                    ; (r/2) % 8
+    v_xor_b32 v[v_u3], v[v_u3], v[v_t1]                 ; K chunk
+    v_mul_lo_u32 v[v_u4], v[v_t2], s[s_k_ss]
+    v_lshl_add_u32 v[v_dma_k0], v[v_u3], 4, v[v_u4]
+    v_bfe_u32 v[v_u3], v[v_t2], 1, 1                    ; (r/2) % 2
+    v_bfe_u32 v[v_u4], v[v_t2], 2, 1                    ; (r/4) % 2
+    v_lshlrev_b32 v[v_u3], 2, v[v_u3]
+    v_lshl_or_b32 v[v_u3], v[v_u4], 1, v[v_u3]          ; V's swizzle(r)
+    v_xor_b32 v[v_u3], v[v_u3], v[v_t1]                 ; V chunk
+    v_mul_lo_u32 v[v_u4], v[v_t2], s[s_v_ss]
+    v_lshl_add_u32 v[v_dma_v0], v[v_u3], 4, v[v_u4]
 .else
     ; --- DMA voffsets: lane i fills row 4L + i/16 (L = w, w+8), slot i%16 with chunk slot ^ swizzle(row) ---
     v_lshrrev_b32 v[v_t0], 4, v[v_lane]                 ; i/16
@@ -1179,7 +1245,7 @@ L_no_clamp:
 
     ; --- state: O = 0, m = -FLT_MAX (its -m starts at 0: the first GEMM0 gives plain S), l = 0 ---
     .set _r, 0
-    .rept 32
+    .rept HEAD_DIM / 4
         v_mov_b64 v[v_o + _r : v_o + _r + 1], 0
         .set _r, _r + 2
     .endr
@@ -1209,10 +1275,10 @@ L_no_clamp:
     s_cbranch_scc1 L_wait_q2
     dma_tile s_rsrc_k, v_dma_k0, v_dma_k1, s_m0k, LDS_K0 + TILE_BYTES
     rsrc_advance s_rsrc_k, s_kstep
-    s_waitcnt vmcnt(4)                                  ; in flight: 8 Q loads, K(0), K(1) -> wait for Q
+    s_waitcnt vmcnt(2 * DMA_LINES)                      ; in flight: D_STEPS Q loads, K(0), K(1) -> wait for Q
     s_branch L_q_scale
 L_wait_q2:
-    s_waitcnt vmcnt(2)                                  ; in flight: 8 Q loads, K(0) -> wait for Q
+    s_waitcnt vmcnt(DMA_LINES)                          ; in flight: D_STEPS Q loads, K(0) -> wait for Q
     s_branch L_q_scale
 L_wait_q0:
     s_waitcnt vmcnt(0)                                  ; in flight: 8 Q loads -> wait for them
@@ -1220,7 +1286,7 @@ L_q_scale:
 .if !FP8                                                ; (FP8 scales the scores, not Q: exp2_op)
     v_mov_b32 v[v_corr], s[s_scale_log2]
     .set _r, 0
-    .rept 32
+    .rept 4 * D_STEPS
 .if F16
         v_cvt_f32_f16 v[v_t0], v[v_q + _r]
         v_lshrrev_b32 v[v_t1], 16, v[v_q + _r]
@@ -1489,7 +1555,7 @@ L_sinks_back:
     v_mul_f32 v[v_corr], s[s_vd_cur], v[v_corr]         ; ... * v_scale of the last tile (O_acc is in its units)
 .endif
     .set _r, 0
-    .rept 32
+    .rept HEAD_DIM / 4
         v_pk_mul_f32 v[v_o + _r : v_o + _r + 1], v[v_o + _r : v_o + _r + 1], v[v_corr:v_corr+1] op_sel_hi:[1,0]
         .set _r, _r + 2
     .endr
@@ -1505,7 +1571,7 @@ L_sinks_back:
     v_lshrrev_b32 v[v_kaddr], 5, v[v_lane]              ; (K addresses are done with)
     v_lshl_add_u32 v[v_t1], v[v_kaddr], 4, v[v_t1]      ; + 16 * (l/32)
     .set _q, 0
-    .rept 8
+    .rept D_STEPS
         .set _o0, v_o + 16*(_q/2) + 8*(_q%2)            ; group g0 = 2p of block db = q/2, p = q%2
         cvt_pk_f32 v[v_op + 4*_q], v[_o0], v[_o0 + 1]
         cvt_pk_f32 v[v_op + 4*_q + 1], v[_o0 + 2], v[_o0 + 3]
@@ -1514,13 +1580,13 @@ L_sinks_back:
         .set _q, _q + 1
     .endr
     .set _q, 0                                          ; (VALU write -> permlane read: >= 2 ops apart)
-    .rept 8
+    .rept D_STEPS
         v_permlane32_swap_b32 v[v_op + 4*_q], v[v_op + 4*_q + 2]
         v_permlane32_swap_b32 v[v_op + 4*_q + 1], v[v_op + 4*_q + 3]
         .set _q, _q + 1
     .endr
     .set _q, 0
-    .rept 8
+    .rept D_STEPS
         buffer_store_dwordx4 v[v_op + 4*_q : v_op + 4*_q + 3], v[v_t1], s[s_rsrc_o:s_rsrc_o+3], 0 offen offset: 64*(_q/2) + 32*(_q%2)
         .set _q, _q + 1
     .endr

@@ -146,8 +146,9 @@ def _qkv(dtype=torch.bfloat16, hq=4, hk=2, d=128):
 
 
 @pytest.mark.parametrize("mutate,error,match", [
-    (lambda q, k, v: (q[..., :64].contiguous(), k, v), ValueError, "'q' head dim must be 128, got 64"),
-    (lambda q, k, v: (q, k[..., :96], v), ValueError, "'k' head dim must be 128"),
+    (lambda q, k, v: (q[..., :96].contiguous(), k, v), ValueError, "'q' head dim must be 64 or 128, got 96"),
+    (lambda q, k, v: (q[..., :64].contiguous(), k, v), ValueError, r"'k' head dim must equal q's \(64\), got 128"),
+    (lambda q, k, v: (q, k[..., :96], v), ValueError, r"'k' head dim must equal q's \(128\)"),
     (lambda q, k, v: (q, k.half(), v), TypeError, "'k' dtype must equal q's"),
     (lambda q, k, v: (q.float(), k, v), TypeError, "'q' dtype must be torch.bfloat16 or torch.float16"),
     (lambda q, k, v: (q[:, :, :3], k, v), ValueError, r"Hq % Hk == 0\), got Hq=3, Hk=2"),

@@ -66,7 +66,7 @@ def attention(q, k, v, *, scale, causal=False, window=(-1, -1), sinks=None, soft
         visible &= j >= pos - window[0]
     if window[1] >= 0:
         visible &= j <= pos + window[1]
-    o = torch.zeros(sq, hq, D, dtype=torch.float64)
+    o = torch.zeros(sq, hq, v.shape[2], dtype=torch.float64)
     lse = torch.full((hq, sq), float("-inf"), dtype=torch.float64)
     for h in range(hq):
         kh, vh = k[:, h // (hq // hk)].double(), v[:, h // (hq // hk)].double()
@@ -111,15 +111,15 @@ def assert_close(o, lse, o_ref, lse_ref, o_tol, lse_slack):
 # ------------------------------------------------------------------ fmha_fwd
 
 def run_fmha(batch, seq_q, seq_k, heads_q, heads_k, dtype, causal, seed, sinks=True, window=(-1, -1), poison=None,
-             softcap=0.0, q_scale=1.0):
+             softcap=0.0, q_scale=1.0, head_dim=D):
     """fmha_fwd_out on random inputs against `attention`; `poison(k, v)` may set keys no
     row sees to NaN (a kernel that reads them gives NaN rows)."""
     g = torch.Generator().manual_seed(seed)
-    q = (torch.randn(batch, seq_q, heads_q, D, generator=g) * q_scale).to(dtype)
-    k = torch.randn(batch, seq_k, heads_k, D, generator=g).to(dtype)
-    v = torch.randn(batch, seq_k, heads_k, D, generator=g).to(dtype)
+    q = (torch.randn(batch, seq_q, heads_q, head_dim, generator=g) * q_scale).to(dtype)
+    k = torch.randn(batch, seq_k, heads_k, head_dim, generator=g).to(dtype)
+    v = torch.randn(batch, seq_k, heads_k, head_dim, generator=g).to(dtype)
     sink = torch.randn(heads_q, generator=g) * 3 if sinks else None
-    scale = 1 / math.sqrt(D)
+    scale = 1 / math.sqrt(head_dim)
     out = torch.full(q.shape, float("nan"), dtype=dtype)
     lse = torch.full((batch, heads_q, seq_q), float("nan"))
     k_run, v_run = (k, v) if poison is None else poison(k.clone(), v.clone())

@@ -1,12 +1,14 @@
-"""FMHA forward, head dim 128: `gfxasm.fmha_fwd` on the `fmha_fwd_d128` kernel family.
+"""FMHA forward, head dim 64 or 128: `gfxasm.fmha_fwd` on the `fmha_fwd_d128` kernel family
+(`fmha_fwd_d64`: the same source with HEAD_DIM = 64).
 
-    out = gfxasm.fmha_fwd(q, k, v, causal=True)                   # [B, Sq, Hq, 128]
+    out = gfxasm.fmha_fwd(q, k, v, causal=True)                   # [B, Sq, Hq, D]
     out, lse = gfxasm.fmha_fwd(q, k, v, return_lse=True)           # lse [B, Hq, Sq] f32
 
-Conventions are flash-attention's: q `[batch, seq_q, heads_q, 128]`, k and v
-`[batch, seq_k, heads_k, 128]` with heads_q % heads_k == 0 (MHA, GQA, MQA), bf16 or fp16,
+Conventions are flash-attention's: q `[batch, seq_q, heads_q, D]`, k and v
+`[batch, seq_k, heads_k, D]`, D = 64 or 128 (256 is refused: no kernel fits its registers),
+with heads_q % heads_k == 0 (MHA, GQA, MQA), bf16 or fp16,
 any strides as long as the head dim is contiguous (views into a packed qkv tensor work);
-softmax_scale defaults to 1/sqrt(128); causal masks are aligned to the bottom-right corner
+softmax_scale defaults to 1/sqrt(D); causal masks are aligned to the bottom-right corner
 when seq_q != seq_k (query i sees key j iff j <= i + seq_k - seq_q). A query that sees no
 key (causal, seq_q > seq_k) gets O = 0 and LSE = -inf. LSE is the natural-log
 log-sum-exp of the scaled scores, float32, dense `[batch, heads_q, seq_q]`.
@@ -26,7 +28,7 @@ Features (issue 22; flash-attention's names and semantics):
 
 The kernel reads 16-byte rows through buffer descriptors, so every tensor's data pointer
 and its batch/seq/head strides must be 16-byte aligned (multiples of 8 elements), rows of
-one head must not overlap (seq stride >= 128 elements), and one head's rows must span
+one head must not overlap (seq stride >= D elements), and one head's rows must span
 less than 2 GiB. `out` may not share memory with q, k or v, nor between its own elements
 (a stride 0), except `out=q` exactly (same address, shape and strides): each wave reads
 its 32 Q rows into registers once, before it writes the O rows of those same queries.
@@ -57,9 +59,14 @@ from ..launcher import prepare
 from ..manifest import Variant, default_manifest
 from . import arguments, framework
 
-HEAD_DIM = 128
+HEAD_DIM = 128                     # KERNEL's head dim (the default of the tests and benches)
 Q_TILE = 256                       # rows of Q per workgroup (the grid's x: cdiv(seq_q, 256))
 KERNEL = "fmha_fwd_d128"
+# The kernel of each supported head dim: one source, HEAD_DIM defined per kernel in kernels.yaml.
+# Head dim 256 is not built: its Q (64 VGPRs) and O^T (128) beside the 160 the rest of the
+# pipeline needs make 352 per wave, over the 256 (AGPRs included) of two waves per SIMD, which
+# the 8-wave two-group schedule needs (docs/fmha_fwd_d128.md).
+KERNELS = {64: "fmha_fwd_d64", HEAD_DIM: KERNEL}
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 LOG2E = 1.4426950408889634
 _ALIGN_ELEMENTS = 8                # 16 bytes of bf16/fp16
@@ -69,22 +76,32 @@ _MAX_HEADS = 2**16                 # kv head = h * magic >> 32 is exact below th
 WINDOW_NONE = 2**30                # an unbounded window side (the kernel's sums stay below 2^31)
 
 
-def variant(dtype: torch.dtype, causal: bool, window: bool = False, softcap: bool = False) -> Variant:
-    """The kernel variant for a call, chosen by the source's defines."""
-    return default_manifest().kernel(KERNEL).variant_with(F16=dtype == torch.float16, FMHA_CAUSAL=causal,
+def variant(dtype: torch.dtype, causal: bool, window: bool = False, softcap: bool = False,
+            head_dim: int = HEAD_DIM) -> Variant:
+    """The kernel variant for a call, chosen by the source's defines (the kernel by head dim)."""
+    return default_manifest().kernel(KERNELS[head_dim]).variant_with(F16=dtype == torch.float16, FMHA_CAUSAL=causal,
                                                            WINDOW=window, SOFTCAP=softcap)
 
 
 # ------------------------------------------------------------------ validation
 
 def _tensor(name: str, value, rank: int) -> torch.Tensor:
-    return arguments.tensor("fmha_fwd", name, value, rank, f"[batch, seq, heads, {HEAD_DIM}]")
+    return arguments.tensor("fmha_fwd", name, value, rank, "[batch, seq, heads, head_dim]")
 
 
-def _check_layout(name: str, t: torch.Tensor) -> None:
-    """Head dim contiguous, 16-byte aligned rows, non-overlapping rows, 32-bit offsets."""
-    if t.shape[3] != HEAD_DIM:
-        raise ValueError(f"fmha_fwd: '{name}' head dim must be {HEAD_DIM}, got {t.shape[3]} (shape {tuple(t.shape)})")
+def _check_head_dim(q: torch.Tensor) -> int:
+    """q's head dim, one a kernel is built for."""
+    if q.shape[3] not in KERNELS:
+        supported = " or ".join(map(str, sorted(KERNELS)))
+        raise ValueError(f"fmha_fwd: 'q' head dim must be {supported}, got {q.shape[3]} (shape {tuple(q.shape)})")
+    return q.shape[3]
+
+
+def _check_layout(name: str, t: torch.Tensor, head_dim: int) -> None:
+    """Head dim q's, contiguous, 16-byte aligned rows, non-overlapping rows, 32-bit offsets."""
+    if t.shape[3] != head_dim:
+        raise ValueError(f"fmha_fwd: '{name}' head dim must equal q's ({head_dim}), got {t.shape[3]} "
+                         f"(shape {tuple(t.shape)})")
     if t.numel() == 0:
         return
     if t.stride(3) != 1:
@@ -97,10 +114,10 @@ def _check_layout(name: str, t: torch.Tensor) -> None:
                              f"(16 bytes), got {stride} (strides {t.stride()})")
         if stride * element >= _U32:
             raise ValueError(f"fmha_fwd: '{name}' {what} stride must be below 2^32 bytes, got {stride * element}")
-    if _stride(t, 1) < HEAD_DIM:
-        raise ValueError(f"fmha_fwd: '{name}' seq stride must be >= {HEAD_DIM} elements (rows of one head may not "
+    if _stride(t, 1) < head_dim:
+        raise ValueError(f"fmha_fwd: '{name}' seq stride must be >= {head_dim} elements (rows of one head may not "
                          f"overlap), got {t.stride(1)} (strides {t.stride()})")
-    span = (t.shape[1] - 1) * _stride(t, 1) * element + HEAD_DIM * element
+    span = (t.shape[1] - 1) * _stride(t, 1) * element + head_dim * element
     if span >= _MAX_SPAN:
         raise ValueError(f"fmha_fwd: '{name}' one head's rows span {span} bytes; the kernel needs < 2^31 "
                          f"(seq {t.shape[1]}, seq stride {t.stride(1)})")
@@ -111,7 +128,7 @@ def _stride(t: torch.Tensor, axis: int) -> int:
     such strides arbitrary, and the kernel never steps along them)."""
     if t.shape[axis] != 1:
         return t.stride(axis)
-    return HEAD_DIM if axis == 1 else 0
+    return t.shape[3] if axis == 1 else 0
 
 
 def _validate(q, k, v, out, softmax_scale) -> float:
@@ -121,8 +138,9 @@ def _validate(q, k, v, out, softmax_scale) -> float:
     for name, t in (("k", k), ("v", v)):
         if t.dtype != q.dtype:
             raise TypeError(f"fmha_fwd: '{name}' dtype must equal q's ({q.dtype}), got {t.dtype}")
+    head_dim = _check_head_dim(q)
     for name, t in (("q", q), ("k", k), ("v", v)):
-        _check_layout(name, t)
+        _check_layout(name, t, head_dim)
     batch, seq_q, heads_q, _ = q.shape
     if k.shape != v.shape:
         raise ValueError(f"fmha_fwd: 'v' shape must equal k's {tuple(k.shape)}, got {tuple(v.shape)}")
@@ -141,9 +159,9 @@ def _validate(q, k, v, out, softmax_scale) -> float:
             raise ValueError(f"fmha_fwd: 'out' shape must equal q's {tuple(q.shape)}, got {tuple(out.shape)}")
         if out.dtype != q.dtype:
             raise TypeError(f"fmha_fwd: 'out' dtype must equal q's ({q.dtype}), got {out.dtype}")
-        _check_layout("out", out)
+        _check_layout("out", out, head_dim)
     if softmax_scale is None:
-        return 1.0 / math.sqrt(HEAD_DIM)
+        return 1.0 / math.sqrt(head_dim)
     if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
         raise TypeError(f"fmha_fwd: 'softmax_scale' must be a float, got {type(softmax_scale).__name__}")
     if not math.isfinite(softmax_scale):
@@ -300,7 +318,7 @@ def new_outputs(q: torch.Tensor, names: frozenset) -> dict:
 
 
 def _allocate(call, names: frozenset) -> dict:
-    return new_outputs(call.tensor("q", 4, f"[batch, seq, heads, {HEAD_DIM}]"), names)
+    return new_outputs(call.tensor("q", 4, "[batch, seq, heads, head_dim]"), names)
 
 
 def _plan(checked: tuple[float, tuple[int, int], float], call) -> framework.Plan:
@@ -321,7 +339,7 @@ def _plan(checked: tuple[float, tuple[int, int], float], call) -> framework.Plan
         return dict(q=c.q, k=c.k, v=c.v, o=c.out, lse=placeholders["lse"] if c.lse is None else c.lse,
                     sinks=placeholders["sinks"] if c.sinks is None else c.sinks)
     recheck = None if call.sinks is None else (lambda c: check_sinks(c, q.shape[2]))   # (sinks' values)
-    launch = prepare(variant(q.dtype, call.causal, windowed(call.causal, window), softcap > 0), args)
+    launch = prepare(variant(q.dtype, call.causal, windowed(call.causal, window), softcap > 0, q.shape[3]), args)
     return framework.Plan((launch,), bind=bind, recheck=recheck)
 
 
@@ -404,7 +422,7 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     stands, as in the kernel: a row whose visible scores are all -inf (+-inf in q or k) gets
     O = NaN (0 / 0) and LSE -inf (with sinks: O = 0, LSE the sink); a +inf or NaN score makes
     O NaN (LSE +inf or NaN). Computed one batch entry at a time."""
-    scale = 1.0 / math.sqrt(HEAD_DIM) if softmax_scale is None else softmax_scale
+    scale = 1.0 / math.sqrt(q.shape[3]) if softmax_scale is None else softmax_scale
     ratio = q.shape[2] // k.shape[2]
     visible = visible_keys(q.shape[1], k.shape[1], causal, window, q.device)
     outs, lses = [], []
@@ -433,7 +451,7 @@ def reference_lowp(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal:
     `attention_ref` with upcast=False, reorder_ops=True): scores from q and pre-scaled k
     rounded to the input dtype, softmax output and P.V rounded to it; LSE from those
     rounded scores. Its error against `reference` sets the tolerance."""
-    scale = 1.0 / math.sqrt(HEAD_DIM) if softmax_scale is None else softmax_scale
+    scale = 1.0 / math.sqrt(q.shape[3]) if softmax_scale is None else softmax_scale
     ratio = q.shape[2] // k.shape[2]
     visible = visible_keys(q.shape[1], k.shape[1], causal, window, q.device)
     outs, lses = [], []
@@ -483,19 +501,19 @@ def tolerances(q, k, v, o_ref: torch.Tensor, lse_ref: torch.Tensor, *, causal: b
     return 2 * o_err + 4 * torch.finfo(q.dtype).eps, 2 * lse_err + unit_roundoff * magnitude
 
 
-# ------------------------------------------------------------------ `gfxasm run fmha_fwd_d128`
+# ------------------------------------------------------------------ `gfxasm run fmha_fwd_d128` / `fmha_fwd_d64`
 
 def _register_run_case() -> None:
     from ..runcases import RunCase, run_case
 
-    @run_case(KERNEL)
     def fmha_case(variant, gen: torch.Generator, batch: int = 1, seq_q: int = 300, seq_k: int = 300,
                   heads_q: int = 4, heads_k: int = 2) -> RunCase:
         dtype = torch.float16 if variant.defines["F16"] else torch.bfloat16
         causal = bool(variant.defines["FMHA_CAUSAL"])
-        q = torch.randn(batch, seq_q, heads_q, HEAD_DIM, generator=gen).to(dtype)
-        k = torch.randn(batch, seq_k, heads_k, HEAD_DIM, generator=gen).to(dtype)
-        v = torch.randn(batch, seq_k, heads_k, HEAD_DIM, generator=gen).to(dtype)
+        head_dim = variant.defines.get("HEAD_DIM", HEAD_DIM)
+        q = torch.randn(batch, seq_q, heads_q, head_dim, generator=gen).to(dtype)
+        k = torch.randn(batch, seq_k, heads_k, head_dim, generator=gen).to(dtype)
+        v = torch.randn(batch, seq_k, heads_k, head_dim, generator=gen).to(dtype)
         o = torch.full(q.shape, float("nan"), dtype=dtype)
         lse = torch.full((batch, heads_q, seq_q), float("nan"))
         # each variant with what the op would give it: a window for WINDOW (the op picks it only
@@ -505,11 +523,14 @@ def _register_run_case() -> None:
         features = dict(causal=causal, window=window, softcap=softcap)
         o_ref, lse_ref = reference(q, k, v, **features)
         o_tol, lse_tol = tolerances(q, k, v, o_ref, lse_ref, **features)
-        args = kernel_args(q, k, v, o, lse, 1.0 / math.sqrt(HEAD_DIM), window=window, softcap=softcap)
+        args = kernel_args(q, k, v, o, lse, 1.0 / math.sqrt(head_dim), window=window, softcap=softcap)
         # RunCase has one atol for both outputs: the larger budget (tests check each apart).
         return RunCase(args=args, expected={"o": o_ref, "lse": lse_ref}, atol=max(o_tol, lse_tol), rtol=0.0,
-                       note=f"B={batch} Sq={seq_q} Sk={seq_k} Hq={heads_q} Hk={heads_k} window {window} "
+                       note=f"B={batch} Sq={seq_q} Sk={seq_k} Hq={heads_q} Hk={heads_k} D={head_dim} window {window} "
                             f"softcap {softcap}")
+
+    for kernel in KERNELS.values():
+        run_case(kernel)(fmha_case)
 
 
 _register_run_case()
