@@ -160,7 +160,7 @@ class FlagOrdering:
         self.accesses = accesses
         self.listener = listener              # the scheduler: progress(group), acquired(group, releases)
         self.fenced: dict[int, int] = {}      # group -> highest own epoch a retired buffer_wbl2 sc1 wrote back
-        self.pending: dict[tuple[int, int], list] = {}   # (executor, wave) -> [(pc, clock seen, releases)]
+        self.pending: dict[tuple[int, int], list] = {}   # (group, wave in it) -> [(pc, clock seen, releases)]
         self.releases: dict[int, tuple[int, int]] = {}   # release record -> (group, its progress then)
 
     def classify(self, ex, kind: int) -> int:
@@ -191,7 +191,7 @@ class FlagOrdering:
                         releases.append(self.releases[prior])
                 if seen:
                     for wave in ex.wave_ids(w).tolist():
-                        self.pending.setdefault((id(ex), wave), []).append((ex.inst.pc, seen, releases))
+                        self.pending.setdefault((g, wave), []).append((ex.inst.pc, seen, releases))
             if kind in (ATOMIC, ATOMIC_RETURN, ATOMIC_STORE):
                 snapshot = dict(clock)
                 snapshot[g] = self.fenced.get(g, -1)
@@ -224,7 +224,7 @@ class FlagOrdering:
         queues = ex.waves.queues["vm"]
         for wave in ex.wave_ids(w).tolist():
             keep = []
-            for pc, seen, releases in self.pending.pop((id(ex), wave), []):
+            for pc, seen, releases in self.pending.pop((g, wave), []):
                 if any(op.pc == pc for op in queues[wave]):
                     keep.append((pc, seen, releases))         # still in flight: not acquired yet
                     continue
@@ -233,7 +233,7 @@ class FlagOrdering:
                         clock[other] = epoch
                 self.listener.acquired(g, releases)
             if keep:
-                self.pending[(id(ex), wave)] = keep
+                self.pending[(g, wave)] = keep
 
 
 def check_cache_control(inst) -> None:

@@ -155,6 +155,12 @@ def test_a_release_without_the_writeback_is_a_race(flag_manifest, gen):
     check_published(args, 3, 0)
 
 
+def test_an_invalidate_before_the_poll_lands_acquires_nothing(flag_manifest, gen):
+    buffer, first, producer, then, consumer = race(flag_manifest, "grid_flag_early_inv", 1, gen)
+    assert (buffer, first, producer, then) == ("buffers[1]", "stored to", "1", "read")     # data
+    assert consumer in ("0", "2")
+
+
 def test_a_plain_poll_of_the_flag_is_a_race(flag_manifest, gen):
     buffer, first, poller, then, producer = race(flag_manifest, "grid_flag_plain_poll", 2, gen)
     assert (buffer, first, then, producer) == ("buffers[3]", "read", "stored to atomically (sc1)", "2")   # flag
