@@ -34,23 +34,26 @@ def flag_manifest() -> Manifest:
 
 
 def grid_flag(manifest, variant: str, groups: int, producer: int, gen: torch.Generator, **launch):
-    """Launch a variant of grid_flag (or grid_flag_wide, whose variants start so) on the
-    emulator with Kernel.launch's own arguments (`launch`), its kernarg laid out by the
-    manifest; returns (arguments, LaunchResult)."""
+    """Launch a variant of grid_flag (or grid_flag_wide, whose variants start so);
+    returns (arguments, LaunchResult)."""
     kernel = manifest.kernel("grid_flag_wide" if variant.startswith("grid_flag_wide") else "grid_flag")
     threads = kernel.workgroup[0]
     args = dict(x=torch.randn(groups * threads, generator=gen), data=torch.full((threads,), float("nan")),
                 out=torch.full((groups * threads,), float("nan")), flag=torch.zeros(1, dtype=torch.uint32),
                 producer=producer, groups=groups)
-    chosen = kernel.variant(variant)
+    return args, launch_direct(kernel.variant(variant), args, **launch)
+
+
+def launch_direct(chosen, args: dict, **launch):
+    """Run a manifest variant on the emulator through Kernel.launch with its own arguments
+    (`launch`: schedule, seed, resident, ...), the kernarg laid out by the manifest."""
     prepared = launcher.prepare(chosen, args)
     segment = bytearray(prepared.template)
     tensors = [args[a.name] for a in chosen.args if a.type.is_pointer]
     for (_, offset, _), tensor in zip(prepared.pointers, tensors):
         struct.pack_into("<Q", segment, offset, tensor.data_ptr())
     kernel = emu.load(prepared.co_path).kernel(prepared.symbol)
-    result = kernel.launch(prepared.grid, prepared.block, bytes(segment), tensors, **launch)
-    return args, result
+    return kernel.launch(prepared.grid, prepared.block, bytes(segment), tensors, **launch)
 
 
 def check_published(args, groups: int, producer: int) -> None:
@@ -181,15 +184,35 @@ def test_the_serial_schedule_runs_a_producer_alone(flag_manifest, gen):
     check_published(args, 1, 0)
 
 
-def test_resident_capacity_agrees_with_the_timing_model(flag_manifest):
+@pytest.fixture(scope="module")
+def fixtures_manifest() -> Manifest:
+    manifest = Manifest.load(FIXTURES / "kernels.yaml")
+    build_manifest(manifest)
+    return manifest
+
+
+@pytest.mark.parametrize("launch", [dict(schedule="concurrent"), dict(schedule="concurrent", seed=1),
+                                    dict(schedule="concurrent", resident=3)])
+def test_a_kernel_whose_workgroups_do_not_wait_gives_the_serial_result(fixtures_manifest, gen, launch):
+    """rowsum (four waves reducing through LDS across s_barrier) over 9 rows with a tail."""
+    rows, cols = 9, 300
+    x = torch.randn(rows, cols, generator=gen)
+    outs = []
+    for kw in (dict(), launch):
+        args = dict(x=x, out=torch.full((rows,), float("nan")), cols=cols)
+        res = launch_direct(fixtures_manifest.kernel("rowsum").variant(None), args, **kw)
+        outs.append((args["out"], res.wave_instructions))
+    assert torch.equal(outs[0][0], outs[1][0]) and outs[0][1] == outs[1][1]
+    torch.testing.assert_close(outs[1][0].double(), x.double().sum(1), rtol=1e-5, atol=1e-5)
+
+
+def test_resident_capacity_agrees_with_the_timing_model(flag_manifest, fixtures_manifest):
     """The emulator's capacity (it may not import gfxasm.perf) against the model's occupancy."""
     for variant in (flag_manifest.kernel("grid_flag").variant("grid_flag"),):
         info = emu.load(variant.co_path).kernel(variant.kernel.symbol).info
         occupancy = analyze(variant.co_path).occupancy
         assert concurrent.resident_capacity(info, 1) == occupancy.workgroups_per_cu * params.NUM_CUS
-    fixtures = Manifest.load(FIXTURES / "kernels.yaml")
-    build_manifest(fixtures)
-    rowsum = fixtures.kernel("rowsum").variant(None)          # 4 waves, LDS
+    rowsum = fixtures_manifest.kernel("rowsum").variant(None)          # 4 waves, LDS
     info = emu.load(rowsum.co_path).kernel(rowsum.kernel.symbol).info
     assert concurrent.resident_capacity(info, 4) == analyze(rowsum.co_path).occupancy.workgroups_per_cu * params.NUM_CUS
 
