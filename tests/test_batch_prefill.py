@@ -564,3 +564,27 @@ def test_fp8_block_scale_extremes(e, which, page_size):
         o, lse = gfxasm.batch_prefill(q, k, v, qo, **tables, kv_block_descale=kv_block, out=out, return_lse=True)
         assert o is out
         check_fp8(o, lse, o_ref, lse_ref, bound, v_max)
+
+
+def test_repeated_layout_reads_each_calls_data():
+    # The plan is kept per tensor layout and max seqlen_q (issue 21 item 5): calls of one
+    # layout with other contents (qo_indptr, page tables, K/V; max seqlen_q 7, 12, 7) must each
+    # bind their own tables and grid, and a later call's bad data must still be refused.
+    bp.BATCH_PREFILL.clear_cache()
+    for seq_q, seq_k, seed, kind in (([7, 7], [20, 33], 1, "sglang"), ([2, 12], [33, 20], 2, "vllm"),
+                                     ([7, 7], [33, 20], 3, "sglang")):
+        q, k, v, qo, sglang, vllm = make_problem(seq_q, seq_k, 16, 2, 1, torch.bfloat16, seed)
+        out = torch.full(q.shape, float("nan"), dtype=q.dtype)
+        o, lse = gfxasm.batch_prefill(q, k, v, qo, **(sglang if kind == "sglang" else vllm), causal=True, out=out,
+                                      return_lse=True)
+        table = bp.normalise(2, 16, k.shape[0], **sglang)
+        o_ref, lse_ref = bp.reference(q, k, v, qo, *table, causal=True)
+        check_sequences(q, k, v, qo, table, o, lse, o_ref, lse_ref, seq_q, seq_k, True)
+    assert len(bp.BATCH_PREFILL._cache) == 2             # the two layouts (return_lse and out given: one each)
+    bad = sglang["kv_page_indices"].clone()
+    bad[3] = k.shape[0]
+    with pytest.raises(ValueError, match="page ids outside the pool"):
+        gfxasm.batch_prefill(q, k, v, qo, **dict(sglang, kv_page_indices=bad), causal=True, out=out, return_lse=True)
+    with pytest.raises(ValueError, match="'qo_indptr' must start at 0"):
+        gfxasm.batch_prefill(q, k, v, torch.tensor([0, 9, 5], dtype=torch.int32), **sglang, causal=True, out=out,
+                             return_lse=True)
