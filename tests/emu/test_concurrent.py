@@ -16,21 +16,11 @@ import torch
 
 import gfxasm.emu as emu
 from gfxasm import launcher
-from gfxasm.build import build_manifest
 from gfxasm.emu import concurrent
-from gfxasm.manifest import Manifest
 from gfxasm.perf import analyze, flagwait, params
 
 from asm_harness import run_snippet
-from conftest import FIXTURES
-
-
-@pytest.fixture(scope="module")
-def flag_manifest() -> Manifest:
-    """tests/fixtures/races.yaml, built (incrementally) into build/fixtures."""
-    manifest = Manifest.load(FIXTURES / "races.yaml")
-    build_manifest(manifest)
-    return manifest
+from test_races import race_manifest  # noqa: F401  (the fixture: tests/fixtures/races.yaml, built)
 
 
 def grid_flag(manifest, variant: str, groups: int, producer: int, gen: torch.Generator, **launch):
@@ -68,8 +58,8 @@ def check_published(args, groups: int, producer: int) -> None:
 
 @pytest.mark.parametrize("seed", [None, 0, 1, 2])
 @pytest.mark.parametrize("groups,producer", [(2, 0), (5, 0), (5, 4), (7, 3)])
-def test_waiting_workgroups_see_the_release(flag_manifest, gen, groups, producer, seed):
-    args, res = grid_flag(flag_manifest, "grid_flag", groups, producer, gen, schedule="concurrent", seed=seed)
+def test_waiting_workgroups_see_the_release(race_manifest, gen, groups, producer, seed):
+    args, res = grid_flag(race_manifest, "grid_flag", groups, producer, gen, schedule="concurrent", seed=seed)
     check_published(args, groups, producer)
     lines = res.timeline.groups
     assert sorted(lines) == list(range(groups))
@@ -81,30 +71,30 @@ def test_waiting_workgroups_see_the_release(flag_manifest, gen, groups, producer
 
 
 @pytest.mark.parametrize("seed", [None, 4])
-def test_a_workgroup_of_four_waves_releases_after_its_barrier(flag_manifest, gen, seed):
-    args, res = grid_flag(flag_manifest, "grid_flag_wide", 3, 1, gen, schedule="concurrent", seed=seed)
+def test_a_workgroup_of_four_waves_releases_after_its_barrier(race_manifest, gen, seed):
+    args, res = grid_flag(race_manifest, "grid_flag_wide", 3, 1, gen, schedule="concurrent", seed=seed)
     check_published(args, 3, 1)
     assert res.waves == 12
     assert all(line.waits for g, line in res.timeline.groups.items() if g != 1)
 
 
-def test_a_writeback_before_the_other_waves_stores_complete_is_refused(flag_manifest, gen):
+def test_a_writeback_before_the_other_waves_stores_complete_is_refused(race_manifest, gen):
     with pytest.raises(emu.HazardError, match=r"buffer_wbl2 while wave [123] of the workgroup still has a store "
                                               r"in flight \(`global_store_dword .*\): the writeback need not "
                                               r"cover it .*workgroup \(1,0,0\) wave 0"):
-        grid_flag(flag_manifest, "grid_flag_wide_unwaited", 3, 1, gen, schedule="concurrent")
+        grid_flag(race_manifest, "grid_flag_wide_unwaited", 3, 1, gen, schedule="concurrent")
 
 
-def test_a_seed_gives_one_order(flag_manifest):
-    runs = [grid_flag(flag_manifest, "grid_flag", 6, 2, torch.Generator().manual_seed(7), schedule="concurrent",
+def test_a_seed_gives_one_order(race_manifest):
+    runs = [grid_flag(race_manifest, "grid_flag", 6, 2, torch.Generator().manual_seed(7), schedule="concurrent",
                       seed=5) for _ in range(2)]
     assert runs[0][1].wave_instructions == runs[1][1].wave_instructions
     assert runs[0][1].timeline == runs[1][1].timeline
     assert torch.equal(runs[0][0]["out"], runs[1][0]["out"])
 
 
-def test_workgroups_beyond_capacity_start_when_a_slot_frees(flag_manifest, gen):
-    args, res = grid_flag(flag_manifest, "grid_flag", 5, 0, gen, schedule="concurrent", resident=2)
+def test_workgroups_beyond_capacity_start_when_a_slot_frees(race_manifest, gen):
+    args, res = grid_flag(race_manifest, "grid_flag", 5, 0, gen, schedule="concurrent", resident=2)
     check_published(args, 5, 0)
     started = {g: line.started_after for g, line in res.timeline.groups.items()}
     assert started[0] is None and started[1] is None            # the first two take the two slots
@@ -121,15 +111,15 @@ def live_groups(message: str) -> list[int]:
 
 
 @pytest.mark.parametrize("seed", [None, 3])
-def test_a_producer_that_never_releases_is_a_deadlock(flag_manifest, gen, seed):
+def test_a_producer_that_never_releases_is_a_deadlock(race_manifest, gen, seed):
     with pytest.raises(emu.DeadlockError) as info:
-        grid_flag(flag_manifest, "grid_flag_no_release", 4, 1, gen, schedule="concurrent", seed=seed)
+        grid_flag(race_manifest, "grid_flag_no_release", 4, 1, gen, schedule="concurrent", seed=seed)
     assert live_groups(str(info.value)) == [0, 2, 3]            # the producer ended; the rest spin
 
 
-def test_a_producer_beyond_the_resident_capacity_is_a_deadlock(flag_manifest, gen):
+def test_a_producer_beyond_the_resident_capacity_is_a_deadlock(race_manifest, gen):
     with pytest.raises(emu.DeadlockError) as info:
-        grid_flag(flag_manifest, "grid_flag", 5, 4, gen, schedule="concurrent", resident=2)
+        grid_flag(race_manifest, "grid_flag", 5, 4, gen, schedule="concurrent", resident=2)
     message = str(info.value)
     assert live_groups(message) == [0, 1]
     assert "3 workgroup(s) wait for a free slot (resident capacity 2), first (2,0,0)" in message
@@ -149,85 +139,78 @@ def race(manifest, variant: str, producer: int, gen) -> tuple:
     return RACE.search(str(info.value)).groups()
 
 
-def test_a_release_without_the_writeback_is_a_race(flag_manifest, gen):
-    buffer, first, producer, then, consumer = race(flag_manifest, "grid_flag_no_fence", 0, gen)
+def test_a_release_without_the_writeback_is_a_race(race_manifest, gen):
+    buffer, first, producer, then, consumer = race(race_manifest, "grid_flag_no_fence", 0, gen)
     assert (buffer, first, producer, then) == ("buffers[1]", "stored to", "0", "read")     # data
     assert consumer in ("1", "2")
     # Outside strict mode nothing is reported, and the values are the model's (memory as it is).
-    args, _ = grid_flag(flag_manifest, "grid_flag_no_fence", 3, 0, gen, schedule="concurrent", strict=False)
+    args, _ = grid_flag(race_manifest, "grid_flag_no_fence", 3, 0, gen, schedule="concurrent", strict=False)
     check_published(args, 3, 0)
 
 
-def test_an_invalidate_before_the_poll_lands_acquires_nothing(flag_manifest, gen):
-    buffer, first, producer, then, consumer = race(flag_manifest, "grid_flag_early_inv", 1, gen)
+def test_an_invalidate_before_the_poll_lands_acquires_nothing(race_manifest, gen):
+    buffer, first, producer, then, consumer = race(race_manifest, "grid_flag_early_inv", 1, gen)
     assert (buffer, first, producer, then) == ("buffers[1]", "stored to", "1", "read")     # data
     assert consumer in ("0", "2")
 
 
-def test_a_plain_poll_of_the_flag_is_a_race(flag_manifest, gen):
-    buffer, first, poller, then, producer = race(flag_manifest, "grid_flag_plain_poll", 2, gen)
+def test_a_plain_poll_of_the_flag_is_a_race(race_manifest, gen):
+    buffer, first, poller, then, producer = race(race_manifest, "grid_flag_plain_poll", 2, gen)
     assert (buffer, first, then, producer) == ("buffers[3]", "read", "stored to atomically (sc1)", "2")   # flag
     assert poller in ("0", "1")
 
 
-def test_the_serial_schedule_reports_the_deadlock(flag_manifest, gen):
+def test_the_serial_schedule_reports_the_deadlock(race_manifest, gen):
     with pytest.raises(emu.DeadlockError) as info:
-        grid_flag(flag_manifest, "grid_flag", 3, 0, gen)
+        grid_flag(race_manifest, "grid_flag", 3, 0, gen)
     message = str(info.value)
     assert re.search(r"workgroup\(s\) \(1,0,0\), \(2,0,0\) spin at s_sleep pc 0x[0-9a-f]+ \(64 times with global "
                      r"memory unchanged\): under the serial schedule", message), message
     assert "schedule='concurrent'" in message
 
 
-def test_the_serial_schedule_runs_a_producer_alone(flag_manifest, gen):
-    args, _ = grid_flag(flag_manifest, "grid_flag", 1, 0, gen)             # nobody waits: no spin
+def test_the_serial_schedule_runs_a_producer_alone(race_manifest, gen):
+    args, _ = grid_flag(race_manifest, "grid_flag", 1, 0, gen)             # nobody waits: no spin
     check_published(args, 1, 0)
-
-
-@pytest.fixture(scope="module")
-def fixtures_manifest() -> Manifest:
-    manifest = Manifest.load(FIXTURES / "kernels.yaml")
-    build_manifest(manifest)
-    return manifest
 
 
 @pytest.mark.parametrize("launch", [dict(schedule="concurrent"), dict(schedule="concurrent", seed=1),
                                     dict(schedule="concurrent", resident=3)])
-def test_a_kernel_whose_workgroups_do_not_wait_gives_the_serial_result(fixtures_manifest, gen, launch):
+def test_a_kernel_whose_workgroups_do_not_wait_gives_the_serial_result(fixture_manifest, gen, launch):
     """rowsum (four waves reducing through LDS across s_barrier) over 9 rows with a tail."""
     rows, cols = 9, 300
     x = torch.randn(rows, cols, generator=gen)
     outs = []
     for kw in (dict(), launch):
         args = dict(x=x, out=torch.full((rows,), float("nan")), cols=cols)
-        res = launch_direct(fixtures_manifest.kernel("rowsum").variant(None), args, **kw)
+        res = launch_direct(fixture_manifest.kernel("rowsum").variant(None), args, **kw)
         outs.append((args["out"], res.wave_instructions))
     assert torch.equal(outs[0][0], outs[1][0]) and outs[0][1] == outs[1][1]
     torch.testing.assert_close(outs[1][0].double(), x.double().sum(1), rtol=1e-5, atol=1e-5)
 
 
-def test_resident_capacity_agrees_with_the_timing_model(flag_manifest, fixtures_manifest):
+def test_resident_capacity_agrees_with_the_timing_model(race_manifest, fixture_manifest):
     """The emulator's capacity (it may not import gfxasm.perf) against the model's occupancy."""
-    for variant in (flag_manifest.kernel("grid_flag").variant("grid_flag"),):
+    for variant in (race_manifest.kernel("grid_flag").variant("grid_flag"),):
         info = emu.load(variant.co_path).kernel(variant.kernel.symbol).info
         occupancy = analyze(variant.co_path).occupancy
         assert concurrent.resident_capacity(info, 1) == occupancy.workgroups_per_cu * params.NUM_CUS
-    rowsum = fixtures_manifest.kernel("rowsum").variant(None)          # 4 waves, LDS
+    rowsum = fixture_manifest.kernel("rowsum").variant(None)          # 4 waves, LDS
     info = emu.load(rowsum.co_path).kernel(rowsum.kernel.symbol).info
     assert concurrent.resident_capacity(info, 4) == analyze(rowsum.co_path).occupancy.workgroups_per_cu * params.NUM_CUS
 
 
-def test_refused_launches(flag_manifest, gen):
+def test_refused_launches(race_manifest, gen):
     with pytest.raises(emu.LaunchError, match="jobs must be 1"):
-        grid_flag(flag_manifest, "grid_flag", 2, 0, gen, schedule="concurrent", jobs=2)
+        grid_flag(race_manifest, "grid_flag", 2, 0, gen, schedule="concurrent", jobs=2)
     with pytest.raises(emu.LaunchError, match="whole grid"):
-        grid_flag(flag_manifest, "grid_flag", 2, 0, gen, schedule="concurrent", workgroups=[(0, 0, 0)])
+        grid_flag(race_manifest, "grid_flag", 2, 0, gen, schedule="concurrent", workgroups=[(0, 0, 0)])
     with pytest.raises(emu.LaunchError, match="resident is only for"):
-        grid_flag(flag_manifest, "grid_flag", 1, 0, gen, resident=4)
+        grid_flag(race_manifest, "grid_flag", 1, 0, gen, resident=4)
     with pytest.raises(emu.LaunchError, match="takes no trace"):
-        grid_flag(flag_manifest, "grid_flag", 2, 0, gen, schedule="concurrent", trace=lambda inst, w: None)
+        grid_flag(race_manifest, "grid_flag", 2, 0, gen, schedule="concurrent", trace=lambda inst, w: None)
     with pytest.raises(emu.LaunchError, match="resident must be"):
-        grid_flag(flag_manifest, "grid_flag", 2, 0, gen, schedule="concurrent", resident=0)
+        grid_flag(race_manifest, "grid_flag", 2, 0, gen, schedule="concurrent", resident=0)
 
 
 @pytest.mark.parametrize("form", ["buffer_wbl2", "buffer_wbl2 sc0", "buffer_inv"])
@@ -245,9 +228,9 @@ def test_cache_control_changes_no_register(form):
 
 
 # ---------------------------------------------------------------------- timing
-def test_a_waiting_workgroup_is_timed_after_the_release(flag_manifest, gen):
+def test_a_waiting_workgroup_is_timed_after_the_release(race_manifest, gen):
     groups, producer, per_group, latency = 4, 2, 3e-6, 1e-6
-    _, res = grid_flag(flag_manifest, "grid_flag", groups, producer, gen, schedule="concurrent")
+    _, res = grid_flag(race_manifest, "grid_flag", groups, producer, gen, schedule="concurrent")
     t = flagwait.launch_seconds(res.timeline, per_group, latency_s=latency)
     lines = res.timeline.groups
     assert t.end[producer] == pytest.approx(per_group) and t.waited[producer] == 0.0
@@ -264,8 +247,8 @@ def test_a_waiting_workgroup_is_timed_after_the_release(flag_manifest, gen):
     assert t.seconds > per_group                   # the consumers' wait shows in the launch's time
 
 
-def test_workgroups_that_take_a_freed_slot_start_at_its_end(flag_manifest, gen):
-    _, res = grid_flag(flag_manifest, "grid_flag", 5, 0, gen, schedule="concurrent", resident=2)
+def test_workgroups_that_take_a_freed_slot_start_at_its_end(race_manifest, gen):
+    _, res = grid_flag(race_manifest, "grid_flag", 5, 0, gen, schedule="concurrent", resident=2)
     seconds = {g: 1e-6 * (g + 1) for g in range(5)}                # different per workgroup
     t = flagwait.launch_seconds(res.timeline, seconds, latency_s=0.0)
     for g, line in res.timeline.groups.items():
