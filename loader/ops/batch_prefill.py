@@ -87,7 +87,7 @@ import torch
 
 from ..launcher import prepare
 from ..manifest import Variant, default_manifest
-from . import fmha, framework
+from . import fmha, fp8_query, framework
 
 HEAD_DIM = 128
 Q_TILE = 256
@@ -208,7 +208,7 @@ def _check_descales(call, fp8: bool, readable: bool) -> None:
                                                 f"f32; got {value}")
 
 
-def _check_block_scales(call, k_cache: torch.Tensor, used: torch.Tensor | None) -> float:
+def _check_block_scales(call, k_cache: torch.Tensor, used: torch.Tensor | list[int] | None) -> float:
     """kv_block_descale: float32 contiguous [num_pages, Hkv, 2] (k, v); the scales of the
     pages the tables use (`used`, where they were read) in SCALE_RANGE. The launch reads no
     other page's scales, so a pool page no table names may hold anything. Returns the
@@ -222,7 +222,7 @@ def _check_block_scales(call, k_cache: torch.Tensor, used: torch.Tensor | None) 
                               f"{heads_k}, 2], got {t.dtype} shape {tuple(t.shape)} strides {t.stride()}")
     if num_pages * heads_k * 8 >= _U32:
         call.fail(ValueError, f"kv_block_descale spans {num_pages * heads_k * 8} bytes; the kernel's offset is 32-bit")
-    if used is None or not used.numel():
+    if used is None or not len(used):
         return 1.0
     scales = t[used]
     smallest, largest = torch.aminmax(scales)
@@ -235,9 +235,9 @@ def _decreases(values: list[int]) -> bool:
     return any(a > b for a, b in zip(values, values[1:]))
 
 
-def _check_page_ids(call, name: str, used: torch.Tensor, num_pages: int) -> None:
-    if used.numel():
-        low, high = (int(x) for x in torch.aminmax(used))
+def _check_page_ids(call, name: str, used: torch.Tensor | list[int], num_pages: int) -> None:
+    if len(used):
+        low, high = (min(used), max(used)) if isinstance(used, list) else (int(x) for x in torch.aminmax(used))
         if low < 0 or high >= num_pages:
             call.fail(ValueError, f"'{name}' holds page ids outside the pool 0..{num_pages - 1} (min {low}, max "
                                   f"{high})")
@@ -297,10 +297,22 @@ def _check_vllm(call, batch: int, page_size: int, num_pages: int, readable: bool
     if min(lengths) < 0 or max(lengths) > table.shape[1] * page_size:
         call.fail(ValueError, f"'seqlens_k' must be in 0..max_blocks * page_size = {table.shape[1] * page_size}, "
                               f"got {lengths[:8]}")
-    # entry j of a row is read iff j * page_size < its seqlen_k (entries past a list are never read)
-    used = table[torch.arange(table.shape[1]) * page_size < seqlens_k[:, None]]
+    used = _used_entries(table, seqlens_k, lengths, page_size)
     _check_page_ids(call, "block_table", used, num_pages)
     return used
+
+
+_HOST_TABLE = 4096      # entries of a block table read on the host rather than masked by tensor ops
+
+
+def _used_entries(table: torch.Tensor, seqlens_k: torch.Tensor, lengths: list[int], page_size: int
+                  ) -> torch.Tensor | list[int]:
+    """The page ids a vLLM block table's sequences use: entry j of row b iff j * page_size <
+    seqlens_k[b] (entries past a list are never read). A small table is read on the host
+    (a decode step's: ~3 us, where the tensor mask costs ~25 us), a large one masked."""
+    if table.numel() <= _HOST_TABLE:
+        return [page for row, n in zip(table.tolist(), lengths) for page in row[:-(-n // page_size)]]
+    return table[torch.arange(table.shape[1]) * page_size < seqlens_k[:, None]]
 
 
 def _check_out(call, q: torch.Tensor) -> None:
@@ -483,9 +495,11 @@ def _check_contents(call, scale: float) -> None:
 
 # ------------------------------------------------------------------ the launch
 
-def _page_table(call, batch: int, page_size: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _page_table(call, batch: int, page_size: int, device, kv_start: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(page_list, kv_start, seqlen_k), the one form the kernel reads, from the checked
-    call's table (tensor arithmetic only: nothing is read back from a GPU)."""
+    call's table (tensor arithmetic only: nothing is read back from a GPU). A vLLM table's
+    kv_start follows from its layout alone: `kv_start`, where the caller made it before."""
     if call.kv_indptr is not None:
         kv_indptr, pages, last = call.kv_indptr, call.kv_page_indices, call.kv_last_page_len
         counts = kv_indptr[1:] - kv_indptr[:-1]
@@ -496,7 +510,8 @@ def _page_table(call, batch: int, page_size: int, device) -> tuple[torch.Tensor,
     row = table.stride(0) if batch > 1 else table.shape[1]
     span = (batch - 1) * row + table.shape[1] if table.numel() else 0
     page_list = table.as_strided((span,), (1,)) if span else torch.zeros(1, dtype=torch.int32, device=device)
-    kv_start = torch.arange(batch, dtype=torch.int32, device=device) * row
+    if kv_start is None:
+        kv_start = torch.arange(batch, dtype=torch.int32, device=device) * row
     return page_list, kv_start, call.seqlens_k.contiguous()
 
 
@@ -528,11 +543,11 @@ def _descales(call, one: torch.Tensor) -> torch.Tensor:
     return torch.cat([(one if call.values[n] is None else call.values[n]).reshape(1) for n in _DESCALES])
 
 
-def _contents(call, one: torch.Tensor) -> dict:
+def _contents(call, one: torch.Tensor, kv_start: torch.Tensor | None = None) -> dict:
     """The kernel arguments a call's tensor contents give: the page table normalised, the
-    descales and the block scales (`one` where there are none)."""
+    descales and the block scales (`one` where there are none); `kv_start` as _page_table's."""
     page_list, kv_start, seqlen_k = _page_table(call, call.qo_indptr.shape[0] - 1, call.k_cache.shape[1],
-                                                call.q.device)
+                                                call.q.device, kv_start)
     return dict(page_list=page_list, kv_start=kv_start, seqlen_k=seqlen_k, descales=_descales(call, one),
                 kv_scales=one if call.kv_block_descale is None else call.kv_block_descale.reshape(-1))
 
@@ -572,9 +587,11 @@ def _plan(checked: _Checked, call) -> framework.Plan:
     one = torch.ones(1, dtype=torch.float32, device=call.q.device)
     # the kernel never touches lse without store_lse, nor sinks without has_sinks
     fixed = {name: args[name] for name in ("lse", "sinks")}
+    kv_start = None if call.block_table is None else args["kv_start"]      # (a vLLM table's: from its layout)
 
     def bind(c) -> dict:
-        given = dict(q=c.q, k_cache=c.k_cache, v_cache=c.v_cache, o=c.out, qo_indptr=c.qo_indptr, **_contents(c, one))
+        given = dict(q=c.q, k_cache=c.k_cache, v_cache=c.v_cache, o=c.out, qo_indptr=c.qo_indptr,
+                     **_contents(c, one, kv_start))
         if c.lse is not None:
             given["lse"] = c.lse
         if c.sinks is not None:
@@ -625,9 +642,8 @@ def batch_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     args = (q, k_cache, v_cache, qo_indptr, kv_indptr, kv_page_indices, kv_last_page_len, block_table, seqlens_k,
             causal, softmax_scale, *fmha.window_pair(NAME, window_size), sinks, softcap, q_descale, k_descale,
             v_descale, kv_block_descale)
-    from . import fp8_query     # (it imports this module)
     if fp8_query.quantizes(q, k_cache):
-        args = fp8_query.with_quantized_query(args, out, return_lse)
+        args = fp8_query.with_quantized_query(BATCH_PREFILL, _check, args, out)
     return BATCH_PREFILL(*args, out=out, return_lse=return_lse)
 
 

@@ -49,7 +49,7 @@ import torch
 from ..gridexpr import cdiv
 from ..launcher import prepare
 from ..manifest import default_manifest
-from . import arguments, batch_prefill, framework
+from . import arguments, framework
 
 OP = "quant_q_fp8"
 KERNELS = ("quant_q_fp8_amax", "quant_q_fp8")   # in launch order
@@ -166,14 +166,16 @@ def quantizes(q, k_cache) -> bool:
             and k_cache.dtype == E4M3)
 
 
-def with_quantized_query(args: tuple, out, return_lse: bool) -> tuple:
-    """batch_prefill's positional arguments (BATCH_PREFILL's parameter order) with q replaced
-    by its e4m3 form and q_descale by the pre-pass's; refuses what this path cannot serve and
-    runs batch_prefill's metadata checks before the pre-pass launches (module docstring)."""
-    names = tuple(p.name for p in batch_prefill.BATCH_PREFILL.spec.params)
+def with_quantized_query(op: framework.Op, check, args: tuple, out) -> tuple:
+    """batch_prefill's positional arguments (in the parameter order of `op`, its declared op)
+    with q replaced by its e4m3 form and q_descale by the pre-pass's; refuses what this path
+    cannot serve and runs `check` (batch_prefill's) on the call's metadata before the
+    pre-pass launches (module docstring). batch_prefill passes its op and check: this module
+    does not import it (batch_prefill imports this one)."""
+    names = tuple(p.name for p in op.spec.params)
     values = dict(zip(names, args))
     q = values["q"]
-    fail = lambda kind, message: arguments.fail(batch_prefill.NAME, kind, message)   # noqa: E731
+    fail = lambda kind, message: arguments.fail(op.name, kind, message)   # noqa: E731
     if q.dtype != torch.bfloat16:
         fail(TypeError, f"'q' dtype must be torch.bfloat16 (or torch.float8_e4m3fn) over a float8_e4m3fn cache, got "
                         f"{q.dtype}: the FP8 kernel writes bf16 O")
@@ -184,7 +186,7 @@ def with_quantized_query(args: tuple, out, return_lse: bool) -> tuple:
         fail(ValueError, "'softcap' is not available for bf16 q over a float8_e4m3fn cache (the FP8 kernel has no "
                          "soft-capping)")
     placeholder = torch.empty(q.shape, dtype=E4M3, device=q.device)
-    batch_prefill._check(framework.Call(batch_prefill.NAME, dict(values, q=placeholder, out=out, lse=None), False))
+    check(framework.Call(op.name, dict(values, q=placeholder, out=out, lse=None), False))
     q8, q_descale = QUANT_Q_FP8(q)
     if q_descale.device.type == "cpu" and float(q_descale) > 2.0**DESCALE_LOG2_RANGE[1]:
         fail(ValueError, f"'q' holds finite values of magnitude >= 2^{DESCALE_LOG2_RANGE[1] + MANTISSA_HEADROOM + 1}: "
