@@ -208,7 +208,7 @@ def _check_descales(call, fp8: bool, readable: bool) -> None:
                                                 f"f32; got {value}")
 
 
-def _check_block_scales(call, k_cache: torch.Tensor, used: torch.Tensor | list[int] | None) -> float:
+def _check_block_scales(call, k_cache: torch.Tensor, used: torch.Tensor | None) -> float:
     """kv_block_descale: float32 contiguous [num_pages, Hkv, 2] (k, v); the scales of the
     pages the tables use (`used`, where they were read) in SCALE_RANGE. The launch reads no
     other page's scales, so a pool page no table names may hold anything. Returns the
@@ -222,7 +222,7 @@ def _check_block_scales(call, k_cache: torch.Tensor, used: torch.Tensor | list[i
                               f"{heads_k}, 2], got {t.dtype} shape {tuple(t.shape)} strides {t.stride()}")
     if num_pages * heads_k * 8 >= _U32:
         call.fail(ValueError, f"kv_block_descale spans {num_pages * heads_k * 8} bytes; the kernel's offset is 32-bit")
-    if used is None or not len(used):
+    if used is None or not used.numel():
         return 1.0
     scales = t[used]
     smallest, largest = torch.aminmax(scales)
@@ -235,9 +235,9 @@ def _decreases(values: list[int]) -> bool:
     return any(a > b for a, b in zip(values, values[1:]))
 
 
-def _check_page_ids(call, name: str, used: torch.Tensor | list[int], num_pages: int) -> None:
-    if len(used):
-        low, high = (min(used), max(used)) if isinstance(used, list) else (int(x) for x in torch.aminmax(used))
+def _check_page_ids(call, name: str, used: torch.Tensor, num_pages: int) -> None:
+    if used.numel():
+        low, high = (int(x) for x in torch.aminmax(used))
         if low < 0 or high >= num_pages:
             call.fail(ValueError, f"'{name}' holds page ids outside the pool 0..{num_pages - 1} (min {low}, max "
                                   f"{high})")
@@ -297,22 +297,10 @@ def _check_vllm(call, batch: int, page_size: int, num_pages: int, readable: bool
     if min(lengths) < 0 or max(lengths) > table.shape[1] * page_size:
         call.fail(ValueError, f"'seqlens_k' must be in 0..max_blocks * page_size = {table.shape[1] * page_size}, "
                               f"got {lengths[:8]}")
-    used = _used_entries(table, seqlens_k, lengths, page_size)
+    # entry j of a row is read iff j * page_size < its seqlen_k (entries past a list are never read)
+    used = table[torch.arange(table.shape[1]) * page_size < seqlens_k[:, None]]
     _check_page_ids(call, "block_table", used, num_pages)
     return used
-
-
-_HOST_TABLE = 4096      # entries of a block table read on the host rather than masked by tensor ops
-
-
-def _used_entries(table: torch.Tensor, seqlens_k: torch.Tensor, lengths: list[int], page_size: int
-                  ) -> torch.Tensor | list[int]:
-    """The page ids a vLLM block table's sequences use: entry j of row b iff j * page_size <
-    seqlens_k[b] (entries past a list are never read). A small table is read on the host
-    (a decode step's: ~3 us, where the tensor mask costs ~25 us), a large one masked."""
-    if table.numel() <= _HOST_TABLE:
-        return [page for row, n in zip(table.tolist(), lengths) for page in row[:-(-n // page_size)]]
-    return table[torch.arange(table.shape[1]) * page_size < seqlens_k[:, None]]
 
 
 def _check_out(call, q: torch.Tensor) -> None:
@@ -436,7 +424,7 @@ def _check_attention(call) -> tuple[int, int, int]:
 
 def _check(call) -> _Checked:
     """Everything the metadata can tell, and the index tensors' and scales' contents where
-    they are readable (a real call on CPU tensors: `_check_contents`)."""
+    they are readable (a real call on CPU tensors)."""
     k_seq_stride, v_seq_stride, page_ratio_log2 = _check_attention(call)
     q, k_cache = call.q, call.k_cache
     scale = _softmax_scale(call)
@@ -444,16 +432,23 @@ def _check(call) -> _Checked:
     if qo_indptr.shape[0] < 1:
         call.fail(ValueError, "'qo_indptr' must have batch + 1 >= 1 entries, got 0")
     _index(call, "qo_indptr")
-    _check_table(call, qo_indptr.shape[0] - 1, k_cache.shape[1], k_cache.shape[0], readable=False)
+    batch = qo_indptr.shape[0] - 1
+    readable = call.data and q.device.type == "cpu"
+    num_pages, page_size = k_cache.shape[0], k_cache.shape[1]
+    used = _check_table(call, batch, page_size, num_pages, readable)
+    if readable:
+        total_q, indptr = q.shape[0], qo_indptr.tolist()
+        if indptr[0] != 0 or _decreases(indptr) or indptr[-1] != total_q:
+            call.fail(ValueError, f"'qo_indptr' must start at 0, never decrease and end at total_q = {total_q}, got "
+                                  f"{indptr[:8]}{'...' if batch > 7 else ''} ending at {indptr[-1]}")
     fp8 = q.dtype == FP8
-    _check_descales(call, fp8, readable=False)
+    _check_descales(call, fp8, readable)
     block_scales = fp8 and call.kv_block_descale is not None
+    largest_k_scale = 1.0
     if block_scales:
-        _check_block_scales(call, k_cache, None)
+        largest_k_scale = _check_block_scales(call, k_cache, used)
     if fp8:
-        _check_score_scale(call, scale, False, 1.0)
-    if _readable(call):
-        _check_contents(call, scale)
+        _check_score_scale(call, scale, readable, largest_k_scale)
     window = fmha.check_window(call)
     softcap = fmha.check_softcap(call)
     fmha.check_sinks(call, q.shape[1])
@@ -463,43 +458,15 @@ def _check(call) -> _Checked:
         _check_lse(call, q)
     if softcap and fp8:
         call.fail(ValueError, f"'softcap' applies to bfloat16/float16 inputs only; q is {q.dtype}")
-    chosen = variant(q.dtype, call.causal, block_scales, k_cache.shape[1], fmha.windowed(call.causal, window),
-                     softcap > 0)
+    chosen = variant(q.dtype, call.causal, block_scales, page_size, fmha.windowed(call.causal, window), softcap > 0)
     return _Checked(chosen, scale, window, softcap, k_seq_stride, v_seq_stride, page_ratio_log2)
-
-
-def _readable(call) -> bool:
-    """Whether the call's tensor contents may be read: real CPU tensors (on a GPU a read
-    would synchronise)."""
-    return call.data and call.q.device.type == "cpu"
-
-
-def _check_contents(call, scale: float) -> None:
-    """The checks of tensor contents (a readable call whose metadata passed `_check`): the
-    page table, qo_indptr, the descales and block scales; every call makes them."""
-    q, k_cache, qo_indptr = call.q, call.k_cache, call.qo_indptr
-    batch = qo_indptr.shape[0] - 1
-    used = _check_table(call, batch, k_cache.shape[1], k_cache.shape[0], readable=True)
-    total_q, indptr = q.shape[0], qo_indptr.tolist()
-    if indptr[0] != 0 or _decreases(indptr) or indptr[-1] != total_q:
-        call.fail(ValueError, f"'qo_indptr' must start at 0, never decrease and end at total_q = {total_q}, got "
-                              f"{indptr[:8]}{'...' if batch > 7 else ''} ending at {indptr[-1]}")
-    fp8 = q.dtype == FP8
-    _check_descales(call, fp8, readable=True)
-    largest_k_scale = 1.0
-    if fp8 and call.kv_block_descale is not None:
-        largest_k_scale = _check_block_scales(call, k_cache, used)
-    if fp8:
-        _check_score_scale(call, scale, True, largest_k_scale)
 
 
 # ------------------------------------------------------------------ the launch
 
-def _page_table(call, batch: int, page_size: int, device, kv_start: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _page_table(call, batch: int, page_size: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(page_list, kv_start, seqlen_k), the one form the kernel reads, from the checked
-    call's table (tensor arithmetic only: nothing is read back from a GPU). A vLLM table's
-    kv_start follows from its layout alone: `kv_start`, where the caller made it before."""
+    call's table (tensor arithmetic only: nothing is read back from a GPU)."""
     if call.kv_indptr is not None:
         kv_indptr, pages, last = call.kv_indptr, call.kv_page_indices, call.kv_last_page_len
         counts = kv_indptr[1:] - kv_indptr[:-1]
@@ -510,8 +477,7 @@ def _page_table(call, batch: int, page_size: int, device, kv_start: torch.Tensor
     row = table.stride(0) if batch > 1 else table.shape[1]
     span = (batch - 1) * row + table.shape[1] if table.numel() else 0
     page_list = table.as_strided((span,), (1,)) if span else torch.zeros(1, dtype=torch.int32, device=device)
-    if kv_start is None:
-        kv_start = torch.arange(batch, dtype=torch.int32, device=device) * row
+    kv_start = torch.arange(batch, dtype=torch.int32, device=device) * row
     return page_list, kv_start, call.seqlens_k.contiguous()
 
 
@@ -523,46 +489,23 @@ def normalise(batch, page_size, num_pages, **table):
     return _page_table(call, batch, page_size, torch.device("cpu"))
 
 
-def max_seq_q(qo_indptr: torch.Tensor) -> int:
-    """The most queries of one sequence (the grid's extent) from qo_indptr: read on the host
-    from a CPU tensor, by a synchronising read on a GPU."""
-    if qo_indptr.shape[0] < 2:
-        return 0
-    if qo_indptr.device.type == "cpu":
-        indptr = qo_indptr.tolist()
-        return max(b - a for a, b in zip(indptr, indptr[1:]))
-    return int((qo_indptr[1:] - qo_indptr[:-1]).max())
-
-
-def _data_key(_checked: _Checked, call) -> int:
-    return max_seq_q(call.qo_indptr)
-
-
-def _descales(call, one: torch.Tensor) -> torch.Tensor:
-    """The kernel's (q, k, v) descales, 1 for one not given."""
-    return torch.cat([(one if call.values[n] is None else call.values[n]).reshape(1) for n in _DESCALES])
-
-
-def _contents(call, one: torch.Tensor, kv_start: torch.Tensor | None = None) -> dict:
-    """The kernel arguments a call's tensor contents give: the page table normalised, the
-    descales and the block scales (`one` where there are none); `kv_start` as _page_table's."""
-    page_list, kv_start, seqlen_k = _page_table(call, call.qo_indptr.shape[0] - 1, call.k_cache.shape[1],
-                                                call.q.device, kv_start)
-    return dict(page_list=page_list, kv_start=kv_start, seqlen_k=seqlen_k, descales=_descales(call, one),
-                kv_scales=one if call.kv_block_descale is None else call.kv_block_descale.reshape(-1))
-
-
 def kernel_args(checked: _Checked, call) -> dict:
     """The manifest arguments of batch_prefill_d128 for a checked call: the page table
     normalised, max seqlen_q read from qo_indptr (a synchronisation on a GPU)."""
     q, k_cache, v_cache, out, lse, qo_indptr = call.q, call.k_cache, call.v_cache, call.out, call.lse, call.qo_indptr
+    batch = qo_indptr.shape[0] - 1
+    page_list, kv_start, seqlen_k = _page_table(call, batch, k_cache.shape[1], q.device)
+    one = torch.ones(1, dtype=torch.float32, device=q.device)
     e = q.element_size()
     ratio = q.shape[1] // k_cache.shape[2]
     store_lse = lse is not None
     return dict(q=q, k_cache=k_cache, v_cache=v_cache, o=out,
                 lse=lse if store_lse else torch.empty((0, 0), dtype=torch.float32, device=q.device),
-                qo_indptr=qo_indptr, **_contents(call, torch.ones(1, dtype=torch.float32, device=q.device)),
-                heads_k=k_cache.shape[2], max_seq_q=max_seq_q(qo_indptr),
+                qo_indptr=qo_indptr, kv_start=kv_start, seqlen_k=seqlen_k, page_list=page_list,
+                descales=torch.cat([(one if call.values[n] is None else call.values[n]).reshape(1)
+                                    for n in _DESCALES]),
+                kv_scales=one if call.kv_block_descale is None else call.kv_block_descale.reshape(-1),
+                heads_k=k_cache.shape[2], max_seq_q=int((qo_indptr[1:] - qo_indptr[:-1]).max()) if batch else 0,
                 q_seq_stride=q.stride(0) * e, q_head_stride=q.stride(1) * e,
                 k_seq_stride=checked.k_seq_stride, k_head_stride=k_cache.stride(2) * e,
                 v_seq_stride=checked.v_seq_stride, v_head_stride=v_cache.stride(2) * e,
@@ -575,31 +518,19 @@ def kernel_args(checked: _Checked, call) -> dict:
 
 
 def _plan(checked: _Checked, call) -> framework.Plan:
-    """The launch for a layout and max seqlen_q (the framework keeps one per pair: the
-    Spec's data_key). Each call binds what its tensor contents give (`_contents`); the plan
-    keeps only placeholders the kernel never reads and the layout's constants."""
     if not call.q.numel():
         return framework.Plan()
     args = kernel_args(checked, call)
     if not args["max_seq_q"]:                   # no sequence has a query
         return framework.Plan()
     launch = prepare(checked.variant, args)
-    one = torch.ones(1, dtype=torch.float32, device=call.q.device)
-    # the kernel never touches lse without store_lse, nor sinks without has_sinks
-    fixed = {name: args[name] for name in ("lse", "sinks")}
-    kv_start = None if call.block_table is None else args["kv_start"]      # (a vLLM table's: from its layout)
+    made = {name: args[name] for name in ("kv_start", "seqlen_k", "page_list", "descales", "kv_scales", "sinks")}
+    placeholder = args["lse"]                   # the kernel never touches lse without store_lse
 
     def bind(c) -> dict:
-        given = dict(q=c.q, k_cache=c.k_cache, v_cache=c.v_cache, o=c.out, qo_indptr=c.qo_indptr,
-                     **_contents(c, one, kv_start))
-        if c.lse is not None:
-            given["lse"] = c.lse
-        if c.sinks is not None:
-            given["sinks"] = c.sinks
-        return given
-    recheck = (lambda c: (_check_contents(c, checked.scale), fmha.check_sinks(c, c.q.shape[1]))) \
-        if _readable(call) else None
-    return framework.Plan((launch,), fixed=fixed, bind=bind, recheck=recheck)
+        return dict(q=c.q, k_cache=c.k_cache, v_cache=c.v_cache, o=c.out, qo_indptr=c.qo_indptr,
+                    lse=placeholder if c.lse is None else c.lse)
+    return framework.Plan((launch,), fixed=made, bind=bind)
 
 
 def _allocate(call, names: frozenset) -> dict:
@@ -612,8 +543,9 @@ def _allocate(call, names: frozenset) -> dict:
     return outs
 
 
-# The launch depends on tensor data: the grid's max seqlen_q (the data_key: a plan per layout
-# and value) and the page table, descales and block scales (bound on every call).
+# The launch depends on tensor data (the grid's max seqlen_q, the normalised page table), and
+# a serving engine's varlen batches change the layouts (total_q, page counts) from call to call
+# anyway: every call is checked and planned (cacheable=False).
 _ALIGNED = dict(align=16)
 BATCH_PREFILL = framework.define(framework.Spec(
     NAME,
@@ -624,7 +556,7 @@ BATCH_PREFILL = framework.define(framework.Spec(
             *fmha.WINDOW_SINKS_SOFTCAP,
             *(framework.Param(n, "Tensor?") for n in _DESCALES + ("kv_block_descale",))),
     outputs=(framework.Output("out", **_ALIGNED), framework.Output("lse", optional=True)),
-    check=_check, allocate=_allocate, plan=_plan, out_after="seqlens_k", data_key=_data_key))
+    check=_check, allocate=_allocate, plan=_plan, out_after="seqlens_k", cacheable=False))
 
 
 def batch_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, qo_indptr: torch.Tensor, *,
