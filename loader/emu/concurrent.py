@@ -50,12 +50,14 @@ waves of the acquiring workgroup need an s_barrier after the buffer_inv on hardw
 scalar loads are not tracked (the scalar cache is not coherent: a flag polled with s_load
 is refused by nothing here); LDS spins of one workgroup's waves run in lockstep.
 
-Deadlock: a workgroup is stalled when it has executed s_sleep twice at one global-memory
-version (Memory.version, bumped by every store or atomic that changes a byte): it polled
-once more and found nothing new. When every live workgroup is stalled — the ones beyond
-the capacity cannot start — the launch is a DeadlockError naming the workgroups and pcs;
-a spin without s_sleep runs into the launch's wave-instruction bound, reported the same
-way. The serial schedule reports a spin that cannot end (SpinWatch) instead of hanging.
+Deadlock: a workgroup is stalled when it has executed one s_sleep twice in the same state:
+global memory at the same version (Memory.version, bumped by every store or atomic that
+changes a byte), and its registers and LDS the same (a digest): it polled once more and
+found nothing new (a counted delay loop changes its counter, so it is no spin). When every
+live workgroup is stalled — the ones beyond the capacity cannot start — the launch is a
+DeadlockError naming the workgroups and pcs; a spin without s_sleep runs into the launch's
+wave-instruction bound, reported the same way. The serial schedule reports a spin that
+cannot end (SpinWatch) instead of hanging.
 
 Timeline (for gfxasm.perf.flagwait): per workgroup the wave-instructions it executed
 outside spin-waits, the slot it took (the workgroup whose end freed it), and each acquire:
@@ -63,6 +65,7 @@ how far it had got, which workgroup released, and how far that one had got at th
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -126,26 +129,37 @@ def _groups_at(ex, waves) -> str:
     return ", ".join(names)
 
 
+def spin_state(ex, w) -> tuple:
+    """What a spinning wave's next poll depends on: global memory's version and a digest of
+    the registers of the waves `w` and of their workgroups' LDS. The same state at the same
+    s_sleep twice means the loop found nothing new."""
+    waves = ex.waves
+    digest = hashlib.blake2b(digest_size=16)
+    for part in (waves.sgpr[w], waves.vgpr[w], waves.agpr[w], waves.scc[w], waves.lds[np.unique(waves.slot[w])]):
+        digest.update(np.ascontiguousarray(part).data)
+    return ex.memory.version, digest.digest()
+
+
 class SpinWatch:
     """The serial schedule's deadlock report: waves that execute the same s_sleep
-    SPIN_LIMIT times with no change to global memory in between wait for something no wave
-    of the launch will do before them (lockstep runs the lowest pc first; later batches
-    start after this one ends)."""
+    SPIN_LIMIT times in the same state (spin_state) wait for something no wave of the
+    launch will do before them (lockstep runs the lowest pc first; later batches start
+    after this one ends)."""
 
     def __init__(self, ex):
         self.ex = ex
-        self.at: dict[int, tuple[int, int]] = {}     # pc -> (memory version, sleeps at it)
+        self.at: dict[int, tuple[tuple, int]] = {}     # pc -> (state, sleeps in it)
 
     def slept(self, pc: int, w) -> None:
-        version = self.ex.memory.version
+        state = spin_state(self.ex, w)
         last, count = self.at.get(pc, (None, 0))
-        count = count + 1 if last == version else 1
-        self.at[pc] = (version, count)
+        count = count + 1 if last == state else 1
+        self.at[pc] = (state, count)
         if count >= SPIN_LIMIT:
             raise DeadlockError(
                 f"kernel {self.ex.kernel_name}: workgroup(s) {_groups_at(self.ex, self.ex.wave_ids(w))} spin at "
-                f"s_sleep pc {pc:#x} ({count} times with global memory unchanged): under the serial schedule the "
-                f"workgroup they wait for does not run before them; launch with schedule='concurrent'")
+                f"s_sleep pc {pc:#x} ({count} times in the same state, global memory unchanged): under the serial "
+                f"schedule the workgroup they wait for does not run before them; launch with schedule='concurrent'")
 
 
 # ---------------------------------------------------------------------- memory model
@@ -279,24 +293,25 @@ class _Slot:
         self.raw = 0                    # wave-instructions executed
         self.pc = ex.program.entry
         self.spin_from: int | None = None   # raw count at the first s_sleep of the current wait
-        self.sleep_version: int | None = None
+        self.sleep_state: tuple | None = None   # (pc, spin_state) at the last s_sleep
         self.sleeps = 0
 
     @property
     def work(self) -> int:
         return self.raw - self.line.spin
 
-    def slept(self, version: int) -> None:
+    def slept(self, pc: int) -> None:
         if self.spin_from is None:
             self.spin_from = self.raw
-        if version == self.sleep_version:
+        state = (pc, spin_state(self.ex, slice(None)))
+        if state == self.sleep_state:
             self.sleeps += 1
         else:
-            self.sleep_version, self.sleeps = version, 1
+            self.sleep_state, self.sleeps = state, 1
 
     def stalled(self, version: int) -> bool:
-        """Polled once more since global memory last changed, and slept again."""
-        return self.sleep_version == version and self.sleeps >= 2
+        """Slept twice in the same state, and global memory has not changed since."""
+        return self.sleeps >= 2 and self.sleep_state[1][0] == version
 
 
 class _Order:
@@ -373,7 +388,7 @@ class _Scheduler:
                                     f"the concurrent schedule (a spin without s_sleep, or a runaway loop); "
                                     f"{self._where(waiting)}")
             if slot.ex.control == "sleep":
-                slot.slept(self.memory.version)
+                slot.slept(slot.pc)
                 if all(s.stalled(self.memory.version) for s in self.live):
                     raise DeadlockError(f"kernel {slot.ex.kernel_name}: every live workgroup spins (s_sleep) on "
                                         f"global memory that none of them changes; {self._where(waiting)}")

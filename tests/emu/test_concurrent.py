@@ -164,8 +164,8 @@ def test_the_serial_schedule_reports_the_deadlock(race_manifest, gen):
     with pytest.raises(emu.DeadlockError) as info:
         grid_flag(race_manifest, "grid_flag", 3, 0, gen)
     message = str(info.value)
-    assert re.search(r"workgroup\(s\) \(1,0,0\), \(2,0,0\) spin at s_sleep pc 0x[0-9a-f]+ \(64 times with global "
-                     r"memory unchanged\): under the serial schedule", message), message
+    assert re.search(r"workgroup\(s\) \(1,0,0\), \(2,0,0\) spin at s_sleep pc 0x[0-9a-f]+ \(64 times in the same "
+                     r"state, global memory unchanged\): under the serial schedule", message), message
     assert "schedule='concurrent'" in message
 
 
@@ -187,6 +187,16 @@ def test_a_kernel_whose_workgroups_do_not_wait_gives_the_serial_result(fixture_m
         outs.append((args["out"], res.wave_instructions))
     assert torch.equal(outs[0][0], outs[1][0]) and outs[0][1] == outs[1][1]
     torch.testing.assert_close(outs[1][0].double(), x.double().sum(1), rtol=1e-5, atol=1e-5)
+
+
+def test_a_counted_sleep_loop_is_no_spin():
+    """s_sleep in a loop that counts (a back-off) changes its state each time: the serial
+    schedule runs it to the end, past SPIN_LIMIT sleeps with global memory unchanged."""
+    count = concurrent.SPIN_LIMIT + 36
+    out = run_snippet(f"  s_mov_b32 s20, {count}\n  s_mov_b32 s21, 0\nL_delay:\n  s_sleep 1\n"
+                      f"  s_add_u32 s21, s21, 1\n  s_sub_u32 s20, s20, 1\n  s_cmp_lg_u32 s20, 0\n"
+                      f"  s_cbranch_scc1 L_delay", outputs=["s20", "s21"])
+    assert (int(out["s20"]), int(out["s21"])) == (0, count)
 
 
 def test_resident_capacity_agrees_with_the_timing_model(race_manifest, fixture_manifest):
