@@ -19,7 +19,9 @@ VGPR+AGPR, granule 8), 800 // SGPRs allocated (granule 16)), 4 SIMDs; LDS 160 Ki
 numbers as gfxasm.perf.params (which the emulator may not import). `resident=` overrides.
 
 Memory model (strict, after LLVM's AMDGPUUsage "Memory Model GFX942" and its code-sequence
-table, which LLVM's SIMemoryLegalizer also applies to gfx950; not checked on hardware).
+table; LLVM's SIMemoryLegalizer emits the same sequences for gfx950, whose feature set
+extends gfx94x's: SICacheControl::create picks SIGfx940CacheControl for any target with
+the GFX940 instructions. Not checked on hardware).
 Cross-workgroup communication is ordered only by release/acquire pairs at agent scope:
 
   * An agent-scope atomic load is a load with sc1 (sc0 sc1: system); an atomic store a
