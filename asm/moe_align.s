@@ -1,5 +1,6 @@
 ; moe_align — vLLM's moe_align_block_size on the device, deterministic, O(slots) work, in
-; three launches (PHASE 1, 2, 3: kernels moe_align_count, moe_align_scan, moe_align_scatter):
+; three launches (PHASE 1, 2, 3: kernels moe_align_count, moe_align_scan, moe_align_scatter),
+; or for few slots in one (PHASE 0: moe_align_one, the same three phases in one workgroup):
 ;
 ;   slot t = token * top_k + k of topk_ids (flattened, `slots` entries); its key is the
 ;       expert e = topk_ids[t] (map_mode 0, 1) or the local expert expert_map[e] (map_mode 2:
@@ -29,17 +30,22 @@
 ;    table and takes its chunk 64 slots at a time, in order: a lane's rank is the number of
 ;    lower lanes with its key (all 64 keys from LDS, broadcast reads); it stores its slot at
 ;    offset[key] + rank, and ds_max_u32 moves offset[key] past the round's last such slot.
+; 0. one launch (grid 1 x 1024 work-items, 16 waves, at most 16 chunks): phases 1, 2, 3 in
+;    turn, each wave a chunk in 1 and 3 and 64 keys in 2, an s_barrier between them; counts
+;    live in LDS (LDS_COUNTS: row c is wave c's table, so phase 3 finds its offsets in place)
+;    and there is no workspace. The same phase code as the three launches, so the same output.
 ; Every count and offset is an integer sum or maximum, so no order of lanes, waves or
 ; workgroups changes a result: the output is the same on every run. Work: phases 1 and 3
 ; O(slots) (phase 3 ~3 instructions per slot and lane below it, i.e. per slot x 64), phase 2
 ; O(chunks) per work-item (num_experts * chunks in all).
 ;
 ; Kernarg (k_* from kernels.yaml): topk_ids, expert_map, sorted_token_ids, expert_ids,
-; num_tokens_post_padded, counts (*i32); slots, num_experts, block_m_log2, max_padded,
-; max_blocks, map_mode, chunk, chunks (u32).
-; LDS: phases 1, 3: per wave [LDS_WAVE * wave, +4 * MAX_EXPERTS) its table (counts or
-; offsets by key), then (phase 3) its round's 64 keys. Phase 2: [0, 4 * MAX_EXPERTS) the
-; padded totals, overwritten by start[key].
+; num_tokens_post_padded, counts (*i32; not in moe_align_one's); slots, num_experts,
+; block_m_log2, max_padded, max_blocks, map_mode, chunk, chunks (u32).
+; LDS: phases 1, 3: per wave [LDS_TABLES + LDS_WAVE * wave, +4 * MAX_EXPERTS) its table
+; (counts or offsets by key), then (phase 3) its round's 64 keys. Phase 2: [0, 4 * MAX_EXPERTS)
+; the padded totals, overwritten by start[key]. LDS_TABLES: 0, or in one launch 4 * MAX_EXPERTS
+; (the tables follow phase 2's totals).
 
 .include "mxfp8.inc"
 
@@ -47,18 +53,28 @@
 .set BATCH, 16                        ; phase 2: rows of counts loaded before one wait
 .set LDS_KEYS, 4 * MAX_EXPERTS       ; phase 3: the round's keys, after the wave's table
 .set LDS_WAVE, LDS_KEYS + 4 * 64
-.if PHASE == 2
+.if PHASE == 0                        ; one launch: counts in LDS, after phase 2's totals
+    .set WAVES_LOG2, 4
+    .set LDS_COUNTS, 1
+    .set LDS_TABLES, 4 * MAX_EXPERTS
+    .set LDS_NEED, LDS_TABLES + 16 * LDS_WAVE
+.elseif PHASE == 2
+    .set WAVES_LOG2, 4
+    .set LDS_COUNTS, 0
+    .set LDS_TABLES, 0
     .set LDS_NEED, 4 * MAX_EXPERTS
-    .set WAVES, 16
 .else
+    .set WAVES_LOG2, 2
+    .set LDS_COUNTS, 0
+    .set LDS_TABLES, 0
     .set LDS_NEED, 4 * LDS_WAVE
-    .set WAVES, 4
 .endif
+.set WAVES, 1 << WAVES_LOG2
 .if LDS_BYTES < LDS_NEED
     .error "moe_align: LDS too small for the phase's tables"
 .endif
 .if WORKGROUP_SIZE_X != 64 * WAVES
-    .error "moe_align: phases 1 and 3 take 4 waves (one chunk each), phase 2 16"
+    .error "moe_align: phases 1 and 3 take 4 waves (one chunk each), phase 2 and one launch 16"
 .endif
 
 ; --- SGPRs (s[0:1] kernarg, s2 workgroup x come from the hardware) ---
@@ -157,7 +173,9 @@ L_key_done\@:
     load_kernarg s_rsrc_sorted, sorted_token_ids
     load_kernarg s_rsrc_eids, expert_ids
     load_kernarg s_rsrc_post, num_tokens_post_padded
+.if LDS_COUNTS == 0
     load_kernarg s_rsrc_counts, counts
+.endif
     load_kernarg s_slots, slots, 8   ; slots .. chunks, in kernarg order
     v_and_b32 v[v_tid], 0x3ff, v[v_workitem]
     v_and_b32 v[v_lane], 63, v[v_tid]
@@ -165,7 +183,7 @@ L_key_done\@:
     s_nop 0                                                 ; VALU wrote v_tid → v_readfirstlane needs 1 wait state
     v_readfirstlane_b32 s[s_wave], v[v_tid]                 ; 64 * wave (lane 0's id)
     s_lshr_b32 s[s_wave], s[s_wave], 6
-    s_waitcnt lgkmcnt(0)                                    ; in flight: 6 pointers, 8 scalars → wait for all
+    s_waitcnt lgkmcnt(0)                                    ; in flight: 6 (one launch: 5) pointers, 8 scalars → wait for all
     s_lshl_b32 s[s_tmp], s[s_slots], 2
     buffer_rsrc s_rsrc_ids, s[s_tmp]
     s_cmp_lg_u32 s[s_map_mode], 0
@@ -177,31 +195,44 @@ L_key_done\@:
     s_lshl_b32 s[s_tmp], s[s_max_blocks], 2
     buffer_rsrc s_rsrc_eids, s[s_tmp]
     buffer_rsrc s_rsrc_post, 4
+.if LDS_COUNTS == 0
     s_mul_i32 s[s_tmp], s[s_E], s[s_chunks]
     s_lshl_b32 s[s_tmp], s[s_tmp], 2
     buffer_rsrc s_rsrc_counts, s[s_tmp]
+.endif
     s_cmp_eq_u32 s[s_map_mode], 2
     s_cselect_b32 s[s_key_map], 1, 0
     s_lshl_b32 s[s_bm_m1], 1, s[s_bm_log2]
     s_sub_u32 s[s_bm_m1], s[s_bm_m1], 1
 
-.if PHASE != 2
-    ; --- the wave's chunk and LDS table ---
-    s_lshl_b32 s[s_c], s[s_wg_x], 2
-    s_add_u32 s[s_c], s[s_c], s[s_wave]                     ; chunk = 4 * workgroup + wave
+; The wave's chunk s_c, its first slot s_base and end s_end, its LDS table s_lds (phases 1, 3).
+.macro wave_chunk
+    s_lshl_b32 s[s_c], s[s_wg_x], WAVES_LOG2
+    s_add_u32 s[s_c], s[s_c], s[s_wave]                     ; chunk = WAVES * workgroup + wave
     s_mul_i32 s[s_lds], s[s_wave], LDS_WAVE
+    .if LDS_TABLES
+        s_add_u32 s[s_lds], s[s_lds], LDS_TABLES
+    .endif
     s_mul_i32 s[s_base], s[s_c], s[s_chunk]                 ; the chunk's first slot
     s_add_u32 s[s_end], s[s_base], s[s_chunk]
     s_min_u32 s[s_end], s[s_end], s[s_slots]
-.endif
+.endm
 
-.if PHASE == 1
-; --- sentinel fill: workgroup g stores entries 256 g + tid, stepping by 256 workgroups ---
+; Branch to \target for a wave past the last chunk (phases 1, 3).
+.macro skip_past_chunks target
+    s_cmp_lt_u32 s[s_c], s[s_chunks]
+    s_cbranch_scc0 \target
+.endm
+
+; Phase 1 (after wave_chunk): the sentinel fill, then the chunk's count of each key in the
+; wave's table; three launches: the table to counts[chunk, :].
+.macro phase_count
+; --- sentinel fill: workgroup g stores entries 64 WAVES g + tid, stepping by 64 WAVES workgroups ---
     v_mov_b32 v[v_sent], s[s_slots]
-    s_lshl_b32 s[s_carry], s[s_wg_x], 8
-    s_add_u32 s[s_tmp], s[s_chunks], 3
-    s_lshr_b32 s[s_tmp], s[s_tmp], 2                        ; workgroups in the grid
-    s_lshl_b32 s[s_tmp], s[s_tmp], 8                        ; the stride: 256 per workgroup
+    s_lshl_b32 s[s_carry], s[s_wg_x], WAVES_LOG2 + 6
+    s_add_u32 s[s_tmp], s[s_chunks], WAVES - 1
+    s_lshr_b32 s[s_tmp], s[s_tmp], WAVES_LOG2               ; workgroups in the grid
+    s_lshl_b32 s[s_tmp], s[s_tmp], WAVES_LOG2 + 6           ; the stride: 64 WAVES per workgroup
 L_fill:
     s_cmp_lt_u32 s[s_carry], s[s_max_padded]
     s_cbranch_scc0 L_fill_done
@@ -211,9 +242,10 @@ L_fill:
     s_add_u32 s[s_carry], s[s_carry], s[s_tmp]
     s_branch L_fill
 L_fill_done:
-    s_cmp_lt_u32 s[s_c], s[s_chunks]
-    s_cbranch_scc0 L_end                                    ; a wave past the last chunk
-; --- the wave's table: counts[key] = 0 ---
+    .if LDS_COUNTS == 0
+        skip_past_chunks L_end
+    .endif
+; --- the wave's table: counts[key] = 0 (one launch: every wave's, the rows phase 2 reads) ---
     v_mov_b32 v[v_cnt], 0
     s_mov_b32 s[s_carry], 0
 L_zero:
@@ -223,6 +255,9 @@ L_zero:
     s_add_u32 s[s_carry], s[s_carry], 64
     s_cmp_lt_u32 s[s_carry], s[s_E]
     s_cbranch_scc1 L_zero
+    .if LDS_COUNTS
+        skip_past_chunks L_counted
+    .endif
 ; --- count the chunk's keys, 64 slots a round ---
 L_count:
     v_add_u32 v[v_t], s[s_base], v[v_lane]
@@ -234,6 +269,7 @@ L_count:
     s_add_u32 s[s_base], s[s_base], 64
     s_cmp_lt_u32 s[s_base], s[s_end]
     s_cbranch_scc1 L_count
+.if LDS_COUNTS == 0
 ; --- counts[chunk, key] = the table ---
     s_mul_i32 s[s_row], s[s_c], s[s_E]                      ; the chunk's row
     s_mov_b32 s[s_carry], 0
@@ -251,24 +287,40 @@ L_write:
     s_cmp_lt_u32 s[s_carry], s[s_E]
     s_cbranch_scc1 L_write
 .endif
+L_counted:
+.endm
 
-.if PHASE == 2
 ; v[v_seg + j] = counts[chunk c + j, key] for j < BATCH (0 past the table or for a lane past
-; num_experts: no buffer holds those offsets); s_end = the byte offset of row c.
+; num_experts: no buffer holds those offsets; one launch: rows past the last chunk were zeroed,
+; and a lane past num_experts reads its table's zeroed tail); s_end = the byte offset of row c.
 .macro load_rows
     s_mov_b32 s[s_off], s[s_end]
     .irp j, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
         v_add_u32 v[v_addr], s[s_off], v[v_key]
-        buffer_load_dword v[v_seg+\j], v[v_addr], s[s_rsrc_counts:s_rsrc_counts+3], 0 offen
+        .if LDS_COUNTS
+            ds_read_b32 v[v_seg+\j], v[v_addr]
+        .else
+            buffer_load_dword v[v_seg+\j], v[v_addr], s[s_rsrc_counts:s_rsrc_counts+3], 0 offen
+        .endif
         s_add_u32 s[s_off], s[s_off], s[s_row_bytes]
     .endr
 .endm
-    v_mov_b32 v[v_oob], OOB_OFFSET
-    v_cmp_gt_u32 vcc, s[s_E], v[v_tid]                      ; the lane's key: its work-item id
-    v_lshlrev_b32 v[v_key], 2, v[v_tid]
-    v_cndmask_b32 v[v_key], v[v_oob], v[v_key], vcc         ; its byte offset in a row (none past num_experts)
-    s_lshl_b32 s[s_row_bytes], s[s_E], 2
-    s_mul_i32 s[s_table], s[s_row_bytes], s[s_chunks]
+
+; Phase 2: the padded totals, start[key], expert_ids, the total, and counts as offsets.
+.macro phase_scan
+    .if LDS_COUNTS
+        v_lshlrev_b32 v[v_key], 2, v[v_tid]                 ; the lane's key, its work-item id: its byte offset in a row
+        s_mov_b32 s[s_row_bytes], LDS_WAVE                  ; row c: wave c's table
+        s_mul_i32 s[s_table], s[s_row_bytes], s[s_chunks]
+        s_add_u32 s[s_table], s[s_table], LDS_TABLES        ; the end of the rows
+    .else
+        v_mov_b32 v[v_oob], OOB_OFFSET
+        v_cmp_gt_u32 vcc, s[s_E], v[v_tid]                  ; the lane's key: its work-item id
+        v_lshlrev_b32 v[v_key], 2, v[v_tid]
+        v_cndmask_b32 v[v_key], v[v_oob], v[v_key], vcc     ; its byte offset in a row (none past num_experts)
+        s_lshl_b32 s[s_row_bytes], s[s_E], 2
+        s_mul_i32 s[s_table], s[s_row_bytes], s[s_chunks]
+    .endif
     s_lshl_b32 s[s_tmp], s[s_wave], 6
     s_cmp_lt_u32 s[s_tmp], s[s_E]
     s_cselect_b32 s[s_active], 1, 0                         ; the wave holds a key
@@ -276,10 +328,14 @@ L_write:
     s_cmp_eq_u32 s[s_active], 0
     s_cbranch_scc1 L_totals_done
     v_mov_b32 v[v_cnt], 0
-    s_mov_b32 s[s_end], 0
+    s_mov_b32 s[s_end], LDS_TABLES                          ; row 0
 L_totals:
     load_rows
-    s_waitcnt vmcnt(0)                                      ; in flight: BATCH rows → wait for all
+    .if LDS_COUNTS
+        s_waitcnt lgkmcnt(0)                                ; in flight: BATCH rows → wait for all
+    .else
+        s_waitcnt vmcnt(0)                                  ; in flight: BATCH rows → wait for all
+    .endif
     .irp j, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
         v_add_u32 v[v_cnt], v[v_cnt], v[v_seg+\j]
     .endr
@@ -366,28 +422,35 @@ L_scan_done:
 
 ; --- C. the table to offsets: counts[c, key] = start[key] + sum of counts[c' < c, key] ---
     s_cmp_eq_u32 s[s_active], 0
-    s_cbranch_scc1 L_end
+    s_cbranch_scc1 L_scanned
     v_lshlrev_b32 v[v_addr], 2, v[v_tid]
     ds_read_b32 v[v_start], v[v_addr]                       ; start[key] (past num_experts: 0, stores dropped)
-    s_mov_b32 s[s_end], 0
+    s_mov_b32 s[s_end], LDS_TABLES                          ; row 0
 L_rows:
     load_rows
     s_waitcnt vmcnt(0) lgkmcnt(0)                           ; in flight: BATCH rows (and start[key]) → wait for all
     s_mov_b32 s[s_off], s[s_end]
     .irp j, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
         v_add_u32 v[v_addr], s[s_off], v[v_key]
-        buffer_store_dword v[v_start], v[v_addr], s[s_rsrc_counts:s_rsrc_counts+3], 0 offen   ; past the table: dropped
+        .if LDS_COUNTS
+            ds_write_b32 v[v_addr], v[v_start]              ; rows past the last chunk: never read
+        .else
+            buffer_store_dword v[v_start], v[v_addr], s[s_rsrc_counts:s_rsrc_counts+3], 0 offen   ; past the table: dropped
+        .endif
         v_add_u32 v[v_start], v[v_start], v[v_seg+\j]
         s_add_u32 s[s_off], s[s_off], s[s_row_bytes]
     .endr
     s_mov_b32 s[s_end], s[s_off]
     s_cmp_lt_u32 s[s_end], s[s_table]
     s_cbranch_scc1 L_rows
-.endif
+L_scanned:
+.endm
 
-.if PHASE == 3
-    s_cmp_lt_u32 s[s_c], s[s_chunks]
-    s_cbranch_scc0 L_end                                    ; a wave past the last chunk
+; Phase 3 (after wave_chunk): the chunk's slots to their places (three launches: the chunk's
+; offsets loaded into the wave's table first; one launch: phase 2 left them there).
+.macro phase_scatter
+    skip_past_chunks L_end
+.if LDS_COUNTS == 0
 ; --- the wave's table: offset[key] = counts[chunk, key] ---
     s_mul_i32 s[s_row], s[s_c], s[s_E]                      ; the chunk's row
     s_mov_b32 s[s_carry], 0
@@ -404,6 +467,7 @@ L_offsets:
     s_add_u32 s[s_carry], s[s_carry], 64
     s_cmp_lt_u32 s[s_carry], s[s_E]
     s_cbranch_scc1 L_offsets
+.endif
     s_add_u32 s[s_tmp], s[s_lds], LDS_KEYS
     v_mov_b32 v[v_start], s[s_tmp]                          ; the round's keys (broadcast reads)
     v_lshl_add_u32 v[v_pad], v[v_lane], 2, s[s_tmp]         ; the lane's key
@@ -442,6 +506,26 @@ L_round_next:
     s_add_u32 s[s_base], s[s_base], 64
     s_cmp_lt_u32 s[s_base], s[s_end]
     s_cbranch_scc1 L_round
+.endm
+
+.if PHASE == 1
+    wave_chunk
+    phase_count
+.elseif PHASE == 2
+    phase_scan
+.elseif PHASE == 3
+    wave_chunk
+    phase_scatter
+.else
+    wave_chunk
+    phase_count
+    s_waitcnt vmcnt(0) lgkmcnt(0)                           ; in flight: the sentinels (phase 3 stores over them), the counts
+    s_barrier                                               ; every row counted, every sentinel stored
+    phase_scan
+    s_waitcnt lgkmcnt(0)                                    ; in flight: this wave's offsets → written first
+    s_barrier                                               ; every row's offsets ready for its wave
+    wave_chunk                                              ; phase 2 took s_base, s_end
+    phase_scatter
 .endif
 L_end:
     s_endpgm
