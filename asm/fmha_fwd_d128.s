@@ -101,13 +101,13 @@
     .error "fmha_fwd_d128: SOFTCAP is a 16-bit variant"
 .endif
 .ifndef HEAD_DIM
-    .set HEAD_DIM, 128                 ; 64: fmha_fwd_d64 (16-bit dense only); 128
+    .set HEAD_DIM, 128                 ; 64: fmha_fwd_d64, batch_prefill_d64 (16-bit only); 128
 .endif
 .if HEAD_DIM != 64 && HEAD_DIM != 128
     .error "fmha_fwd_d128: HEAD_DIM must be 64 or 128"
 .endif
-.if HEAD_DIM == 64 && (PAGED || FP8)
-    .error "fmha_fwd_d128: HEAD_DIM 64 is a dense 16-bit variant (no PAGED, no FP8)"
+.if HEAD_DIM == 64 && FP8
+    .error "fmha_fwd_d128: HEAD_DIM 64 is a 16-bit variant (no FP8)"
 .endif
 .if BLK || SOFTCAP
     .set NEGM_SRCC, 0                  ; GEMM0 starts from 0 (v_negm stays 0): S - m is formed per element

@@ -294,7 +294,8 @@ def _call(**change):
 
 
 @pytest.mark.parametrize("change, error, words", [
-    (dict(q=torch.zeros(14, 2, 64, dtype=torch.bfloat16)), ValueError, "head dim"),
+    (dict(q=torch.zeros(14, 2, 96, dtype=torch.bfloat16)), ValueError, "'q' head dim must be 64 or 128, got 96"),
+    (dict(q=torch.zeros(14, 2, 64, dtype=torch.bfloat16)), ValueError, r"'k_cache' head dim must equal q's \(64\)"),
     (dict(q=torch.zeros(14, 2, 128)), TypeError, "'q' dtype"),
     (dict(k_cache=torch.zeros(5, 16, 1, 128, dtype=torch.float16)), TypeError, "'k_cache' dtype"),
     (dict(k_cache=torch.zeros(5, 12, 1, 128, dtype=torch.bfloat16),
@@ -486,7 +487,7 @@ def test_padding_keys_weigh_zero(kind, page_size):
 
 @pytest.mark.parametrize("mode", ["meta", "fake"])
 @pytest.mark.parametrize("change, error, words", [
-    (dict(q=torch.zeros(14, 2, 64, dtype=torch.bfloat16)), ValueError, "'q' head dim"),
+    (dict(q=torch.zeros(14, 2, 96, dtype=torch.bfloat16)), ValueError, "'q' head dim"),
     (dict(k_cache=torch.zeros(5, 16, 1, 128, dtype=torch.float16)), TypeError, "'k_cache' dtype"),
     (dict(kv_indptr=torch.zeros(2, dtype=torch.int32)), ValueError, "'kv_indptr' must have 3 entries"),
     (dict(block_table=torch.zeros(2, 4, dtype=torch.int32), seqlens_k=torch.ones(2, dtype=torch.int32)),

@@ -1,12 +1,14 @@
-"""gfxasm.fmha_fwd at head dim 64 (`fmha_fwd_d64`: asm/fmha_fwd_d128.s with HEAD_DIM = 64) on
-the strict emulator against the float64 reference of tests/test_prefill_features.py
-(`attention`, the per-element bound `bound`), outputs poisoned with NaN first.
+"""gfxasm.fmha_fwd and gfxasm.batch_prefill at head dim 64 (`fmha_fwd_d64`, `batch_prefill_d64`:
+asm/fmha_fwd_d128.s with HEAD_DIM = 64) on the strict emulator against the float64 reference
+of tests/test_prefill_features.py (`attention`, the per-element bound `bound`), outputs
+poisoned with NaN first (batch_prefill: unused cache slots NaN too, both table kinds).
 
 Cases: causal and not, Sq < Sk, Sq = Sk and Sq > Sk (rows that see no key), sequence lengths
 that are not multiples of the 64-key tile or the 256-row Q tile, MHA/GQA/MQA, bf16 and fp16,
 LSE always; sliding windows (gpt-oss's 128 with sinks, rows whose window holds no key),
 sinks and softcap alone and together; one adversarial-schedule case; head dims the op
-refuses. The cross-product is `test_d64_features_full` (`pytest -m full`).
+refuses (FP8 at 64 included). The cross-products are `test_d64_features_full` and
+`test_d64_prefill_full` (`pytest -m full`).
 """
 from __future__ import annotations
 
@@ -18,14 +20,14 @@ import torch
 import gfxasm
 from gfxasm import build
 from gfxasm.emu import adversarial
-from tests.test_prefill_features import FULL_WINDOWS, run_fmha
+from tests.test_prefill_features import FULL_WINDOWS, run_fmha, run_prefill
 
 D = 64
 
 
 @pytest.fixture(scope="module", autouse=True)
 def built():
-    build.build_kernels(["fmha_fwd_d64"])
+    build.build_kernels(["fmha_fwd_d64", "batch_prefill_d64"])
 
 
 @pytest.mark.parametrize("batch, seq_q, seq_k, heads, dtype, causal, sinks", [
@@ -59,6 +61,17 @@ def test_d64_window_sinks_softcap(batch, seq_q, seq_k, heads, dtype, causal, win
         assert torch.equal(lse[:, :, :blind], sink[None, :, None].expand(batch, -1, blind))
 
 
+@pytest.mark.parametrize("page_size, causal, heads, dtype, window, softcap, sinks", [
+    (16, True, (4, 1), torch.bfloat16, (-1, -1), 0.0, True),     # MQA, pages of 16, empty and 1-row sequences
+    (1, False, (2, 2), torch.float16, (-1, -1), 0.0, False),     # page 1 (a plain pool), MHA
+    (64, True, (4, 2), torch.bfloat16, (128, -1), 0.0, True),    # gpt-oss's sliding layers: window 128 + sinks
+    (16, False, (2, 1), torch.float16, (30, 20), 5.0, True),     # window + sinks + softcap
+])
+def test_d64_prefill(page_size, causal, heads, dtype, window, softcap, sinks):
+    run_prefill([1, 70, 0, 200], [1, 150, 30, 330], page_size, heads, dtype, causal, seed=page_size + 5, sinks=sinks,
+                window=window, softcap=softcap, head_dim=D)
+
+
 def test_d64_adversarial_schedules():
     """Waves interleaved and loads landing late (legal orders) give every output bit of the
     lockstep run: causal with a window whose waves start at different tiles, and sinks."""
@@ -80,6 +93,19 @@ def test_unsupported_head_dims_refused(head_dim):
         gfxasm.fmha_fwd(q, q, q)
 
 
+def test_prefill_refusals():
+    q = torch.randn(10, 2, 96).bfloat16()
+    cache = torch.randn(4, 16, 1, 96).bfloat16()
+    tables = dict(kv_indptr=torch.tensor([0, 1], dtype=torch.int32), kv_page_indices=torch.tensor([0], dtype=torch.int32),
+                  kv_last_page_len=torch.tensor([10], dtype=torch.int32))
+    qo = torch.tensor([0, 10], dtype=torch.int32)
+    with pytest.raises(ValueError, match="'q' head dim must be 64 or 128, got 96"):
+        gfxasm.batch_prefill(q, cache, cache, qo, **tables)
+    fp8_q, fp8_cache = q[..., :64].to(torch.float8_e4m3fn), cache[..., :64].to(torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match="'q' head dim must be 128 for float8_e4m3fn inputs"):
+        gfxasm.batch_prefill(fp8_q, fp8_cache, fp8_cache, qo, **tables)
+
+
 def test_head_dims_must_agree():
     q = torch.randn(1, 8, 2, 64).bfloat16()
     kv = torch.randn(1, 8, 2, 128).bfloat16()
@@ -97,3 +123,14 @@ def test_d64_features_full(dtype, causal, window, sinks, softcap):
     for batch, seq_q, seq_k, heads in ((1, 300, 300, (4, 1)), (2, 70, 400, (2, 2)), (1, 257, 64, (4, 2))):
         run_fmha(batch, seq_q, seq_k, *heads, dtype, causal, seed=seq_q, sinks=sinks, window=window,
                  softcap=softcap, q_scale=2.0, head_dim=D)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("dtype, page_size, causal, window, softcap", [
+    (dtype, page_size, causal, window, softcap)
+    for dtype, page_size, causal, window, softcap in itertools.product(
+        (torch.bfloat16, torch.float16), (1, 16, 64), (False, True), FULL_WINDOWS + [(128, 0)], (0.0, 6.0))
+    if not (causal and window[1] > 0)])
+def test_d64_prefill_full(dtype, page_size, causal, window, softcap):
+    run_prefill([1, 70, 0, 300], [1, 150, 30, 300], page_size, (4, 1), dtype, causal, seed=page_size, window=window,
+                softcap=softcap, head_dim=D)

@@ -214,13 +214,13 @@ def test_fmha_sinks_without_keys():
 
 # ------------------------------------------------------------------ batch_prefill
 
-def make_paged(seq_q, seq_k, page_size, heads_q, heads_k, dtype, seed, spare=3):
+def make_paged(seq_q, seq_k, page_size, heads_q, heads_k, dtype, seed, spare=3, head_dim=D):
     """q, caches (unused slots NaN) and both table kinds of one shuffled pool."""
     g = torch.Generator().manual_seed(seed)
     counts = [-(-s // page_size) for s in seq_k]
     num_pages = sum(counts) + spare
     order = torch.randperm(num_pages, generator=g).to(torch.int32)
-    shape = (num_pages, page_size, heads_k, D)
+    shape = (num_pages, page_size, heads_k, head_dim)
     k_cache = torch.full(shape, float("nan")).to(dtype)
     v_cache = torch.full(shape, float("nan")).to(dtype)
     lists, at = [], 0
@@ -228,8 +228,8 @@ def make_paged(seq_q, seq_k, page_size, heads_q, heads_k, dtype, seed, spare=3):
         pages = order[at:at + n]
         at += n
         j = torch.arange(s)
-        k_cache[pages[j // page_size].long(), j % page_size] = torch.randn(s, heads_k, D, generator=g).to(dtype)
-        v_cache[pages[j // page_size].long(), j % page_size] = torch.randn(s, heads_k, D, generator=g).to(dtype)
+        k_cache[pages[j // page_size].long(), j % page_size] = torch.randn(s, heads_k, head_dim, generator=g).to(dtype)
+        v_cache[pages[j // page_size].long(), j % page_size] = torch.randn(s, heads_k, head_dim, generator=g).to(dtype)
         lists.append(pages)
     table = torch.zeros(len(seq_k), max(counts + [1]), dtype=torch.int32)
     for b, pages in enumerate(lists):
@@ -239,7 +239,7 @@ def make_paged(seq_q, seq_k, page_size, heads_q, heads_k, dtype, seed, spare=3):
                       [s - (n - 1) * page_size if n else 0 for n, s in zip(counts, seq_k)], dtype=torch.int32))
     vllm = dict(block_table=table, seqlens_k=torch.tensor(seq_k, dtype=torch.int32))
     qo = torch.tensor([0, *itertools.accumulate(seq_q)], dtype=torch.int32)
-    q = torch.randn(int(qo[-1]), heads_q, D, generator=g).to(dtype)
+    q = torch.randn(int(qo[-1]), heads_q, head_dim, generator=g).to(dtype)
     return q, k_cache, v_cache, qo, sglang, vllm, lists
 
 
@@ -249,9 +249,10 @@ def sequence_kv(cache, pages, seqlen):
 
 
 def run_prefill(seq_q, seq_k, page_size, heads, dtype, causal, seed, block_scales=False, sinks=True, window=(-1, -1),
-                softcap=0.0):
+                softcap=0.0, head_dim=D):
     heads_q, heads_k = heads
-    q, k_cache, v_cache, qo, sglang, vllm, lists = make_paged(seq_q, seq_k, page_size, heads_q, heads_k, dtype, seed)
+    q, k_cache, v_cache, qo, sglang, vllm, lists = make_paged(seq_q, seq_k, page_size, heads_q, heads_k, dtype, seed,
+                                                              head_dim=head_dim)
     g = torch.Generator().manual_seed(seed + 1)
     sinks = torch.randn(heads_q, generator=g) * 3 if sinks else None
     fp8 = dtype == FP8
@@ -267,7 +268,7 @@ def run_prefill(seq_q, seq_k, page_size, heads, dtype, causal, seed, block_scale
     out = torch.full(q.shape, float("nan"), dtype=bp.out_dtype(dtype))
     o, lse = gfxasm.batch_prefill(q, k_cache, v_cache, qo, **sglang, causal=causal, window_size=window, sinks=sinks,
                                   softcap=softcap, out=out, return_lse=True, **scales)
-    scale = 1 / math.sqrt(D)
+    scale = 1 / math.sqrt(head_dim)
     for b, pages in enumerate(lists):
         q0, q1 = int(qo[b]), int(qo[b + 1])
         if q0 == q1:
