@@ -25,12 +25,12 @@
 ; starts at 0 skips them. amax's bf16 bits are max(m, 0x80) - 0x80 and E = those >> 7.
 ;
 ; 1. amax (grid `parts` x WORKGROUP_SIZE_X, parts <= 256): work-item g takes chunks g + k S
-;    (S = parts * WORKGROUP_SIZE_X), UNROLL of them per trip, `trips` trips (the op's
-;    cdiv(chunks, UNROLL S)); a chunk index past the end is clamped to chunks - 1 (re-reading
+;    (S = parts * WORKGROUP_SIZE_X), UNROLL = 8 of them per trip, `trips` trips (the op's
+;    cdiv(chunks, 8 S)); a chunk index past the end is clamped to chunks - 1 (re-reading
 ;    the last chunk leaves a max unchanged, and no address past q is formed). Each wave
 ;    reduces its lanes (DPP within rows of 16, then v_readlane of the four rows), the waves
 ;    meet in LDS and partial[wg] = the workgroup's max m.
-; 2. quantise (grid cdiv(chunks, UNROLL * WORKGROUP_SIZE_X)): every wave reduces
+; 2. quantise (grid cdiv(chunks, UNROLL * WORKGROUP_SIZE_X), UNROLL = 4): every wave reduces
 ;    partial[0 .. parts) by itself (one dwordx4 per lane, dwords 4 lane .. 4 lane + 3; the
 ;    buffer's range gives 0 past `parts`) while its Q loads are in flight; work-item `lane` of
 ;    workgroup w takes chunks w * UNROLL * WG + i * WG + lane, i < UNROLL (loads clamped as
@@ -46,11 +46,12 @@
 
 .include "mxfp8.inc"                 ; buffer_rsrc
 
-.set UNROLL, 4                       ; chunks (16-byte loads) in flight per work-item
-.set WAVES, WORKGROUP_SIZE_X / 64
-.if WAVES != 4
-    .error "quant_q_fp8: the workgroup is 4 waves (one ds_read_b128 gathers their maxima)"
+.if PHASE == 1
+    .set UNROLL, 8                   ; chunks (16-byte loads) in flight per work-item: amax has
+.else                                ; few workgroups (<= 256), so each keeps more in flight
+    .set UNROLL, 4
 .endif
+.set WAVES, WORKGROUP_SIZE_X / 64
 .if PHASE == 1
     .if LDS_BYTES < 4 * WAVES
         .error "quant_q_fp8: LDS too small for the waves' maxima"
@@ -90,9 +91,9 @@
 .set v_sc, 8                         ; phase 2: X, the conversions' scale operand
 .set v_part, 12                      ; [12:15] phase 2: four partial maxima
 .set v_off, 16                       ; [16:16+UNROLL) byte offsets of the chunks in q
-.set v_data, 20                      ; [20:20+4 UNROLL) the chunks' 8 bf16 each
-.set v_f, 36                         ; [36:43] phase 2: one chunk's 8 elements as f32
-.set v_q8, 44                        ; [44:45] phase 2: its 8 e4m3 bytes
+.set v_data, 24                      ; [24:24+4 UNROLL) the chunks' 8 bf16 each
+.set v_f, v_data + 4 * UNROLL        ; [8] phase 2: one chunk's 8 elements as f32
+.set v_q8, v_f + 8                   ; [2] phase 2: its 8 e4m3 bytes
 
 ; v[\off] = byte offset in q of chunk min(v[v_c], chunks - 1): row r = c >> 4,
 ; t = r / heads_q (multiply-high; r itself for one head), h = r - t heads_q, part p = c & 15.
@@ -155,10 +156,12 @@
     s_mul_i32 s[s_step], s[s_parts], WORKGROUP_SIZE_X       ; S
     v_mov_b32 v[v_acc], 0                                   ; m of nothing (below every finite value's)
 L_trip:
-    .irp i, 0, 1, 2, 3
-        chunk_offset v_off+\i
-        buffer_load_dwordx4 v[v_data+4*\i:v_data+4*\i+3], v[v_off+\i], s[s_rsrc_q:s_rsrc_q+3], 0 offen
+    .set i_, 0
+    .rept UNROLL
+        chunk_offset v_off+i_
+        buffer_load_dwordx4 v[v_data+4*i_:v_data+4*i_+3], v[v_off+i_], s[s_rsrc_q:s_rsrc_q+3], 0 offen
         v_add_u32 v[v_c], s[s_step], v[v_c]
+        .set i_, i_ + 1
     .endr
     s_waitcnt vmcnt(0)                                      ; in flight: the trip's UNROLL chunks → wait for all
     .set j_, 0
@@ -175,7 +178,7 @@ L_trip:
     v_and_b32 v[v_acc], 0xffff, v[v_acc]                    ; (both lanes >= 0: max from 0)
     v_max_u32 v[v_acc], v[v_acc], v[v_tmp]
     wave_max_u32 s_max, v_acc
-    ; the waves meet in LDS: dword `wave` from its lane 0, then wave 0 takes the four
+    ; the waves meet in LDS: dword `wave` from its lane 0, then wave 0 reduces them
     v_readfirstlane_b32 s[s_tmp], v[v_lane]
     s_lshr_b32 s[s_tmp], s[s_tmp], 6                        ; wave
     s_lshl_b32 s[s_tmp], s[s_tmp], 2
@@ -186,14 +189,17 @@ L_trip:
     s_waitcnt lgkmcnt(0)                                    ; in flight: the LDS write → it lands before the barrier
     s_barrier                                               ; every wave's max in LDS
     s_cmp_eq_u32 s[s_tmp], 0
-    s_cbranch_scc0 L_end                                    ; waves 1-3 are done
-    v_mov_b32 v[v_t], 0
-    ds_read_b128 v[v_part:v_part+3], v[v_t]
+    s_cbranch_scc0 L_end                                    ; waves other than 0 are done
+    s_mov_b64 exec, -1                                      ; wave 0: lane l reads wave min(l, WAVES - 1)'s max
+    v_min_u32 v[v_t], WAVES - 1, v[v_lane]
+    v_lshlrev_b32 v[v_t], 2, v[v_t]
+    ds_read_b32 v[v_acc], v[v_t]
+    s_waitcnt lgkmcnt(0)                                    ; in flight: the waves' maxima → wait
+    wave_max_u32 s_max, v_acc
+    v_mov_b32 v[v_acc], s[s_max]
     v_mov_b32 v[v_off], s[s_wg_x]
     v_lshlrev_b32 v[v_off], 2, v[v_off]                     ; partial[wg]
-    s_waitcnt lgkmcnt(0)                                    ; in flight: the four maxima → wait
-    v_max3_u32 v[v_acc], v[v_part], v[v_part+1], v[v_part+2]
-    v_max_u32 v[v_acc], v[v_acc], v[v_part+3]
+    s_mov_b64 exec, 1                                       ; lane 0 stores
     buffer_store_dword v[v_acc], v[v_off], s[s_rsrc_p:s_rsrc_p+3], 0 offen
 
 .elseif PHASE == 2
@@ -204,10 +210,12 @@ L_trip:
     s_mul_i32 s[s_first], s[s_wg_x], UNROLL * WORKGROUP_SIZE_X
     v_add_u32 v[v_c], s[s_first], v[v_lane]
     s_mov_b32 s[s_step], WORKGROUP_SIZE_X
-    .irp i, 0, 1, 2, 3
-        chunk_offset v_off+\i
-        buffer_load_dwordx4 v[v_data+4*\i:v_data+4*\i+3], v[v_off+\i], s[s_rsrc_q:s_rsrc_q+3], 0 offen
+    .set i_, 0
+    .rept UNROLL
+        chunk_offset v_off+i_
+        buffer_load_dwordx4 v[v_data+4*i_:v_data+4*i_+3], v[v_off+i_], s[s_rsrc_q:s_rsrc_q+3], 0 offen
         v_add_u32 v[v_c], s[s_step], v[v_c]
+        .set i_, i_ + 1
     .endr
     s_waitcnt vmcnt(UNROLL)                                 ; in flight: partials, UNROLL chunks → the partials
     v_max3_u32 v[v_acc], v[v_part], v[v_part+1], v[v_part+2]
@@ -231,10 +239,11 @@ L_trip:
 L_descale_done:
     v_add_u32 v[v_c], s[s_first], v[v_lane]                 ; the work-item's first chunk again
     s_waitcnt vmcnt(0)                                      ; in flight: UNROLL chunks (and the X store) → wait for all
-    .irp i, 0, 1, 2, 3
+    .set i_, 0
+    .rept UNROLL
         .irp k, 0, 1, 2, 3                                  ; dword k: elements 2k (low half), 2k + 1
-            v_lshlrev_b32 v[v_f+2*\k], 16, v[v_data+4*\i+\k]
-            v_and_b32 v[v_f+2*\k+1], 0xffff0000, v[v_data+4*\i+\k]
+            v_lshlrev_b32 v[v_f+2*\k], 16, v[v_data+4*i_+\k]
+            v_and_b32 v[v_f+2*\k+1], 0xffff0000, v[v_data+4*i_+\k]
         .endr
         .set j_, 0
         .rept 8
@@ -253,6 +262,7 @@ L_descale_done:
         buffer_store_dwordx2 v[v_q8:v_q8+1], v[v_t], s[s_rsrc_o:s_rsrc_o+3], 0 offen
         s_mov_b64 exec, s[s_exec:s_exec+1]
         v_add_u32 v[v_c], s[s_step], v[v_c]
+        .set i_, i_ + 1
     .endr
 .else
     .error "quant_q_fp8: PHASE is 1 or 2"

@@ -108,7 +108,7 @@ def test_quantise_bit_exact(kind):
         assert float(q_descale) >= 2.0**50
 
 
-@pytest.mark.parametrize("parts", [1, 3])
+@pytest.mark.parametrize("parts", [1, 2])
 def test_grid_stride_trips(parts):
     """Fewer amax workgroups than the op picks: each takes several trips, the last one's
     chunks clamped; the partials (poisoned first) and then q8 are the same."""
@@ -118,7 +118,7 @@ def test_grid_stride_trips(parts):
     q_descale = torch.full((1,), float("nan"))
     partial = torch.full((parts,), -1, dtype=torch.int32).view(torch.uint32)
     args = fq.launch_args(q, q8, q_descale, partial)
-    args.update(parts=parts, trips=-(-chunks // (fq.UNROLL * fq.WORKGROUP * parts)))
+    args.update(parts=parts, trips=-(-chunks // (fq.AMAX_UNROLL * fq.AMAX_WORKGROUP * parts)))
     assert args["trips"] > 1
     for name in fq.KERNELS:
         launch(name, **args)

@@ -57,8 +57,10 @@ E4M3 = torch.float8_e4m3fn
 HEAD_DIM = 128
 CHUNK = 8                          # elements per work-item load (16 bytes)
 ROW_CHUNKS = HEAD_DIM // CHUNK
-UNROLL = 4                         # chunks per work-item per trip (asm/quant_q_fp8.s)
-WORKGROUP = 256
+UNROLL = 4                         # quant_q_fp8: chunks per work-item (asm/quant_q_fp8.s)
+AMAX_UNROLL = 8                    # quant_q_fp8_amax: chunks per work-item per trip
+WORKGROUP = 256                    # quant_q_fp8's work-items per workgroup
+AMAX_WORKGROUP = 1024              # quant_q_fp8_amax's
 MAX_PARTS = 256                    # quant_q_fp8's waves reduce the partials with one dwordx4 per lane
 MANTISSA_HEADROOM = 7              # q_descale = 2^(floor(log2 amax) - 7): amax / q_descale in [128, 256)
 DESCALE_LOG2_RANGE = (-62, 62)     # batch_prefill's per-tensor descale range
@@ -106,8 +108,8 @@ def span_bytes(q: torch.Tensor) -> int:
 
 def partition(chunks: int) -> tuple[int, int]:
     """(parts, trips) of the amax launch: workgroups (<= MAX_PARTS) and grid-stride trips."""
-    parts = min(MAX_PARTS, cdiv(chunks, UNROLL * WORKGROUP))
-    return parts, cdiv(chunks, UNROLL * WORKGROUP * parts)
+    parts = min(MAX_PARTS, cdiv(chunks, AMAX_WORKGROUP))
+    return parts, cdiv(chunks, AMAX_UNROLL * AMAX_WORKGROUP * parts)
 
 
 def launch_args(q: torch.Tensor, q8: torch.Tensor, q_descale: torch.Tensor, partial: torch.Tensor) -> dict:
@@ -243,7 +245,7 @@ def _register_run_cases() -> None:
         want = (amax.to(torch.bfloat16).view(torch.int16).int() + 0x80)
         # each workgroup holds its own part's maximum; the case checks the largest (the one
         # phase 2 reads) through a one-part launch
-        args.update(parts=1, trips=cdiv(args["chunks"], UNROLL * WORKGROUP), partial=args["partial"][:1])
+        args.update(parts=1, trips=cdiv(args["chunks"], AMAX_UNROLL * AMAX_WORKGROUP), partial=args["partial"][:1])
         return RunCase(args=args, expected={"partial": want.reshape(1).view(torch.uint32)}, atol=0, rtol=0,
                        note="one part over a strided q with +-Inf and NaN")
 
