@@ -56,17 +56,31 @@ class PreparedLaunch:
     pointers: tuple[tuple[str, int, bool], ...]   # (name, kernarg offset, untouched: numel 0)
     device: torch.device
 
+    def __post_init__(self):
+        # pointers in consecutive 8-byte slots (every product kernel's) are written by one pack
+        offsets = [offset for _, offset, _ in self.pointers]
+        together = bool(offsets) and offsets == list(range(offsets[0], offsets[0] + 8 * len(offsets), 8))
+        object.__setattr__(self, "_packer", struct.Struct(f"<{len(offsets)}Q") if together else None)
+
     def __call__(self, *tensors: torch.Tensor | None):
         """Launch on the pointer arguments, in manifest order. None stands for a buffer the
         kernel does not touch with these arguments (its `numel` is 0): a null pointer."""
         if self.backend is None:
             return None
         segment = bytearray(self.template)
-        for (name, offset, untouched), tensor in zip(self.pointers, tensors):
+        addresses = []
+        for (name, _, untouched), tensor in zip(self.pointers, tensors):
             if tensor is not None:
-                _POINTER.pack_into(segment, offset, tensor.data_ptr())
-            elif not untouched:
+                addresses.append(tensor.data_ptr())
+            elif untouched:
+                addresses.append(0)
+            else:
                 raise ValueError(f"{self.variant}: argument '{name}' is None, but the kernel touches it")
+        if self._packer is not None:
+            self._packer.pack_into(segment, self.pointers[0][1], *addresses)
+        else:
+            for (_, offset, _), address in zip(self.pointers, addresses):
+                _POINTER.pack_into(segment, offset, address)
         if self.backend == "emu":
             return emu_backend.launch(self.co_path, self.symbol, self.grid, self.block, bytes(segment),
                                       [t for t in tensors if t is not None])

@@ -74,8 +74,9 @@ synchronisation when qo_indptr lives on a GPU).
 torch ops (declared on loader/ops/framework.py): gfxasm::batch_prefill (functional,
 returns (out, lse), lse empty unless return_lse) and gfxasm::batch_prefill_out (out, lse
 mutated). Their fake kernels run every check but the data ones (meta tensors,
-torch.compile). The launch depends on tensor data (the grid's max seqlen_q, the
-normalised page table), so every call is checked and planned anew; nothing is cached.
+torch.compile). The launch is planned once per tensor layout and max seqlen_q (the grid
+depends on it); every call reads its own page table, descales and block scales, and on
+CPU tensors reruns the checks of their contents.
 """
 from __future__ import annotations
 
@@ -93,9 +94,6 @@ HEAD_DIM = 128
 Q_TILE = 256
 KV_TILE = 64
 KERNEL = "batch_prefill_d128"
-# The kernel of each supported head dim (HEAD_DIM defined per kernel in kernels.yaml); head dim 64
-# is built for bfloat16/float16 only. 256 is not built (loader/ops/fmha.py says why).
-KERNELS = {64: "batch_prefill_d64", HEAD_DIM: KERNEL}
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float8_e4m3fn: "fp8"}
 FP8 = torch.float8_e4m3fn
 LOG2E = 1.4426950408889634
@@ -108,19 +106,19 @@ _MAX_SPAN = 2**31                  # Q/O rows of a sequence: 32-bit buffer offse
 _MAX_HEADS = 2**16
 _F32 = struct.Struct("<f")
 NAME = "batch_prefill"
-_Q = "[total_q, heads_q, head_dim]"
-_CACHE = "[num_pages, page_size, heads_k, head_dim]"
+_Q = f"[total_q, heads_q, {HEAD_DIM}]"
+_CACHE = f"[num_pages, page_size, heads_k, {HEAD_DIM}]"
 _SGLANG = ("kv_indptr", "kv_page_indices", "kv_last_page_len")
 _VLLM = ("block_table", "seqlens_k")
 _DESCALES = ("q_descale", "k_descale", "v_descale")
 
 
 def variant(dtype: torch.dtype, causal: bool, block_scales: bool = False, page_size: int = MAX_PAGE_SIZE,
-            window: bool = False, softcap: bool = False, head_dim: int = HEAD_DIM) -> Variant:
+            window: bool = False, softcap: bool = False) -> Variant:
     """The kernel variant, chosen by the source's defines: block scales below
     BLOCK_SCALE_MIN_PAGE take the per-key BLKS one; `window`: the sliding-window variant
-    (fmha.windowed); `softcap`: the soft-capping one; `head_dim` picks the kernel."""
-    return default_manifest().kernel(KERNELS[head_dim]).variant_with(
+    (fmha.windowed); `softcap`: the soft-capping one."""
+    return default_manifest().kernel(KERNEL).variant_with(
         F16=dtype == torch.float16, FP8=dtype == FP8, BLK=block_scales,
         BLKS=block_scales and page_size < BLOCK_SCALE_MIN_PAGE, FMHA_CAUSAL=causal, WINDOW=window, SOFTCAP=softcap)
 
@@ -142,22 +140,10 @@ def _index(call, name: str, length: int | None = None) -> torch.Tensor:
     return t
 
 
-def _head_dim(call, q: torch.Tensor) -> int:
-    """q's head dim, one a kernel is built for in q's dtype."""
-    if q.shape[-1] not in KERNELS:
-        supported = " or ".join(map(str, sorted(KERNELS)))
-        call.fail(ValueError, f"'q' head dim must be {supported}, got {q.shape[-1]} (shape {tuple(q.shape)})")
-    if q.dtype == FP8 and q.shape[-1] != HEAD_DIM:
-        call.fail(ValueError, f"'q' head dim must be {HEAD_DIM} for float8_e4m3fn inputs (head dim {q.shape[-1]} is "
-                              f"built for bfloat16/float16), got {q.shape[-1]}")
-    return q.shape[-1]
-
-
-def _rows(call, name: str, t: torch.Tensor, dims: tuple[int, ...], head_dim: int) -> None:
-    """Head dim q's, contiguous; the strides of `dims` multiples of 16 bytes and below 2^32 bytes."""
-    if t.shape[-1] != head_dim:
-        call.fail(ValueError, f"'{name}' head dim must equal q's ({head_dim}), got {t.shape[-1]} "
-                              f"(shape {tuple(t.shape)})")
+def _rows(call, name: str, t: torch.Tensor, dims: tuple[int, ...]) -> None:
+    """Head dim contiguous; the strides of `dims` multiples of 16 bytes and below 2^32 bytes."""
+    if t.shape[-1] != HEAD_DIM:
+        call.fail(ValueError, f"'{name}' head dim must be {HEAD_DIM}, got {t.shape[-1]} (shape {tuple(t.shape)})")
     if t.numel() == 0:
         return
     if t.stride(-1) != 1:
@@ -177,7 +163,7 @@ def _row_stride(call, name: str, cache: torch.Tensor) -> tuple[int, int]:
     pages, page_size = cache.shape[0], cache.shape[1]
     e = cache.element_size()
     if page_size == 1:
-        return (cache.stride(0) * e if pages > 1 else cache.shape[3] * e), 0
+        return (cache.stride(0) * e if pages > 1 else HEAD_DIM * e), 0
     row = cache.stride(1)
     if pages == 1:
         return row * e, 0
@@ -223,7 +209,7 @@ def _check_descales(call, fp8: bool, readable: bool) -> None:
                                                 f"f32; got {value}")
 
 
-def _check_block_scales(call, k_cache: torch.Tensor, used: torch.Tensor | None) -> float:
+def _check_block_scales(call, k_cache: torch.Tensor, used: torch.Tensor | list[int] | None) -> float:
     """kv_block_descale: float32 contiguous [num_pages, Hkv, 2] (k, v); the scales of the
     pages the tables use (`used`, where they were read) in SCALE_RANGE. The launch reads no
     other page's scales, so a pool page no table names may hold anything. Returns the
@@ -237,7 +223,7 @@ def _check_block_scales(call, k_cache: torch.Tensor, used: torch.Tensor | None) 
                               f"{heads_k}, 2], got {t.dtype} shape {tuple(t.shape)} strides {t.stride()}")
     if num_pages * heads_k * 8 >= _U32:
         call.fail(ValueError, f"kv_block_descale spans {num_pages * heads_k * 8} bytes; the kernel's offset is 32-bit")
-    if used is None or not used.numel():
+    if used is None or not len(used):
         return 1.0
     scales = t[used]
     smallest, largest = torch.aminmax(scales)
@@ -250,9 +236,9 @@ def _decreases(values: list[int]) -> bool:
     return any(a > b for a, b in zip(values, values[1:]))
 
 
-def _check_page_ids(call, name: str, used: torch.Tensor, num_pages: int) -> None:
-    if used.numel():
-        low, high = (int(x) for x in torch.aminmax(used))
+def _check_page_ids(call, name: str, used: torch.Tensor | list[int], num_pages: int) -> None:
+    if len(used):
+        low, high = (min(used), max(used)) if isinstance(used, list) else (int(x) for x in torch.aminmax(used))
         if low < 0 or high >= num_pages:
             call.fail(ValueError, f"'{name}' holds page ids outside the pool 0..{num_pages - 1} (min {low}, max "
                                   f"{high})")
@@ -312,10 +298,22 @@ def _check_vllm(call, batch: int, page_size: int, num_pages: int, readable: bool
     if min(lengths) < 0 or max(lengths) > table.shape[1] * page_size:
         call.fail(ValueError, f"'seqlens_k' must be in 0..max_blocks * page_size = {table.shape[1] * page_size}, "
                               f"got {lengths[:8]}")
-    # entry j of a row is read iff j * page_size < its seqlen_k (entries past a list are never read)
-    used = table[torch.arange(table.shape[1]) * page_size < seqlens_k[:, None]]
+    used = _used_entries(table, seqlens_k, lengths, page_size)
     _check_page_ids(call, "block_table", used, num_pages)
     return used
+
+
+_HOST_TABLE = 4096      # entries of a block table read on the host rather than masked by tensor ops
+
+
+def _used_entries(table: torch.Tensor, seqlens_k: torch.Tensor, lengths: list[int], page_size: int
+                  ) -> torch.Tensor | list[int]:
+    """The page ids a vLLM block table's sequences use: entry j of row b iff j * page_size <
+    seqlens_k[b] (entries past a list are never read). A small table is read on the host
+    (a decode step's: ~3 us, where the tensor mask costs ~25 us), a large one masked."""
+    if table.numel() <= _HOST_TABLE:
+        return [page for row, n in zip(table.tolist(), lengths) for page in row[:-(-n // page_size)]]
+    return table[torch.arange(table.shape[1]) * page_size < seqlens_k[:, None]]
 
 
 def _check_out(call, q: torch.Tensor) -> None:
@@ -326,7 +324,7 @@ def _check_out(call, q: torch.Tensor) -> None:
         call.fail(ValueError, f"'out' shape must equal q's {tuple(q.shape)}, got {tuple(out.shape)}")
     if out.dtype != out_dtype(q.dtype):
         call.fail(TypeError, f"'out' dtype must be {out_dtype(q.dtype)} for {q.dtype} inputs, got {out.dtype}")
-    _rows(call, "out", out, (0, 1), q.shape[-1])
+    _rows(call, "out", out, (0, 1))
 
 
 def _check_lse(call, q: torch.Tensor) -> None:
@@ -341,7 +339,7 @@ def _check_lse(call, q: torch.Tensor) -> None:
 def _softmax_scale(call) -> float:
     value = call.softmax_scale
     if value is None:
-        return 1.0 / math.sqrt(call.q.shape[-1])
+        return 1.0 / math.sqrt(HEAD_DIM)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         call.fail(TypeError, f"'softmax_scale' must be a float, got {type(value).__name__}")
     if not math.isfinite(value):
@@ -420,10 +418,9 @@ def _check_attention(call) -> tuple[int, int, int]:
                               f"Hkv={heads_k}")
     if heads_q >= _MAX_HEADS:
         call.fail(ValueError, f"heads_q must be below {_MAX_HEADS}, got {heads_q}")
-    head_dim = _head_dim(call, q)
-    _rows(call, "q", q, (0, 1), head_dim)
-    _rows(call, "k_cache", k_cache, (0, 1, 2), head_dim)
-    _rows(call, "v_cache", v_cache, (0, 1, 2), head_dim)
+    _rows(call, "q", q, (0, 1))
+    _rows(call, "k_cache", k_cache, (0, 1, 2))
+    _rows(call, "v_cache", v_cache, (0, 1, 2))
     (k_row, k_ratio), (v_row, v_ratio) = _row_stride(call, "k_cache", k_cache), _row_stride(call, "v_cache", v_cache)
     if k_ratio != v_ratio:
         call.fail(ValueError, f"'v_cache' pages must lie as many rows apart as k_cache's (page stride / (page_size * "
@@ -440,7 +437,7 @@ def _check_attention(call) -> tuple[int, int, int]:
 
 def _check(call) -> _Checked:
     """Everything the metadata can tell, and the index tensors' and scales' contents where
-    they are readable (a real call on CPU tensors)."""
+    they are readable (a real call on CPU tensors: `_check_contents`)."""
     k_seq_stride, v_seq_stride, page_ratio_log2 = _check_attention(call)
     q, k_cache = call.q, call.k_cache
     scale = _softmax_scale(call)
@@ -448,23 +445,16 @@ def _check(call) -> _Checked:
     if qo_indptr.shape[0] < 1:
         call.fail(ValueError, "'qo_indptr' must have batch + 1 >= 1 entries, got 0")
     _index(call, "qo_indptr")
-    batch = qo_indptr.shape[0] - 1
-    readable = call.data and q.device.type == "cpu"
-    num_pages, page_size = k_cache.shape[0], k_cache.shape[1]
-    used = _check_table(call, batch, page_size, num_pages, readable)
-    if readable:
-        total_q, indptr = q.shape[0], qo_indptr.tolist()
-        if indptr[0] != 0 or _decreases(indptr) or indptr[-1] != total_q:
-            call.fail(ValueError, f"'qo_indptr' must start at 0, never decrease and end at total_q = {total_q}, got "
-                                  f"{indptr[:8]}{'...' if batch > 7 else ''} ending at {indptr[-1]}")
+    _check_table(call, qo_indptr.shape[0] - 1, k_cache.shape[1], k_cache.shape[0], readable=False)
     fp8 = q.dtype == FP8
-    _check_descales(call, fp8, readable)
+    _check_descales(call, fp8, readable=False)
     block_scales = fp8 and call.kv_block_descale is not None
-    largest_k_scale = 1.0
     if block_scales:
-        largest_k_scale = _check_block_scales(call, k_cache, used)
+        _check_block_scales(call, k_cache, None)
     if fp8:
-        _check_score_scale(call, scale, readable, largest_k_scale)
+        _check_score_scale(call, scale, False, 1.0)
+    if _readable(call):
+        _check_contents(call, scale)
     window = fmha.check_window(call)
     softcap = fmha.check_softcap(call)
     fmha.check_sinks(call, q.shape[1])
@@ -474,16 +464,43 @@ def _check(call) -> _Checked:
         _check_lse(call, q)
     if softcap and fp8:
         call.fail(ValueError, f"'softcap' applies to bfloat16/float16 inputs only; q is {q.dtype}")
-    chosen = variant(q.dtype, call.causal, block_scales, page_size, fmha.windowed(call.causal, window), softcap > 0,
-                     q.shape[-1])
+    chosen = variant(q.dtype, call.causal, block_scales, k_cache.shape[1], fmha.windowed(call.causal, window),
+                     softcap > 0)
     return _Checked(chosen, scale, window, softcap, k_seq_stride, v_seq_stride, page_ratio_log2)
+
+
+def _readable(call) -> bool:
+    """Whether the call's tensor contents may be read: real CPU tensors (on a GPU a read
+    would synchronise)."""
+    return call.data and call.q.device.type == "cpu"
+
+
+def _check_contents(call, scale: float) -> None:
+    """The checks of tensor contents (a readable call whose metadata passed `_check`): the
+    page table, qo_indptr, the descales and block scales; every call makes them."""
+    q, k_cache, qo_indptr = call.q, call.k_cache, call.qo_indptr
+    batch = qo_indptr.shape[0] - 1
+    used = _check_table(call, batch, k_cache.shape[1], k_cache.shape[0], readable=True)
+    total_q, indptr = q.shape[0], qo_indptr.tolist()
+    if indptr[0] != 0 or _decreases(indptr) or indptr[-1] != total_q:
+        call.fail(ValueError, f"'qo_indptr' must start at 0, never decrease and end at total_q = {total_q}, got "
+                              f"{indptr[:8]}{'...' if batch > 7 else ''} ending at {indptr[-1]}")
+    fp8 = q.dtype == FP8
+    _check_descales(call, fp8, readable=True)
+    largest_k_scale = 1.0
+    if fp8 and call.kv_block_descale is not None:
+        largest_k_scale = _check_block_scales(call, k_cache, used)
+    if fp8:
+        _check_score_scale(call, scale, True, largest_k_scale)
 
 
 # ------------------------------------------------------------------ the launch
 
-def _page_table(call, batch: int, page_size: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _page_table(call, batch: int, page_size: int, device, kv_start: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(page_list, kv_start, seqlen_k), the one form the kernel reads, from the checked
-    call's table (tensor arithmetic only: nothing is read back from a GPU)."""
+    call's table (tensor arithmetic only: nothing is read back from a GPU). A vLLM table's
+    kv_start follows from its layout alone: `kv_start`, where the caller made it before."""
     if call.kv_indptr is not None:
         kv_indptr, pages, last = call.kv_indptr, call.kv_page_indices, call.kv_last_page_len
         counts = kv_indptr[1:] - kv_indptr[:-1]
@@ -494,7 +511,8 @@ def _page_table(call, batch: int, page_size: int, device) -> tuple[torch.Tensor,
     row = table.stride(0) if batch > 1 else table.shape[1]
     span = (batch - 1) * row + table.shape[1] if table.numel() else 0
     page_list = table.as_strided((span,), (1,)) if span else torch.zeros(1, dtype=torch.int32, device=device)
-    kv_start = torch.arange(batch, dtype=torch.int32, device=device) * row
+    if kv_start is None:
+        kv_start = torch.arange(batch, dtype=torch.int32, device=device) * row
     return page_list, kv_start, call.seqlens_k.contiguous()
 
 
@@ -506,23 +524,50 @@ def normalise(batch, page_size, num_pages, **table):
     return _page_table(call, batch, page_size, torch.device("cpu"))
 
 
+def max_seq_q(qo_indptr: torch.Tensor) -> int:
+    """The most queries of one sequence (the grid's extent) from qo_indptr: read on the host
+    from a CPU tensor, by a synchronising read on a GPU."""
+    if qo_indptr.shape[0] < 2:
+        return 0
+    if qo_indptr.device.type == "cpu":
+        indptr = qo_indptr.tolist()
+        return max(b - a for a, b in zip(indptr, indptr[1:]))
+    return int((qo_indptr[1:] - qo_indptr[:-1]).max())
+
+
+def _data_key(_checked: _Checked, call) -> int:
+    return max_seq_q(call.qo_indptr)
+
+
+def _descales(call, one: torch.Tensor) -> torch.Tensor:
+    """The kernel's (q, k, v) descales, 1 for one not given."""
+    return torch.cat([(one if call.values[n] is None else call.values[n]).reshape(1) for n in _DESCALES])
+
+
+def _contents(call, one: torch.Tensor, kv_start: torch.Tensor | None = None, scales: bool = True) -> dict:
+    """The kernel arguments a call's tensor contents give: the page table normalised and,
+    with `scales`, the descales and the block scales (`one` where there are none);
+    `kv_start` as _page_table's."""
+    page_list, kv_start, seqlen_k = _page_table(call, call.qo_indptr.shape[0] - 1, call.k_cache.shape[1],
+                                                call.q.device, kv_start)
+    given = dict(page_list=page_list, kv_start=kv_start, seqlen_k=seqlen_k)
+    if scales:
+        given.update(descales=_descales(call, one),
+                     kv_scales=one if call.kv_block_descale is None else call.kv_block_descale.reshape(-1))
+    return given
+
+
 def kernel_args(checked: _Checked, call) -> dict:
     """The manifest arguments of batch_prefill_d128 for a checked call: the page table
     normalised, max seqlen_q read from qo_indptr (a synchronisation on a GPU)."""
     q, k_cache, v_cache, out, lse, qo_indptr = call.q, call.k_cache, call.v_cache, call.out, call.lse, call.qo_indptr
-    batch = qo_indptr.shape[0] - 1
-    page_list, kv_start, seqlen_k = _page_table(call, batch, k_cache.shape[1], q.device)
-    one = torch.ones(1, dtype=torch.float32, device=q.device)
     e = q.element_size()
     ratio = q.shape[1] // k_cache.shape[2]
     store_lse = lse is not None
     return dict(q=q, k_cache=k_cache, v_cache=v_cache, o=out,
                 lse=lse if store_lse else torch.empty((0, 0), dtype=torch.float32, device=q.device),
-                qo_indptr=qo_indptr, kv_start=kv_start, seqlen_k=seqlen_k, page_list=page_list,
-                descales=torch.cat([(one if call.values[n] is None else call.values[n]).reshape(1)
-                                    for n in _DESCALES]),
-                kv_scales=one if call.kv_block_descale is None else call.kv_block_descale.reshape(-1),
-                heads_k=k_cache.shape[2], max_seq_q=int((qo_indptr[1:] - qo_indptr[:-1]).max()) if batch else 0,
+                qo_indptr=qo_indptr, **_contents(call, torch.ones(1, dtype=torch.float32, device=q.device)),
+                heads_k=k_cache.shape[2], max_seq_q=max_seq_q(qo_indptr),
                 q_seq_stride=q.stride(0) * e, q_head_stride=q.stride(1) * e,
                 k_seq_stride=checked.k_seq_stride, k_head_stride=k_cache.stride(2) * e,
                 v_seq_stride=checked.v_seq_stride, v_head_stride=v_cache.stride(2) * e,
@@ -535,19 +580,34 @@ def kernel_args(checked: _Checked, call) -> dict:
 
 
 def _plan(checked: _Checked, call) -> framework.Plan:
+    """The launch for a layout and max seqlen_q (the framework keeps one per pair: the
+    Spec's data_key). Each call binds what its tensor contents give (`_contents`); the plan
+    keeps only placeholders the kernel never reads and the layout's constants."""
     if not call.q.numel():
         return framework.Plan()
     args = kernel_args(checked, call)
     if not args["max_seq_q"]:                   # no sequence has a query
         return framework.Plan()
     launch = prepare(checked.variant, args)
-    made = {name: args[name] for name in ("kv_start", "seqlen_k", "page_list", "descales", "kv_scales", "sinks")}
-    placeholder = args["lse"]                   # the kernel never touches lse without store_lse
+    one = torch.ones(1, dtype=torch.float32, device=call.q.device)
+    # the kernel never touches lse without store_lse, nor sinks without has_sinks
+    fixed = {name: args[name] for name in ("lse", "sinks")}
+    kv_start = None if call.block_table is None else args["kv_start"]      # (a vLLM table's: from its layout)
+    scales = any(call.values[n] is not None for n in _DESCALES + ("kv_block_descale",))
+    if not scales:                              # (all ones: the layout's constants)
+        fixed.update(descales=args["descales"], kv_scales=args["kv_scales"])
 
     def bind(c) -> dict:
-        return dict(q=c.q, k_cache=c.k_cache, v_cache=c.v_cache, o=c.out, qo_indptr=c.qo_indptr,
-                    lse=placeholder if c.lse is None else c.lse)
-    return framework.Plan((launch,), fixed=made, bind=bind)
+        given = dict(q=c.q, k_cache=c.k_cache, v_cache=c.v_cache, o=c.out, qo_indptr=c.qo_indptr,
+                     **_contents(c, one, kv_start, scales))
+        if c.lse is not None:
+            given["lse"] = c.lse
+        if c.sinks is not None:
+            given["sinks"] = c.sinks
+        return given
+    recheck = (lambda c: (_check_contents(c, checked.scale), fmha.check_sinks(c, c.q.shape[1]))) \
+        if _readable(call) else None
+    return framework.Plan((launch,), fixed=fixed, bind=bind, recheck=recheck)
 
 
 def _allocate(call, names: frozenset) -> dict:
@@ -560,9 +620,8 @@ def _allocate(call, names: frozenset) -> dict:
     return outs
 
 
-# The launch depends on tensor data (the grid's max seqlen_q, the normalised page table), and
-# a serving engine's varlen batches change the layouts (total_q, page counts) from call to call
-# anyway: every call is checked and planned (cacheable=False).
+# The launch depends on tensor data: the grid's max seqlen_q (the data_key: a plan per layout
+# and value) and the page table, descales and block scales (bound on every call).
 _ALIGNED = dict(align=16)
 BATCH_PREFILL = framework.define(framework.Spec(
     NAME,
@@ -573,7 +632,7 @@ BATCH_PREFILL = framework.define(framework.Spec(
             *fmha.WINDOW_SINKS_SOFTCAP,
             *(framework.Param(n, "Tensor?") for n in _DESCALES + ("kv_block_descale",))),
     outputs=(framework.Output("out", **_ALIGNED), framework.Output("lse", optional=True)),
-    check=_check, allocate=_allocate, plan=_plan, out_after="seqlens_k", cacheable=False))
+    check=_check, allocate=_allocate, plan=_plan, out_after="seqlens_k", data_key=_data_key))
 
 
 def batch_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, qo_indptr: torch.Tensor, *,
@@ -609,18 +668,18 @@ def gather_kv(cache: torch.Tensor, page_list: torch.Tensor, start: int, seqlen: 
 def reference(q, k_cache, v_cache, qo_indptr, page_list, kv_start, seqlen_k, *, causal=False,
               softmax_scale=None, window=(-1, -1), sinks=None, softcap=0.0, descales=(1.0, 1.0, 1.0),
               kv_block_descale=None, p_bound=False) -> tuple[torch.Tensor, ...]:
-    """(O [total_q, Hq, D], LSE [Hq, total_q]) in float64 from the normalised page table
+    """(O [total_q, Hq, 128], LSE [Hq, total_q]) in float64 from the normalised page table
     (page_list, kv_start, seqlen_k: the form `normalise` returns), inputs dequantised by
     `descales` (q, k, v) and, per page and KV head, `kv_block_descale`; window, sinks and
     softcap as fmha.reference's. A row that sees no key gets O = 0, LSE = -inf (with sinks:
     the sink); one that sees a NaN score (a NaN in its query or a visible
     key) gets NaN. With p_bound, also the bound on |O - O_ref| that P's rounding to FP8
     e4m3 allows (see `fp8_p_bound`)."""
-    scale = 1.0 / math.sqrt(q.shape[2]) if softmax_scale is None else softmax_scale
+    scale = 1.0 / math.sqrt(HEAD_DIM) if softmax_scale is None else softmax_scale
     total_q, heads_q, _ = q.shape
     ratio = heads_q // k_cache.shape[2]
     qd, kd, vd = descales
-    o = torch.zeros(total_q, heads_q, q.shape[2], dtype=torch.float64)
+    o = torch.zeros(total_q, heads_q, HEAD_DIM, dtype=torch.float64)
     bound = torch.zeros_like(o)
     lse = torch.full((heads_q, total_q), float("-inf"), dtype=torch.float64)
     for b in range(qo_indptr.shape[0] - 1):
@@ -703,6 +762,7 @@ def fp8_p_bound(p: torch.Tensor, s: torch.Tensor, v: torch.Tensor, v_ratio: torc
 def _register_run_case() -> None:
     from ..runcases import RunCase, run_case
 
+    @run_case(KERNEL)
     def prefill_case(variant, gen: torch.Generator, seq_q=(70, 1, 300), seq_k=(100, 40, 300), page_size=16,
                      heads_q=4, heads_k=2) -> RunCase:
         dtype = FP8 if variant.defines.get("FP8", 0) else torch.float16 if variant.defines["F16"] else torch.bfloat16
@@ -717,10 +777,9 @@ def _register_run_case() -> None:
                      kv_last_page_len=torch.tensor([s - (n - 1) * page_size for s, n in zip(seq_k, counts)],
                                                    dtype=torch.int32))
         qo_indptr = torch.tensor([0] + [sum(seq_q[:b + 1]) for b in range(len(seq_q))], dtype=torch.int32)
-        head_dim = variant.defines.get("HEAD_DIM", HEAD_DIM)
-        q = torch.randn(int(qo_indptr[-1]), heads_q, head_dim, generator=gen).to(dtype)
-        k = torch.randn(num_pages, page_size, heads_k, head_dim, generator=gen).to(dtype)
-        v = torch.randn(num_pages, page_size, heads_k, head_dim, generator=gen).to(dtype)
+        q = torch.randn(int(qo_indptr[-1]), heads_q, HEAD_DIM, generator=gen).to(dtype)
+        k = torch.randn(num_pages, page_size, heads_k, HEAD_DIM, generator=gen).to(dtype)
+        v = torch.randn(num_pages, page_size, heads_k, HEAD_DIM, generator=gen).to(dtype)
         out = torch.full(q.shape, float("nan"), dtype=out_dtype(dtype))
         lse = torch.full((heads_q, q.shape[0]), float("nan"))
         kv_block = torch.rand(num_pages, heads_k, 2, generator=gen) + 0.5 if blk else None
@@ -744,9 +803,6 @@ def _register_run_case() -> None:
         return RunCase(args=kernel_args(checked, call), expected={"o": o_ref.float(), "lse": lse_ref.float()},
                        atol=atol, rtol=0.0, note=f"Sq={seq_q} Sk={seq_k} page {page_size} Hq={heads_q} Hk={heads_k} "
                                                  f"window {window} softcap {softcap}")
-
-    for kernel in KERNELS.values():
-        run_case(kernel)(prefill_case)
 
 
 _register_run_case()

@@ -342,9 +342,14 @@ class Op:
         value with its type), the optional outputs the framework allocates (`wanted`; None
         where `names` holds the caller's outputs) and the backend setting."""
         parts = [wanted, _backend_setting()]
-        for name in names:          # flat: hashing one tuple is cheaper than nested ones (every call)
+        # flat: hashing one tuple is cheaper than nested ones (every call). Each value's first
+        # item says how many follow (a Size: a tensor's four, a type: its value's, None: none),
+        # so two calls' keys are equal only where their values are.
+        for name in names:
             v = values[name]
-            if isinstance(v, torch.Tensor):
+            if v is None:
+                parts.append(None)
+            elif isinstance(v, torch.Tensor):
                 parts += (v.shape, v.stride(), v.dtype, v.device)
             else:
                 parts += (type(v), v)

@@ -54,9 +54,22 @@ class Op:
         """Whether a call with the schema's arguments `args` (those up to its last tensor
         suffice) may run its implementation directly, as `__call__` would; when so, inputs
         that require grad have been refused as the kernel refuses them."""
-        if needs_dispatcher(args, self.tensor_positions):
+        if _in_mode():
             return False
-        refuse_grad_inputs(self.name, self.tensors, args)
+        grad, refused = torch.is_grad_enabled(), None
+        for i, arg_name in self.tensors:          # (one pass: needs_dispatcher's test, then the grad refusal's)
+            a = args[i]
+            if a is None:
+                continue
+            if type(a) is torch.Tensor:
+                if a.is_meta:
+                    return False
+                if grad and refused is None and a.requires_grad:
+                    refused = arg_name
+            elif isinstance(a, torch.Tensor):
+                return False
+        if refused is not None:
+            refuse_grad(self.name, refused)
         return True
 
 
@@ -108,10 +121,7 @@ def needs_dispatcher(args: tuple, tensor_positions: Sequence[int]) -> bool:
     implementation: under torch.compile, a mode, functorch or the profiler, or with tensor
     subclasses (FakeTensor) or meta tensors at the schema's tensor positions. Anything
     else there goes straight to the implementation, which names the argument in its error."""
-    if torch.compiler.is_compiling():
-        return True
-    if (torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled()
-            or torch._C._are_functorch_transforms_active() or torch.autograd._profiler_enabled()):
+    if _in_mode():
         return True
     for i in tensor_positions:
         a = args[i]
@@ -121,3 +131,10 @@ def needs_dispatcher(args: tuple, tensor_positions: Sequence[int]) -> bool:
         elif isinstance(a, torch.Tensor):
             return True
     return False
+
+
+def _in_mode() -> bool:
+    """Under torch.compile, a dispatch or function mode, functorch or the profiler."""
+    return (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
+            or torch._C._is_torch_function_mode_enabled() or torch._C._are_functorch_transforms_active()
+            or torch.autograd._profiler_enabled())
