@@ -94,6 +94,9 @@ HEAD_DIM = 128
 Q_TILE = 256
 KV_TILE = 64
 KERNEL = "batch_prefill_d128"
+# The kernel of each supported head dim (HEAD_DIM defined per kernel in kernels.yaml); head dim 64
+# is built for bfloat16/float16 only. 256 is not built (loader/ops/fmha.py says why).
+KERNELS = {64: "batch_prefill_d64", HEAD_DIM: KERNEL}
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float8_e4m3fn: "fp8"}
 FP8 = torch.float8_e4m3fn
 LOG2E = 1.4426950408889634
@@ -106,19 +109,19 @@ _MAX_SPAN = 2**31                  # Q/O rows of a sequence: 32-bit buffer offse
 _MAX_HEADS = 2**16
 _F32 = struct.Struct("<f")
 NAME = "batch_prefill"
-_Q = f"[total_q, heads_q, {HEAD_DIM}]"
-_CACHE = f"[num_pages, page_size, heads_k, {HEAD_DIM}]"
+_Q = "[total_q, heads_q, head_dim]"
+_CACHE = "[num_pages, page_size, heads_k, head_dim]"
 _SGLANG = ("kv_indptr", "kv_page_indices", "kv_last_page_len")
 _VLLM = ("block_table", "seqlens_k")
 _DESCALES = ("q_descale", "k_descale", "v_descale")
 
 
 def variant(dtype: torch.dtype, causal: bool, block_scales: bool = False, page_size: int = MAX_PAGE_SIZE,
-            window: bool = False, softcap: bool = False) -> Variant:
+            window: bool = False, softcap: bool = False, head_dim: int = HEAD_DIM) -> Variant:
     """The kernel variant, chosen by the source's defines: block scales below
     BLOCK_SCALE_MIN_PAGE take the per-key BLKS one; `window`: the sliding-window variant
-    (fmha.windowed); `softcap`: the soft-capping one."""
-    return default_manifest().kernel(KERNEL).variant_with(
+    (fmha.windowed); `softcap`: the soft-capping one; `head_dim` picks the kernel."""
+    return default_manifest().kernel(KERNELS[head_dim]).variant_with(
         F16=dtype == torch.float16, FP8=dtype == FP8, BLK=block_scales,
         BLKS=block_scales and page_size < BLOCK_SCALE_MIN_PAGE, FMHA_CAUSAL=causal, WINDOW=window, SOFTCAP=softcap)
 
@@ -140,10 +143,22 @@ def _index(call, name: str, length: int | None = None) -> torch.Tensor:
     return t
 
 
-def _rows(call, name: str, t: torch.Tensor, dims: tuple[int, ...]) -> None:
-    """Head dim contiguous; the strides of `dims` multiples of 16 bytes and below 2^32 bytes."""
-    if t.shape[-1] != HEAD_DIM:
-        call.fail(ValueError, f"'{name}' head dim must be {HEAD_DIM}, got {t.shape[-1]} (shape {tuple(t.shape)})")
+def _head_dim(call, q: torch.Tensor) -> int:
+    """q's head dim, one a kernel is built for in q's dtype."""
+    if q.shape[-1] not in KERNELS:
+        supported = " or ".join(map(str, sorted(KERNELS)))
+        call.fail(ValueError, f"'q' head dim must be {supported}, got {q.shape[-1]} (shape {tuple(q.shape)})")
+    if q.dtype == FP8 and q.shape[-1] != HEAD_DIM:
+        call.fail(ValueError, f"'q' head dim must be {HEAD_DIM} for float8_e4m3fn inputs (head dim {q.shape[-1]} is "
+                              f"built for bfloat16/float16), got {q.shape[-1]}")
+    return q.shape[-1]
+
+
+def _rows(call, name: str, t: torch.Tensor, dims: tuple[int, ...], head_dim: int) -> None:
+    """Head dim q's, contiguous; the strides of `dims` multiples of 16 bytes and below 2^32 bytes."""
+    if t.shape[-1] != head_dim:
+        call.fail(ValueError, f"'{name}' head dim must equal q's ({head_dim}), got {t.shape[-1]} "
+                              f"(shape {tuple(t.shape)})")
     if t.numel() == 0:
         return
     if t.stride(-1) != 1:
@@ -163,7 +178,7 @@ def _row_stride(call, name: str, cache: torch.Tensor) -> tuple[int, int]:
     pages, page_size = cache.shape[0], cache.shape[1]
     e = cache.element_size()
     if page_size == 1:
-        return (cache.stride(0) * e if pages > 1 else HEAD_DIM * e), 0
+        return (cache.stride(0) * e if pages > 1 else cache.shape[3] * e), 0
     row = cache.stride(1)
     if pages == 1:
         return row * e, 0
@@ -324,7 +339,7 @@ def _check_out(call, q: torch.Tensor) -> None:
         call.fail(ValueError, f"'out' shape must equal q's {tuple(q.shape)}, got {tuple(out.shape)}")
     if out.dtype != out_dtype(q.dtype):
         call.fail(TypeError, f"'out' dtype must be {out_dtype(q.dtype)} for {q.dtype} inputs, got {out.dtype}")
-    _rows(call, "out", out, (0, 1))
+    _rows(call, "out", out, (0, 1), q.shape[-1])
 
 
 def _check_lse(call, q: torch.Tensor) -> None:
@@ -339,7 +354,7 @@ def _check_lse(call, q: torch.Tensor) -> None:
 def _softmax_scale(call) -> float:
     value = call.softmax_scale
     if value is None:
-        return 1.0 / math.sqrt(HEAD_DIM)
+        return 1.0 / math.sqrt(call.q.shape[-1])
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         call.fail(TypeError, f"'softmax_scale' must be a float, got {type(value).__name__}")
     if not math.isfinite(value):
@@ -418,9 +433,10 @@ def _check_attention(call) -> tuple[int, int, int]:
                               f"Hkv={heads_k}")
     if heads_q >= _MAX_HEADS:
         call.fail(ValueError, f"heads_q must be below {_MAX_HEADS}, got {heads_q}")
-    _rows(call, "q", q, (0, 1))
-    _rows(call, "k_cache", k_cache, (0, 1, 2))
-    _rows(call, "v_cache", v_cache, (0, 1, 2))
+    head_dim = _head_dim(call, q)
+    _rows(call, "q", q, (0, 1), head_dim)
+    _rows(call, "k_cache", k_cache, (0, 1, 2), head_dim)
+    _rows(call, "v_cache", v_cache, (0, 1, 2), head_dim)
     (k_row, k_ratio), (v_row, v_ratio) = _row_stride(call, "k_cache", k_cache), _row_stride(call, "v_cache", v_cache)
     if k_ratio != v_ratio:
         call.fail(ValueError, f"'v_cache' pages must lie as many rows apart as k_cache's (page stride / (page_size * "
@@ -465,7 +481,8 @@ def _check(call) -> _Checked:
     if softcap and fp8:
         call.fail(ValueError, f"'softcap' applies to bfloat16/float16 inputs only; q is {q.dtype}")
     chosen = variant(q.dtype, call.causal, block_scales, k_cache.shape[1], fmha.windowed(call.causal, window),
-                     softcap > 0)
+                     softcap > 0,
+                     q.shape[-1])
     return _Checked(chosen, scale, window, softcap, k_seq_stride, v_seq_stride, page_ratio_log2)
 
 
@@ -668,18 +685,18 @@ def gather_kv(cache: torch.Tensor, page_list: torch.Tensor, start: int, seqlen: 
 def reference(q, k_cache, v_cache, qo_indptr, page_list, kv_start, seqlen_k, *, causal=False,
               softmax_scale=None, window=(-1, -1), sinks=None, softcap=0.0, descales=(1.0, 1.0, 1.0),
               kv_block_descale=None, p_bound=False) -> tuple[torch.Tensor, ...]:
-    """(O [total_q, Hq, 128], LSE [Hq, total_q]) in float64 from the normalised page table
+    """(O [total_q, Hq, D], LSE [Hq, total_q]) in float64 from the normalised page table
     (page_list, kv_start, seqlen_k: the form `normalise` returns), inputs dequantised by
     `descales` (q, k, v) and, per page and KV head, `kv_block_descale`; window, sinks and
     softcap as fmha.reference's. A row that sees no key gets O = 0, LSE = -inf (with sinks:
     the sink); one that sees a NaN score (a NaN in its query or a visible
     key) gets NaN. With p_bound, also the bound on |O - O_ref| that P's rounding to FP8
     e4m3 allows (see `fp8_p_bound`)."""
-    scale = 1.0 / math.sqrt(HEAD_DIM) if softmax_scale is None else softmax_scale
+    scale = 1.0 / math.sqrt(q.shape[2]) if softmax_scale is None else softmax_scale
     total_q, heads_q, _ = q.shape
     ratio = heads_q // k_cache.shape[2]
     qd, kd, vd = descales
-    o = torch.zeros(total_q, heads_q, HEAD_DIM, dtype=torch.float64)
+    o = torch.zeros(total_q, heads_q, q.shape[2], dtype=torch.float64)
     bound = torch.zeros_like(o)
     lse = torch.full((heads_q, total_q), float("-inf"), dtype=torch.float64)
     for b in range(qo_indptr.shape[0] - 1):
@@ -762,7 +779,6 @@ def fp8_p_bound(p: torch.Tensor, s: torch.Tensor, v: torch.Tensor, v_ratio: torc
 def _register_run_case() -> None:
     from ..runcases import RunCase, run_case
 
-    @run_case(KERNEL)
     def prefill_case(variant, gen: torch.Generator, seq_q=(70, 1, 300), seq_k=(100, 40, 300), page_size=16,
                      heads_q=4, heads_k=2) -> RunCase:
         dtype = FP8 if variant.defines.get("FP8", 0) else torch.float16 if variant.defines["F16"] else torch.bfloat16
@@ -777,9 +793,10 @@ def _register_run_case() -> None:
                      kv_last_page_len=torch.tensor([s - (n - 1) * page_size for s, n in zip(seq_k, counts)],
                                                    dtype=torch.int32))
         qo_indptr = torch.tensor([0] + [sum(seq_q[:b + 1]) for b in range(len(seq_q))], dtype=torch.int32)
-        q = torch.randn(int(qo_indptr[-1]), heads_q, HEAD_DIM, generator=gen).to(dtype)
-        k = torch.randn(num_pages, page_size, heads_k, HEAD_DIM, generator=gen).to(dtype)
-        v = torch.randn(num_pages, page_size, heads_k, HEAD_DIM, generator=gen).to(dtype)
+        head_dim = variant.defines.get("HEAD_DIM", HEAD_DIM)
+        q = torch.randn(int(qo_indptr[-1]), heads_q, head_dim, generator=gen).to(dtype)
+        k = torch.randn(num_pages, page_size, heads_k, head_dim, generator=gen).to(dtype)
+        v = torch.randn(num_pages, page_size, heads_k, head_dim, generator=gen).to(dtype)
         out = torch.full(q.shape, float("nan"), dtype=out_dtype(dtype))
         lse = torch.full((heads_q, q.shape[0]), float("nan"))
         kv_block = torch.rand(num_pages, heads_k, 2, generator=gen) + 0.5 if blk else None
@@ -803,6 +820,9 @@ def _register_run_case() -> None:
         return RunCase(args=kernel_args(checked, call), expected={"o": o_ref.float(), "lse": lse_ref.float()},
                        atol=atol, rtol=0.0, note=f"Sq={seq_q} Sk={seq_k} page {page_size} Hq={heads_q} Hk={heads_k} "
                                                  f"window {window} softcap {softcap}")
+
+    for kernel in KERNELS.values():
+        run_case(kernel)(prefill_case)
 
 
 _register_run_case()
