@@ -111,6 +111,18 @@
     v_add3_u32 v[\off], v[v_t], v[v_h], v[\off]             ; t q_seq_stride + h q_head_stride + 16 p
 .endm
 
+; UNROLL loads in flight: chunk v[v_c] into v_data[0:4], v[v_c] + s[s_step] into v_data[4:8], ...;
+; v[v_c] moves past them
+.macro load_chunks
+    .set i_, 0
+    .rept UNROLL
+        chunk_offset v_off+i_
+        buffer_load_dwordx4 v[v_data+4*i_:v_data+4*i_+3], v[v_off+i_], s[s_rsrc_q:s_rsrc_q+3], 0 offen
+        v_add_u32 v[v_c], s[s_step], v[v_c]
+        .set i_, i_ + 1
+    .endr
+.endm
+
 ; s[\s_dst] = the max of v[\v_x] over the wave (all 64 lanes active); clobbers v[\v_x], v[v_tmp], s[s_tmp].
 .macro wave_max_u32 s_dst, v_x
     s_nop 1                                                 ; VALU wrote v[\v_x] → 2 wait states before a DPP read
@@ -156,13 +168,7 @@
     s_mul_i32 s[s_step], s[s_parts], WORKGROUP_SIZE_X       ; S
     v_mov_b32 v[v_acc], 0                                   ; m of nothing (below every finite value's)
 L_trip:
-    .set i_, 0
-    .rept UNROLL
-        chunk_offset v_off+i_
-        buffer_load_dwordx4 v[v_data+4*i_:v_data+4*i_+3], v[v_off+i_], s[s_rsrc_q:s_rsrc_q+3], 0 offen
-        v_add_u32 v[v_c], s[s_step], v[v_c]
-        .set i_, i_ + 1
-    .endr
+    load_chunks
     s_waitcnt vmcnt(0)                                      ; in flight: the trip's UNROLL chunks → wait for all
     .set j_, 0
     .rept 4 * UNROLL
@@ -210,13 +216,7 @@ L_trip:
     s_mul_i32 s[s_first], s[s_wg_x], UNROLL * WORKGROUP_SIZE_X
     v_add_u32 v[v_c], s[s_first], v[v_lane]
     s_mov_b32 s[s_step], WORKGROUP_SIZE_X
-    .set i_, 0
-    .rept UNROLL
-        chunk_offset v_off+i_
-        buffer_load_dwordx4 v[v_data+4*i_:v_data+4*i_+3], v[v_off+i_], s[s_rsrc_q:s_rsrc_q+3], 0 offen
-        v_add_u32 v[v_c], s[s_step], v[v_c]
-        .set i_, i_ + 1
-    .endr
+    load_chunks
     s_waitcnt vmcnt(UNROLL)                                 ; in flight: partials, UNROLL chunks → the partials
     v_max3_u32 v[v_acc], v[v_part], v[v_part+1], v[v_part+2]
     v_max_u32 v[v_acc], v[v_acc], v[v_part+3]
