@@ -17,9 +17,9 @@ Paths covered: a 20-token prompt prefills through batch_prefill (one call per se
 page-size-1 views of the cache) and decodes through decode_attention with cache_leftpad; a
 12-token prompt prefills through decode_attention too; a static cache (its valid length
 from the cache position); gpt-oss's shape (attention sinks, a sliding window on alternate
-layers, GQA) at head dim 64 (decode_attention) and 128 (batch_prefill over 20 tokens);
-Gemma-2's soft-capping with its sliding window.
-Refusals: head-dim-64 prefill past 16 tokens (batch_prefill has head dim 128 only), right
+layers, GQA) at head dim 64 (decode_attention; batch_prefill over 20 tokens) and 128
+(batch_prefill over 20 tokens); Gemma-2's soft-capping with its sliding window.
+Refusals: head-dim-96 prefill past 16 tokens (batch_prefill has head dims 64 and 128), right
 padding, ready-made 4D masks, float32 models.
 
 Cost, process CPU time (user + sys) of pytest on the 2-core machine: the default-suite part
@@ -142,10 +142,11 @@ def check_against_transformers(model, ours: str, theirs: str, prompt: int, new_t
 
 # ------------------------------------------------------------------ generation
 
-def test_llama_left_padded_batch():
+@pytest.mark.parametrize("head_dim", [128, 64])
+def test_llama_left_padded_batch(head_dim):
     """Prefill of 20 tokens through batch_prefill, 4 decode steps through decode_attention
-    with cache_leftpad, dynamic cache."""
-    check_against_transformers(llama(), NAME, "sdpa", prompt=20, new_tokens=4)
+    with cache_leftpad, dynamic cache; head dim 64 as Llama-3.2-1B/3B have."""
+    check_against_transformers(llama(head_dim), NAME, "sdpa", prompt=20, new_tokens=4)
 
 
 def test_llama_static_cache():
@@ -163,10 +164,11 @@ def test_gpt_oss_shape(cache):
     check_against_transformers(gpt_oss(), NAME, "eager", prompt=12, new_tokens=4, cache_implementation=cache)
 
 
-def test_gpt_oss_long_prefill():
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_gpt_oss_long_prefill(head_dim):
     """Sinks and the alternate sliding window (8 keys) through batch_prefill: gpt-oss's
-    shape at head dim 128 (batch_prefill's) over a 20-token prompt."""
-    check_against_transformers(gpt_oss(128), NAME, "eager", prompt=20, new_tokens=3)
+    shape at its own head dim 64 (batch_prefill_d64) and at 128, over a 20-token prompt."""
+    check_against_transformers(gpt_oss(head_dim), NAME, "eager", prompt=20, new_tokens=3)
 
 
 def test_gemma2_softcap():
@@ -184,9 +186,9 @@ def refused(model, ids: torch.Tensor, mask: torch.Tensor, error: type[Exception]
         model(ids, attention_mask=mask)
 
 
-def test_head_dim_64_long_prefill_is_refused():
-    """Past 16 query tokens only batch_prefill serves, and it has head dim 128 only."""
-    refused(gpt_oss(), *left_padded(20), NotImplementedError, "head dim 64 prefill .* by batch_prefill")
+def test_head_dim_96_long_prefill_is_refused():
+    """Past 16 query tokens only batch_prefill serves, and it has head dims 64 and 128 only."""
+    refused(gpt_oss(96), *left_padded(20), NotImplementedError, r"head dim 96 prefill .* by batch_prefill \(head dims 64, 128\)")
 
 
 def test_right_padding_is_refused():

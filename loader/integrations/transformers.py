@@ -127,7 +127,7 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
         _check_head_dim(q, decode_op.HEAD_DIMS, "decode_attention")
         out = decode_op.decode_attention(q, k, v, end, cache_leftpad=first, causal=True, **options)
     else:
-        _check_head_dim(q, (prefill_op.HEAD_DIM,), "batch_prefill")
+        _check_head_dim(q, tuple(prefill_op.KERNELS), "batch_prefill")
         out = _prefill(q, k, v, first, end, options)
     return out, None
 
