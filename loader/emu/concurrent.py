@@ -28,6 +28,10 @@ Cross-workgroup communication is ordered only by release/acquire pairs at agent 
     store with sc1. Read-modify-write atomics are atomic whatever their bits (they bypass
     the L1). Atomic accesses of several workgroups to the same bytes are no race; a plain
     access against another workgroup's atomic or plain store is, unless ordered.
+  * Release sequences (C++'s, which LLVM's model follows): a read-modify-write atomic
+    carries on what the location's previous atomic published, so an acquire that reads a
+    value left by another workgroup's polling atomic (an add of 0) still acquires the
+    release before it; an atomic store starts a new sequence.
   * Release (store atomic / atomicrmw release, agent): `buffer_wbl2 sc1`, then
     `s_waitcnt vmcnt(0)` retiring it, then the atomic store or atomicrmw. What a release
     publishes is exactly what its workgroup stored before a buffer_wbl2 sc1 that had
@@ -177,7 +181,8 @@ class FlagOrdering:
         self.listener = listener              # the scheduler: progress(group), acquired(group, releases)
         self.fenced: dict[int, int] = {}      # group -> highest own epoch a retired buffer_wbl2 sc1 wrote back
         self.pending: dict[tuple[int, int], list] = {}   # (group, wave in it) -> [(pc, clock seen, releases)]
-        self.releases: dict[int, tuple[int, int]] = {}   # release record -> (group, its progress then)
+        # atomic record -> the releases it carries: (group, its progress then), for the timeline
+        self.releases: dict[int, list] = {}
 
     def classify(self, ex, kind: int) -> int:
         if ex.inst.mods.get("sc1"):
@@ -193,26 +198,26 @@ class FlagOrdering:
     def synchronise(self, accesses, ex, w, rec: np.ndarray, kind: int) -> None:
         """An atomic access of this step: an atomic read notes what it may acquire (at the
         next buffer_inv sc1 after it lands); an atomic write is a release of what its
-        workgroup had written back."""
+        workgroup had written back, and a read-modify-write one also carries on what the
+        atomic it read from published (the release sequence)."""
         for r in rec.tolist():
             g = int(accesses.records[r, 0])
-            clock = self._clock(g)
-            if kind in (ATOMIC_RETURN, ATOMIC_LOAD):
-                seen: dict[int, int] = {}
-                releases = []
-                for prior in accesses.prior_atomics(r):
-                    for other, epoch in accesses.snapshots.get(prior, {}).items():
-                        seen[other] = max(seen.get(other, -1), epoch)
-                    if prior in self.releases:
-                        releases.append(self.releases[prior])
-                if seen:
-                    for wave in ex.wave_ids(w).tolist():
-                        self.pending.setdefault((g, wave), []).append((ex.inst.pc, seen, releases))
+            seen: dict[int, int] = {}                 # what the atomics this one read from published
+            releases: list = []
+            for prior in accesses.prior_atomics(r):
+                _merge(seen, accesses.snapshots.get(prior, {}))
+                releases += self.releases.get(prior, [])
+            if kind in (ATOMIC_RETURN, ATOMIC_LOAD) and seen:
+                for wave in ex.wave_ids(w).tolist():
+                    self.pending.setdefault((g, wave), []).append((ex.inst.pc, seen, releases))
             if kind in (ATOMIC, ATOMIC_RETURN, ATOMIC_STORE):
-                snapshot = dict(clock)
+                snapshot = dict(self._clock(g))
                 snapshot[g] = self.fenced.get(g, -1)
-                accesses.snapshots[r] = snapshot
-                self.releases[r] = (g, self.listener.progress(g))
+                own = [(g, self.listener.progress(g))] if snapshot[g] >= 0 else []   # it wrote something back
+                if kind == ATOMIC_STORE:              # a store starts a new release sequence
+                    seen, releases = {}, []
+                accesses.snapshots[r] = _merge(dict(seen), snapshot)
+                self.releases[r] = releases + own
 
     def write_back(self, ex, w):
         """buffer_wbl2 sc1 issues: what the workgroup stored so far is published by a
@@ -244,12 +249,18 @@ class FlagOrdering:
                 if any(op.pc == pc for op in queues[wave]):
                     keep.append((pc, seen, releases))         # still in flight: not acquired yet
                     continue
-                for other, epoch in seen.items():
-                    if clock.get(other, -1) < epoch:
-                        clock[other] = epoch
+                _merge(clock, seen)
                 self.listener.acquired(g, releases)
             if keep:
                 self.pending[(g, wave)] = keep
+
+
+def _merge(clock: dict, other: dict) -> dict:
+    """clock := the per-workgroup maximum of clock and other (vector clocks); returns clock."""
+    for group, epoch in other.items():
+        if clock.get(group, -1) < epoch:
+            clock[group] = epoch
+    return clock
 
 
 def check_cache_control(inst) -> None:

@@ -200,7 +200,7 @@ class GlobalAccesses:
             shadow.stored = True
         elif atomic:
             b = lanes.bytes()
-            if kind in _ATOMIC_READS:
+            if kind in _ATOMIC_READS or (kind == ATOMIC and self.sync is not None):   # sync: RMWs read too
                 self._note_acquires(b.off, b.rec, by["atomic"][b.off])
             if kind != ATOMIC_LOAD:
                 by["atomic"][b.off] = b.rec

@@ -85,6 +85,36 @@ def test_a_writeback_before_the_other_waves_stores_complete_is_refused(race_mani
         grid_flag(race_manifest, "grid_flag_wide_unwaited", 3, 1, gen, schedule="concurrent")
 
 
+@pytest.mark.parametrize("seed", [None, 2])
+def test_read_modify_write_atomics_release_and_acquire(race_manifest, gen, seed):
+    args, res = grid_flag(race_manifest, "grid_flag_rmw", 4, 1, gen, schedule="concurrent", seed=seed)
+    check_published(args, 4, 1)
+    assert all([w.releaser for w in line.waits] == [1] for g, line in res.timeline.groups.items() if g != 1)
+
+
+def test_a_ticket_without_writeback_and_invalidate_orders_nothing_here(race_manifest, gen):
+    """column_sum's ticket (a returning atomic add after plain stores, no buffer_wbl2 or
+    buffer_inv) orders the blocks under the serial schedule's lenient rule (test_races);
+    under this schedule's model it publishes nothing: the summing workgroup's loads race."""
+    groups = 4
+    args = dict(x=torch.randn(groups * 64, generator=gen), partial=torch.full((groups * 64,), float("nan")),
+                out=torch.full((64,), float("nan")), counter=torch.zeros(1, dtype=torch.uint32), groups=groups)
+    with pytest.raises(emu.HazardError) as info:
+        launch_direct(race_manifest.kernel("column_sum").variant("column_sum_ordered"), args, schedule="concurrent")
+    buffer, first, writer, then, reader = RACE.search(str(info.value)).groups()
+    assert (buffer, first, then) == ("buffers[1]", "stored to", "read") and writer != reader
+
+
+def test_atomic_adds_of_every_workgroup_are_no_race_here(race_manifest, gen):
+    groups = 5
+    args = dict(x=torch.randn(groups * 64, generator=gen), partial=torch.full((groups * 64,), float("nan")),
+                out=torch.zeros(64), counter=torch.zeros(1, dtype=torch.uint32), groups=groups)
+    launch_direct(race_manifest.kernel("column_sum").variant("column_sum_atomic_add"), args, schedule="concurrent",
+                  seed=1)
+    torch.testing.assert_close(args["out"].double(), 2 * args["x"].double().view(groups, 64).sum(0),
+                               rtol=groups * 2.0 ** -24, atol=1e-6)       # f32 adds in the schedule's order
+
+
 def test_a_seed_gives_one_order(race_manifest):
     runs = [grid_flag(race_manifest, "grid_flag", 6, 2, torch.Generator().manual_seed(7), schedule="concurrent",
                       seed=5) for _ in range(2)]
