@@ -1,13 +1,15 @@
 """MX-FP8 MoE grouped GEMM benchmark: gfxasm.mxfp8_moe_gemm alone at the seed's shapes.
 
-    python3 bench/moe_gemm.py [--only TEXT] [--out bench/out/moe_gemm.json]
+    python3 bench/moe_gemm.py [--only TEXT] [--tokens 1,2,4,...] [--block-m 16|32|64] [--out bench/out/moe_gemm.json]
+    python3 bench/moe_gemm.py --tokens 1024,4096 --block-m 64     # prefill: the block_m 64 tiles
 
 Shapes: the seed's two grouped GEMMs (MiniMax-M3 at EP2: E = 128 local experts, top_k = 4),
   gate_up  N 1536, K 6144, a_div 4 (one activation row per token),
   down     N 6144, K 768,  a_div 1 (one activation row per slot),
-for T = 1, 2, 4, 8, 16, 32, 64 tokens routed uniformly at random (top_k distinct experts per
-token, seeded), block_m 16, aligned by gfxasm.moe_align_block_size (vLLM's layout), with
-topk_weights (as the down projection takes them).
+for T = 1, 2, 4, 8, 16, 32, 64 tokens (--tokens) routed uniformly at random (top_k distinct
+experts per token, seeded), block_m 16 (--block-m), aligned by gfxasm.moe_align_block_size
+(vLLM's layout), with topk_weights (as the down projection takes them). The tile width is
+the op's own choice (mxfp8_moe_gemm.choose_nt).
 
 Bytes: the minimum is the routed experts' weights and scales once, the activations once and
 the output once (N*K*(1+1/32) per routed expert + M*K*(1+1/32) + 2*T*top_k*N); beside it, the
@@ -54,18 +56,19 @@ def routed(T: int, seed: int = 0) -> torch.Tensor:
     return torch.stack([torch.randperm(E, generator=gen)[:TOP_K] for _ in range(T)]).to(torch.int32)
 
 
-def problem(shape: str, T: int, device: str = "cpu") -> dict:
+def problem(shape: str, T: int, device: str = "cpu", block_m: int = BLOCK_M) -> dict:
     """The op's arguments: zero operands (finite for the emulator), unit scales, the routing."""
     N, K, a_div = SHAPES[shape]["N"], SHAPES[shape]["K"], SHAPES[shape]["a_div"]
     M = T * TOP_K // a_div
     topk_ids = routed(T)
-    sorted_ids, expert_ids, post = gfxasm.moe_align_block_size(topk_ids, BLOCK_M, E, pad_sorted_ids=True)
+    sorted_ids, expert_ids, post = gfxasm.moe_align_block_size(topk_ids, block_m, E, pad_sorted_ids=True)
     e4m3 = lambda *s: torch.zeros(s, dtype=torch.uint8, device=device).view(torch.float8_e4m3fn)   # noqa: E731
     unit = lambda *s: torch.full(s, 127, dtype=torch.uint8, device=device)                        # noqa: E731
     return dict(a=e4m3(M, K), a_scale=unit(M, K // 32), w=e4m3(E, N, K), w_scale=unit(E, N, K // 32),
                 sorted_token_ids=sorted_ids.to(device), expert_ids=expert_ids.to(device),
                 num_tokens_post_padded=post.to(device), a_div=a_div,
-                topk_weights=torch.rand(T, TOP_K, device=device), experts=int(topk_ids.unique().numel()))
+                topk_weights=torch.rand(T, TOP_K, device=device), experts=int(topk_ids.unique().numel()),
+                block_m=block_m)
 
 
 def minimum_bytes(p: dict) -> float:
@@ -79,8 +82,8 @@ def modelled(p: dict, used_only: bool = False) -> dict:
     from gfxasm.perf import estimate
     args = [p[k] for k in ("a", "a_scale", "w", "w_scale", "sorted_token_ids", "expert_ids", "num_tokens_post_padded")]
     if used_only:
-        used = int(p["num_tokens_post_padded"]) // BLOCK_M
-        args[4], args[5] = args[4][:used * BLOCK_M], args[5][:used]
+        used = int(p["num_tokens_post_padded"]) // p["block_m"]
+        args[4], args[5] = args[4][:used * p["block_m"]], args[5][:used]
     out = torch.zeros(p["a"].shape[0] * p["a_div"], p["w"].shape[1], dtype=torch.bfloat16)
     sizes = moe.validate(*args, p["a_div"], p["topk_weights"], out, torch.bfloat16)
     kernel, variant, kargs = moe.launch_args(*args, p["a_div"], p["topk_weights"], out, torch.bfloat16, sizes)
@@ -91,8 +94,8 @@ def modelled(p: dict, used_only: bool = False) -> dict:
                 workgroups_per_cu=est.workgroups_per_cu, clock_hz=est.clock_hz)
 
 
-def measured(shape: str, T: int, iters: int = 50) -> float:
-    p = problem(shape, T, device="cuda")
+def measured(shape: str, T: int, block_m: int, iters: int = 50) -> float:
+    p = problem(shape, T, device="cuda", block_m=block_m)
     args = [p[k] for k in ("a", "a_scale", "w", "w_scale", "sorted_token_ids", "expert_ids", "num_tokens_post_padded")]
     return device_seconds(lambda i: gfxasm.mxfp8_moe_gemm(*args, a_div=p["a_div"], topk_weights=p["topk_weights"]),
                           iters=iters)
@@ -118,24 +121,26 @@ def _table(rows: list[dict]) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", help="only rows whose 'shape T' label contains this, e.g. 'down T1'")
+    ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
+    ap.add_argument("--block-m", type=int, choices=moe.BLOCK_MS, default=BLOCK_M)
     ap.add_argument("--out", default=str(REPO / "bench" / "out" / "moe_gemm.json"))
     args = ap.parse_args(argv)
     moe.build_kernels()
     device = has_gfx950()
     rows = []
     for shape in SHAPES:
-        for T in TOKENS:
+        for T in (int(t) for t in args.tokens.split(",")):
             label = f"{shape} T{T} "
             if args.only and args.only not in label:
                 continue
             t0 = time.time()
-            p = problem(shape, T)
+            p = problem(shape, T, block_m=args.block_m)
             least = minimum_bytes(p)
-            row = dict(shape=shape, T=T, top_k=TOP_K, E=E, block_m=BLOCK_M, **SHAPES[shape], experts=p["experts"],
-                       blocks=int(p["num_tokens_post_padded"]) // BLOCK_M, aligned_blocks=p["expert_ids"].numel(),
-                       min_bytes=least)
+            row = dict(shape=shape, T=T, top_k=TOP_K, E=E, block_m=args.block_m, **SHAPES[shape],
+                       experts=p["experts"], blocks=int(p["num_tokens_post_padded"]) // args.block_m,
+                       aligned_blocks=p["expert_ids"].numel(), min_bytes=least)
             if device:
-                row.update(source="measured", seconds=measured(shape, T))
+                row.update(source="measured", seconds=measured(shape, T, args.block_m))
             else:
                 for half, used_only in ((row, False), (row.setdefault("used", {}), True)):
                     m = modelled(p, used_only)

@@ -336,6 +336,78 @@ def test_layer_expert_parallel():
     assert torch.equal(out, gfxasm.mxfp8_moe(**args, block_m=16))
 
 
+def layer_reference_vectorised(x, xs, w1, w1s, w2, w2s, topk_weights, topk_ids, expert_map):
+    """layer_reference's model of the layer (bf16 h, MX-FP8 activation, bf16 weighted rows, f32
+    sum in slot order) for every token at once, grouped by expert, float64 GEMMs, no bound:
+    for large T, where the per-token bound is checked on a sample only."""
+    T, top_k = topk_ids.shape
+    E, I = w1.shape[0], w1.shape[1] // 2
+    X, W1, W2 = deq(x, xs), deq(w1, w1s), deq(w2, w2s)
+    local = expert_map[topk_ids.reshape(-1).long()].long()         # every id of these tests is in range
+    rows = torch.zeros(T * top_k, x.shape[1], dtype=torch.float32)
+    for e in range(E):
+        slots = (local == e).nonzero().flatten()
+        if not slots.numel():
+            continue
+        h = to_bf16(X[slots // top_k] @ W1[e].T)
+        q, s = sq.quantize_reference(sq.activation_reference(h))
+        rows[slots] = (topk_weights.reshape(-1)[slots, None].double() * (deq(q, s) @ W2[e].T)).float()
+    rows = rows.to(torch.bfloat16).float().view(T, top_k, -1)
+    present = ((local >= 0) & (local < E)).view(T, top_k)
+    acc = torch.zeros(T, x.shape[1], dtype=torch.float32)
+    for j in range(top_k):                                        # f32 adds in slot order, as moe_sum
+        acc = torch.where(present[:, j, None], acc + rows[:, j], acc)
+    return acc.to(torch.bfloat16).double()
+
+
+def test_layer_prefill_sixteen_thousand_tokens():
+    """T = 16,384 tokens, top-2: 32,768 slots (moe_align past the old 16,384-slot limit) on 10
+    global experts, 2 absent (expert_map -1) and 8 local with ragged loads: one empty, one with a
+    single slot, 63, 65 and 64 slots, the rest shared by three experts; block_m 64 and the
+    prefill tiles as the layer chooses them (the down GEMM's 32-column one at this N; the
+    64-column tile is test_mxfp8_moe_gemm's); H = 64, I = 32 so that it emulates in about half
+    a minute. Every token against the vectorised reference (norm and median error; tokens routed
+    to absent experts only are +0); a sample of tokens against layer_reference's per-element
+    bound: those of the first and last 4 slots of each ragged expert (the last is the 65-slot
+    expert's lone row in its second block), 4 of each absent expert's, 16 at random."""
+    T, top_k, H, I = 16384, 2, 64, 32
+    gen = torch.Generator().manual_seed(16384)
+    expert_map = torch.tensor([3, -1, 0, 5, 1, -1, 7, 2, 6, 4], dtype=torch.int32)   # global -> local
+    counts = {2: 0, 4: 1, 7: 63, 0: 65, 3: 64, 1: 32, 5: 32}                      # global id: slots
+    rest = (T - 8) * top_k - sum(counts.values())
+    counts.update({6: rest // 3, 8: rest // 3, 9: rest - 2 * (rest // 3)})
+    ids = torch.repeat_interleave(torch.arange(10), torch.tensor([counts[e] for e in range(10)]))
+    ids = ids[torch.randperm((T - 8) * top_k, generator=gen)].view(T - 8, top_k)
+    absent_pairs = torch.tensor([[1, 5], [5, 1], [1, 1], [5, 5]] * 2)           # 8 tokens on absent experts only
+    ids = torch.cat([ids, absent_pairs])[torch.randperm(T, generator=gen)].to(torch.int32)
+    assert moe_layer.choose_block_m(T, top_k, 10) == 64
+    down = dict(blocks=moe_align.sizes(T * top_k, 64, 10, True)[1], valid=T * top_k, E=8, N=H, block_m=64)
+    assert mxfp8_moe_gemm.choose_nt(down) == 2
+    x, xs, w1, w1s, w2, w2s = layer_operands(T, H, I, 8, gen)
+    tw = torch.rand(T, top_k, generator=gen) + 0.1
+    out, base = embedded(torch.empty(T, H, dtype=torch.bfloat16), 0xFF)
+    moe_layer.mxfp8_moe(x, xs, w1, w1s, w2, w2s, tw, ids, expert_map=expert_map, out=out)
+    n = out.numel() * 2
+    assert base[:64].eq(0xFF).all() and base[64 + n:].eq(0xFF).all()
+    assert out.isfinite().all()
+    ref = layer_reference_vectorised(x, xs, w1, w1s, w2, w2s, tw, ids, expert_map)
+    assert float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref)) < 2.0 ** -7
+    nonzero = ref != 0
+    assert float(((out.double() - ref).abs()[nonzero] / ref.abs()[nonzero]).median()) <= 2.0 ** -8
+    absent_only = (expert_map[ids.long()] < 0).all(1)
+    assert int(absent_only.sum()) >= 8 and out[absent_only].double().eq(0).all()
+    flat = ids.reshape(-1)
+    picks = [torch.randperm(T, generator=gen)[:16]]
+    for e in (4, 7, 0, 3):
+        slots = (flat == e).nonzero().flatten()
+        picks.append(torch.cat([slots[:4], slots[-4:]]) // top_k)
+    for e in (1, 5):
+        picks.append((flat == e).nonzero().flatten()[:4] // top_k)
+    sample = torch.cat(picks).unique()
+    ref_s, bound = layer_reference(x[sample], xs[sample], w1, w1s, w2, w2s, tw[sample], ids[sample], expert_map)
+    assert ((out[sample].double() - ref_s).abs() <= bound).all()
+
+
 DECODE_CASES = [  # (T, top_k, E, H, I, routing kind): the decode form; its K loop is 4 sets deep
     (5, 4, 16, 64, 96, "few"),        # 13 of 16 experts empty, the other 3 with up to 20 slots each
     (6, 8, 16, 96, 64, "hot"),        # every token's first choice on expert 3
@@ -527,6 +599,17 @@ def test_layer_bad_input(change, exc, match, no_launch):
     args = dict(bad_layer_args(), **change)
     with pytest.raises(exc, match=match):
         gfxasm.mxfp8_moe(**args)
+
+
+def test_layer_refuses_intermediates_past_32_bit_offsets(no_launch):
+    # y [T*top_k, H] bf16 reaches 2^31 bytes at T = 16,384, top-8, H = 8,192: refused by name
+    # before any launch (the operands are never touched: empty, not initialised)
+    T, top_k, H, I = 16384, 8, 8192, 32
+    e4m3 = lambda *shape: torch.empty(shape, dtype=torch.uint8).view(torch.float8_e4m3fn)   # noqa: E731
+    e8m0 = lambda *shape: torch.empty(shape, dtype=torch.uint8).view(torch.float8_e8m0fnu)  # noqa: E731
+    with pytest.raises(ValueError, match=r"T \* top_k = 131072 slots .* at most 16383 tokens at top_k = 8"):
+        gfxasm.mxfp8_moe(e4m3(T, H), e8m0(T, H // 32), e4m3(2, 2 * I, H), e8m0(2, 2 * I, H // 32), e4m3(2, H, I),
+                         e8m0(2, H, I // 32), torch.rand(T, top_k), torch.zeros(T, top_k, dtype=torch.int32))
 
 
 @pytest.mark.parametrize("name", ["x", "w1", "w2"])

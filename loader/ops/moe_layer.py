@@ -46,7 +46,18 @@ block_m (None: chosen; given: the sorted form): the sorted form's row block, 16,
 An expert with more slots than block_m takes several blocks and its weights are re-read for
 each, while a bigger block wastes MFMA rows on padding. The expected slots per expert is
 T*top_k/E; the choice is the smallest block_m >= twice that (16 up to 8 expected slots, 32
-up to 16, else 64), so decode (T*top_k around E or below) uses 16.
+up to 16, else 64), so decode (T*top_k around E or below) uses 16 and prefill 64: at the
+issue's shape (E 129, top-5) T = 256 takes 32 (10 expected slots), T >= 413 takes 64.
+Prefill tiles: at block_m 64 the down GEMM takes mxfp8_moe_gemm.choose_nt's widest tile, 64
+columns (m64_n64: 16 MFMA tiles per wave, the most the VGPRs hold beside the K loop's two
+register sets), and the gate_up GEMM its one tile (64 rows x 32 gate + 32 up columns).
+Modelled (bench/moe.py, the gfxasm.perf MI355X model; FLOPs 2*T*top_k*3*H*I): T = 4,096 in
+1,003 us, 578 TFLOP/s, 11.6% of the 5.0 PFLOP/s FP8 peak (the 16-column down tile took
+1,480 us); block_m 64 at T = 256 models slower than 32 (down 174 against 158 us). What
+limits it (the model): each wave loads its own 4 activation and 4 weight strips per 128-K
+step, 1 KiB of L2 traffic per MFMA, against the fitted L2-to-CU rate (26 B/clk per CU), so
+the MFMA pipes are ~14% busy; sharing the block's operands between the waves through LDS is
+the next step, not built.
 
 Expert parallelism: expert_map [E_global] int32 maps a global id to this rank's expert (an
 index into w1/w2) or -1; topk_ids hold global ids. Slots of absent experts contribute
@@ -57,7 +68,10 @@ Limits: those of the four ops (each checks its own arguments and names them; the
 runs on arguments that pass the sorted form's checks), plus: H and I
 multiples of 32, x [T, H], w1 [E, 2I, H], w2 [E, H, I] with matching E, H and I, topk_weights
 and topk_ids [T, top_k] (top_k <= 64), out bf16 [T, H] not overlapping an input. T = 0
-launches nothing.
+launches nothing. T*top_k*max(H, 2I)*2 < 2^31 bytes (MAX_ROW_BYTES: y [T*top_k, H] bf16 and
+the gate_up GEMM's bound are addressed with 32-bit offsets; at the issue's shape, H 6144 and
+top-5, up to 34,952 tokens; refused by name before any launch) and T*top_k < 2^24 (moe_align,
+the GEMMs' slot ids).
 
 torch ops (declared on loader/ops/framework.py): gfxasm::mxfp8_moe(...) -> out and
 gfxasm::mxfp8_moe_out(..., out!), fake kernels. Each form's launches are prepared once per
@@ -82,6 +96,9 @@ OP = "mxfp8_moe"
 # experts at T = 8 (+11% weight bytes) but ~59 at T = 16 (+36%). bench/moe.py (modelled): the
 # decode form is faster at T = 1, 4, 8; at T = 16 the sorted form's model brackets it.
 DIRECT_MAX_TOKENS = 8
+# The per-slot intermediates (y [T*top_k, H] bf16, and the gate_up GEMM's checks of its
+# [T*top_k, 2I] product) are addressed with 32-bit buffer offsets (module docstring: Limits).
+MAX_ROW_BYTES = 2**31
 
 
 def _fail(exc, message: str):
@@ -138,6 +155,12 @@ def validate(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, exp
             _fail(ValueError, f"'out' must be contiguous, got strides {out.stride()}")
     E_global = expert_map.numel() if isinstance(expert_map, torch.Tensor) else E
     top_k = int(topk_ids.shape[1])             # specialised under dynamic shapes: it sizes the GEMMs
+    row_bytes = 2 * max(H, I2)                 # bf16 y [T*top_k, H]; the gate_up GEMM's [T*top_k, 2I] bound
+    if T * top_k * row_bytes >= MAX_ROW_BYTES:
+        _fail(ValueError, f"T * top_k = {T * top_k} slots of {row_bytes} bytes (bf16 rows of max(H, 2I) = "
+                          f"{max(H, I2)}) is {T * top_k * row_bytes} bytes; the GEMMs and moe_sum address the "
+                          f"per-slot intermediates with 32-bit offsets, below 2^31 bytes: at most "
+                          f"{(MAX_ROW_BYTES - 1) // (row_bytes * top_k)} tokens at top_k = {top_k}")
     sizes = dict(T=T, H=H, I=I2 // 2, E=E, E_global=E_global, top_k=top_k,
                  block_m=block_m or choose_block_m(T, top_k, E_global), form=choose_form(T, top_k, block_m))
     _validate_steps(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, alpha, beta, limit,

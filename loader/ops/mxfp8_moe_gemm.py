@@ -174,13 +174,14 @@ def choose_nt(sizes: dict) -> int:
     """16-column strips per workgroup: the widest tile (fewer, longer workgroups: each pays
     its prologue's dependent loads once) whose spread of the weight columns over the CUS
     compute units is within WIDE_SLACK of the most even one. The blocks that carry tokens
-    number at most min(blocks, slots, experts), and a CU streams about ceil(workgroups /
-    CUS) * NT strips. block_m 16 and 64 take NT 4, 2 or 1, 32 takes 2 or 1 (VGPRs: MT * NT
+    number about min(blocks, slots / block_m + min(experts, slots)) (each expert's slots fill
+    whole blocks but its last), and a CU streams about ceil(workgroups / CUS) * NT strips.
+    block_m 16 and 64 take NT 4, 2 or 1, 32 takes 2 or 1 (VGPRs: MT * NT
     D tiles and the K loop's two or three register sets; block_m 32 at 64 columns halves the
     workgroups per CU and the timing model finds it no faster at T = 256, bench/moe.py).
     Checked against the timing model in bench/moe_gemm.py (decode) and bench/moe.py (prefill:
     the layer's down GEMM at T = 4,096, block_m 64, 842 us at 16 columns, 365 us at 64)."""
-    busy = min(sizes["blocks"], sizes["valid"], sizes["E"])
+    busy = min(sizes["blocks"], sizes["valid"] // sizes["block_m"] + min(sizes["E"], sizes["valid"]))
     choices = {16: (4, 2, 1), 32: (2, 1), 64: (4, 2, 1)}[sizes["block_m"]]
     cost = {nt: cdiv(busy * cdiv(sizes["N"], 16 * nt), CUS) * nt for nt in choices}
     return next(nt for nt in choices if cost[nt] <= WIDE_SLACK * min(cost.values()))
