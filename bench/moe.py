@@ -1,6 +1,7 @@
 """MX-FP8 MoE layer benchmark: gfxasm.mxfp8_moe at the issue's shape, every launch modelled.
 
     python3 bench/moe.py [--tokens 1,4,8,16,64] [--block-m 16|32|64] [--sorted | --unfused] [--out bench/out/moe.json]
+    python3 bench/moe.py --tokens 256,1024,4096,16384    # prefill (the sorted form, block_m 32 / 64)
     python3 bench/moe.py --floors     # what the targets ask of the HBM, whatever the kernel (no emulation)
     python3 bench/moe.py --align 1024,16384,262144   # moe_align_block_size alone, top-8 on 129 experts
 
@@ -26,7 +27,11 @@ ones); the routing is real, so the GEMMs' grids and the experts whose weights th
 those of the routed tokens.
 
 Weight bytes: the routed experts' w1 and w2 with their scales, (1536*6144 + 6144*768) * 33/32
-bytes per distinct expert; weight TB/s = those bytes over the layer's time.
+bytes per distinct expert; weight TB/s = those bytes over the layer's time. TFLOP/s: the
+layer's useful FLOPs, 2 * T * top_k * (2I*H + H*I), over its time, beside PEAK_FLOPS['fp8']
+(gfxasm.perf.params: 5.0 PFLOP/s dense on an MI355X, the conformance README's figure; the
+scaled MX-FP8 MFMA v_mfma_scale_f32_16x16x128_f8f6f4 takes the unscaled FP8 one's 8 passes,
+65,536 FLOP in 32 clocks per SIMD: 256 CUs x 4 x 2,048 x 2.4 GHz = 5.0e15).
 
 --floors prints, per T, the rate the routed weights must stream at to meet the issue's
 target with the layer's launches and with one launch (weight bytes and launch costs only,
@@ -53,6 +58,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from gfxasm import build                                        # noqa: E402
+from gfxasm.perf import params as perf_params                   # noqa: E402
 from gfxasm.ops import moe_align, moe_layer, mxfp8_moe_gemm as gemm, swiglu_quant   # noqa: E402
 
 from bench.common import manifest_case                         # noqa: E402
@@ -60,6 +66,7 @@ from bench.common import manifest_case                         # noqa: E402
 H, I, E, TOP_K = 6144, 768, 129, 5
 FLYDSL_US = {1: 25.6, 4: 56.6, 8: 99.6, 16: 182.6}
 FLYDSL_TBPS = 6.2                   # weight bytes at T >= 64 tokens
+PEAK_FP8 = perf_params.PEAK_FLOPS["fp8"]
 TARGET = dict(t1_us=20.0, ratio=0.8, tbps=6.5)
 E4M3 = torch.float8_e4m3fn
 
@@ -179,6 +186,11 @@ def weight_bytes(experts: int) -> float:
     return experts * (2 * I * H + H * I) * 33 / 32
 
 
+def layer_flops(T: int) -> float:
+    """The layer's useful MFMA work: both GEMMs over the T * TOP_K slots (no padding)."""
+    return 2.0 * T * TOP_K * (2 * I * H + H * I)
+
+
 def row(T: int, block_m: int | None = None, fused: bool = True, sort: bool = False, used_only: bool = False) -> dict:
     from gfxasm.perf import estimate
     cases, experts, block_m = launches(T, block_m, fused, sort, used_only)
@@ -189,7 +201,7 @@ def row(T: int, block_m: int | None = None, fused: bool = True, sort: bool = Fal
     total = sum(s["us"] for s in steps.values())
     r = dict(T=T, experts=experts, block_m=block_m, us=total, weight_mb=weight_bytes(experts) / 1e6,
              weight_tbps=weight_bytes(experts) / (total * 1e-6) / 1e12, steps=steps,
-             flydsl_us=FLYDSL_US.get(T))
+             tflops=layer_flops(T) / (total * 1e-6) / 1e12, flydsl_us=FLYDSL_US.get(T))
     r["vs_flydsl"] = total / r["flydsl_us"] if r["flydsl_us"] else None
     return r
 
@@ -227,7 +239,7 @@ def floors_table(tokens: list[int]) -> str:
 
 def table(rows: list[dict]) -> str:
     head = (f"{'T':>3} {'experts':>7} {'bm':>3} {'align':>6} {'gate_up':>8} {'swiglu':>7} {'down':>7} {'sum':>6} "
-            f"{'layer us':>9} {'FlyDSL':>7} {'ours/Fly':>8} {'weight MB':>9} {'TB/s':>5}")
+            f"{'layer us':>9} {'FlyDSL':>7} {'ours/Fly':>8} {'weight MB':>9} {'TB/s':>5} {'TFLOP/s':>7} {'%peak':>5}")
     lines = [head, "-" * len(head)]
     for r in rows:
         s = r["steps"]
@@ -240,11 +252,13 @@ def table(rows: list[dict]) -> str:
         lines.append(f"{r['T']:3} {r['experts']:7} {bm} {align} "
                      f"{s['gate_up']['us']:8.2f} {act} {s['down']['us']:7.2f} "
                      f"{summed} {r['us']:9.2f} {fly} {ratio} {r['weight_mb']:9.1f} "
-                     f"{r['weight_tbps']:5.2f}")
+                     f"{r['weight_tbps']:5.2f} {r['tflops']:7.1f} {100 * r['tflops'] * 1e12 / PEAK_FP8:5.1f}")
     lines.append("modelled: gfxasm.perf MI355X timing model, each launch with its overhead; FlyDSL: the issue's "
                  "MI355X figures; bm 'dir': the decode form (down includes the top-k sum)")
     lines.append(f"targets: <= {TARGET['t1_us']} us at T=1, <= {TARGET['ratio']}x FlyDSL at T=4/8/16, "
                  f">= {TARGET['tbps']} TB/s of weights at T >= 64")
+    lines.append(f"TFLOP/s: 2*T*top_k*3*H*I over the layer's time; %peak of {PEAK_FP8 / 1e15:.1f} PFLOP/s "
+                 f"(MI355X dense FP8 = MX-FP8, gfxasm.perf.params.PEAK_FLOPS)")
     return "\n".join(lines)
 
 
