@@ -1,4 +1,5 @@
-; fmha_fwd_d128 — flash-attention forward, head dim 128, gfx950 (CDNA4), wave64
+; fmha_fwd_d128 — flash-attention forward, head dim 128 (HEAD_DIM = 64: fmha_fwd_d64,
+; batch_prefill_d64), gfx950 (CDNA4), wave64
 ;
 ;   O[b, i, h, :] = sum_j softmax_j(scale * Q[b,i,h,:] . K[b,j,h/r,:]) * V[b,j,h/r,:]
 ;   LSE[b, h, i]  = ln sum_j exp(scale * Q[b,i,h,:] . K[b,j,h/r,:])         (optional)
@@ -11,6 +12,8 @@
 ; Design notes (layouts, schedule, history, batch prefill): docs/fmha_fwd_d128.md.
 ;
 ; --- Variants (defines, from kernels.yaml) ----------------------------------------------
+;   HEAD_DIM     128 (default) or 64 (16-bit only): 128-byte rows, 4 GEMM0 k steps and 2 O^T
+;                blocks, 8 MFMAs per GEMM per tile, one DMA line per wave and tile
 ;   F16          fp16 (else bf16) Q, K, V, O and MFMAs
 ;   FMHA_CAUSAL  the causal mask
 ;   PAGED        batch_prefill_d128: varlen Q, K/V gathered from a paged cache (fmha_paged.inc)
@@ -55,9 +58,14 @@
 ; --- Budget -----------------------------------------------------------------------------
 ; VGPRs 256, no AGPRs (FP8 240, BLK 242): 2 waves per SIMD, one workgroup per CU. Q 32,
 ;   O^T 64, S double buffer 2 x 32, P 16, MFMA operand ring 32, -m 16, the rest addresses
-;   and softmax state (map below). SGPRs 86 (BLK, BLKS: 97).
+;   and softmax state (map below). SGPRs 86 (BLK, BLKS: 97). HEAD_DIM 64: the same map, Q
+;   and O^T use their first halves (240 VGPRs allocated).
 ; LDS 80 KiB: V tiles in 2 buffers, K tiles in 3, 16 KiB each (64 rows x 256 bytes,
 ;   chunks XOR-swizzled; FP8 rows are 128 bytes); BLKS adds 3 scale tables of 512 bytes.
+;   HEAD_DIM 64: 40 KiB (rows of 128 bytes, 8 chunks: K's swizzle (row/2) % 8, V's
+;   4((row/2) % 2) | 2((row/4) % 2)).
+; Head dim 256 does not fit this pipeline: Q 64 + O^T 128 VGPRs beside the 160 the rest
+;   needs is 352 per wave, over the 256 (AGPRs included) each of two waves per SIMD gets.
 ;
 ; --- Pipeline (per wave; iteration j) ---------------------------------------------------
 ;   phase A: GEMM1(j-1)  O += V(j-1) P(j-1)  || softmax(j) part 1: row max, lazy test,
