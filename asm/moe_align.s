@@ -183,7 +183,7 @@ L_key_done\@:
     s_nop 0                                                 ; VALU wrote v_tid → v_readfirstlane needs 1 wait state
     v_readfirstlane_b32 s[s_wave], v[v_tid]                 ; 64 * wave (lane 0's id)
     s_lshr_b32 s[s_wave], s[s_wave], 6
-    s_waitcnt lgkmcnt(0)                                    ; in flight: 6 (one launch: 5) pointers, 8 scalars → wait for all
+    s_waitcnt lgkmcnt(0)                                    ; in flight: 6 (one launch 5) pointers, 8 scalars → wait
     s_lshl_b32 s[s_tmp], s[s_slots], 2
     buffer_rsrc s_rsrc_ids, s[s_tmp]
     s_cmp_lg_u32 s[s_map_mode], 0
@@ -435,7 +435,7 @@ L_rows:
         .if LDS_COUNTS
             ds_write_b32 v[v_addr], v[v_start]              ; rows past the last chunk: never read
         .else
-            buffer_store_dword v[v_start], v[v_addr], s[s_rsrc_counts:s_rsrc_counts+3], 0 offen   ; past the table: dropped
+            buffer_store_dword v[v_start], v[v_addr], s[s_rsrc_counts:s_rsrc_counts+3], 0 offen   ; past it: dropped
         .endif
         v_add_u32 v[v_start], v[v_start], v[v_seg+\j]
         s_add_u32 s[s_off], s[s_off], s[s_row_bytes]
@@ -519,7 +519,7 @@ L_round_next:
 .else
     wave_chunk
     phase_count
-    s_waitcnt vmcnt(0) lgkmcnt(0)                           ; in flight: the sentinels (phase 3 stores over them), the counts
+    s_waitcnt vmcnt(0) lgkmcnt(0)                           ; in flight: sentinels (phase 3 stores over them), counts
     s_barrier                                               ; every row counted, every sentinel stored
     phase_scan
     s_waitcnt lgkmcnt(0)                                    ; in flight: this wave's offsets → written first

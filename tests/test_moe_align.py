@@ -1,4 +1,5 @@
-"""gfxasm.moe_align_block_size (asm/moe_align.s, three launches) on the strict gfx950 emulator.
+"""gfxasm.moe_align_block_size (asm/moe_align.s: one launch up to ONE_LAUNCH_MAX_SLOTS slots,
+three above) on the strict gfx950 emulator.
 
 * vLLM's own test grid (tests/kernels/moe/test_moe_align_block_size.py at main), re-expressed:
   its parameters (tokens 1/3/256/2256/4096, top_k 1/2/16/32, experts 32/160/256/257, block
@@ -13,8 +14,13 @@
   out-of-range ids, expert_map without ignore_invalid_experts (absent experts aligned, their
   blocks -1, trailing blocks expert_map[0]), maps that are not monotone, chunk boundaries at
   every place (the op's chunk balance moved), more slots than the one-workgroup kernel took;
-  the three kernels launched on poisoned, guarded buffers (every entry written, nothing
+  the kernels of each form launched on poisoned, guarded buffers (every entry written, nothing
   outside); empty and single-slot routings; bad input refused before any launch.
+* The two forms: the one launch (moe_align_one) and the three launches on the same inputs,
+  each against moe_align.reference and torch_align and bit-equal to each other (ragged
+  experts, expert_map with -1s in both modes, out-of-range ids, pad_sorted_ids, numel <
+  num_experts, block sizes 1 to 1,024, 1,024 experts); the op's choice at the threshold's edge
+  (ONE_LAUNCH_MAX_SLOTS - 1, itself, + 1 slots).
 """
 from __future__ import annotations
 
@@ -33,6 +39,20 @@ POISON = -0x5A5A5A5B             # an int32 no output can hold
 @pytest.fixture(scope="module", autouse=True)
 def built():
     build.build_kernels(list(moe_align.KERNELS))
+
+
+@pytest.fixture(autouse=True)
+def fresh_plans():
+    """No cached plan outlives a test (a test may force a form)."""
+    yield
+    moe_align.MOE_ALIGN_BLOCK_SIZE.clear_cache()
+
+
+def force_form(monkeypatch, one: bool) -> None:
+    """Make the op (and launch_args, workspace, prepared) take the one-launch or the
+    three-launch form whatever the slot count."""
+    monkeypatch.setattr(moe_align, "ONE_LAUNCH_MAX_SLOTS", moe_align.MAX_SLOTS if one else 0)
+    moe_align.MOE_ALIGN_BLOCK_SIZE.clear_cache()
 
 
 def vllm_routing(m: int, topk: int, num_experts: int, gen: torch.Generator) -> torch.Tensor:
@@ -103,6 +123,7 @@ def check_vllm(topk_ids, block_size, num_experts, expert_map=None, pad_sorted_id
         used = expert_ids[:cdiv(total, block_size)]
         assert bool(((used >= 0) & (used < num_experts)).all())
     assert torch.equal(sorted_ids, want[0])      # stricter than vLLM: increasing slots within an expert
+    return got
 
 
 # ------------------------------------------------------------------ vLLM's grid
@@ -235,19 +256,17 @@ def test_out_of_range_ids_and_local_ids_are_skipped():
 
 @pytest.mark.parametrize("balance,chunk", [(16, 640), (64, 320), (1024, 64)])
 def test_chunk_boundaries(monkeypatch, balance, chunk):
-    """The op's chunk balance moved, so that 1,665 slots make 3 chunks of 10 rounds, 6 of 5,
-    or 27 of one (the scan's walk past one batch of 16 rows), the last one partial."""
+    """The three launches with the op's chunk balance moved, so that 1,665 slots make 3 chunks
+    of 10 rounds, 6 of 5, or 27 of one (the scan's walk past one batch of 16 rows), the last
+    one partial."""
     monkeypatch.setattr(moe_align, "CHUNK_BALANCE", balance)
+    force_form(monkeypatch, one=False)
     assert moe_align.choose_chunk(1665)[0] == chunk
-    moe_align.MOE_ALIGN_BLOCK_SIZE.clear_cache()
-    try:
-        gen = torch.Generator().manual_seed(balance)
-        ids = vllm_routing(333, 5, 129, gen)
-        ids[::5, 0] = 3                          # one hot expert across every chunk
-        check_reference(ids, 32, 129, pad=True)
-        check_reference(ids, 16, 129, shuffled_map(129, gen), ignore=True)
-    finally:
-        moe_align.MOE_ALIGN_BLOCK_SIZE.clear_cache()
+    gen = torch.Generator().manual_seed(balance)
+    ids = vllm_routing(333, 5, 129, gen)
+    ids[::5, 0] = 3                              # one hot expert across every chunk
+    check_reference(ids, 32, 129, pad=True)
+    check_reference(ids, 16, 129, shuffled_map(129, gen), ignore=True)
 
 
 def test_beyond_one_workgroup():
@@ -266,22 +285,99 @@ def test_prefill_32k_tokens_top8():
     check_vllm(ids, 64, 256, pad_sorted_ids=True)
 
 
-def test_kernels_write_every_entry_and_nothing_else():
-    """The three launches on poisoned outputs and workspace inside guarded buffers: every
-    output entry is overwritten (sentinels and trailing blocks included), no guard word is."""
+def launch_form(monkeypatch, one: bool, ids, block_size, E, expert_map=None, pad=False, ignore=False) -> list:
+    """The form's kernels launched directly on poisoned outputs and workspace inside guarded
+    buffers; checks that they are the form's kernels and that no guard word changed; returns
+    the outputs (sorted_token_ids, expert_ids, num_tokens_post_padded) as lists."""
+    force_form(monkeypatch, one)
+    padded, blocks = moe_align.sizes(ids.numel(), block_size, E, pad)
+    sizes = (padded, blocks, 1, moe_align.workspace(ids.numel(), E, "cpu").numel())
+    assert (sizes[3] == 0) == one                 # the one launch keeps its counts in LDS
+    bufs = [torch.full((n + 16,), POISON, dtype=torch.int32) for n in sizes]
+    outs = [b[8:8 + n] for b, n in zip(bufs, sizes)]
+    args = moe_align.launch_args(ids, block_size, E, expert_map, ignore, outs[:3], outs[3])
+    launches = moe_align.prepared(args)
+    assert [launch.variant for launch in launches] == \
+        ([moe_align.ONE_LAUNCH] if one else list(moe_align.THREE_LAUNCHES))
+    for launch in launches:
+        launch(*[args[name] for name, _, _ in launch.pointers])
+    for b in bufs:
+        assert b[:8].eq(POISON).all() and b[-8:].eq(POISON).all()
+    return [o.tolist() for o in outs[:3]]
+
+
+@pytest.mark.parametrize("one", [True, False])
+def test_kernels_write_every_entry_and_nothing_else(monkeypatch, one):
+    """Each form on poisoned outputs and workspace inside guarded buffers: every output entry
+    is overwritten (sentinels and trailing blocks included), no guard word is."""
     gen = torch.Generator().manual_seed(11)
     ids, E, block_size = vllm_routing(37, 5, 129, gen), 129, 32
     want = moe_align.reference(ids.flatten().tolist(), block_size, E)
-    padded, blocks = moe_align.sizes(ids.numel(), block_size, E, False)
-    sizes = (padded, blocks, 1, moe_align.workspace(ids.numel(), E, "cpu").numel())
-    bufs = [torch.full((n + 16,), POISON, dtype=torch.int32) for n in sizes]
-    outs = [b[8:8 + n] for b, n in zip(bufs, sizes)]
-    args = moe_align.launch_args(ids, block_size, E, None, False, outs[:3], outs[3])
-    for launch in moe_align.prepared(args):
-        launch(*[args[name] for name, _, _ in launch.pointers])
-    assert [o.tolist() for o in outs[:3]] == [want[0], want[1], [want[2]]]
-    for b in bufs:
-        assert b[:8].eq(POISON).all() and b[-8:].eq(POISON).all()
+    assert launch_form(monkeypatch, one, ids, block_size, E) == [want[0], want[1], [want[2]]]
+
+
+FORM_CASES = [  # (routing kind, T, top_k, E, block_size, map: None / "keep" / "ignore", pad, out-of-range ids)
+    ("hot", 64, 5, 129, 16, None, True, False),           # ragged: one hot expert, the rest thin
+    ("few", 23, 5, 129, 32, None, False, False),          # most experts empty
+    ("random", 40, 8, 129, 1, None, False, True),         # block size 1; ids past E and negative
+    ("random", 3, 2, 257, 128, None, True, False),        # numel < num_experts
+    ("spread", 1, 8, 70, 1024, None, False, False),       # block size 1024, numel < num_experts
+    ("random", 17, 8, 64, 2, "keep", True, True),         # absent experts aligned, expert_ids through the map
+    ("hot", 50, 4, 96, 64, "ignore", False, True),        # absent experts left out, runs by local id
+    ("random", 9, 4, 1024, 256, "ignore", True, False),   # 1,024 experts: every wave holds keys in phase 2
+    ("random", 300, 8, 129, 64, None, True, False),       # 2,400 slots: 3 rounds a wave in the one launch
+]
+
+
+@pytest.mark.parametrize("kind,T,top_k,E,block_size,mapped,pad,outside", FORM_CASES)
+def test_one_launch_equals_three_launches(monkeypatch, kind, T, top_k, E, block_size, mapped, pad, outside):
+    """The one launch and the three launches on the same inputs: each equal to the plain-Python
+    reference, and so to each other, bit for bit."""
+    gen = torch.Generator().manual_seed(T * 31 + top_k * 7 + E + block_size)
+    ids = routing(kind, T, top_k, E, gen)
+    if outside:
+        ids.view(-1)[::11] = E + 2
+        ids.view(-1)[5::13] = -1
+    check_forms(monkeypatch, ids, block_size, E, None if mapped is None else shuffled_map(E, gen), pad,
+                mapped == "ignore")
+
+
+def check_forms(monkeypatch, ids, block_size, E, expert_map, pad, ignore):
+    """Both forms' outputs equal to the plain-Python reference, so bit-equal to each other."""
+    want = moe_align.reference(ids.flatten().tolist(), block_size, E,
+                               None if expert_map is None else expert_map.tolist(), pad, ignore)
+    for one in (True, False):
+        got = launch_form(monkeypatch, one, ids, block_size, E, expert_map, pad, ignore)
+        assert got == [want[0], want[1], [want[2]]]
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("block_size", [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024])
+@pytest.mark.parametrize("mapped", [None, "keep", "ignore"])
+def test_one_launch_equals_three_launches_block_sizes(monkeypatch, block_size, mapped):
+    gen = torch.Generator().manual_seed(block_size)
+    ids = routing("hot", 33, 5, 129, gen)
+    ids.view(-1)[::9] = 200
+    check_forms(monkeypatch, ids, block_size, 129, None if mapped is None else shuffled_map(129, gen), True,
+                mapped == "ignore")
+
+
+@pytest.mark.parametrize("offset", [-1, 0, 1])
+def test_threshold_edge(monkeypatch, offset):
+    """At ONE_LAUNCH_MAX_SLOTS - 1 and itself the op launches once, one slot more three
+    times; each output against torch_align and bit-equal to the other form's."""
+    n = moe_align.ONE_LAUNCH_MAX_SLOTS + offset
+    picked = []
+    choose = moe_align.prepared
+    monkeypatch.setattr(moe_align, "prepared", lambda args: picked.append(choose(args)) or picked[-1])
+    moe_align.MOE_ALIGN_BLOCK_SIZE.clear_cache()
+    gen = torch.Generator().manual_seed(n)
+    ids = torch.randint(0, 129, (n,), generator=gen, dtype=torch.int32)
+    ids[::97] = 3                                  # a hot expert across every chunk
+    got = check_vllm(ids, 64, 129, pad_sorted_ids=True)
+    assert [[launch.variant for launch in p] for p in picked] == \
+        [[moe_align.ONE_LAUNCH] if offset <= 0 else list(moe_align.THREE_LAUNCHES)]
+    assert [t.tolist() for t in got] == launch_form(monkeypatch, offset > 0, ids, 64, 129, pad=True)
 
 
 def test_empty_and_single():
@@ -290,11 +386,14 @@ def test_empty_and_single():
     check_reference(torch.tensor([[5]], dtype=torch.int32), 64, 6)
 
 
-def test_schedule_independent():
+@pytest.mark.parametrize("one", [True, False])
+def test_schedule_independent(monkeypatch, one):
     """Phase 2's sixteen waves meet at barriers over LDS totals and starts; phases 1 and 3
-    keep to their own wave's LDS. Bit-identical under seeded adversarial schedules (waves
-    interleaved, loads landing late)."""
+    keep to their own wave's LDS (the one launch: its sixteen waves also meet at barriers
+    between the phases, over the LDS rows of counts and offsets and the sentinels).
+    Bit-identical under seeded adversarial schedules (waves interleaved, loads landing late)."""
     from gfxasm.emu import adversarial
+    force_form(monkeypatch, one)
     ids = vllm_routing(64, 5, 129, torch.Generator().manual_seed(17))
     ids[:, 0] = 3
     found = adversarial.check(lambda: gfxasm.moe_align_block_size(ids, 16, 129, None, True), range(3))

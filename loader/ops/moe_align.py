@@ -36,6 +36,12 @@ workgroup, a work-item per key): each key's total and start, expert_ids, the tot
 rewritten as each (chunk, key)'s first place; 3. scatter: each chunk places its slots from
 those offsets, 64 at a time, a slot's rank within the 64 from the lower lanes' keys.
 choose_chunk balances the scatter's rounds per chunk against the scan's walk down the chunks.
+Up to ONE_LAUNCH_MAX_SLOTS (7,168) slots, one launch instead (moe_align_one): one workgroup
+of 16 waves, a chunk each, runs the same three phases with s_barrier between them and the
+counts in LDS (no workspace); its output is bit for bit the three launches'. Modelled (gfxasm.perf,
+launch overheads included; bench/moe.py --align, top-8 routing on 129 experts, block_size 64):
+1,024 slots 6.67 us (three launches: 13.15), 7,168 slots 17.43 (17.96); above it three launches:
+16,384 slots 21.34, 262,144 slots 55.19.
 
 Limits (ValueError/TypeError naming the argument, before launch): topk_ids int32, [T, top_k]
 or flat, contiguous, at most MAX_SLOTS entries; 1 <= num_experts <= MAX_EXPERTS (1024, the
@@ -60,13 +66,22 @@ from ..manifest import default_manifest
 from . import arguments, framework
 
 OP = "moe_align_block_size"
-KERNELS = ("moe_align_count", "moe_align_scan", "moe_align_scatter")   # in launch order
+THREE_LAUNCHES = ("moe_align_count", "moe_align_scan", "moe_align_scatter")   # in launch order
+ONE_LAUNCH = "moe_align_one"
+KERNELS = (ONE_LAUNCH, *THREE_LAUNCHES)   # every kernel the op may launch
 MAX_SLOTS = 1 << 24                # slot ids and places stay below 2^31 bytes of int32
 MAX_EXPERTS = 1024                 # each wave's LDS table holds one entry per key
 MAX_BLOCK_SIZE = 1024
 # A chunk of 64 r slots costs the scatter ~r round trips in turn, and chunks / 16 cost the scan
 # as many (bench/moe.py --align, modelled): r ~ sqrt(slots / CHUNK_BALANCE) balances the two.
 CHUNK_BALANCE = 1024
+# Up to this many slots one workgroup does all three phases in one launch (ONE_LAUNCH_WAVES
+# chunks, counts in LDS, no workspace): two launch overheads fewer, but the scatter runs on 16
+# waves only, each wave one round of 64 slots per 1,024 slots. Modelled (top-8 on 129 experts,
+# block_size 64; module docstring): one launch 17.43 us against three 17.96 at 7,168 slots
+# (7 rounds a wave), 18.98 against 17.96 at 7,176 (8 rounds): the crossover.
+ONE_LAUNCH_WAVES = 16
+ONE_LAUNCH_MAX_SLOTS = ONE_LAUNCH_WAVES * 7 * 64
 
 
 def _fail(exc, message: str):
@@ -83,10 +98,19 @@ def sizes(numel: int, block_size: int, num_experts: int, pad_sorted_ids: bool) -
     return padded, cdiv(padded, block_size)
 
 
+def one_launch(numel: int) -> bool:
+    """Whether numel slots take the one-launch form (moe_align_one)."""
+    return numel <= ONE_LAUNCH_MAX_SLOTS
+
+
 def choose_chunk(numel: int) -> tuple[int, int]:
-    """(chunk, chunks): slots per wave, 64 r with r = isqrt(cdiv(numel, CHUNK_BALANCE)) >= 1
-    rounds (1,024 slots: 64; 16,384: 256; 262,144: 1,024), and their number."""
-    chunk = 64 * max(1, math.isqrt(cdiv(numel, CHUNK_BALANCE)))
+    """(chunk, chunks): slots per wave and their number. One launch: the slots spread over its
+    ONE_LAUNCH_WAVES waves, cdiv(numel, 64 ONE_LAUNCH_WAVES) rounds each. Three launches: 64 r
+    with r = isqrt(cdiv(numel, CHUNK_BALANCE)) >= 1 rounds (16,384 slots: 256; 262,144: 1,024)."""
+    if one_launch(numel):
+        chunk = 64 * cdiv(numel, 64 * ONE_LAUNCH_WAVES)
+    else:
+        chunk = 64 * max(1, math.isqrt(cdiv(numel, CHUNK_BALANCE)))
     return chunk, cdiv(numel, chunk)
 
 
@@ -131,13 +155,16 @@ def validate(topk_ids, block_size, num_experts, expert_map, pad_sorted_ids, igno
 
 
 def workspace(numel: int, num_experts: int, device) -> torch.Tensor:
-    """The counts [chunks, num_experts] the three launches share (one per call)."""
-    return torch.empty(num_experts * choose_chunk(numel)[1], dtype=torch.int32, device=device)
+    """The counts [chunks, num_experts] the three launches share (one per call); empty for
+    the one-launch form, whose counts stay in LDS."""
+    return torch.empty(0 if one_launch(numel) else num_experts * choose_chunk(numel)[1], dtype=torch.int32,
+                       device=device)
 
 
 def launch_args(topk_ids, block_size, num_experts, expert_map, ignore_invalid_experts, outs, counts) -> dict:
-    """The kernels' arguments (all three take the same) for a validated call writing `outs`
-    with workspace `counts` (shared with moe_layer and bench/moe.py)."""
+    """The kernels' arguments (the three launches take the same; the one launch all but
+    `counts`) for a validated call writing `outs` with workspace `counts` (shared with
+    moe_layer and bench/moe.py)."""
     no_map = torch.empty(0, dtype=torch.int32, device=topk_ids.device)
     chunk, chunks = choose_chunk(topk_ids.numel())
     return dict(topk_ids=topk_ids.reshape(-1), expert_map=no_map if expert_map is None else expert_map,
@@ -147,10 +174,16 @@ def launch_args(topk_ids, block_size, num_experts, expert_map, ignore_invalid_ex
                 map_mode=map_mode(expert_map, ignore_invalid_experts), chunk=chunk, chunks=chunks)
 
 
+def kernel_args(kernel: str, args: dict) -> dict:
+    """The arguments of `args` (launch_args) that `kernel` takes: the one launch has no workspace."""
+    return {k: v for k, v in args.items() if k != "counts"} if kernel == ONE_LAUNCH else args
+
+
 def prepared(args: dict) -> tuple[PreparedLaunch, ...]:
-    """The three launches on `args` (launch_args), in order."""
+    """The launches on `args` (launch_args), in order: one_launch(slots)'s form."""
     manifest = default_manifest()
-    return tuple(prepare(manifest.kernel(name).variant(None), args) for name in KERNELS)
+    names = (ONE_LAUNCH,) if one_launch(args["slots"]) else THREE_LAUNCHES
+    return tuple(prepare(manifest.kernel(name).variant(None), kernel_args(name, args)) for name in names)
 
 
 def _check(call) -> tuple[int, int]:
@@ -175,6 +208,8 @@ def _plan(_sizes: tuple[int, int], call) -> framework.Plan:
     outs = (call.sorted_token_ids, call.expert_ids, call.num_tokens_post_padded)
     args = launch_args(call.topk_ids, call.block_size, call.num_experts, call.expert_map,
                        call.ignore_invalid_experts, outs, workspace(numel, call.num_experts, device))
+    if one_launch(numel):
+        return framework.Plan(prepared(args))
     return framework.Plan(prepared(args), bind=lambda c: dict(c.values, counts=workspace(numel, c.num_experts, device)))
 
 
