@@ -11,8 +11,9 @@ experts per token, seeded). block_m as the layer chooses it (moe_layer.choose_bl
 
 The layer is two or six dependent launches (moe_layer.choose_form), each modelled on its own
 with gfxasm.perf.estimate (the MI355X timing model, launch overhead included) on the
-arguments the layer would pass. The sorted form: moe_align (three launches: count, scan,
-scatter; the 'align' column is their sum), the gate_up grouped GEMM
+arguments the layer would pass. The sorted form: moe_align (one launch up to
+moe_align.ONE_LAUNCH_MAX_SLOTS slots, else three: count, scan, scatter; the 'align' column is
+their sum), the gate_up grouped GEMM
 (a_div = 5) with the SwiGLU + MX-FP8 quantisation fused into its epilogue
 (mxfp8_moe_gemm.gate_up_swiglu), the down grouped GEMM (a_div = 1, topk weights), moe_sum.
 The decode form (T <= moe_layer.DIRECT_MAX_TOKENS): the gate_up step with its routing read
@@ -144,14 +145,15 @@ def launches(T: int, block_m: int | None = None, fused: bool = True, sort: bool 
 
 
 def align_cases(ids: torch.Tensor, block_m: int, outs: tuple) -> list:
-    """(step, BenchCase) for moe_align's three launches (as the layer runs them) writing copies
+    """(step, BenchCase) for moe_align's launches (as the layer runs them) writing copies
     of `outs`, each launch on the workspace as the launches before it leave it (run here on the
     emulator first: the scan's loops and the scatter's stores depend on the counts)."""
     outs = tuple(torch.empty_like(t) for t in outs)
     args = moe_align.launch_args(ids, block_m, E, None, True, outs, moe_align.workspace(ids.numel(), E, "cpu"))
     cases = []
-    for kernel, launch in zip(moe_align.KERNELS, moe_align.prepared(args)):
-        cases.append((kernel, manifest_case(kernel, None, "", "", 0, 0, **dict(args, counts=args["counts"].clone()))))
+    for launch in moe_align.prepared(args):
+        kargs = {k: v.clone() if k == "counts" else v for k, v in moe_align.kernel_args(launch.variant, args).items()}
+        cases.append((launch.variant, manifest_case(launch.variant, None, "", "", 0, 0, **kargs)))
         launch(*[args[name] for name, _, _ in launch.pointers])
     return cases
 
@@ -175,8 +177,9 @@ def align_table(rows: list[dict]) -> str:
     head = f"{'slots':>7} {'chunk':>5} " + " ".join(f"{k[10:]:>8}" for k in moe_align.KERNELS) + f" {'align us':>9}"
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['slots']:7} {r['chunk']:5} " + " ".join(f"{r['steps'][k]['us']:8.2f}" for k in
-                                                                 moe_align.KERNELS) + f" {r['us']:9.2f}")
+        lines.append(f"{r['slots']:7} {r['chunk']:5} " + " ".join(f"{r['steps'][k]['us']:8.2f}" if k in r['steps']
+                                                                 else f"{'-':>8}" for k in moe_align.KERNELS)
+                     + f" {r['us']:9.2f}")
     lines.append(f"modelled: gfxasm.perf MI355X timing model, each launch with its overhead; top-8 routing on {E} "
                  f"experts, block_size 64")
     return "\n".join(lines)
@@ -246,7 +249,8 @@ def table(rows: list[dict]) -> str:
         fly = f"{r['flydsl_us']:7.1f}" if r["flydsl_us"] else f"{'~' + str(FLYDSL_TBPS) + 'TB/s':>7}"
         ratio = f"{r['vs_flydsl']:8.2f}" if r["vs_flydsl"] else f"{'-':>8}"
         act = f"{s['swiglu_quant']['us']:7.2f}" if "swiglu_quant" in s else f"{'fused':>7}"
-        align = f"{sum(s[k]['us'] for k in moe_align.KERNELS):6.2f}" if moe_align.KERNELS[0] in s else f"{'-':>6}"
+        aligned = [s[k]["us"] for k in moe_align.KERNELS if k in s]
+        align = f"{sum(aligned):6.2f}" if aligned else f"{'-':>6}"
         summed = f"{s['moe_sum']['us']:6.2f}" if "moe_sum" in s else f"{'fused':>6}"
         bm = f"{r['block_m']:3}" if r["block_m"] else f"{'dir':>3}"
         lines.append(f"{r['T']:3} {r['experts']:7} {bm} {align} "
