@@ -6,7 +6,16 @@ after another; a batch's workgroups run in lockstep. In parallel, each batch is 
 pieces (whole batches when there are at least as many batches as jobs; always whole
 batches under the adversarial and timed schedules, whose order depends on the batch), and
 the pieces run in worker processes, each starting from the memory the launch started
-with. A piece returns its footprint (races.Footprint: who read, wrote and atomically
+with. Where the time goes: a lockstep step costs a fixed part per instruction whatever the
+number of waves, so a piece of a batch costs more than its share of the batch (on the
+build machine one fmha batch of 256 waves: 3.4 s of CPU whole, 4.1 s in 2 pieces, 5.7 s
+in 4); and strict mode's compiled bookkeeping (fast.py) runs only for at least
+fast.MIN_WAVES waves, below which a piece takes the slower numpy paths (8 pieces of 32
+waves: 13.8 s), so a batch is never cut finer than that. A launch of at least as many
+batches as jobs (a production prefill) runs whole batches and loses neither. RunStats
+records where a launch's time went (docs/emulator-scale.md has measurements).
+
+A piece returns its footprint (races.Footprint: who read, wrote and atomically
 updated every global byte it touched, and where), the final values of the bytes it stored
 to or updated, and its atomics' operands. The parent then takes the pieces in serial
 order, batch by batch:
@@ -44,13 +53,16 @@ the caller initialised with ray.init, and ray is imported only then.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import multiprocessing
 import os
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..codeobj import load_code_object
+from . import fast
 from .errors import EmulatorError, LaunchError
 from .families.mem import ATOMICS, BUFFER_ATOMICS
 from .memory import Memory
@@ -94,21 +106,38 @@ class PieceResult:
     values: dict            # region -> bytes at the footprint's stored/updated offsets
     atomic_log: list
     error: str | None       # what the piece raised (the parent re-runs its batch)
+    timing: tuple = ()      # (process id, start, wall s, CPU s, system CPU s) of the piece's run;
+                            # start on time.perf_counter's clock (system-wide on Linux)
 
 
-def plan(batches, jobs: int, schedule: str) -> list[Piece]:
+@dataclass
+class RunStats:
+    """Where one parallel launch's time went (bench/emu_parallel.py reports it)."""
+    started: float          # time.perf_counter() when run() began
+    pieces: list            # (batch, workgroups, process id, start, wall s, CPU s, system CPU s, footprint bytes)
+    take_seconds: float     # the parent's checking, merging and writing back, in all
+    reruns: int             # batches the parent ran itself
+    seconds: float          # the whole of run()
+
+
+last_run: RunStats | None = None     # the last parallel launch's in this process
+
+
+def plan(batches, jobs: int, schedule: str, min_groups: int = 1) -> list[Piece]:
     """Cut the batches into pieces: contiguous runs of workgroups, at least `jobs` pieces
-    in all where the batches allow it."""
+    in all where the batches allow it, none of fewer than `min_groups` workgroups unless
+    its batch is smaller."""
     parts = 1 if schedule != "lockstep" else -(-jobs // len(batches))
     pieces = []
     for b, (start, groups) in enumerate(batches):
-        cuts = np.linspace(0, len(groups), min(parts, len(groups)) + 1).round().astype(int)
+        cuts = np.linspace(0, len(groups), max(1, min(parts, len(groups) // min_groups)) + 1).round().astype(int)
         pieces += [Piece(b, start, groups[lo:hi]) for lo, hi in zip(cuts[:-1], cuts[1:])]
     return pieces
 
 
 def run_piece(kernel, run_, piece: Piece, budget: int) -> PieceResult:
     """Run one piece on `run_.memory` (a worker's own copy) with a fresh record."""
+    started, cpu = time.perf_counter(), os.times()
     accesses = GlobalAccesses(run_.memory, run_.strict, run_.group_name)
     accesses.log_atomics = True
     try:
@@ -119,9 +148,28 @@ def run_piece(kernel, run_, piece: Piece, budget: int) -> PieceResult:
     views = run_.memory._views
     values = {}
     for region, (off, fields, _, _) in footprint.regions.items():
-        changed = off[(fields["writer"] != 0) | (fields["atomic"] != 0)]
-        values[region] = views[region][changed].copy()
-    return PieceResult(executed, footprint, values, accesses.atomic_log, None)
+        values[region] = views[region][_changed(off, fields)]
+    now = os.times()
+    timing = (os.getpid(), started, time.perf_counter() - started, now.user + now.system - cpu.user - cpu.system,
+              now.system - cpu.system)
+    return PieceResult(executed, footprint, values, accesses.atomic_log, None, timing)
+
+
+def _changed(off: np.ndarray, fields: dict) -> np.ndarray:
+    """The footprint's byte offsets `off` that were stored to or updated atomically (for an
+    output buffer, all of them: then no selection)."""
+    changed = (fields["writer"] != 0) | (fields["atomic"] != 0)
+    return off if changed.all() else off[changed]
+
+
+def _footprint_bytes(result: PieceResult) -> int:
+    """What a piece's result holds in arrays (most of what it ships to the parent)."""
+    if result.footprint is None:
+        return 0
+    arrays = [result.footprint.records, *result.values.values()]
+    for off, kb, doff, kd in result.footprint.regions.values():
+        arrays += [off, doff, *kb.values(), *kd.values()]
+    return sum(a.nbytes for a in arrays)
 
 
 # ---------------------------------------------------------------------- engines
@@ -150,11 +198,18 @@ def _in_processes(kernel, run_, pieces, budget, jobs):
         yield from pool.imap(_forked_piece, range(len(pieces)))
 
 
+@functools.lru_cache(maxsize=4)
+def _ray_kernel(module_class, co_bytes: bytes, name: str):
+    """The kernel decoded once per Ray worker process (its tasks of one launch, and of
+    later launches of the same code object, reuse it)."""
+    return module_class(load_code_object(co_bytes)).kernel(name)
+
+
 def _ray_piece(module_class, co_bytes: bytes, name: str, run_, regions, piece: Piece, budget: int) -> PieceResult:
     """A Ray task: the kernel loaded again (module_class: kernel.Module, passed in so that
     this module need not import kernel.py, which imports it) and the launch's memory
     rebuilt from the object store's copy at the original addresses, then run_piece."""
-    kernel = module_class(load_code_object(co_bytes)).kernel(name)
+    kernel = _ray_kernel(module_class, co_bytes, name)
     memory = Memory()
     seg = None
     for base, data, region_name in regions:
@@ -189,42 +244,62 @@ def _in_ray(kernel, run_, pieces, budget):
 
 # ---------------------------------------------------------------------- the parent
 def run(kernel, run_, batches, accesses: GlobalAccesses, budget: int, jobs: int, engine: str) -> int:
+    global last_run
+    started = time.perf_counter()
     if engine == "ray" and jobs == 0:
         jobs = max(1, int(_ray().cluster_resources().get("CPU", 1)))
-    pieces = plan(batches, jobs, run_.schedule)
+    # Strict batches of fast.MIN_WAVES waves or more run fast.py's compiled bookkeeping:
+    # numba is imported here, once, before the workers fork, and no piece is cut so small
+    # that it would fall back to the numpy paths (module docstring).
+    min_groups = 1
+    largest = max(len(groups) for _, groups in batches) * run_.waves_per_group
+    if fast.for_launch(run_.strict, largest) is not None:
+        min_groups = -(-fast.MIN_WAVES // run_.waves_per_group)
+    pieces = plan(batches, jobs, run_.schedule, min_groups)
     results = (_in_ray(kernel, run_, pieces, budget) if engine == "ray"
                else _in_processes(kernel, run_, pieces, budget, jobs))
+    stats = RunStats(started, [], 0.0, 0, 0.0)
     total = 0
     done = []                                       # (piece, result) of the current batch
     for n, (piece, result) in enumerate(zip(pieces, results)):
         done.append((piece, result))
+        stats.pieces.append((piece.batch, len(piece.groups), *(result.timing or (None,) * 5),
+                             _footprint_bytes(result)))
         if n + 1 < len(pieces) and pieces[n + 1].batch == piece.batch:
             continue
         start, groups = batches[piece.batch]
-        total += _take_batch(kernel, run_, accesses, done, start, groups, budget - total)
+        took = time.perf_counter()
+        executed, rerun = _take_batch(kernel, run_, accesses, done, start, groups, budget - total)
+        stats.take_seconds += time.perf_counter() - took
+        stats.reruns += rerun
+        total += executed
         done = []
+    stats.seconds = time.perf_counter() - started
+    last_run = stats
     return total
 
 
-def _take_batch(kernel, run_, accesses, done, start, groups, budget) -> int:
-    """Merge one batch's pieces, or run the batch here when one of them cannot stand."""
+def _take_batch(kernel, run_, accesses, done, start, groups, budget) -> tuple[int, bool]:
+    """Merge one batch's pieces, or run the batch here when one of them cannot stand;
+    (wave-instructions, whether it ran here)."""
     mark = accesses.count
     undo: list = []
     replays = []
     executed = 0
-    for piece, result in done:
+    for n, (piece, result) in enumerate(done):
         executed += result.executed
         replay = None
         if result.error is None and executed <= budget:
             replay = _check(accesses, result.footprint, mark)
         if replay is None:
             _rollback(accesses, mark, undo)
-            return kernel.run_batch(run_, start, groups, accesses, budget)
-        _merge(accesses, result.footprint, undo)
+            return kernel.run_batch(run_, start, groups, accesses, budget), True
+        # the batch's last piece is never rolled back: no undo to keep (a whole batch's piece)
+        _merge(accesses, result.footprint, undo if n + 1 < len(done) else None)
         replays.append(replay)
     for (piece, result), replay in zip(done, replays):
         _write(run_.memory, result, replay)
-    return executed
+    return executed, False
 
 
 def _check(accesses: GlobalAccesses, fp: Footprint, batch_mark: int):
@@ -257,10 +332,11 @@ def _check(accesses: GlobalAccesses, fp: Footprint, batch_mark: int):
     return replay
 
 
-def _merge(accesses: GlobalAccesses, fp: Footprint, undo: list) -> None:
+def _merge(accesses: GlobalAccesses, fp: Footprint, undo: list | None) -> None:
     """Take a checked piece's footprint into the launch's record, as if its workgroups
     had run here after everything merged so far (races.py's field rules; the check made
-    sure no byte the piece stored to or read had an earlier store)."""
+    sure no byte the piece stored to or read had an earlier store); what it overwrites is
+    appended to `undo` for _rollback, unless that is None."""
     shift = accesses.count - 1
     records = fp.records[1:]
     accesses.reserve(len(records))
@@ -268,14 +344,18 @@ def _merge(accesses: GlobalAccesses, fp: Footprint, undo: list) -> None:
     accesses.count += len(records)
     for region, (off, kb, doff, kd) in fp.regions.items():
         shadow = accesses.shadow(region)
-        undo.append((shadow, (shadow.lo, shadow.hi, shadow.stored, shadow.updated, shadow.read),
-                     off, {f: shadow.bytes[f][off] for f in BYTE_FIELDS},
-                     doff, {f: shadow.dwords[f][doff] for f in DWORD_FIELDS}))
+        if undo is not None:
+            undo.append((shadow, (shadow.lo, shadow.hi, shadow.stored, shadow.updated, shadow.read),
+                         off, {f: shadow.bytes[f][off] for f in BYTE_FIELDS},
+                         doff, {f: shadow.dwords[f][doff] for f in DWORD_FIELDS}))
         shadow.touch(int(off.min()) if off.size else 4 * int(doff.min()),
                      int(off.max()) + 1 if off.size else 4 * int(doff.max()) + 4)
         for name in BYTE_FIELDS:
             ours = kb[name] != 0
-            shadow.bytes[name][off[ours]] = kb[name][ours] + shift
+            if ours.all():                  # a region only stored to (or only updated): no selection
+                shadow.bytes[name][off] = kb[name] + shift
+            elif ours.any():
+                shadow.bytes[name][off[ours]] = kb[name][ours] + shift
         shadow.stored |= bool((kb["writer"] != 0).any())
         shadow.updated |= bool((kb["atomic"] != 0).any())
         dw = shadow.dwords
@@ -312,7 +392,7 @@ def _write(memory: Memory, result: PieceResult, replay: dict) -> None:
     views = memory._views
     dwords = []
     for region, (off, k, _, _) in result.footprint.regions.items():
-        changed = off[(k["writer"] != 0) | (k["atomic"] != 0)]
+        changed = _changed(off, k)
         if not replay[region].size:
             views[region][changed] = result.values[region]
             continue

@@ -7,6 +7,7 @@ from every workgroup, applied again in serial order across batches). Fresh rando
 outputs poisoned. The Ray test starts a local cluster bound to 127.0.0.1 and stops it."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 
 import pytest
@@ -141,6 +142,10 @@ def test_atomics_across_workgroups_are_bit_identical(race_manifest, launches, me
     assert serial_launches == par_launches
     assert {k: merges[k] for k in how} == how
     assert (merges["replayed"] > 0) == (how["merged"] == 2)
+    # the launch's stats (bench/emu_parallel.py): every workgroup in one piece, the re-runs counted
+    stats = parallel.last_run
+    assert sum(p[1] for p in stats.pieces) == groups and stats.reruns == how["rerun"]
+    assert all(p[2] is not None and p[4] > 0 for p in stats.pieces) and stats.seconds >= stats.take_seconds > 0
 
 
 def test_pieces_cover_every_workgroup_once_in_order():
@@ -151,6 +156,29 @@ def test_pieces_cover_every_workgroup_once_in_order():
     assert [p.start for p in pieces] == [0, 0, 5, 5]
     # other schedules depend on the batch: whole batches only
     assert [len(p.groups) for p in parallel.plan(batches, 4, "timed")] == [5, 2]
+    # no piece smaller than min_groups (strict mode's compiled paths need fast.MIN_WAVES
+    # waves), unless its batch is
+    assert [len(p.groups) for p in parallel.plan(batches, 4, "lockstep", min_groups=2)] == [2, 3, 2]
+    assert [len(p.groups) for p in parallel.plan(batches, 4, "lockstep", min_groups=3)] == [5, 2]
+
+
+def test_no_piece_falls_below_the_compiled_paths(monkeypatch):
+    """A strict launch cuts its batches no finer than fast.MIN_WAVES waves a piece (else the
+    piece would run the numpy paths, several times slower); without numba, as fine as jobs asks."""
+    from gfxasm.emu import fast
+    seen = []
+    real = parallel.plan
+    monkeypatch.setattr(parallel, "plan", lambda *args: seen.append(args[3]) or real(*args))
+    monkeypatch.setattr(parallel, "_in_processes", lambda kernel, run_, pieces, budget, jobs: iter(()))
+    run_ = emu_kernel.Run((32, 1, 1), (256, 1, 1), 4, None, None, 0, 0, True, frozenset(), None, "lockstep", None)
+    batch = [(0, [(i, 0, 0) for i in range(32)])]              # 128 waves
+    monkeypatch.setattr(fast, "MIN_WAVES", 64)
+    parallel.run(None, run_, batch, None, 0, 8, "processes")
+    assert seen == [16 if fast.kernels() is not None else 1]
+    parallel.run(None, dataclasses.replace(run_, strict=False), batch, None, 0, 8, "processes")
+    monkeypatch.setattr(fast, "MIN_WAVES", 256)                 # a batch too small for the compiled paths
+    parallel.run(None, run_, batch, None, 0, 8, "processes")
+    assert seen[1:] == [1, 1]
 
 
 @pytest.mark.parametrize("jobs, engine, trace, match", [
