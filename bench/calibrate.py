@@ -70,11 +70,13 @@ class _Worker:
         self.points = points
         self.launches = {}
 
-    def run(self, changes: dict) -> list[dict]:
+    def run(self, changes: dict, ids=None) -> list[dict]:
         from gfxasm.perf import estimate
         prm = dataclasses.replace(P.DEFAULT, **changes)
         out = []
         for p in self.points:
+            if ids is not None and p["id"] not in ids:
+                continue
             kw = self.launches.get(p["id"]) or self.launches.setdefault(p["id"], launch(p))
             t, cpu = time.time(), time.process_time()
             e = estimate(**kw, params=prm)
@@ -88,12 +90,12 @@ class _Worker:
 def _serve(conn, points):
     w = None
     while True:
-        changes = conn.recv()
-        if changes is None:
+        job = conn.recv()
+        if job is None:
             return
         try:
             w = w or _Worker(points)
-            conn.send(w.run(changes))
+            conn.send(w.run(*job))
         except Exception as exc:                 # report, never hang the parent
             conn.send(exc)
 
@@ -116,9 +118,10 @@ class Pool:
             self.conns.append(a)
             self.procs.append(proc)
 
-    def run(self, changes: dict) -> dict[int, dict]:
+    def run(self, changes: dict, ids=None) -> dict[int, dict]:
+        """Every point's (or, with `ids`, those points') result under params.DEFAULT with `changes`."""
         for c in self.conns:
-            c.send(changes)
+            c.send((changes, None if ids is None else frozenset(ids)))
         res = {}
         for c in self.conns:
             got = c.recv()
@@ -132,6 +135,16 @@ class Pool:
             c.send(None)
         for p in self.procs:
             p.join()
+
+
+def runnable(points: list[dict], every: int = 0) -> list[dict]:
+    """The points this checkout can launch (the bf16gemm object is in ../shared/conformance
+    only: without it they are left out, said on stderr), every `every`-th one if set."""
+    from tests.conformance.cases import SHARED_DIR
+    if not SHARED_DIR.is_dir():
+        print(f"{SHARED_DIR} is absent: the bf16gemm points are left out", file=sys.stderr)
+        points = [p for p in points if p["family"] != "bf16gemm"]
+    return points[::every] if every else points
 
 
 # ------------------------------------------------------------------ statistics
@@ -167,7 +180,7 @@ def format_summary(rows: dict, title: str) -> str:
 # ------------------------------------------------------------------ fit
 
 def fit(pool: Pool, points: list[dict], start: P.Params, maxfev: int, names=P.FITTED, minimize=None) -> dict:
-    """Nelder-Mead on the FITTED parameters (or the subset `names`) over the fit points (the pool holds only those),
+    """Nelder-Mead on the FITTED parameters (or the subset `names`) over `points` (the pool may hold more),
     minimising the mean over strata (family x regime) of the mean |log(modelled/measured)|:
     each stratum weighs the same, so the two FMHA fit points count as much as the hundreds
     of GEMMs of one regime. `minimize`: scipy.optimize.minimize's signature (default: it;
@@ -191,7 +204,7 @@ def fit(pool: Pool, points: list[dict], start: P.Params, maxfev: int, names=P.FI
         return {n: float(math.exp(v) if n in logs else v) for n, v in zip(names, x)}
 
     def loss(x):
-        res = pool.run(changes(x))
+        res = pool.run(changes(x), by_id)
         strata: dict[tuple, list] = {}
         for i, r in res.items():
             p = by_id[i]
@@ -317,12 +330,7 @@ def main(argv=None):
     points = calib_data.build() if args.rebuild else calib_data.load()
     if args.split == "shape":
         calib_data.shape_split(points)
-    from tests.conformance.cases import SHARED_DIR
-    if not SHARED_DIR.is_dir():
-        print(f"calibrate: {SHARED_DIR} is absent: the bf16gemm points are left out", file=sys.stderr)
-        points = [p for p in points if p["family"] != "bf16gemm"]
-    if args.limit:
-        points = points[::args.limit]
+    points = runnable(points, args.limit)
     t0 = time.time()
     fitted = {}
     if args.fit:

@@ -89,9 +89,11 @@ def test_fit_returns_the_best_point_it_evaluated_and_set_parses_fields():
     target = rng.uniform(20000.0, 60000.0)
     point = {"id": 0, "family": "f4gemm", "regime": "M<=64", "measured_us": 10.0}
 
-    class Pool:                                   # a loss with its minimum at `target`
-        def run(self, changes):
-            return {0: {"modelled_us": 10.0 * (1.0 + abs(math.log(changes["vmem_inflight_bytes"] / target)))}}
+    class Pool:                                   # a loss with its minimum at `target`; it holds
+        def run(self, changes, ids=None):         # a second point the fit is not given
+            out = {n: {"modelled_us": 10.0 * (1.0 + abs(math.log(changes["vmem_inflight_bytes"] / target)))}
+                   for n in (0, 1)}
+            return {n: r for n, r in out.items() if ids is None or n in ids}
 
     def stopped_early(loss, x0, method, bounds, options):
         # as Nelder-Mead cut off by maxfev may: evaluates the initial simplex and a few
@@ -105,10 +107,12 @@ def test_fit_returns_the_best_point_it_evaluated_and_set_parses_fields():
     seen = []
     pool = Pool()
     run = pool.run
-    pool.run = lambda ch: seen.append(ch["vmem_inflight_bytes"]) or run(ch)
+    asked = []
+    pool.run = lambda ch, ids=None: seen.append(ch["vmem_inflight_bytes"]) or asked.append(set(ids)) or run(ch, ids)
     got = calibrate.fit(pool, [point], start, 3, ("vmem_inflight_bytes",), minimize=stopped_early)
     got = got["vmem_inflight_bytes"]
     assert len(set(seen)) >= 4
+    assert all(a == {0} for a in asked)                                # only the points it fits on
     assert got == min(seen, key=lambda v: abs(math.log(v / target)))     # never a worse vertex
     with pytest.raises(ValueError, match="unset"):
         calibrate.fit(Pool(), [point], dataclasses.replace(P.DEFAULT, vmem_inflight_bytes=None), 3,
@@ -134,3 +138,29 @@ def test_shape_split_keeps_every_gemm_shape_on_one_side():
         assert fit[kernel] < n, kernel                   # every kernel has held-out rows
     assert sum(fit.values()) > len(gemms) / 3           # the packing leaves most of the half to the fit
     assert {p["id"]: p["split"] for p in points if p["family"] in ("fmha", "fmoe")} == before
+
+
+def test_sweep_reports_each_split_on_its_held_out_points_only():
+    import statistics
+
+    from bench import calib_sweep
+    rng = random.Random(5)
+    points = []
+    for n in range(40):
+        points.append({"id": n, "family": "f4gemm", "kernel": rng.choice(["f4gemm_32x128", "f4gemm_128x512"]),
+                       "regime": rng.choice(["M<=64", "M>1024"]), "measured_us": rng.uniform(2.0, 300.0),
+                       "split_row": rng.choice(["fit", "held"]), "split_shape": rng.choice(["fit", "held"])})
+    modelled = {p["id"]: p["measured_us"] * rng.uniform(0.7, 1.4) for p in points}
+    for split in ("row", "shape"):
+        got = calib_sweep.held_out(points, modelled, split)
+        for name, member in (("GEMM", lambda p: True), ("GEMM M<=64", lambda p: p["regime"] == "M<=64"),
+                             ("f4gemm 32x128", lambda p: p["kernel"] == "f4gemm_32x128"),
+                             ("f4gemm wide (N tile >= 2 M tile, >= 384)", lambda p: p["kernel"] == "f4gemm_128x512")):
+            errs = [modelled[p["id"]] / p["measured_us"] - 1 for p in points
+                    if p[f"split_{split}"] == "held" and member(p)]
+            assert got[name]["n"] == len(errs)
+            assert got[name]["signed_median"] == statistics.median(errs)
+            assert got[name]["median"] == statistics.median(abs(e) for e in errs)
+            assert got[name]["p90"] in [abs(e) for e in errs] and got[name]["p90"] >= got[name]["median"]
+        short = any(p[f"split_{split}"] == "held" and p["measured_us"] < 8 for p in points)
+        assert "fmha" not in got and ("GEMM under 8 us" in got) == short      # empty groups left out
