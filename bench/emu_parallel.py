@@ -5,7 +5,8 @@ parallel run is bit for bit the serial one (out, LSE, wave_instructions).
 For each shape, the launch runs serially (jobs=1) and then with each --jobs N; wall time
 of the whole op call (host checks, the emulated launch, the parallel parent's merging),
 best of --repeat, after one small untimed launch of the same kernel (so the serial time
-holds no one-time costs: numba's compile or cache load, the decode). Speed-up = serial time / parallel time; efficiency = speed-up / N.
+holds no one-time costs: numba's compile or cache load, the decode). Speed-up = serial
+time / parallel time; efficiency = speed-up / N.
 
 A production shape takes an hour serially, so `--batches K` runs a prefix of its launch
 instead: the first K batches (kernel.BATCH_WAVES waves each, in the serial order) for the
@@ -168,8 +169,10 @@ def main() -> None:
                        bit_identical=same, cpu_seconds=cpu, **went)
             rows.append(row)
             note = ("" if not went else
-                    f"pieces {went['pieces']} in {went['processes']} proc, CPU {went['piece_cpu_over_serial']:.2f}x "
-                    f"serial's ({went['piece_system_cpu'] / went['piece_cpu']:.0%} system), busiest {went['busiest_process']:.1f}s, start {went['pool_start']:.2f}s, "
+                    f"pieces {went['pieces']} in {went['processes']} proc, "
+                    f"CPU {went['piece_cpu_over_serial']:.2f}x serial's "
+                    f"({went['piece_system_cpu'] / went['piece_cpu']:.0%} system), "
+                    f"busiest {went['busiest_process']:.1f}s, start {went['pool_start']:.2f}s, "
                     f"tail {went['tail']:.2f}s, take {went['take']:.2f}s, {went['footprint_mb']:.0f} MB, "
                     f"reruns {went['reruns']}")
             print(f"{shape:<14} {jobs:>4} {f'{ran}/{total}':>9} {sum(counts):>12} {seconds:>8.2f} {per_batch:>8.2f} "
