@@ -33,7 +33,9 @@
 ; 0. one launch (grid 1 x 1024 work-items, 16 waves, at most 16 chunks): phases 1, 2, 3 in
 ;    turn, each wave a chunk in 1 and 3 and 64 keys in 2, an s_barrier between them; counts
 ;    live in LDS (LDS_COUNTS: row c is wave c's table, so phase 3 finds its offsets in place)
-;    and there is no workspace. The same phase code as the three launches, so the same output.
+;    and there is no workspace. The sentinel fill runs after the count, its stores overlapping
+;    phase 2 (no wait on them until the barrier before phase 3). The same phase code as the
+;    three launches, so the same output.
 ; Every count and offset is an integer sum or maximum, so no order of lanes, waves or
 ; workgroups changes a result: the output is the same on every run. Work: phases 1 and 3
 ; O(slots) (phase 3 ~3 instructions per slot and lane below it, i.e. per slot x 64), phase 2
@@ -224,10 +226,9 @@ L_key_done\@:
     s_cbranch_scc0 \target
 .endm
 
-; Phase 1 (after wave_chunk): the sentinel fill, then the chunk's count of each key in the
-; wave's table; three launches: the table to counts[chunk, :].
-.macro phase_count
-; --- sentinel fill: workgroup g stores entries 64 WAVES g + tid, stepping by 64 WAVES workgroups ---
+; sorted_token_ids = the sentinel: workgroup g stores entries 64 WAVES g + tid, stepping by
+; 64 WAVES workgroups.
+.macro sentinel_fill
     v_mov_b32 v[v_sent], s[s_slots]
     s_lshl_b32 s[s_carry], s[s_wg_x], WAVES_LOG2 + 6
     s_add_u32 s[s_tmp], s[s_chunks], WAVES - 1
@@ -242,7 +243,14 @@ L_fill:
     s_add_u32 s[s_carry], s[s_carry], s[s_tmp]
     s_branch L_fill
 L_fill_done:
+.endm
+
+; Phase 1 (after wave_chunk): the chunk's count of each key in the wave's table. Three
+; launches: the sentinel fill first (its stores' latency overlaps the id loads) and the table
+; to counts[chunk, :] last; one launch: the fill follows phase 1 (module header).
+.macro phase_count
     .if LDS_COUNTS == 0
+        sentinel_fill
         skip_past_chunks L_end
     .endif
 ; --- the wave's table: counts[key] = 0 (one launch: every wave's, the rows phase 2 reads) ---
@@ -519,11 +527,12 @@ L_round_next:
 .else
     wave_chunk
     phase_count
-    s_waitcnt vmcnt(0) lgkmcnt(0)                           ; in flight: sentinels (phase 3 stores over them), counts
-    s_barrier                                               ; every row counted, every sentinel stored
+    s_waitcnt lgkmcnt(0)                                    ; in flight: this wave's counts → written first
+    s_barrier                                               ; every row counted
+    sentinel_fill                                           ; after the counts: its stores overlap phase 2
     phase_scan
-    s_waitcnt lgkmcnt(0)                                    ; in flight: this wave's offsets → written first
-    s_barrier                                               ; every row's offsets ready for its wave
+    s_waitcnt vmcnt(0) lgkmcnt(0)                           ; in flight: sentinels (phase 3 stores over them), offsets
+    s_barrier                                               ; every sentinel stored, every row's offsets ready
     wave_chunk                                              ; phase 2 took s_base, s_end
     phase_scatter
 .endif

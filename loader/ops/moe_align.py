@@ -40,7 +40,7 @@ Up to ONE_LAUNCH_MAX_SLOTS (7,168) slots, one launch instead (moe_align_one): on
 of 16 waves, a chunk each, runs the same three phases with s_barrier between them and the
 counts in LDS (no workspace); its output is bit for bit the three launches'. Modelled (gfxasm.perf,
 launch overheads included; bench/moe.py --align, top-8 routing on 129 experts, block_size 64):
-1,024 slots 6.67 us (three launches: 13.15), 7,168 slots 17.43 (17.96); above it three launches:
+1,024 slots 6.32 us (three launches: 13.15), 7,168 slots 16.93 (17.96); above it three launches:
 16,384 slots 21.34, 262,144 slots 55.19.
 
 Limits (ValueError/TypeError naming the argument, before launch): topk_ids int32, [T, top_k]
@@ -78,8 +78,8 @@ CHUNK_BALANCE = 1024
 # Up to this many slots one workgroup does all three phases in one launch (ONE_LAUNCH_WAVES
 # chunks, counts in LDS, no workspace): two launch overheads fewer, but the scatter runs on 16
 # waves only, each wave one round of 64 slots per 1,024 slots. Modelled (top-8 on 129 experts,
-# block_size 64; module docstring): one launch 17.43 us against three 17.96 at 7,168 slots
-# (7 rounds a wave), 18.98 against 17.96 at 7,176 (8 rounds): the crossover.
+# block_size 64; module docstring): one launch 16.93 us against three 17.96 at 7,168 slots
+# (7 rounds a wave), 18.54 against 17.96 at 7,176 (8 rounds): the crossover.
 ONE_LAUNCH_WAVES = 16
 ONE_LAUNCH_MAX_SLOTS = ONE_LAUNCH_WAVES * 7 * 64
 
