@@ -18,9 +18,10 @@ serial run wrote (out is poisoned with NaN) and its LSE, equal in the parallel r
 wave-instructions per batch equal (exact for non-causal launches, whose batches are alike).
 
 Each parallel row also says where its time went (gfxasm.emu.parallel.last_run): the pieces'
-CPU seconds (sum) against the serial run's, the busiest process's, the pool's start (the
-run's start to its first piece's), the tail (the last piece's end to the run's end) and the
-parent's merging, and the MB of footprint the pieces shipped.
+CPU seconds (sum) against the serial run's, their system CPU share and minor page faults,
+the busiest process's wall seconds, the pool's start (the run's start to its first
+piece's), the tail (the last piece's end to the run's end) and the parent's merging, and
+the MB of footprint the pieces shipped.
 Prints a table and writes bench/out/emu_parallel.json. The objects must be built (this
 script does not build: the device machine has no clang, so `build/` is carried there).
 
@@ -107,17 +108,18 @@ def where_time_went(stats, serial_cpu: float) -> dict:
     if not timed:
         return {}
     busy = defaultdict(float)
-    for _, _, pid, _, wall, _, _, _ in timed:
+    for _, _, pid, _, wall, *_ in timed:
         busy[pid] += wall
     first = min(p[3] for p in timed)
     last = max(p[3] + p[4] for p in timed)
     cpu = sum(p[5] for p in timed)
     system = sum(p[6] for p in timed)
+    faults = sum(p[7] for p in timed)
     return dict(pieces=len(stats.pieces), processes=len(busy), piece_cpu=cpu,
-                piece_cpu_over_serial=cpu / serial_cpu, piece_system_cpu=system,
+                piece_cpu_over_serial=cpu / serial_cpu, piece_system_cpu=system, minor_faults=faults,
                 busiest_process=max(busy.values()), pool_start=first - stats.started,
                 tail=stats.started + stats.seconds - last, take=stats.take_seconds, reruns=stats.reruns,
-                footprint_mb=sum(p[7] for p in stats.pieces) / 2**20)
+                footprint_mb=sum(p[8] for p in stats.pieces) / 2**20)
 
 
 def main() -> None:
@@ -171,7 +173,8 @@ def main() -> None:
             note = ("" if not went else
                     f"pieces {went['pieces']} in {went['processes']} proc, "
                     f"CPU {went['piece_cpu_over_serial']:.2f}x serial's "
-                    f"({went['piece_system_cpu'] / went['piece_cpu']:.0%} system), "
+                    f"({went['piece_system_cpu'] / went['piece_cpu']:.0%} system, "
+                    f"{went['minor_faults'] / went['pieces'] / 1e3:.0f}k page faults a piece), "
                     f"busiest {went['busiest_process']:.1f}s, start {went['pool_start']:.2f}s, "
                     f"tail {went['tail']:.2f}s, take {went['take']:.2f}s, {went['footprint_mb']:.0f} MB, "
                     f"reruns {went['reruns']}")

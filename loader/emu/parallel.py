@@ -56,6 +56,7 @@ import dataclasses
 import functools
 import multiprocessing
 import os
+import resource
 import time
 from dataclasses import dataclass
 
@@ -106,15 +107,15 @@ class PieceResult:
     values: dict            # region -> bytes at the footprint's stored/updated offsets
     atomic_log: list
     error: str | None       # what the piece raised (the parent re-runs its batch)
-    timing: tuple = ()      # (process id, start, wall s, CPU s, system CPU s) of the piece's run;
-                            # start on time.perf_counter's clock (system-wide on Linux)
+    timing: tuple = ()      # (process id, start, wall s, CPU s, system CPU s, minor page faults) of
+                            # the piece's run; start on time.perf_counter's clock (system-wide on Linux)
 
 
 @dataclass
 class RunStats:
     """Where one parallel launch's time went (bench/emu_parallel.py reports it)."""
     started: float          # time.perf_counter() when run() began
-    pieces: list            # (batch, workgroups, process id, start, wall s, CPU s, system CPU s, footprint bytes)
+    pieces: list            # (batch, workgroups, *PieceResult.timing, footprint bytes) per piece
     take_seconds: float     # the parent's checking, merging and writing back, in all
     reruns: int             # batches the parent ran itself
     seconds: float          # the whole of run()
@@ -137,7 +138,7 @@ def plan(batches, jobs: int, schedule: str, min_groups: int = 1) -> list[Piece]:
 
 def run_piece(kernel, run_, piece: Piece, budget: int) -> PieceResult:
     """Run one piece on `run_.memory` (a worker's own copy) with a fresh record."""
-    started, cpu = time.perf_counter(), os.times()
+    started, cpu, faults = time.perf_counter(), os.times(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     accesses = GlobalAccesses(run_.memory, run_.strict, run_.group_name)
     accesses.log_atomics = True
     try:
@@ -151,7 +152,7 @@ def run_piece(kernel, run_, piece: Piece, budget: int) -> PieceResult:
         values[region] = views[region][_changed(off, fields)]
     now = os.times()
     timing = (os.getpid(), started, time.perf_counter() - started, now.user + now.system - cpu.user - cpu.system,
-              now.system - cpu.system)
+              now.system - cpu.system, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults)
     return PieceResult(executed, footprint, values, accesses.atomic_log, None, timing)
 
 
@@ -263,7 +264,7 @@ def run(kernel, run_, batches, accesses: GlobalAccesses, budget: int, jobs: int,
     done = []                                       # (piece, result) of the current batch
     for n, (piece, result) in enumerate(zip(pieces, results)):
         done.append((piece, result))
-        stats.pieces.append((piece.batch, len(piece.groups), *(result.timing or (None,) * 5),
+        stats.pieces.append((piece.batch, len(piece.groups), *(result.timing or (None,) * 6),
                              _footprint_bytes(result)))
         if n + 1 < len(pieces) and pieces[n + 1].batch == piece.batch:
             continue
