@@ -170,7 +170,9 @@ def test_no_piece_falls_below_the_compiled_paths(monkeypatch):
     real = parallel.plan
     monkeypatch.setattr(parallel, "plan", lambda *args: seen.append(args[3]) or real(*args))
     monkeypatch.setattr(parallel, "_in_processes", lambda kernel, run_, pieces, budget, jobs: iter(()))
-    run_ = emu_kernel.Run((32, 1, 1), (256, 1, 1), 4, None, None, 0, 0, True, frozenset(), None, "lockstep", None)
+    run_ = emu_kernel.Run(grid=(32, 1, 1), block=(256, 1, 1), waves_per_group=4, memory=None, seg=None,
+                          kernarg_addr=0, packet_addr=0, strict=True, waived=frozenset(), trace=None,
+                          schedule="lockstep", seed=None)
     batch = [(0, [(i, 0, 0) for i in range(32)])]              # 128 waves
     monkeypatch.setattr(fast, "MIN_WAVES", 64)
     parallel.run(None, run_, batch, None, 0, 8, "processes")
