@@ -589,3 +589,18 @@ def test_repeated_layout_reads_each_calls_data():
     with pytest.raises(ValueError, match="'qo_indptr' must start at 0"):
         gfxasm.batch_prefill(q, k, v, torch.tensor([0, 9, 5], dtype=torch.int32), **sglang, causal=True, out=out,
                              return_lse=True)
+
+
+def test_one_query_into_an_out_with_a_zero_stride_token_dim():
+    # One token ([1, Hq, D]) written into a view whose token dim has stride 0:
+    # torch leaves a size-1 dim's stride arbitrary, and the kernel drops the padding rows of a
+    # tile by a buffer range of (rows - 1) x seq stride + one row, so a seq stride of 0 would put
+    # all 255 padding rows on row 0. The seq stride of a dim of one is one row (kernels.yaml
+    # strides: filled by the launcher but for such dims: fmha.unstepped_strides).
+    q, k, v, _, _, vllm = make_problem([1], [40], 16, 4, 2, torch.bfloat16, 5)
+    qo = torch.tensor([0, 1], dtype=torch.int32)
+    expected = gfxasm.batch_prefill(q, k, v, qo, **vllm, causal=True)
+    out = torch.full((4, D), float("nan"), dtype=torch.bfloat16).as_strided((1, 4, D), (0, D, 1))
+    assert out.stride(0) == 0
+    gfxasm.batch_prefill(q, k, v, qo, **vllm, causal=True, out=out)
+    assert torch.equal(out.view(torch.int16), expected.view(torch.int16))

@@ -145,13 +145,13 @@ def _index(call, name: str, length: int | None = None) -> torch.Tensor:
 
 def _head_dim(call, q: torch.Tensor) -> int:
     """q's head dim, one a kernel is built for in q's dtype."""
-    if q.shape[-1] not in KERNELS:
+    if q.shape[-1] not in tuple(KERNELS):         # (a tuple: a traced SymInt compares, it does not hash)
         supported = " or ".join(map(str, sorted(KERNELS)))
         call.fail(ValueError, f"'q' head dim must be {supported}, got {q.shape[-1]} (shape {tuple(q.shape)})")
     if q.dtype == FP8 and q.shape[-1] != HEAD_DIM:
         call.fail(ValueError, f"'q' head dim must be {HEAD_DIM} for float8_e4m3fn inputs (head dim {q.shape[-1]} is "
                               f"built for bfloat16/float16), got {q.shape[-1]}")
-    return q.shape[-1]
+    return next(d for d in KERNELS if q.shape[-1] == d)     # an int, also for a traced SymInt
 
 
 def _rows(call, name: str, t: torch.Tensor, dims: tuple[int, ...], head_dim: int) -> None:
@@ -481,8 +481,7 @@ def _check(call) -> _Checked:
     if softcap and fp8:
         call.fail(ValueError, f"'softcap' applies to bfloat16/float16 inputs only; q is {q.dtype}")
     chosen = variant(q.dtype, call.causal, block_scales, k_cache.shape[1], fmha.windowed(call.causal, window),
-                     softcap > 0,
-                     q.shape[-1])
+                     softcap > 0, _head_dim(call, q))
     return _Checked(chosen, scale, window, softcap, k_seq_stride, v_seq_stride, page_ratio_log2)
 
 
@@ -574,9 +573,14 @@ def _contents(call, one: torch.Tensor, kv_start: torch.Tensor | None = None, sca
     return given
 
 
+_ROWS = ((0, "seq"), (1, "head"))          # q and out [total_q, heads_q, head_dim]
+
+
 def kernel_args(checked: _Checked, call) -> dict:
     """The manifest arguments of batch_prefill_d128 for a checked call: the page table
-    normalised, max seqlen_q read from qo_indptr (a synchronisation on a GPU)."""
+    normalised, max seqlen_q read from qo_indptr (a synchronisation on a GPU), the caches'
+    byte strides (their pages: `_row_stride`) and those of q's and out's size-1 dims (the
+    launcher fills q's, out's and lse's others: kernels.yaml `strides:`)."""
     q, k_cache, v_cache, out, lse, qo_indptr = call.q, call.k_cache, call.v_cache, call.out, call.lse, call.qo_indptr
     e = q.element_size()
     ratio = q.shape[1] // k_cache.shape[2]
@@ -585,11 +589,9 @@ def kernel_args(checked: _Checked, call) -> dict:
                 lse=lse if store_lse else torch.empty((0, 0), dtype=torch.float32, device=q.device),
                 qo_indptr=qo_indptr, **_contents(call, torch.ones(1, dtype=torch.float32, device=q.device)),
                 heads_k=k_cache.shape[2], max_seq_q=max_seq_q(qo_indptr),
-                q_seq_stride=q.stride(0) * e, q_head_stride=q.stride(1) * e,
                 k_seq_stride=checked.k_seq_stride, k_head_stride=k_cache.stride(2) * e,
                 v_seq_stride=checked.v_seq_stride, v_head_stride=v_cache.stride(2) * e,
-                o_seq_stride=out.stride(0) * out.element_size(), o_head_stride=out.stride(1) * out.element_size(),
-                lse_head_stride=lse.stride(0) * 4 if store_lse else 0,
+                **fmha.unstepped_strides("q", q, _ROWS), **fmha.unstepped_strides("o", out, _ROWS),
                 page_shift=k_cache.shape[1].bit_length() - 1,
                 page_stride_shift=k_cache.shape[1].bit_length() - 1 + checked.page_ratio_log2, kv_head_magic=0 if ratio == 1 else -(-_U32 // ratio),
                 store_lse=int(store_lse), **fmha.score_args(checked.scale, checked.softcap),

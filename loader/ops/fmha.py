@@ -91,7 +91,7 @@ def _tensor(name: str, value, rank: int) -> torch.Tensor:
 
 def _check_head_dim(q: torch.Tensor) -> int:
     """q's head dim, one a kernel is built for."""
-    if q.shape[3] not in KERNELS:
+    if q.shape[3] not in tuple(KERNELS):          # (a tuple: a traced SymInt compares, it does not hash)
         supported = " or ".join(map(str, sorted(KERNELS)))
         raise ValueError(f"fmha_fwd: 'q' head dim must be {supported}, got {q.shape[3]} (shape {tuple(q.shape)})")
     return q.shape[3]
@@ -283,25 +283,29 @@ def sinks_args(sinks: torch.Tensor | None, device) -> dict:
 def kernel_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor | None,
                 scale: float, sinks: torch.Tensor | None = None, window: tuple[int, int] = (-1, -1),
                 softcap: float = 0.0) -> dict:
-    """The manifest arguments of fmha_fwd_d128 (byte strides, kv head divisor, log2 scale).
-    Without lse (or sinks) the kernel never touches it: an empty placeholder stands in (a
-    null pointer at launch)."""
-    e = q.element_size()
+    """The manifest arguments of fmha_fwd_d128 (kv head divisor, log2 scale, the byte
+    strides of size-1 dims: the launcher fills the others). Without lse (or sinks) the
+    kernel never touches it: an empty placeholder stands in (a null pointer at launch)."""
     ratio = q.shape[2] // k.shape[2]
     args = dict(q=q, k=k, v=v, o=o, seq_q=q.shape[1], seq_k=k.shape[1],
                 kv_head_magic=0 if ratio == 1 else -(-_U32 // ratio), store_lse=int(lse is not None),
                 **score_args(scale, softcap), **sinks_args(sinks, q.device), **window_args(window))
     for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
-        args[f"{name}_seq_stride"] = _stride(t, 1) * e
-        args[f"{name}_head_stride"] = _stride(t, 2) * e
-        args[f"{name}_batch_stride"] = _stride(t, 0) * e
-    if lse is None:
-        lse = torch.empty((0, 0, 0), dtype=torch.float32, device=q.device)
-        args.update(lse_head_stride=0, lse_batch_stride=0)
-    else:
-        args.update(lse_head_stride=lse.stride(1) * 4, lse_batch_stride=lse.stride(0) * 4)
-    args["lse"] = lse
+        args.update(unstepped_strides(name, t, ((0, "batch"), (1, "seq"), (2, "head"))))
+    args["lse"] = torch.empty((0, 0, 0), dtype=torch.float32, device=q.device) if lse is None else lse
     return args
+
+
+def unstepped_strides(name: str, t: torch.Tensor, dims: tuple[tuple[int, str], ...]) -> dict:
+    """The byte strides of `t`'s size-1 dims among `dims` ((axis, "batch" | "seq" | "head")),
+    by the attention kernels' convention for a dim they never step along: a seq dim one row
+    (the buffer range (seq - 1) x stride + one row then ends at that row, and the rows past
+    seq_q, which that range drops, lie past it: offsets below 2^32 for every row of a tile),
+    a batch or head dim 0. The launcher fills every other byte stride from the tensor
+    (kernels.yaml `strides:`); its own size-1 value, the bytes of the slice after the dim,
+    can pass 2^32 for a large batch of one."""
+    row = t.shape[-1] * t.element_size()
+    return {f"{name}_{what}_stride": row if what == "seq" else 0 for axis, what in dims if t.shape[axis] == 1}
 
 
 # ------------------------------------------------------------------ the op
