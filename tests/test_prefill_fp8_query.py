@@ -289,3 +289,28 @@ def test_query_too_large():
 @pytest.mark.parametrize("heads", [(2, 2), (8, 1), (6, 2)])
 def test_cross_product(page_size, causal, scales_kind, heads):
     run(RAGGED_Q, RAGGED_K, page_size, heads, causal, seed=page_size * 3 + causal, scales_kind=scales_kind)
+
+
+# ------------------------------------------------------------------ torch ops
+
+def test_opcheck_quant_q_fp8():
+    q = binades_q(9, 3, 8, extra_heads=1)
+    q8, q_descale = torch.empty(q.shape, dtype=fq.E4M3), torch.empty(1)
+    no_schema = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")   # torch cannot schema-check float8
+    torch.library.opcheck(torch.ops.gfxasm.quant_q_fp8.default, (q,), test_utils=no_schema)
+    torch.library.opcheck(torch.ops.gfxasm.quant_q_fp8_out.default, (q, q8, q_descale), test_utils=no_schema)
+
+
+def test_compile_fullgraph_equals_eager_and_meta():
+    _, k, v, qo, sglang, _ = make_problem([5, 9], [20, 33], 16, 2, 1, bp.FP8, 3)
+    q = binades_q(14, 2, 3, spread=1)
+
+    def f(q, k, v, qo, indptr, pages, last, k_descale):
+        return gfxasm.batch_prefill(q, k, v, qo, kv_indptr=indptr, kv_page_indices=pages, kv_last_page_len=last,
+                                    causal=True, k_descale=k_descale, return_lse=True)
+
+    args = (q, k, v, qo, *sglang.values(), torch.tensor([0.5]))
+    got, want = torch.compile(f, fullgraph=True)(*args), f(*args)
+    assert all(torch.equal(x, y) for x, y in zip(got, want)) and not torch.isnan(want[0]).any()
+    o, lse = f(*(t.to("meta") for t in args))
+    assert (o.device.type, o.dtype, o.shape, lse.shape) == ("meta", BF16, q.shape, (2, 14))

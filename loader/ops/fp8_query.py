@@ -189,10 +189,12 @@ def with_quantized_query(op: framework.Op, check, args: tuple, out) -> tuple:
     if values["softcap"]:
         fail(ValueError, "'softcap' is not available for bf16 q over a float8_e4m3fn cache (the FP8 kernel has no "
                          "soft-capping)")
-    placeholder = torch.empty(q.shape, dtype=E4M3, device=q.device)
-    check(framework.Call(op.name, dict(values, q=placeholder, out=out, lse=None), False))
+    traced = torch.compiler.is_compiling()      # (then the ops' fake kernels check the metadata)
+    if not traced:
+        placeholder = torch.empty(q.shape, dtype=E4M3, device=q.device)
+        check(framework.Call(op.name, dict(values, q=placeholder, out=out, lse=None), False))
     q8, q_descale = QUANT_Q_FP8(q)
-    if q_descale.device.type == "cpu" and float(q_descale) > 2.0**DESCALE_LOG2_RANGE[1]:
+    if not traced and q_descale.device.type == "cpu" and float(q_descale) > 2.0**DESCALE_LOG2_RANGE[1]:
         fail(ValueError, f"'q' holds finite values of magnitude >= 2^{DESCALE_LOG2_RANGE[1] + MANTISSA_HEADROOM + 1}: "
                          f"its FP8 descale {float(q_descale):.3g} is past 2^{DESCALE_LOG2_RANGE[1]}")
     return tuple(q8 if n == "q" else q_descale if n == "q_descale" else values[n] for n in names)
