@@ -55,6 +55,7 @@ class PreparedLaunch:
     template: bytes                      # the kernarg segment with every pointer 0
     pointers: tuple[tuple[str, int, bool], ...]   # (name, kernarg offset, untouched: numel 0)
     device: torch.device
+    schedule: str = "serial"             # the manifest kernel's: "concurrent" when workgroups wait on each other
 
     def __post_init__(self):
         # pointers in consecutive 8-byte slots (every product kernel's) are written by one pack
@@ -83,7 +84,7 @@ class PreparedLaunch:
                 _POINTER.pack_into(segment, offset, address)
         if self.backend == "emu":
             return emu_backend.launch(self.co_path, self.symbol, self.grid, self.block, bytes(segment),
-                                      [t for t in tensors if t is not None])
+                                      [t for t in tensors if t is not None], self.schedule)
         hip_backend.launch(self.co_path, self.symbol, self.grid, self.block, bytes(segment), self.device.index or 0,
                            current_stream(self.device))
         return None
@@ -118,7 +119,7 @@ def prepare(chosen: Variant, args: dict[str, Any]) -> PreparedLaunch:
             raise FileNotFoundError(f"{chosen.co_path} is not built: {chosen.kernel.manifest.build_hint}")
     pointers = tuple((a.name, a.offset, needed.get(a.name) == 0) for a in chosen.args if a.type.is_pointer)
     return PreparedLaunch(chosen.name, backend, chosen.co_path, chosen.kernel.symbol, grid, chosen.kernel.workgroup,
-                          template, pointers, device)
+                          template, pointers, device, chosen.kernel.schedule)
 
 
 def fill_strides(variant: Variant, args: dict[str, Any]) -> dict[str, Any]:

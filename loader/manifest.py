@@ -117,6 +117,11 @@ class Kernel:
     float_denorm_mode_32: int
     description: str = ""
     variants: dict[str, Variant] = field(default_factory=dict)
+    # "serial" (any order of workgroups gives the result) or "concurrent": its workgroups wait
+    # on each other through global memory (a grid-wide flag), which the emulator runs only
+    # under Kernel.launch(schedule="concurrent"); on hardware the launch is the same (the
+    # co-residency the kernel relies on is the kernel's to state and order, see SCHEDULES)
+    schedule: str = "serial"
 
     def variant(self, name: str | None = None) -> Variant:
         if name is None:
@@ -208,7 +213,12 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _m
 
 _TOP_FIELDS = {"build_dir", "include_dirs", "cases", "kernels"}
 _KERNEL_FIELDS = {"description", "source", "symbol", "workgroup", "lds_bytes", "grid",
-                  "float_denorm_mode_32", "args", "variants"}
+                  "float_denorm_mode_32", "schedule", "args", "variants"}
+# A kernel whose workgroups wait on other workgroups (schedule: concurrent) is only safe on
+# hardware when every workgroup it waits for is resident or finishes without waiting: such a
+# kernel puts its producers at the lowest workgroup ids (dispatched first) and never waits in
+# a producer, so no producer can be held out by a waiting consumer.
+SCHEDULES = ("serial", "concurrent")
 _ARG_FIELDS = {"name", "type", "dir", "shape", "rank", "contiguous", "numel", "strides"}
 _VARIANT_FIELDS = {"defines", "types"}
 
@@ -297,6 +307,11 @@ class _Parser:
             raise self.fail(kernel, where, f"{value} is outside [{low}, {high}]")
         return value
 
+    def choice(self, value: Any, kernel: str | None, where: str, allowed: tuple[str, ...]) -> str:
+        if value not in allowed:
+            raise self.fail(kernel, where, f"expected one of {', '.join(allowed)}, got {value!r}")
+        return value
+
     def identifier(self, value: Any, kernel: str | None, where: str) -> str:
         name = self.string(value, kernel, where, _IDENTIFIER)
         if keyword.iskeyword(name):
@@ -322,6 +337,7 @@ class _Parser:
             float_denorm_mode_32=self.integer(spec.get("float_denorm_mode_32", 3), name,
                                               "float_denorm_mode_32", 0, 3),
             description=str(spec.get("description", "")),
+            schedule=self.choice(spec.get("schedule", "serial"), name, "schedule", SCHEDULES),
         )
         args = self.args(spec["args"], name)
         self.check_names(kernel, args)

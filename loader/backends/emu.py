@@ -4,7 +4,10 @@ Strict mode is on: a register read while its load is still in flight, or a missi
 state, is an error rather than a silently different answer.
 
 GFXASM_EMU_JOBS=N in the environment runs each launch's workgroups in N processes (0: one
-per core; unset: 1), with the serial run's results (gfxasm.emu.parallel).
+per core; unset: 1), with the serial run's results (gfxasm.emu.parallel). A kernel whose
+workgroups wait on each other (kernels.yaml `schedule: concurrent`) runs under the emulator's
+concurrent schedule (gfxasm.emu.concurrent) in one process whatever GFXASM_EMU_JOBS says: the
+waiting workgroups need the ones they wait for live beside them.
 """
 from __future__ import annotations
 
@@ -24,10 +27,14 @@ def _module(co_path: Path, mtime_ns: int, size: int):
 
 
 def launch(co_path: Path, symbol: str, grid: tuple[int, int, int], block: tuple[int, int, int],
-           kernarg: bytes, tensors: Sequence[torch.Tensor]):
-    """Run the kernel to completion; returns the emulator's LaunchResult."""
+           kernarg: bytes, tensors: Sequence[torch.Tensor], schedule: str = "serial"):
+    """Run the kernel to completion; returns the emulator's LaunchResult. `schedule` is the
+    manifest kernel's ("serial" or "concurrent")."""
     stat = co_path.stat()
     kernel = _module(co_path, stat.st_mtime_ns, stat.st_size).kernel(symbol)
+    if schedule == "concurrent":
+        return kernel.launch(grid=grid, block=block, kernarg=kernarg, buffers=list(tensors), strict=True,
+                             schedule="concurrent")
     return kernel.launch(grid=grid, block=block, kernarg=kernarg, buffers=list(tensors), strict=True,
                          jobs=jobs())
 
