@@ -187,15 +187,20 @@ def choose_nt(sizes: dict) -> int:
     return next(nt for nt in choices if cost[nt] <= WIDE_SLACK * min(cost.values()))
 
 
-def variant_name(block_m: int, nt: int, out_dtype: torch.dtype) -> tuple[str, str]:
-    kernel = f"mxfp8_moe_gemm_m{block_m}_n{16 * nt}"
-    return kernel, f"{kernel}_{OUT_DTYPES[out_dtype]}"
+TILE_KERNEL = "mxfp8_moe_gemm_m{}_n{}"          # each tile (block_m, 16 * NT columns) is a kernel
+
+
+def variant_for(kernel: str, out_dtype: torch.dtype) -> str:
+    """The variant of one of this source's kernels that writes `out_dtype`, chosen by its
+    OUT_F16 define (the SwiGLU and decode-form kernels have the bf16 one only)."""
+    return default_manifest().kernel(kernel).variant_with(OUT_F16=out_dtype == torch.float16).name
 
 
 def launch_args(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens_post_padded, a_div, topk_weights,
                 out, out_dtype, sizes: dict) -> tuple[str, str, dict]:
     """(kernel, variant, kernel arguments) of a validated call (`sizes` from validate)."""
-    kernel, variant = variant_name(sizes["block_m"], choose_nt(sizes), out_dtype)
+    kernel = TILE_KERNEL.format(sizes["block_m"], 16 * choose_nt(sizes))
+    variant = variant_for(kernel, out_dtype)
     has_w = topk_weights is not None
     tw = topk_weights.reshape(-1) if has_w else torch.empty(0, dtype=torch.float32, device=a.device)
     magic = 0 if a_div == 1 else -(-2**32 // a_div)          # ceil(2^32 / a_div)
@@ -269,7 +274,7 @@ TILES = ((16, 1), (16, 2), (16, 4), (32, 1), (32, 2), (64, 1), (64, 2), (64, 4))
 
 def kernel_names() -> list[str]:
     """The manifest kernels of TILES."""
-    return [variant_name(bm, nt, torch.bfloat16)[0] for bm, nt in TILES]
+    return [TILE_KERNEL.format(bm, 16 * nt) for bm, nt in TILES]
 
 
 # ------------------------------------------------------------------ the layer's fused gate_up step
@@ -295,7 +300,8 @@ def swiglu_launch_args(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num
                              None, None, torch.bfloat16, sizes)
     del args["out"]
     kernel = SWIGLU_KERNEL.format(sizes["block_m"])
-    return kernel, f"{kernel}_bf16", dict(args, q=q, scale=scale, **activation_args(alpha, beta, limit))
+    return kernel, variant_for(kernel, torch.bfloat16), dict(args, q=q, scale=scale,
+                                                             **activation_args(alpha, beta, limit))
 
 
 def swiglu_kernel_names() -> list[str]:
@@ -350,7 +356,7 @@ def direct_swiglu_launch_args(a, a_scale, w, w_scale, topk_ids, expert_map, num_
         0, dtype=torch.float32, device=a.device), q=q, scale=scale, M=M, N=N, K=K, E=E, valid=M * top_k,
         a_div_magic=magic, has_weights=0, **_direct_routing(topk_ids, expert_map, num_experts),
         **activation_args(alpha, beta, limit))
-    return DIRECT_SWIGLU_KERNEL, DIRECT_SWIGLU_KERNEL + "_bf16", args
+    return DIRECT_SWIGLU_KERNEL, variant_for(DIRECT_SWIGLU_KERNEL, torch.bfloat16), args
 
 
 def choose_direct_nt(tokens: int, N: int) -> int:
@@ -375,7 +381,7 @@ def direct_sum_launch_args(q, q_scale, w, w_scale, topk_ids, expert_map, num_exp
     args = dict(a=q, a_scale=_scales(q_scale), w=w, w_scale=_scales(w_scale), topk_weights=topk_weights.reshape(-1),
                 out=out, M=S, N=N, K=K, E=E, valid=S, a_div_magic=0, has_weights=1,
                 **_direct_routing(topk_ids, expert_map, num_experts))
-    return kernel, kernel + "_bf16", args
+    return kernel, variant_for(kernel, torch.bfloat16), args
 
 
 def build_kernels(force: bool = False) -> None:

@@ -104,7 +104,8 @@ def launch_args(x, q, scale, alpha, beta, limit) -> tuple[str, dict]:
     """(variant, kernel arguments) of a validated call (shared with bench/moe.py)."""
     M, I = x.shape[0], x.shape[1] // 2
     NB = I // BLOCK
-    return f"{OP}_{IN_DTYPES[x.dtype]}", dict(
+    variant = default_manifest().kernel(OP).variant_with(F16=x.dtype == torch.float16).name    # by its define
+    return variant, dict(
         x=x, q=q, scale=scale, M=M, I=I, NB=NB, magic=cdiv(2**32, NB) if NB > 1 else 0,   # 0: NB = 1 (see the kernel)
         **activation_args(alpha, beta, limit))
 
