@@ -30,6 +30,7 @@ import torch
 import gfxasm
 from gfxasm import build
 from gfxasm.gridexpr import cdiv
+from gfxasm.manifest import default_manifest
 from gfxasm.ops import moe_align
 from test_moe import routing
 
@@ -360,6 +361,16 @@ def test_one_launch_equals_three_launches_block_sizes(monkeypatch, block_size, m
     ids.view(-1)[::9] = 200
     check_forms(monkeypatch, ids, block_size, 129, None if mapped is None else shuffled_map(129, gen), True,
                 mapped == "ignore")
+
+
+def test_one_launch_shape_matches_the_op():
+    """The op spreads at most ONE_LAUNCH_WAVES chunks over the one launch's waves: its single
+    workgroup must have that many, and every slot count up to the threshold fits in them."""
+    kernel = default_manifest().kernel(moe_align.ONE_LAUNCH)
+    assert tuple(kernel.workgroup) == (64 * moe_align.ONE_LAUNCH_WAVES, 1, 1)
+    for n in (1, 63, 64, 65, 1023, 1024, 1025, moe_align.ONE_LAUNCH_MAX_SLOTS):
+        chunk, chunks = moe_align.choose_chunk(n)
+        assert chunk % 64 == 0 and chunks <= moe_align.ONE_LAUNCH_WAVES and chunk * chunks >= n
 
 
 @pytest.mark.parametrize("offset", [-1, 0, 1])
