@@ -61,13 +61,15 @@ def _estimator_choices(workgroup, class_search: bool, skip_mfma: bool):
         estimator.representative_workgroups, estimator.grid_mod.find_classes, estimator.record = chooser, finder, record
 
 
-def estimate(launch: Launch, B, Hq, Hk, Sq, Sk, causal, workgroup=None, class_search=True):
+def estimate(launch: Launch, B, Hq, Hk, Sq, Sk, causal, workgroup=None, class_search=True, params=None):
     """gfxasm.perf.estimate of the launch; with `workgroup` (x, y, z), that one workgroup is
     the sample (same grid and buffers, so the cache/DRAM accounting is the whole problem's).
-    class_search=False: gfxasm.perf.grid's probing for workgroup classes is skipped."""
+    class_search=False: gfxasm.perf.grid's probing for workgroup classes is skipped.
+    params: the model's parameters (default params.DEFAULT; a corner: params.CORNERS)."""
     variant, grid, raw, buffers = launch.parts(B, Hq, Hk, Sq, Sk, causal)
     with _estimator_choices(workgroup, class_search, launch.skip_mfma):
-        return estimator.estimate(str(variant.co_path), grid, BLOCK, raw, buffers, variant.kernel.symbol)
+        return estimator.estimate(str(variant.co_path), grid, BLOCK, raw, buffers, variant.kernel.symbol,
+                                  params=params)
 
 
 def probe_tiles(tiles: int, cap_tiles: int | None = None) -> list[int]:
@@ -104,14 +106,16 @@ def tiles_under_cap(S: int, cap_keys: int | None) -> int | None:
     return cap_keys // Q_TILE
 
 
-def probe_seconds(launch: Launch, B, Hq, Hk, S, tiles: list[int], class_search: bool = True) -> dict[int, tuple[float, float]]:
+def probe_seconds(launch: Launch, B, Hq, Hk, S, tiles: list[int], class_search: bool = True,
+                  params=None) -> dict[int, tuple[float, float]]:
     """Q tile -> (seconds, clock_hz) of its workgroup, each probe modelled in the whole causal
     launch (its cycles at the sustained clock its own activity gives). Workgroup x runs Q tile
     T-1-x (longest first)."""
     T = math.ceil(S / Q_TILE)
     out = {}
     for t in tiles:
-        e = estimate(launch, B, Hq, Hk, S, S, True, workgroup=(T - 1 - t, 0, 0), class_search=class_search)
+        e = estimate(launch, B, Hq, Hk, S, S, True, workgroup=(T - 1 - t, 0, 0), class_search=class_search,
+                     params=params)
         out[t] = (e.cycles_per_round / e.clock_hz, e.clock_hz)
     return out
 
@@ -133,23 +137,25 @@ def causal_makespan(B, Hq, S, probed: dict[int, float]) -> float:
     return end
 
 
-def modelled_seconds(launch: Launch, B, Hq, Hk, S, causal, cap_keys: int | None = PROBE_CAP_KEYS) -> tuple[float, dict]:
+def modelled_seconds(launch: Launch, B, Hq, Hk, S, causal, cap_keys: int | None = PROBE_CAP_KEYS,
+                     params=None) -> tuple[float, dict]:
     """Modelled seconds of the launch at Sq = Sk = S and its detail. Causal: the workgroups of
     the Q tiles of probe_tiles modelled, the others interpolated (q_tile_seconds),
     list-scheduled. Where S exceeds `cap_keys` (None: never), only Q tiles whose workgroups
     walk at most cap_keys keys are probed and the longer ones extrapolated; those probes skip
     gfxasm.perf.grid's class search, which in such a grid (every Q tile's work differs) ends
-    in None, the sample scaling (validate_cap checks both)."""
+    in None, the sample scaling (validate_cap checks both). params: the model's parameters
+    (default params.DEFAULT)."""
     if not causal:
-        est = estimate(launch, B, Hq, Hk, S, S, False)
+        est = estimate(launch, B, Hq, Hk, S, S, False, params=params)
         return est.seconds, dict(cycles_per_workgroup=est.cycles_per_round, rounds=est.rounds,
                                  mfma_pipe_busy=est.mfma_utilization, clock_hz=est.clock_hz)
     tiles = math.ceil(S / Q_TILE)
     cap = tiles_under_cap(S, cap_keys)
-    probes = probe_seconds(launch, B, Hq, Hk, S, probe_tiles(tiles, cap), class_search=cap is None)
+    probes = probe_seconds(launch, B, Hq, Hk, S, probe_tiles(tiles, cap), class_search=cap is None, params=params)
     measured = {t: s for t, (s, _) in probes.items()}
     end = causal_makespan(B, Hq, S, measured)
-    return end + P.DEFAULT.launch_overhead_us * 1e-6, dict(
+    return end + (params or P.DEFAULT).launch_overhead_us * 1e-6, dict(
         seconds_per_q_tile={str(t): s for t, s in measured.items()}, makespan_s=end,
         clock_hz={str(t): c for t, (_, c) in probes.items()},
         probe_cap_keys=cap_keys, extrapolated_past_q_tile=None if cap is None else cap - 1)

@@ -2,6 +2,7 @@
 
     python3 bench/fmha.py [--static-only] [--only TEXT] [--no-versus] [--probe-cap-keys N] [--out FILE]
     python3 bench/fmha.py --validate-cap S,S,... [--caps K,K,...] [--variants V,V,...] [--class-search]
+    python3 bench/fmha.py --d64 [--out FILE]
 
 Configurations (bf16, head dim 128, Sq = Sk, causal and not): B4 Hq64/Hk8 with
 S in {1k, 4k, 8k, 16k}, and B16 H64 (MHA) with S 8192.
@@ -34,11 +35,17 @@ Three kinds of numbers, each labelled:
 Buffers are torch.empty (untouched pages read as zeros): the model needs addresses and
 control flow; zero scores never trigger the rare rescale path, as in the steady state.
 FLOP counts are the problem's: 4 B Hq Sq Sk D, causal counting only visible (q, k) pairs.
+
+--d64: head dim 64 (fmha_fwd_d64), modelled under each params.CORNERS entry: bf16 causal
+B1 Hq64/Hkv8 S8192 (TFLOP/s of visible pairs), and the gpt-oss-shaped prefill there (window
+128, causal, sinks): its time against its visible-pair FLOPs at the causal d64 rate
+(bench/out/fmha_d64.json).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import sys
 import time
@@ -209,6 +216,40 @@ VALIDATION_LAUNCHES = {"dense-bf16": launches.DENSE_BF16, "paged-fp8": launches.
                        "paged-bf16": launches.paged(torch.bfloat16)}
 
 
+# ------------------------------------------------------------------ head dim 64 (--d64)
+
+D64_SHAPE = (1, 64, 8, 8192)            # B, Hq, Hk, S: the issue's d64 target shape
+GPT_OSS_WINDOW = (128, 0)               # gpt-oss's sliding layers (causal, with sinks)
+
+
+def visible_pairs(S: int, left: int) -> int:
+    """(q, k) pairs a causal Sq = Sk = S problem sees with window (left, 0); left < 0: unbounded."""
+    if left < 0:
+        return S * (S + 1) // 2
+    return sum(min(i, left) + 1 for i in range(S))
+
+
+def d64_figures(cap: int | None) -> list[dict]:
+    """Per params.CORNERS entry: the d64 causal rate at D64_SHAPE and the gpt-oss-shaped
+    prefill's time over its visible-pair FLOPs at that rate."""
+    B, Hq, Hk, S = D64_SHAPE
+    dense = launches.Launch(functools.partial(launches.dense_parts, head_dim=64))
+    oss = launches.Launch(functools.partial(launches.dense_parts, head_dim=64, window=GPT_OSS_WINDOW, sinks=True))
+    rows = []
+    for corner, changes in P.CORNERS.items():
+        prm = dataclasses.replace(P.DEFAULT, **changes)
+        causal_s, _ = causal_model.modelled_seconds(dense, B, Hq, Hk, S, True, cap, params=prm)
+        rate = 4.0 * B * Hq * visible_pairs(S, -1) * 64 / causal_s
+        oss_s, _ = causal_model.modelled_seconds(oss, B, Hq, Hk, S, True, cap, params=prm)
+        oss_flops = 4.0 * B * Hq * visible_pairs(S, GPT_OSS_WINDOW[0]) * 64
+        rows.append(dict(corner=corner, causal_s=causal_s, causal_tflops=rate / 1e12, gpt_oss_s=oss_s,
+                         gpt_oss_tflops=oss_flops / oss_s / 1e12, gpt_oss_over_visible=oss_s / (oss_flops / rate)))
+        print(f"{corner:12} causal {causal_s * 1e6:8.1f} us {rate / 1e12:6.0f} TFLOP/s   gpt-oss (window 128 + sinks) "
+              f"{oss_s * 1e6:7.1f} us {oss_flops / oss_s / 1e12:5.0f} TFLOP/s = {rows[-1]['gpt_oss_over_visible']:.2f}x "
+              f"its visible FLOPs at the causal rate", flush=True)
+    return rows
+
+
 # ------------------------------------------------------------------ main
 
 def _static_table(facts: list[dict]) -> str:
@@ -241,11 +282,21 @@ def main(argv=None) -> int:
     ap.add_argument("--caps", default="2048,4096,8192,16384", help="--validate-cap: caps in keys")
     ap.add_argument("--variants", default="paged-fp8,paged-bf16",
                     help="--validate-cap: of dense-bf16, paged-fp8, paged-fp8-blk, paged-bf16")
+    ap.add_argument("--d64", action="store_true", help="head dim 64 figures (module docstring)")
     ap.add_argument("--class-search", action="store_true",
                     help="--validate-cap: the five-probe reference with gfxasm.perf.grid's class search (today's default)")
     args = ap.parse_args(argv)
     build_manifest(default_manifest())
     cap = args.probe_cap_keys or None
+    if args.d64:
+        print(f"fmha_fwd_d64 bf16, B{D64_SHAPE[0]} Hq{D64_SHAPE[1]}/Hk{D64_SHAPE[2]} S{D64_SHAPE[3]}, gfxasm.perf "
+              f"(modelled, no gfx950 here), per params.CORNERS entry:")
+        rows = d64_figures(cap)
+        out = Path(args.out or REPO / "bench" / "out" / "fmha_d64.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(dict(shape=D64_SHAPE, gpt_oss_window=GPT_OSS_WINDOW, corners=rows), indent=1))
+        print(f"wrote {out}")
+        return 0
     if args.validate_cap:
         rows = causal_model.validate_cap({name: VALIDATION_LAUNCHES[name] for name in args.variants.split(",")},
                                          [int(v) for v in args.validate_cap.split(",")],
