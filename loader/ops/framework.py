@@ -28,9 +28,15 @@ From that the framework builds, once, for every op:
                            docstring
     one launch cache       keyed by the tensors' layouts (shape, strides, dtype, device)
                            and the other arguments' types and values, bounded (the oldest
-                           entry goes first): a
-                           repeated call skips `check` and `plan` and only rechecks what
-                           the data can change (pointers, the op's `recheck`)
+                           entry goes first): a repeated call skips `check`, `plan` and
+                           `allocate` (its fresh outputs are made as its layout's first
+                           call made them) and only rechecks what the data can change
+                           (pointers, the op's `recheck`); an op whose launches depend on
+                           tensor data declares that data (`Spec.data_key`, read on every
+                           call) and keeps a plan per value of it
+    the eager shortcut     a plain eager call (no mode, plain tensors) runs the op without
+                           torch's dispatcher and without the functional schema's empty
+                           placeholders for outputs not asked for (library.Op.direct)
     device, alignment and  every tensor of a call (index tensors and outputs included) on
     overlap refusals       one device; declared pointer alignments; an output may not
                            overlap an input or another output, nor itself, except the one
