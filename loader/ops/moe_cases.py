@@ -173,16 +173,31 @@ def align_count_case(variant, gen: torch.Generator) -> RunCase:
     return RunCase(args=args, expected=expected, atol=0, rtol=0, note="700 slots, 13 experts, chunks of 64")
 
 
-@run_case("moe_align_scan")
-def align_scan_case(variant, gen: torch.Generator) -> RunCase:
-    ids, counts, padded, starts, args = _align_state(gen)
-    args["counts"] = counts.reshape(-1).int()
+def _scan_outputs(padded: torch.Tensor, starts: torch.Tensor, args: dict) -> dict:
+    """What the scan writes besides the offsets: each block's key, and the padded total."""
     block_m = 1 << args["block_m_log2"]
     expert_ids = torch.zeros(args["max_blocks"], dtype=torch.int32)
     for key in range(args["num_experts"]):
         expert_ids[int(starts[key]) // block_m:int(starts[key] + padded[key]) // block_m] = key
-    expected = dict(expert_ids=expert_ids, num_tokens_post_padded=padded.sum().reshape(1).int(),
-                    counts=_chunk_offsets(counts, starts).reshape(-1).int())
+    return dict(expert_ids=expert_ids, num_tokens_post_padded=padded.sum().reshape(1).int())
+
+
+def _placed(ids: torch.Tensor, starts: torch.Tensor, args: dict, fill: int) -> torch.Tensor:
+    """sorted_token_ids with every in-range slot at its key's next place, `fill` elsewhere."""
+    placed = torch.full_like(args["sorted_token_ids"], fill)
+    place = starts.clone()
+    for t, key in enumerate(ids.tolist()):
+        if 0 <= key < args["num_experts"]:
+            placed[place[key]] = t
+            place[key] += 1
+    return placed
+
+
+@run_case("moe_align_scan")
+def align_scan_case(variant, gen: torch.Generator) -> RunCase:
+    ids, counts, padded, starts, args = _align_state(gen)
+    args["counts"] = counts.reshape(-1).int()
+    expected = dict(_scan_outputs(padded, starts, args), counts=_chunk_offsets(counts, starts).reshape(-1).int())
     return RunCase(args=args, expected=expected, atol=0, rtol=0, note="700 slots, 13 experts, chunks of 64")
 
 
@@ -190,11 +205,16 @@ def align_scan_case(variant, gen: torch.Generator) -> RunCase:
 def align_scatter_case(variant, gen: torch.Generator) -> RunCase:
     ids, counts, _, starts, args = _align_state(gen)
     args["counts"] = _chunk_offsets(counts, starts).reshape(-1).int()
-    expected = torch.full_like(args["sorted_token_ids"], ALIGN_POISON)      # only the slots' places written
-    place = starts.clone()
-    for t, key in enumerate(ids.tolist()):
-        if 0 <= key < args["num_experts"]:
-            expected[place[key]] = t
-            place[key] += 1
+    expected = _placed(ids, starts, args, ALIGN_POISON)      # only the slots' places written
     return RunCase(args=args, expected=dict(sorted_token_ids=expected), atol=0, rtol=0,
                    note="700 slots, 13 experts, chunks of 64")
+
+
+@run_case("moe_align_one")
+def align_one_case(variant, gen: torch.Generator) -> RunCase:
+    """The three phases in one workgroup (11 waves of 64 slots, the counts in LDS): the whole
+    routing, the sentinel fill included."""
+    ids, _, padded, starts, args = _align_state(gen)
+    del args["counts"]
+    expected = dict(_scan_outputs(padded, starts, args), sorted_token_ids=_placed(ids, starts, args, args["slots"]))
+    return RunCase(args=args, expected=expected, atol=0, rtol=0, note="700 slots, 13 experts, one launch")
