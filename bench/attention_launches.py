@@ -13,6 +13,7 @@ from typing import Callable
 import torch
 
 from gfxasm import kernarg
+from gfxasm.launcher import fill_strides
 from gfxasm.ops import batch_prefill as bp
 from gfxasm.ops import fmha
 
@@ -39,7 +40,9 @@ def flops(B, Hq, S, causal) -> float:
 
 
 def _packed(variant, args: dict, grid) -> tuple:
-    """(variant, grid, kernarg bytes, pointer buffers) from the kernel's arguments by name."""
+    """(variant, grid, kernarg bytes, pointer buffers) from the kernel's arguments by name,
+    the byte strides the op leaves to the launcher filled as it fills them (fill_strides)."""
+    args = fill_strides(variant, args)
     values = {a.name: args[a.name].data_ptr() if a.type.is_pointer else args[a.name] for a in variant.args}
     raw = kernarg.pack(variant.args, variant.kernarg_size, values)
     return variant, grid, raw, [args[a.name] for a in variant.args if a.type.is_pointer]
