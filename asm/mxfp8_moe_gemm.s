@@ -78,6 +78,24 @@
 ; expert (num_records 0 when skipped: no bytes read) and the activation offsets at that row
 ; only (every other row OOB_OFFSET, reading 0), so each row's D gets its own expert's product.
 ;
+; FUSED (defined: the MoE layer's one-launch decode form; DIRECT, MT = 1, NT = 4, K_DEPTH 3):
+; both DIRECT kernels in one 1-D grid, producers first: workgroups 0 .. producers-1 are the
+; SWIGLU role (producers = up_tiles * valid: workgroup p is slot p / up_tiles, gate columns
+; 32 (p % up_tiles)), the rest the sum role (workgroup d = id - producers is token d /
+; down_tiles, columns 64 (d % down_tiles)); divisions by the kernargs' magic ceil(2^32 /
+; tiles) (0 for one tile; exact while id * tiles < 2^32, host-checked). The same code runs
+; both roles: SWIGLU's compile-time choices become branches on s_role, and the sum role reads
+; its arguments from the kernarg's second block (d_*, laid out as the first: the kernarg
+; pointer is moved by k_d_a, so load_kernarg's names serve both). Every SWIGLU workgroup,
+; skipped or not, adds 1 to the counter `flag` with an agent-scope release once its q and
+; scale stores retired (wave 0: s_waitcnt vmcnt(0), buffer_wbl2 sc1, s_waitcnt vmcnt(0),
+; global_atomic_add); each wave of a sum workgroup issues its first step's weight loads, then
+; polls the counter (global_load sc1, s_sleep between polls) until it reads producers and
+; acquires (buffer_inv sc1 after the poll landed) before its first activation load. The
+; counter must be 0 at launch (the op allocates it zeroed per call). A producer never waits,
+; and the producers have the lowest ids, so they are dispatched before any waiting workgroup
+; and cannot be held out by one: the wait is safe whatever the device's resident capacity.
+;
 ; Kernarg (k_* from kernels.yaml): a, a_scale, w, w_scale, sorted_token_ids, expert_ids,
 ; num_tokens_post_padded, topk_weights, out (SWIGLU: q [valid, I] e4m3 and scale [valid, I/32]);
 ; M, N, K, E, valid, blocks, block_m, a_div_magic, has_weights (SWIGLU: and neg_alpha_log2e,
@@ -95,6 +113,12 @@
 .set FLAT_STEPS, DIRECT
 .include "mxfp8.inc"
 .include "swiglu_mxfp8.inc"
+.ifdef FUSED                         ; .ifdef: no FUSED symbol in the other variants' objects
+    .if (!DIRECT) || SWIGLU || (NT != 4) || OUT_F16 || (K_DEPTH != 3)
+        .error "mxfp8_moe_gemm: FUSED takes DIRECT, NT = 4, K_DEPTH = 3, OUT_F16 = 0 and SWIGLU undefined (a runtime role)"
+    .endif
+    .set F16, 0                      ; the SWIGLU role's swiglu_mxfp8.inc reads the bf16-rounded h
+.endif
 .if DIRECT && (MT != 1)
     .error "mxfp8_moe_gemm: DIRECT takes MT = 1 (at most 16 rows per workgroup)"
 .endif
@@ -184,6 +208,11 @@ set_log2 NT_SHIFT, NT
 .set s_slot0, 92                     ; slot of row 0
 .set s_e0, 93                        ; DIRECT without SWIGLU: row 0's local expert (scalar lookup)
 .set s_pend, 94                      ; ... 1 while the rows' vector lookups are not mapped yet
+.ifdef FUSED                         ; (inside: the other variants' symbol tables stay as they were)
+    .set s_flag, 96                  ; [96:97] the counter of released producers
+    .set s_prod, 98                  ; producers (SWIGLU-role workgroups)
+    .set s_role, 99                  ; 1 in a SWIGLU-role workgroup, 0 in a sum-role one
+.endif
 
 ; --- VGPRs (v0 holds the packed work-item ids) ---
 .set v_tid, 1
@@ -337,6 +366,10 @@ L_weights_done_\@:
   .else
     s_mov_b32 s[s_rows], s[s_topk]
   .endif
+  .ifdef FUSED
+    s_cmp_eq_u32 s[s_role], 0
+    s_cselect_b32 s[s_rows], s[s_topk], 1                  ; the SWIGLU role: one row
+  .endif
     s_mul_i32 s[s_slot0], s[s_wg_y], s[s_rows]
     s_lshl_b32 s[s_tmp], s[s_valid], 2
     buffer_rsrc s_rsrc_ids, s[s_tmp]                        ; topk_ids: valid int32
@@ -346,6 +379,11 @@ L_weights_done_\@:
     s_lshl_b32 s[s_tmp], s[s_slot0], 2
     s_buffer_load_dword s[s_e0], s[s_rsrc_ids:s_rsrc_ids+3], s[s_tmp]   ; slot < valid: in range
   .if !SWIGLU
+  .ifdef FUSED
+    s_mov_b32 s[s_pend], 0
+    s_cmp_eq_u32 s[s_role], 1
+    s_cbranch_scc1 L_dr_weights_\@                         ; the SWIGLU role: row 0's scalar lookup only
+  .endif
     s_mov_b32 s[s_pend], 1
     v_cmp_gt_u32 s[s_rowok:s_rowok+1], s[s_rows], v[v_i]   ; lanes of a row: i < rows
     v_add_u32 v[v_slot], s[s_slot0], v[v_i]
@@ -377,6 +415,13 @@ L_dr_mapped_\@:
     s_cmp_ge_u32 s[s_expert], s[s_E]
     s_cbranch_scc1 L_skip                                   ; not here (-1) or out of range
     v_mov_b32 v[v_e], s[s_expert]
+  .endif
+  .ifdef FUSED                                              ; the SWIGLU role's skip, as above
+    s_cmp_eq_u32 s[s_role], 0
+    s_cbranch_scc1 L_dr_sum_role_\@
+    s_cmp_ge_u32 s[s_e0], s[s_E]
+    s_cbranch_scc1 L_skip
+L_dr_sum_role_\@:
   .endif
 .endm
 
@@ -429,7 +474,7 @@ L_rl_done_\@:
 ; (the 32-block's amax over the 16 lanes: a max, so the same scale); the slot s_slot0 is real
 ; (a skipped one ended at L_skip).
 .set v_hw, v_set_x + 32              ; [4 waves][gate 2, up 2] f32 copies of the row
-.if SWIGLU && DIRECT && (K_DEPTH * SET_SIZE < 48)
+.if SWIGLU && DIRECT && (K_DEPTH * SET_SIZE < 48)   ; FUSED: NT 4 at K_DEPTH 3 holds them
     .error "mxfp8_moe_gemm: the row epilogue's copies must fit in the register sets"
 .endif
 .macro row_swiglu
@@ -470,6 +515,9 @@ L_rl_done_\@:
     v_cmp_eq_u32 vcc, 0, v[v_lane]                          ; the block's scale from lane 0
     s_and_b64 exec, exec, vcc
     buffer_store_byte v[v_am], v[v_soff], s[s_rsrc_sc:s_rsrc_sc+3], 0 offen
+  .ifdef FUSED
+    fused_release
+  .endif
     s_endpgm
 .endm
 
@@ -527,7 +575,65 @@ L_fs_expert_\@:
 L_fs_done_\@:
 .endm
 
+; FUSED: the role and the role's workgroup ids from the 1-D id (header): the SWIGLU role's
+; (slot, gate tile) or the sum role's (token, column tile) as s_wg_y, s_wg_x; the sum role's
+; kernarg pointer moved to its block (k_d_a), so every load_kernarg after this reads it
+.macro fused_role
+    load_kernarg s_flag, flag
+    load_kernarg s_prod, producers
+    load_kernarg s_tmp, up_tiles, 4                         ; up_tiles, up_magic, down_tiles, down_magic
+    s_waitcnt lgkmcnt(0)                                    ; in flight: flag, producers, tiles → landed
+    s_cmp_lt_u32 s[s_wg_x], s[s_prod]
+    s_cselect_b32 s[s_role], 1, 0
+    s_cbranch_scc1 L_fr_ids_\@
+    s_sub_u32 s[s_wg_x], s[s_wg_x], s[s_prod]
+    s_add_u32 s[s_kernarg], s[s_kernarg], k_d_a
+    s_addc_u32 s[s_kernarg+1], s[s_kernarg+1], 0
+    s_mov_b64 s[s_tmp:s_tmp+1], s[s_tmp+2:s_tmp+3]          ; down_tiles, down_magic
+L_fr_ids_\@:
+    s_mul_hi_u32 s[s_tmp+2], s[s_wg_x], s[s_tmp+1]
+    s_cmp_eq_u32 s[s_tmp+1], 0
+    s_cselect_b32 s[s_wg_y], s[s_wg_x], s[s_tmp+2]          ; id / tiles (magic 0: one tile)
+    s_mul_i32 s[s_tmp+2], s[s_wg_y], s[s_tmp]
+    s_sub_u32 s[s_wg_x], s[s_wg_x], s[s_tmp+2]              ; id % tiles
+.endm
+
+; FUSED, run by mfma_k_loop between the first step's weight and activation loads: a sum-role
+; wave polls the counter until every producer has released (it reads producers), then
+; acquires (buffer_inv sc1 once the poll that saw it landed); q and scale are read after it
+.macro fused_acquire
+    s_cmp_eq_u32 s[s_role], 1
+    s_cbranch_scc1 L_fa_done_\@                             ; a producer waits for nobody
+    v_mov_b32 v[v_tmp], 0
+L_fa_poll_\@:
+    global_load_dword v[v_tmp+1], v[v_tmp], s[s_flag:s_flag+1] sc1
+    s_waitcnt vmcnt(0)                                      ; in flight: the first weight loads, the poll → landed
+    v_readfirstlane_b32 s[s_tmp], v[v_tmp+1]
+    s_cmp_ge_u32 s[s_tmp], s[s_prod]
+    s_cbranch_scc1 L_fa_seen_\@
+    s_sleep 1
+    s_branch L_fa_poll_\@
+L_fa_seen_\@:
+    buffer_inv sc1
+L_fa_done_\@:
+.endm
+
+; FUSED, wave 0 of a SWIGLU-role workgroup at its end (its q and scale stores issued; none
+; when skipped): counter += 1 with an agent-scope release of what the workgroup stored
+.macro fused_release
+    s_waitcnt vmcnt(0)                                      ; in flight: the q, scale stores → retired
+    buffer_wbl2 sc1
+    s_waitcnt vmcnt(0)                                      ; in flight: the writeback → done
+    s_mov_b64 exec, 1                                       ; one lane adds
+    v_mov_b32 v[v_tmp], 0
+    v_mov_b32 v[v_tmp+1], 1
+    global_atomic_add v[v_tmp], v[v_tmp+1], s[s_flag:s_flag+1]
+.endm
+
 ; --- prologue ---
+.ifdef FUSED
+    fused_role
+.endif
     load_kernarg s_rsrc_a, a
     load_kernarg s_rsrc_as, a_scale
     load_kernarg s_rsrc_b, w
@@ -538,7 +644,17 @@ L_fs_done_\@:
     load_kernarg s_nal, neg_alpha_log2e, 2   ; and beta
     load_kernarg s_limit, limit
 .else
+  .ifdef FUSED
+    load_kernarg s_rsrc_out, q                              ; the sum role: its block's out
+    s_cmp_eq_u32 s[s_role], 0
+    s_cbranch_scc1 L_fused_args
+    load_kernarg s_rsrc_sc, scale
+    load_kernarg s_nal, neg_alpha_log2e, 2                  ; and beta
+    load_kernarg s_limit, limit
+L_fused_args:
+  .else
     load_kernarg s_rsrc_out, out
+  .endif
 .endif
 .if DIRECT
     load_kernarg s_rsrc_ids, topk_ids
@@ -604,6 +720,19 @@ L_fs_done_\@:
     buffer_rsrc s_rsrc_sc, s[s_tmp]
     s_mul_i32 s[s_n0], s[s_wg_x], 32                        ; gate column n0 (up: I + n0)
 .else
+  .ifdef FUSED                                              ; the SWIGLU role: as above
+    s_cmp_eq_u32 s[s_role], 0
+    s_cbranch_scc1 L_fused_sum_out
+    s_lshr_b32 s[s_I], s[s_N], 1
+    s_lshr_b32 s[s_NB], s[s_N], 6
+    s_mul_i32 s[s_tmp], s[s_valid], s[s_I]
+    buffer_rsrc s_rsrc_out, s[s_tmp]
+    s_mul_i32 s[s_tmp], s[s_valid], s[s_NB]
+    buffer_rsrc s_rsrc_sc, s[s_tmp]
+    s_mul_i32 s[s_n0], s[s_wg_x], 32
+    s_branch L_fused_out_done
+L_fused_sum_out:
+  .endif
     s_mul_i32 s[s_tmp], s[s_valid], s[s_N]
   .if DIRECT
     s_mul_i32 s[s_tmp], s[s_tokens], s[s_N]                 ; out [tokens, N]
@@ -611,6 +740,9 @@ L_fs_done_\@:
     s_lshl_b32 s[s_tmp], s[s_tmp], 1
     buffer_rsrc s_rsrc_out, s[s_tmp]
     s_mul_i32 s[s_n0], s[s_wg_x], 16 * NT
+  .ifdef FUSED
+L_fused_out_done:
+  .endif
 .endif
     s_mul_i32 s[s_tmp], s[s_valid], s[s_has_w]
     s_lshl_b32 s[s_tmp], s[s_tmp], 2
@@ -628,6 +760,18 @@ L_fs_done_\@:
         v_add_u32 v[v_off_b+\j], s[s_tmp], v[v_off_b+\j]
         v_add_u32 v[v_off_bs+\j], s[s_tmp+1], v[v_off_bs+\j]
     .endr
+.endif
+.ifdef FUSED                                                ; the SWIGLU role: as above
+    s_cmp_eq_u32 s[s_role], 0
+    s_cbranch_scc1 L_fused_strips
+    s_sub_u32 s[s_tmp+2], s[s_I], 32
+    s_mul_i32 s[s_tmp], s[s_tmp+2], s[s_K]
+    s_mul_i32 s[s_tmp+1], s[s_tmp+2], s[s_KB]
+    .irp j, 2, 3
+        v_add_u32 v[v_off_b+\j], s[s_tmp], v[v_off_b+\j]
+        v_add_u32 v[v_off_bs+\j], s[s_tmp+1], v[v_off_bs+\j]
+    .endr
+L_fused_strips:
 .endif
     ; steps: T = cdiv(K, 128), full K/128; wave w takes steps w, w + 4, ...
     mfma_step_bounds
@@ -663,7 +807,9 @@ L_fs_done_\@:
 ; --- main loop (mxfp8.inc): the first step's weight loads go out before the slot ids are
 ; waited for (a_rows runs behind them); the row-weight loads are older than every later
 ; step's loads, so each step's s_waitcnt covers them too ---
-.if DIRECT
+.ifdef FUSED
+    mfma_k_loop K_DEPTH, fused_acquire
+.elseif DIRECT
     mfma_k_loop K_DEPTH
 .else
     mfma_k_loop K_DEPTH, a_rows
@@ -674,6 +820,12 @@ L_reduce:
 .if SWIGLU && DIRECT
     row_swiglu
 .else
+  .ifdef FUSED
+    s_cmp_eq_u32 s[s_role], 0
+    s_cbranch_scc1 L_fused_sum_reduce
+    row_swiglu
+L_fused_sum_reduce:
+  .endif
     s_waitcnt vmcnt(0)                                      ; in flight: slot-id loads (a wave without steps) → landed
   .if DIRECT
     s_cmp_eq_u32 s[s_pend], 0
@@ -838,4 +990,10 @@ L_end:
     s_endpgm
 L_skip:
     s_waitcnt vmcnt(0)                                      ; in flight: the slot-id loads → landed before the end
+.ifdef FUSED
+    s_cmp_eq_u32 s[s_wave], 0
+    s_cbranch_scc0 L_fused_skip_end
+    fused_release                                           ; a skipped producer counts too
+L_fused_skip_end:
+.endif
     s_endpgm

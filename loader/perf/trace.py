@@ -73,6 +73,8 @@ def _memory_operands(inst, k: str, is_load: bool) -> tuple[set, set] | None:
     where the operand roles are not plain (atomics, LDS DMA, cross-lane DS ops): then every
     register counts as an address."""
     regs = [set(_regs(op) or ()) for op in inst.ops]
+    if not regs:                                       # buffer_wbl2 / buffer_inv: no register operands
+        return set(), set()
     name = inst.name
     if k == "vmem" and "atomic" not in name:
         if name.startswith("buffer_"):                 # vdata, vaddr, srsrc, soffset
