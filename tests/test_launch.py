@@ -44,9 +44,9 @@ def axpb_args(n=1000):
 def test_cpu_tensors_go_to_the_emulator_with_packed_arguments(fixture_manifest, emu_calls):
     args = axpb_args()
     assert gfxasm.launch(fixture_manifest.kernel("axpb"), variant="axmb", **args) == "emu result"
-    [(co_path, symbol, grid, block, kernarg, tensors)] = emu_calls
+    [(co_path, symbol, grid, block, kernarg, tensors, schedule)] = emu_calls
     assert co_path == fixture_manifest.kernel("axpb").variant("axmb").co_path and co_path.name == "axmb.co"
-    assert symbol == "axpb" and grid == (4, 1, 1) and block == (256, 1, 1)
+    assert symbol == "axpb" and grid == (4, 1, 1) and block == (256, 1, 1) and schedule == "serial"
     assert kernarg == struct.pack("<QQQfI", args["a"].data_ptr(), args["b"].data_ptr(), args["out"].data_ptr(),
                                   -0.75, 1000)
     assert [t is args[k] for t, k in zip(tensors, "a b out".split())] == [True] * 3
@@ -206,7 +206,7 @@ def test_an_untouched_buffer_may_be_a_null_pointer(emu_calls):
     prepared = launch_module.prepare(variant, dict(a=a, a_scale=sa, b=b, b_scale=sb, out=out, ws=torch.empty(0),
                                                    M=1, N=8, K=64, splits=1))
     prepared(a, sa, b, sb, out, None)
-    [(_, _, _, _, kernarg, tensors)] = emu_calls
+    [(_, _, _, _, kernarg, tensors, _)] = emu_calls
     assert struct.unpack_from("<Q", kernarg, variant.arg("ws").offset)[0] == 0 and len(tensors) == 5
     with pytest.raises(ValueError, match="argument 'out' is None, but the kernel touches it"):
         prepared(a, sa, b, sb, None, None)
