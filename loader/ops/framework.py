@@ -35,8 +35,9 @@ From that the framework builds, once, for every op:
                            tensor data declares that data (`Spec.data_key`, read on every
                            call) and keeps a plan per value of it
     the eager shortcut     a plain eager call (no mode, plain tensors) runs the op without
-                           torch's dispatcher and without the functional schema's empty
-                           placeholders for outputs not asked for (library.Op.direct)
+                           torch's dispatcher (library.Op.direct), `out=` calls too, and
+                           without the functional schema's empty placeholders for outputs
+                           not asked for
     device, alignment and  every tensor of a call (index tensors and outputs included) on
     overlap refusals       one device; declared pointer alignments; an output may not
                            overlap an input or another output, nor itself, except the one
@@ -155,12 +156,31 @@ class _Cached:
     how to allocate the outputs of a call whose outputs the framework allocated (`fresh`:
     name, shape, strides, dtype, device; `allocate` reads only the parameters, which the
     key holds), the data checks a repeated call still needs (`recheck`) and its plan, or
-    for an op with a `data_key` its plans by that key (`by_data`)."""
-    __slots__ = ("checked", "extents", "fresh", "recheck", "planned", "by_data")
+    for an op with a `data_key` its plans by that key (`by_data`), and its pointer checks
+    (`pointers`, made by the first launch)."""
+    __slots__ = ("checked", "extents", "fresh", "recheck", "planned", "by_data", "pointers")
 
     def __init__(self, checked, extents: dict[str, int], fresh: tuple):
         self.checked, self.extents, self.fresh = checked, extents, fresh
-        self.recheck, self.planned, self.by_data = None, None, {}
+        self.recheck, self.planned, self.by_data, self.pointers = None, None, {}, None
+
+
+class _PointerChecks:
+    """A call layout's alignment and overlap checks, worked out once from what the layout
+    fixes (which tensors are None or empty, their byte extents, whether an output is the
+    same view as the input it may alias), so a call only reads its data pointers and
+    compares integers. `read`: the tensors whose address a check needs, in the order the
+    other two index them; `aligned`: (index, name, alignment); `pairs`: (output's index,
+    its extent, the index of an input or earlier output, that one's extent, whether the
+    two may be one tensor when their addresses are equal, the output's name, the other's)."""
+    __slots__ = ("read", "aligned", "pairs")
+
+    def __init__(self, aligned: tuple, pairs: tuple):
+        self.read = tuple(dict.fromkeys([name for name, _ in aligned] + [n for p in pairs for n in (p[0], p[2])]))
+        at = {name: i for i, name in enumerate(self.read)}
+        self.aligned = tuple((at[name], name, align) for name, align in aligned)
+        self.pairs = tuple((at[out], out_size, at[name], size, may_alias, out, name)
+                           for out, out_size, name, size, may_alias in pairs)
 
 
 class Op:
@@ -250,7 +270,11 @@ class Op:
         fresh = self.spec.allocate(Call(self.name, dict(zip(self._param_names, params)), True), wanted) \
             if wanted else {}
         at = self._out_at
-        self.out_op(*params[:at], *given, *[fresh.get(o.name) for o in self.optional], *params[at:])
+        args = (*params[:at], *given, *[fresh.get(o.name) for o in self.optional], *params[at:])
+        if self.out_op.direct(args):              # plain eager tensors: no dispatcher, as the functional form
+            self.out_op.run_direct(self._out, args)
+        else:
+            self.out_op(*args)
         if not wanted:
             return given[0] if len(given) == 1 else tuple(given)
         return (*given, *[fresh[o.name] for o in self.optional if o.name in wanted])
@@ -444,37 +468,42 @@ class Op:
             if plan.empty is not None:
                 plan.empty(call)
             return
-        self._check_pointers(call, cached.extents, fresh)
+        self._check_pointers(call, cached, fresh)
         given = plan.bind(call) if plan.bind is not None else call.values
         if plan.fixed:
             given = {**plan.fixed, **given}
         for launch, names in planned.launches:
             launch(*[given[name] for name in names])
 
-    def _check_pointers(self, call: Call, extents: dict[str, int], fresh: bool) -> None:
+    def _check_pointers(self, call: Call, cached: _Cached, fresh: bool) -> None:
         """Alignment of declared pointers, and outputs that meet an input or each other."""
+        checks = cached.pointers
+        if checks is None:
+            checks = cached.pointers = self._pointer_checks(call.values, cached.extents, fresh)
         values = call.values
-        if fresh:                  # the framework's own outputs: aligned, and they meet nothing
-            for name, align in self._aligned_params:
-                t = values[name]
-                if t is not None and extents[name] and t.data_ptr() % align:
-                    self._refuse_misaligned(name, align, t.data_ptr())
-            return
-        # each non-empty tensor's address, read once (data_ptr costs ~0.1 us a read)
-        address = {name: values[name].data_ptr() for name, size in extents.items() if size}
-        for name, align in self._aligned:
-            if address.get(name, 0) % align:
-                self._refuse_misaligned(name, align, address[name])
-        for out, may_alias, before in self._overlaps:
-            start = address.get(out)
-            if start is None:
-                continue
-            end = start + extents[out]
-            for name in before:
-                ptr = address.get(name)
-                if ptr is not None and start < ptr + extents[name] and ptr < end and \
-                        not (name == may_alias and ptr == start and self._same_view(values[name], values[out])):
-                    refuse_overlap(self.name, out, name)
+        # each address read once (data_ptr costs ~0.1 us a read)
+        address = [values[name].data_ptr() for name in checks.read]
+        for i, name, align in checks.aligned:
+            if address[i] % align:
+                self._refuse_misaligned(name, align, address[i])
+        for i, out_size, j, size, may_alias, out, name in checks.pairs:
+            start, ptr = address[i], address[j]
+            if start < ptr + size and ptr < start + out_size and not (may_alias and ptr == start):
+                refuse_overlap(self.name, out, name)
+
+    def _pointer_checks(self, values: dict, extents: dict[str, int], fresh: bool) -> _PointerChecks:
+        """The pointer checks of a call layout (`values`: its first call's). `fresh`: the
+        outputs are the framework's own new tensors, aligned and meeting nothing, so only
+        the parameters' alignment is checked. A None or empty tensor is never touched."""
+        used = {name for name, size in extents.items() if size}
+        aligned = tuple((name, align) for name, align in (self._aligned_params if fresh else self._aligned)
+                        if name in used)
+        pairs = () if fresh else tuple(
+            (out, extents[out], name, extents[name],
+             name == may_alias and self._same_view(values[name], values[out]))
+            for out, may_alias, before in self._overlaps if out in used
+            for name in before if name in used)
+        return _PointerChecks(aligned, pairs)
 
     def _refuse_misaligned(self, name: str, align: int, address: int):
         arguments.fail(self.name, ValueError, f"'{name}' data must be {align}-byte aligned, got address {address:#x}")

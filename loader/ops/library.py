@@ -46,6 +46,7 @@ class Op:
     kernel: Callable                 # the implementation with grad refusal and version bumps
     tensor_positions: tuple[int, ...]    # where the schema takes Tensor or Tensor?
     tensors: tuple[tuple[int, str], ...]    # (position, argument name) of each of those
+    mutated: tuple[int, ...] = ()            # the positions of the arguments it writes (an `_out` op's outputs)
 
     def __call__(self, *args):
         return (self.op if needs_dispatcher(args, self.tensor_positions) else self.kernel)(*args)
@@ -72,6 +73,13 @@ class Op:
             refuse_grad(self.name, refused)
         return True
 
+    def run_direct(self, impl: Callable, args: tuple):
+        """`impl` (the op's implementation) on `args` after `direct(args)` said so: the
+        kernel's work less the grad refusal `direct` made."""
+        result = impl(*args)
+        bump_versions(self.mutated, args)
+        return result
+
 
 def define(name: str, impl: Callable, fake: Callable, schema: str, mutates_args: Sequence[str] = ()) -> Op:
     """`gfxasm::<name>` with an explicit schema (the op framework writes it from a Spec);
@@ -85,13 +93,19 @@ def define(name: str, impl: Callable, fake: Callable, schema: str, mutates_args:
     def kernel(*args):
         refuse_grad_inputs(name, tensors, args)
         result = impl(*args)
-        if mutated:
-            torch._C._increment_version(tuple(args[i] for i in mutated if args[i] is not None))
+        bump_versions(mutated, args)
         return result
 
     _LIBRARY.impl(name, kernel, "CompositeExplicitAutograd")
     torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_LIBRARY)
-    return Op(name, op, kernel, tuple(i for i, _ in tensors), tensors)
+    return Op(name, op, kernel, tuple(i for i, _ in tensors), tensors, mutated)
+
+
+def bump_versions(mutated: tuple[int, ...], args: tuple) -> None:
+    """An in-place torch op's version-counter bump of the written arguments (positions
+    `mutated` of `args`)."""
+    if mutated:
+        torch._C._increment_version(tuple(args[i] for i in mutated if args[i] is not None))
 
 
 def _is_tensor(schema_type) -> bool:
