@@ -139,6 +139,10 @@ def test_out_op_bumps_output_versions_and_refuses_grad_through_torch_ops():
     torch.testing.assert_close(lse, expected_lse, atol=5e-3, rtol=5e-3)
     with pytest.raises(RuntimeError, match="fmha_fwd_out: 'k' requires grad"):
         torch.ops.gfxasm.fmha_fwd_out(q, k.clone().requires_grad_(True), v, out, None, False, None, *NO_FEATURES)
+    versions = out._version, lse._version          # the eager out= call (no dispatcher) refuses it too, writing nothing
+    with pytest.raises(RuntimeError, match="fmha_fwd_out: 'k' requires grad"):
+        gfxasm.fmha_fwd(q, k.clone().requires_grad_(True), v, out=out)
+    assert (out._version, lse._version) == versions
 
 
 # ------------------------------------------------------------------ decode_attention
