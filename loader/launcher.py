@@ -37,7 +37,6 @@ ELEMENT_DTYPES: dict[str, torch.dtype] = {
     "u8": torch.uint8, "i32": torch.int32, "u32": torch.uint32,
 }
 MAX_GRID_DIM = 2**32 - 1
-_POINTER = struct.Struct("<Q")
 
 hip_backend = HipBackend()
 
@@ -58,10 +57,14 @@ class PreparedLaunch:
     schedule: str = "serial"             # the manifest kernel's: "concurrent" when workgroups wait on each other
 
     def __post_init__(self):
-        # pointers in consecutive 8-byte slots (every product kernel's) are written by one pack
-        offsets = [offset for _, offset, _ in self.pointers]
-        together = bool(offsets) and offsets == list(range(offsets[0], offsets[0] + 8 * len(offsets), 8))
-        object.__setattr__(self, "_packer", struct.Struct(f"<{len(offsets)}Q") if together else None)
+        # each run of pointers in consecutive 8-byte slots is written by one pack:
+        # (packer, kernarg offset, the run's first and last-plus-one pointer)
+        runs, start = [], 0
+        for i, (_, offset, _) in enumerate(self.pointers):
+            if i + 1 == len(self.pointers) or self.pointers[i + 1][1] != offset + 8:
+                runs.append((struct.Struct(f"<{i + 1 - start}Q"), self.pointers[start][1], start, i + 1))
+                start = i + 1
+        object.__setattr__(self, "_runs", tuple(runs))
 
     def __call__(self, *tensors: torch.Tensor | None):
         """Launch on the pointer arguments, in manifest order. None stands for a buffer the
@@ -74,11 +77,8 @@ class PreparedLaunch:
             for (name, _, untouched), tensor in zip(self.pointers, tensors):
                 if tensor is None and not untouched:
                     raise ValueError(f"{self.variant}: argument '{name}' is None, but the kernel touches it")
-        if self._packer is not None:
-            self._packer.pack_into(segment, self.pointers[0][1], *addresses)
-        else:
-            for (_, offset, _), address in zip(self.pointers, addresses):
-                _POINTER.pack_into(segment, offset, address)
+        for packer, offset, first, end in self._runs:
+            packer.pack_into(segment, offset, *addresses[first:end])
         if self.backend == "emu":
             return emu_backend.launch(self.co_path, self.symbol, self.grid, self.block, bytes(segment),
                                       [t for t in tensors if t is not None], self.schedule)
