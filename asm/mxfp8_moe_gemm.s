@@ -86,7 +86,9 @@
 ; tiles) (0 for one tile; exact while id * tiles < 2^32, host-checked). The same code runs
 ; both roles: SWIGLU's compile-time choices become branches on s_role, and the sum role reads
 ; its arguments from the kernarg's second block (d_*, laid out as the first: the kernarg
-; pointer is moved by k_d_a, so load_kernarg's names serve both). Every SWIGLU workgroup,
+; pointer is moved by k_d_a, so load_kernarg's names serve both). Every workgroup loads the
+; first block with the role's kernargs; a sum workgroup then loads its own block again
+; (fused_ids), so a producer pays one kernarg round trip, as swiglu_direct does. Every SWIGLU workgroup,
 ; skipped or not, adds 1 to the counter `flag` with an agent-scope release once its q and
 ; scale stores retired (wave 0: s_waitcnt vmcnt(0), buffer_wbl2 sc1, s_waitcnt vmcnt(0),
 ; global_atomic_add); each wave of a sum workgroup issues its first step's weight loads, then
@@ -575,22 +577,32 @@ L_fs_expert_\@:
 L_fs_done_\@:
 .endm
 
-; FUSED: the role and the role's workgroup ids from the 1-D id (header): the SWIGLU role's
-; (slot, gate tile) or the sum role's (token, column tile) as s_wg_y, s_wg_x; the sum role's
-; kernarg pointer moved to its block (k_d_a), so every load_kernarg after this reads it
+; FUSED: the counter, the producer count and both roles' tiles and magics, issued with the
+; first block's arguments (every workgroup reads the first block at first: a producer, the
+; grid's first workgroups, waits for one kernarg round trip only)
 .macro fused_role
     load_kernarg s_flag, flag
     load_kernarg s_prod, producers
     load_kernarg s_tmp, up_tiles, 4                         ; up_tiles, up_magic, down_tiles, down_magic
-    s_waitcnt lgkmcnt(0)                                    ; in flight: flag, producers, tiles → landed
+    s_mov_b32 s[s_role], 1
+.endm
+
+; FUSED, once the arguments landed: a workgroup past the producers becomes the sum role,
+; moves the kernarg pointer to its block (k_d_a) and loads its arguments again (its wait for
+; the producers hides the round trip); then each role's ids from the 1-D id (header): the
+; SWIGLU role's (slot, gate tile) or the sum role's (token, column tile) as s_wg_y, s_wg_x
+.macro fused_ids
+    s_cmp_eq_u32 s[s_role], 0
+    s_cbranch_scc1 L_fi_divide_\@                           ; the sum role, its block loaded
     s_cmp_lt_u32 s[s_wg_x], s[s_prod]
-    s_cselect_b32 s[s_role], 1, 0
-    s_cbranch_scc1 L_fr_ids_\@
+    s_cbranch_scc1 L_fi_divide_\@                           ; a producer: the first block is its own
+    s_mov_b32 s[s_role], 0
     s_sub_u32 s[s_wg_x], s[s_wg_x], s[s_prod]
+    s_mov_b64 s[s_tmp:s_tmp+1], s[s_tmp+2:s_tmp+3]          ; down_tiles, down_magic
     s_add_u32 s[s_kernarg], s[s_kernarg], k_d_a
     s_addc_u32 s[s_kernarg+1], s[s_kernarg+1], 0
-    s_mov_b64 s[s_tmp:s_tmp+1], s[s_tmp+2:s_tmp+3]          ; down_tiles, down_magic
-L_fr_ids_\@:
+    s_branch L_fused_kernargs
+L_fi_divide_\@:
     s_mul_hi_u32 s[s_tmp+2], s[s_wg_x], s[s_tmp+1]
     s_cmp_eq_u32 s[s_tmp+1], 0
     s_cselect_b32 s[s_wg_y], s[s_wg_x], s[s_tmp+2]          ; id / tiles (magic 0: one tile)
@@ -633,6 +645,7 @@ L_fa_done_\@:
 ; --- prologue ---
 .ifdef FUSED
     fused_role
+L_fused_kernargs:
 .endif
     load_kernarg s_rsrc_a, a
     load_kernarg s_rsrc_as, a_scale
@@ -690,6 +703,9 @@ L_fused_args:
         .set t_, t_ + 1
     .endr
     s_waitcnt lgkmcnt(0)                                    ; in flight: 9 (10) pointers, 9 (12) scalars → wait for all
+.ifdef FUSED
+    fused_ids
+.endif
 .if !DIRECT
     ; the block's expert id and num_tokens_post_padded (scalar), its slot ids (vector), at once
     s_lshl_b32 s[s_tmp], s[s_wg_y], 2
