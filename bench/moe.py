@@ -34,6 +34,15 @@ layer's useful FLOPs, 2 * T * top_k * (2I*H + H*I), over its time, beside PEAK_F
 scaled MX-FP8 MFMA v_mfma_scale_f32_16x16x128_f8f6f4 takes the unscaled FP8 one's 8 passes,
 65,536 FLOP in 32 clocks per SIMD: 256 CUs x 4 x 2,048 x 2.4 GHz = 5.0e15).
 
+--one-launch models the decode form in one launch (moe_layer.FUSED_MAX_TOKENS; the FUSED
+variant of asm/mxfp8_moe_gemm.s, fused_row): each role's workgroup time from gfxasm.perf.estimate
+of that object on a grid of that role only (the producers; the sum role with producers = 0, so
+its counter wait passes at the first poll), less the launch overhead, per round of the CU;
+combined by gfxasm.perf.flagwait.launch_seconds over the timeline of the emulator's concurrent
+run of the whole grid, plus one launch overhead; at the flag latency's default (1.5 us) and
+the ends of its ASSUMED bracket (0.5 and 4 us). The two-launch rows above stay the decode form
+in two launches (what --one-launch is compared with).
+
 --floors prints, per T, the rate the routed weights must stream at to meet the issue's
 target with the layer's launches and with one launch (weight bytes and launch costs only,
 so lower bounds), beside the model's sustainable HBM rate and the fastest stream measured on
@@ -112,7 +121,7 @@ def launches(T: int, block_m: int | None = None, fused: bool = True, sort: bool 
     sizes = moe_layer.validate(x, xs, w["w1"], w["w1s"], w["w2"], w["w2s"], tw, ids, None, 1.702, 1.0, 7.0,
                                block_m)
     q, qs = zeros((S, I)), unit_scales((S, I // 32)).view(torch.float8_e8m0fnu)
-    if sizes["form"] == "direct":
+    if sizes["form"] in ("direct", "fused"):         # fused: modelled in two launches here (fused_row: one)
         out = zeros((T, H), torch.bfloat16)
         steps = (("gate_up", gemm.direct_swiglu_launch_args(x, xs, w["w1"], w["w1s"], ids, None, E, q, qs, 1.702, 1.0,
                                                             7.0)),
@@ -142,6 +151,54 @@ def launches(T: int, block_m: int | None = None, fused: bool = True, sort: bool 
     cases.append(("moe_sum", manifest_case("moe_sum", None, "", "", 0, 0,
                                            **moe_layer.sum_launch_args(y, ids, None, out, sizes))))
     return cases, int(ids.unique().numel()), sizes["block_m"]
+
+
+def fused_row(T: int) -> dict:
+    """The decode form in one launch at T tokens, modelled (module docstring, --one-launch)."""
+    from gfxasm import emu
+    from gfxasm.perf import estimate, flagwait
+    w, ids = weights(), routed(T)
+    tw = torch.rand(T, TOP_K, generator=torch.Generator().manual_seed(T))
+    S = T * TOP_K
+
+    def case(**override):
+        q, qs = zeros((S, I)), unit_scales((S, I // 32)).view(torch.float8_e8m0fnu)
+        kernel, variant, kargs = moe_layer.fused_launch_args(
+            zeros((T, H)), unit_scales((T, H // 32)), w["w1"], w["w1s"], w["w2"], w["w2s"], tw, ids, None, E, q, qs,
+            torch.zeros(1, dtype=torch.uint32), zeros((T, H), torch.bfloat16), 1.702, 1.0, 7.0)
+        return kargs, manifest_case(kernel, variant, "", "", 0, 0, **dict(kargs, **override))
+
+    kargs, whole = case()
+    producers = kargs["producers"]
+    roles = {}
+    for role, (override, grid) in dict(gate_up=({}, (producers, 1, 1)),
+                                       down=(dict(producers=0), None)).items():
+        c = case(**override)[1]
+        est = estimate(c.co, grid or c.grid, c.block, c.kernarg, c.buffers, c.kernel)
+        roles[role] = dict(group_us=(est.seconds - est.launch_overhead_s) / est.rounds * 1e6, rounds=est.rounds,
+                           overhead_us=est.launch_overhead_s * 1e6)
+    run = emu.load(whole.co).kernel(whole.kernel).launch(whole.grid, whole.block, whole.kernarg, whole.buffers,
+                                                         schedule="concurrent")
+    seconds = {g: roles["gate_up" if g < producers else "down"]["group_us"] * 1e-6 for g in run.timeline.groups}
+    overhead = roles["down"]["overhead_us"]
+    us = {f"{lat * 1e6:g}": (flagwait.launch_seconds(run.timeline, seconds, lat).seconds * 1e6 + overhead)
+          for lat in (flagwait.FLAG_LATENCY_BRACKET[0], flagwait.FLAG_LATENCY_S, flagwait.FLAG_LATENCY_BRACKET[1])}
+    return dict(T=T, grid=list(whole.grid), producers=producers, roles=roles, us_by_flag_latency_us=us,
+                us=us[f"{flagwait.FLAG_LATENCY_S * 1e6:g}"])
+
+
+def fused_table(rows: list[dict]) -> str:
+    lats = list(rows[0]["us_by_flag_latency_us"]) if rows else []
+    head = (f"{'T':>3} {'grid':>6} {'gate_up wg us':>13} {'down wg us':>10} "
+            + " ".join(f"{'flag ' + lat + ' us':>12}" for lat in lats))
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['T']:3} {r['grid'][0]:6} {r['roles']['gate_up']['group_us']:13.2f} "
+                     f"{r['roles']['down']['group_us']:10.2f} "
+                     + " ".join(f"{r['us_by_flag_latency_us'][lat]:12.2f}" for lat in lats))
+    lines.append("modelled: one launch (one overhead); per-role workgroup times from gfxasm.perf.estimate, combined by "
+                 "gfxasm.perf.flagwait over the emulator's concurrent run; flag latency ASSUMED (bracket 0.5-4 us)")
+    return "\n".join(lines)
 
 
 def align_cases(ids: torch.Tensor, block_m: int, outs: tuple) -> list:
@@ -230,7 +287,7 @@ def floors_table(tokens: list[int]) -> str:
         experts = int(routed(T).unique().numel())
         weight = weight_bytes(experts)
         target = target_us(T, weight)
-        n = 2 if moe_layer.choose_form(T, TOP_K, None) == "direct" else 6
+        n = dict(fused=1, direct=2, sorted=6)[moe_layer.choose_form(T, TOP_K, None)]
         need = [weight / ((target - k * launch) * 1e-6) / 1e12 if target > k * launch else float("inf")
                 for k in (n, 1)]
         lines.append(f"{T:3} {experts:7} {weight / 1e6:9.1f} {target:9.1f} {n:8} {need[0]:11.2f} {need[1]:10.2f}")
@@ -275,6 +332,8 @@ def main(argv=None) -> int:
     form.add_argument("--unfused", action="store_true", help="the five-launch form (gate_up GEMM, swiglu_mxfp8_quant)")
     ap.add_argument("--used", action="store_true", help="the sorted form's GEMMs on the used blocks only (the model "
                     "charges the padded grid's skipped workgroups in full: the truth lies between the two)")
+    ap.add_argument("--one-launch", action="store_true", help="the decode form in one launch (T <= "
+                    f"{moe_layer.FUSED_MAX_TOKENS}: module docstring) and stop")
     ap.add_argument("--floors", action="store_true", help="the rates the targets need (no emulation) and stop")
     ap.add_argument("--align", metavar="SLOTS", help="model moe_align_block_size alone at these slot counts "
                     "(e.g. 1024,16384,262144) and stop")
@@ -293,6 +352,14 @@ def main(argv=None) -> int:
         print(f"wrote {out}")
         return 0
     gemm.build_kernels()
+    if args.one_launch:
+        rows = [fused_row(int(t)) for t in args.tokens.split(",")]
+        print(fused_table(rows))
+        out = Path(args.out).with_name("moe_one_launch.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(dict(source="modelled", rows=rows), indent=1))
+        print(f"wrote {out}")
+        return 0
     rows = []
     for T in (int(t) for t in args.tokens.split(",")):
         t0 = time.time()

@@ -1,4 +1,4 @@
-"""The MX-FP8 mixture-of-experts layer: `gfxasm.mxfp8_moe`, two or six launches and no host sync.
+"""The MX-FP8 mixture-of-experts layer: `gfxasm.mxfp8_moe`, one, two or six launches and no host sync.
 
     out = gfxasm.mxfp8_moe(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids)
 
@@ -10,8 +10,9 @@ x [T, H] float8_e4m3fn with x_scale [T, H/32] E8M0 (the quantised hidden states)
     out[t] = sum over j of topk_weights[t, j] * W2'[e] @ requant(SwiGLU-OAI(bf16(W1'[e] @ x'[t])))
              with e = local id of topk_ids[t, j]
 
-Two forms, chosen by choose_form (the same result up to the order of f32 additions inside
-the down GEMM's per-slot sums: bit-equal when cdiv(I, 128) % 4 == 0).
+Three forms, chosen by choose_form (the same result up to the order of f32 additions inside
+the down GEMM's per-slot sums: bit-equal when cdiv(I, 128) % 4 == 0; the decode form's one
+and two launches are bit-equal always).
 
 The sorted form (block_m given, top_k > 16, or more than DIRECT_MAX_TOKENS tokens): launches,
 in order (each its own kernel; intermediates allocated per call):
@@ -37,6 +38,17 @@ arrays (asm/mxfp8_moe_gemm.s DIRECT):
      writer, and the order of every addition is fixed.
   An expert routed to by several slots has its weights read once per slot (the sorted form
   reads them once per block), so the form pays off only while few slots share an expert.
+The decode form in one launch (T <= FUSED_MAX_TOKENS; asm/mxfp8_moe_gemm.s FUSED, kernels.yaml
+mxfp8_moe_gemm_fused_direct, declared `schedule: concurrent`): both launches' workgroups in one
+grid, the gate_up ones first (the producers); each down-and-sum workgroup (64 columns) issues
+its first weight loads, then waits on a grid-wide counter that every producer bumps with an
+agent-scope release once its q and scale are stored, and acquires before reading them. The
+counter is one uint32 the plan allocates zeroed per call (on a GPU torch.zeros queues a fill
+on the stream before the launch; the kernel never resets it). Safe on hardware whatever the
+resident capacity: a producer never waits and the producers have the lowest workgroup ids, so
+the dispatcher places every producer before any waiting workgroup can hold a slot. The
+emulator runs it under its concurrent schedule (gfxasm.emu.concurrent), which is much slower
+per instruction than the serial one.
 The requantisation of step 2 is the layer's only approximation beyond roundings: h is
 rounded to bf16, the activation is quantised to MX-FP8 (the down GEMM's input format), y
 rows are rounded to bf16 before the sum. Slots no GEMM processes (absent or out-of-range
@@ -84,6 +96,7 @@ from dataclasses import replace
 
 import torch
 
+from ..gridexpr import cdiv
 from ..launcher import PreparedLaunch, prepare
 from ..manifest import default_manifest
 from . import arguments, framework, moe_align, mxfp8_moe_gemm, swiglu_quant
@@ -96,6 +109,15 @@ OP = "mxfp8_moe"
 # experts at T = 8 (+11% weight bytes) but ~59 at T = 16 (+36%). bench/moe.py (modelled): the
 # decode form is faster at T = 1, 4, 8; at T = 16 the sorted form's model brackets it.
 DIRECT_MAX_TOKENS = 8
+# The decode form in one launch (asm/mxfp8_moe_gemm.s FUSED) up to here, two launches above.
+# bench/moe.py --one-launch (modelled, the issue's shape): T = 1 in 20.99 us at the ASSUMED
+# 1.5 us flag latency (19.99 at 0.5 us, 23.49 at 4 us) against 21.58 for the two launches: it
+# pays at the default latency, not at the bracket's slow end. Its down workgroups take 64
+# columns (the gate_up role's registers), 7.6 us each against 5.7 us for the two-launch down
+# step at T = 1 (32 columns), which is where most of the saved launch overhead goes.
+FUSED_MAX_TOKENS = 1
+FUSED_KERNEL = "mxfp8_moe_gemm_fused_direct"
+FUSED_NT = 4                       # its down role's 64 columns per workgroup (the SWIGLU role's registers)
 # The per-slot intermediates (y [T*top_k, H] bf16, and the gate_up GEMM's checks of its
 # [T*top_k, 2I] product) are addressed with 32-bit buffer offsets (module docstring: Limits).
 MAX_ROW_BYTES = 2**31
@@ -106,9 +128,11 @@ def _fail(exc, message: str):
 
 
 def choose_form(T: int, top_k: int, block_m: int | None) -> str:
-    """'direct' (the two-launch decode form) or 'sorted' (module docstring)."""
+    """'fused' (the decode form in one launch), 'direct' (in two) or 'sorted' (module docstring)."""
     direct = block_m is None and top_k <= mxfp8_moe_gemm.MAX_DIRECT_TOP_K and T <= DIRECT_MAX_TOKENS
-    return "direct" if direct else "sorted"
+    if not direct:
+        return "sorted"
+    return "fused" if T <= FUSED_MAX_TOKENS else "direct"
 
 
 def choose_block_m(T: int, top_k: int, E: int) -> int:
@@ -175,20 +199,23 @@ def _validate_steps(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_i
     swiglu_quant.validate(torch.empty((0, 2 * sizes["I"]), dtype=torch.bfloat16, device=x.device), alpha, beta, limit)
     if sizes["T"] == 0:
         return
-    t = _intermediates(sizes, torch.device("meta"), routed=True)      # metadata is all the checks read
+    t = _intermediates(sizes, torch.device("meta"), "sorted")        # metadata is all the checks read
     routing = (t["sorted_token_ids"], t["expert_ids"], t["num_tokens_post_padded"])
     mxfp8_moe_gemm.validate(x, x_scale, w1, w1_scale, *routing, sizes["top_k"], None, None, torch.bfloat16)
     mxfp8_moe_gemm.validate(t["q"], t["scale"], w2, w2_scale, *routing, 1, topk_weights, None, torch.bfloat16)
 
 
-def _intermediates(sizes: dict, device: torch.device, routed: bool) -> dict:
+def _intermediates(sizes: dict, device: torch.device, form: str) -> dict:
     """Fresh tensors between the steps, by the names the plan's launches take them under:
-    q and scale (the down GEMM's activations), and with `routed` (the sorted form) the
-    routing arrays, moe_align's workspace and y (the weighted rows)."""
+    q and scale (the down GEMM's activations); for the sorted form the routing arrays,
+    moe_align's workspace and y (the weighted rows); for the fused form the counter flag,
+    zeroed (on a GPU torch.zeros queues a fill before the launch on the same stream)."""
     S, I = sizes["T"] * sizes["top_k"], sizes["I"]
     made = dict(q=torch.empty((S, I), dtype=E4M3, device=device),
                 scale=torch.empty((S, I // BLOCK), dtype=E8M0, device=device))
-    if routed:
+    if form == "fused":
+        made["flag"] = torch.zeros(1, dtype=torch.uint32, device=device)
+    if form == "sorted":
         padded, blocks = moe_align.sizes(S, sizes["block_m"], sizes["E_global"], True)
         made.update(counts=moe_align.workspace(S, sizes["E_global"], device),
                     sorted_token_ids=torch.empty(padded, dtype=torch.int32, device=device),
@@ -247,15 +274,63 @@ def _direct_launches(sizes: dict, call, t: dict) -> tuple[PreparedLaunch, ...]:
                                                          call.out), **_DOWN))
 
 
+def fused_launch_args(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, num_experts, q,
+                      scale, flag, out, alpha, beta, limit) -> tuple[str, str, dict]:
+    """(kernel, variant, arguments) of the decode form in one launch (asm/mxfp8_moe_gemm.s
+    FUSED): the first launch's arguments, the second's (64 columns per workgroup) as the d_*
+    block, the counter `flag` (0 at launch) and the grid's split into the two roles."""
+    _, _, up = mxfp8_moe_gemm.direct_swiglu_launch_args(x, x_scale, w1, w1_scale, topk_ids, expert_map, num_experts,
+                                                        q, scale, alpha, beta, limit)
+    _, _, down = mxfp8_moe_gemm.direct_sum_launch_args(q, scale, w2, w2_scale, topk_ids, expert_map, num_experts,
+                                                       topk_weights, out, nt=FUSED_NT)
+    up_tiles, down_tiles = up["N"] // (2 * BLOCK), cdiv(down["N"], 16 * FUSED_NT)
+    producers = up_tiles * up["valid"]
+    check_id_division(up_tiles, producers)
+    check_id_division(down_tiles, down_tiles * down["tokens"])
+    args = dict(up, **{f"d_{name}": value for name, value in down.items() if name != "out"}, out=down["out"],
+                flag=flag, producers=producers, up_tiles=up_tiles, up_magic=_magic(up_tiles), down_tiles=down_tiles,
+                down_magic=_magic(down_tiles))
+    return FUSED_KERNEL, mxfp8_moe_gemm.variant_for(FUSED_KERNEL, torch.bfloat16), args
+
+
+def check_id_division(tiles: int, ids: int) -> None:
+    """The kernel divides workgroup ids below `ids` by `tiles` with a magic multiply
+    (ceil(2^32 / tiles)), exact while (ids - 1) * tiles < 2^32."""
+    if (ids - 1) * tiles >= 2**32:
+        _fail(ValueError, f"the one-launch form divides workgroup ids < {ids} by {tiles} tiles exactly only while "
+                          f"(ids - 1) * tiles < 2^32")
+
+
+def _magic(divisor: int) -> int:
+    """ceil(2^32 / divisor), 0 for 1 (the kernel takes the id itself)."""
+    return 0 if divisor == 1 else -(-2**32 // divisor)
+
+
+# The one-launch form's pointer arguments under the plan's names (the d_* block is the down
+# GEMM's: its a is q, the first role's output)
+_FUSED = dict(_GATE_UP, d_a="q", d_a_scale="scale", d_w="w2", d_w_scale="w2_scale", d_topk_ids="topk_ids",
+              d_expert_map="expert_map", d_topk_weights="topk_weights")
+
+
+def _fused_launches(sizes: dict, call, t: dict) -> tuple[PreparedLaunch, ...]:
+    """The decode form in one launch (module docstring)."""
+    return (_prepared(*fused_launch_args(call.x, call.x_scale, call.w1, call.w1_scale, call.w2, call.w2_scale,
+                                         call.topk_weights, call.topk_ids, call.expert_map, sizes["E_global"],
+                                         t["q"], t["scale"], t["flag"], call.out, call.alpha, call.beta, call.limit),
+                      **_FUSED),)
+
+
+_LAUNCHES = dict(sorted=_sorted_launches, direct=_direct_launches, fused=_fused_launches)
+
+
 def _plan(sizes: dict, call) -> framework.Plan:
     """sizes['form']'s launches, prepared on stand-ins of the intermediates; each call binds
     fresh ones."""
     if sizes["T"] == 0:
         return framework.Plan()
-    routed = sizes["form"] == "sorted"
-    stand_ins = _intermediates(sizes, call.x.device, routed)
-    launches = (_sorted_launches if routed else _direct_launches)(sizes, call, stand_ins)
-    return framework.Plan(launches, bind=lambda c: dict(c.values, **_intermediates(sizes, c.x.device, routed)))
+    form = sizes["form"]
+    launches = _LAUNCHES[form](sizes, call, _intermediates(sizes, call.x.device, form))
+    return framework.Plan(launches, bind=lambda c: dict(c.values, **_intermediates(sizes, c.x.device, form)))
 
 
 def _check(call) -> dict:
@@ -293,5 +368,6 @@ def mxfp8_moe(x: torch.Tensor, x_scale: torch.Tensor, w1: torch.Tensor, w1_scale
 
 
 def kernel_names() -> list[str]:
-    """This layer's own kernels (the GEMMs' are mxfp8_moe_gemm.build_kernels()'s."""
-    return [*moe_align.KERNELS, "moe_sum"]
+    """This layer's own kernels (the GEMMs' are mxfp8_moe_gemm.build_kernels()'s; the one-launch
+    form's, from the same source, is the layer's)."""
+    return [*moe_align.KERNELS, "moe_sum", FUSED_KERNEL]
