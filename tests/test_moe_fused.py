@@ -138,12 +138,15 @@ def two_launches(o, q, scale, out, E):
         gfxasm.launch(kernel, variant, **args)
 
 
-def one_launch(o, q, scale, out, E, seed):
+def one_launch(o, q, scale, out, E, seed, counter_at_launch=None):
+    """The one launch under the concurrent schedule; the counter at 0 unless given."""
     flag = torch.zeros(1, dtype=torch.uint32)
     kernel, variant, args = moe_layer.fused_launch_args(o["x"], o["xs"], o["w1"], o["w1s"], o["w2"], o["w2s"],
                                                         o["tw"], o["ids"], o["expert_map"], E, q, scale, flag, out,
                                                         ALPHA, BETA, LIMIT)
     chosen = default_manifest().kernel(kernel).variant(variant)
+    if counter_at_launch is not None:
+        flag[0] = counter_at_launch(args["producers"])
     result = launch_direct(chosen, args, schedule="concurrent", seed=seed)
     assert int(flag[0]) == args["producers"]               # every producer released once, skipped ones too
     return result
@@ -163,6 +166,18 @@ def test_one_launch_equals_the_two_launches(built, T, top_k, E, H, I, with_map, 
         assert torch.equal(a, b)                                         # nothing written around them
     waited = [g for g, line in result.timeline.groups.items() if line.waits]
     assert waited and min(waited) >= T * top_k * (I // 32)              # only the sum role waits
+
+
+def test_a_counter_not_zeroed_at_launch_is_reported_as_a_race(built):
+    """The down workgroups trust the counter: one that already reads the producer count at
+    launch lets them read q while the producers write it, which strict mode reports (the
+    acquire then orders nothing: no release wrote the value it read)."""
+    from gfxasm.emu import HazardError
+    o = decode_operands(2, 3, 16, 64, 64, False)
+    (q, scale, out), _ = poisoned(2, 3, 64, 64)
+    with pytest.raises(HazardError, match="cross-workgroup race") as raised:
+        one_launch(o, q, scale, out, 16, None, counter_at_launch=lambda producers: producers)
+    assert "of buffers[7] is read" in str(raised.value)                 # q: the 8th pointer argument
 
 
 def test_the_layer_takes_one_launch_at_decode_sizes(built):
