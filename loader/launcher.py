@@ -72,11 +72,14 @@ class PreparedLaunch:
         if self.backend is None:
             return None
         segment = bytearray(self.template)
-        addresses = [0 if tensor is None else tensor.data_ptr() for tensor in tensors]
-        if 0 in addresses:              # (one C scan on every call; the names only where a pointer is null)
-            for (name, _, untouched), tensor in zip(self.pointers, tensors):
-                if tensor is None and not untouched:
-                    raise ValueError(f"{self.variant}: argument '{name}' is None, but the kernel touches it")
+        addresses = []
+        for (name, _, untouched), tensor in zip(self.pointers, tensors):
+            if tensor is not None:
+                addresses.append(tensor.data_ptr())
+            elif untouched:
+                addresses.append(0)
+            else:
+                raise ValueError(f"{self.variant}: argument '{name}' is None, but the kernel touches it")
         for packer, offset, first, end in self._runs:
             packer.pack_into(segment, offset, *addresses[first:end])
         if self.backend == "emu":
