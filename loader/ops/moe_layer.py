@@ -112,7 +112,8 @@ DIRECT_MAX_TOKENS = 8
 # The decode form in one launch (asm/mxfp8_moe_gemm.s FUSED) up to here, two launches above.
 # bench/moe.py --one-launch (modelled, the shape): T = 1 in 20.99 us at the ASSUMED
 # 1.5 us flag latency (19.99 at 0.5 us, 23.49 at 4 us) against 21.58 for the two launches: it
-# pays at the default latency, not at the bracket's slow end. Its down workgroups take 64
+# pays at the default latency, not at the bracket's slow end. T = 4 / 8: 59.00 / 114.78 us at
+# every latency in the bracket against 58.74 / 110.70 in two launches. Its down workgroups take 64
 # columns (the gate_up role's registers), 7.6 us each against 5.7 us for the two-launch down
 # step at T = 1 (32 columns), which is where most of the saved launch overhead goes.
 FUSED_MAX_TOKENS = 1
