@@ -12,6 +12,7 @@ from .mxfp8_gemm import BLOCK, E4M3, E8M0, OPERAND_RANGES, dequantize, random_op
 from .mxfp8_moe_gemm import (DIRECT_SWIGLU_KERNEL, direct_kernel_names, direct_sum_launch_args,
                              direct_swiglu_launch_args, kernel_names, launch_args, reference, sum_reference,
                              swiglu_kernel_names, swiglu_launch_args, validate)
+from .moe_layer import FUSED_KERNEL, fused_launch_args
 from .swiglu_quant import activation_reference, quantize_reference
 
 
@@ -117,6 +118,43 @@ def sum_case(variant, gen: torch.Generator, T: int = 5, top_k: int = 4, H: int =
                              num_experts=E, has_map=1, num_local=2),
                    expected=dict(out=sum_reference(y, ids, E, expert_map, 2)), atol=0, rtol=0,
                    note=f"T={T} top_k={top_k} H={H}, expert map")
+
+
+@run_case(FUSED_KERNEL)
+def fused_case(variant, gen: torch.Generator, T: int = 2, top_k: int = 3, E: int = 6, H: int = 160,
+               I: int = 64) -> RunCase:
+    """The decode form in one launch (both roles, the counter zeroed): q and scale as
+    swiglu_case's exact recipe gives them (alpha = 0, codes in {-1, 0, 1}, unit scales), then
+    out = the top-k sum of bf16(weight * q' @ w2'^T) with w2 random; experts 1 and 4 absent,
+    one id out of range, H = 160 off the 64-column tile. out within bf16's rounding of the sum
+    plus one flip of a slot row's bf16 rounding (the row's f32 order is the kernel's own)."""
+    x, x_scale = ones(gen, T, H), unit(T, H // BLOCK)
+    w1, w1_scale = ones(gen, E, 2 * I, H), unit(E, 2 * I, H // BLOCK)
+    _, _, w2, w2_scale = random_operands(1, E * H, I, gen, **OPERAND_RANGES[torch.bfloat16])
+    w2, w2_scale = w2.view(E, H, I), w2_scale.view(E, H, I // BLOCK)
+    ids = torch.stack([torch.randperm(E, generator=gen)[:top_k] for _ in range(T)]).to(torch.int32)
+    ids[1, 2] = E
+    expert_map = torch.tensor([-1 if e in (1, 4) else e for e in range(E)], dtype=torch.int32)
+    tw = torch.rand(T, top_k, generator=gen)
+    S = T * top_k
+    q = torch.full((S, I), 0x7F, dtype=torch.uint8).view(E4M3)                            # NaN
+    scale = torch.full((S, I // BLOCK), 0xFF, dtype=torch.uint8).view(E8M0)                 # NaN
+    out = torch.full((T, H), float("nan"), dtype=torch.bfloat16)
+    _, _, args = fused_launch_args(x, x_scale, w1, w1_scale, w2, w2_scale, tw, ids, expert_map, E, q, scale,
+                                   torch.zeros(1, dtype=torch.int32).view(torch.uint32), out, 0.0, 0.0, float("inf"))
+    routed = [t for t, e in enumerate(ids.flatten().tolist()) if 0 <= e < E and expert_map[e] >= 0]
+    local = [int(expert_map[e]) for e in ids.flatten()[routed].tolist()]
+    h = torch.stack([(dequantize(x[t // top_k:t // top_k + 1], x_scale[t // top_k:t // top_k + 1])
+                      @ dequantize(w1[e], w1_scale[e]).T)[0] for t, e in zip(routed, local)])
+    q_want, s_want = quantize_reference(activation_reference(h.to(torch.bfloat16).float(), 0.0, 0.0, float("inf")))
+    rows = torch.zeros(S, H, dtype=torch.float64)
+    for r, (t, e) in enumerate(zip(routed, local)):
+        rows[t] = (dequantize(q_want[r:r + 1], s_want[r:r + 1]).double()
+                   @ dequantize(w2[e], w2_scale[e]).double().T)[0]
+    y = (tw.reshape(-1, 1).double() * rows).to(torch.bfloat16)
+    atol = 2.0 ** -8 * float(y.float().abs().max())       # a one-ulp flip of the largest slot's bf16 row
+    return RunCase(args=args, expected=dict(out=sum_reference(y, ids, E, expert_map)), atol=atol, rtol=2.0 ** -7,
+                   note=f"T={T} top_k={top_k} E={E} H={H} I={I}, one launch (concurrent schedule)")
 
 
 for name in kernel_names():
