@@ -341,6 +341,18 @@ set_log2 NT_SHIFT, NT
 L_weights_done_\@:
 .endm
 
+; SWIGLU: strips 2, 3 read up rows I + n0 + 16(j - 2) + i, (I - 32) rows past the rows
+; n0 + 16j + i that weight_offsets addressed: move their weight and scale offsets there
+.macro up_strip_offsets
+    s_sub_u32 s[s_tmp+2], s[s_I], 32
+    s_mul_i32 s[s_tmp], s[s_tmp+2], s[s_K]
+    s_mul_i32 s[s_tmp+1], s[s_tmp+2], s[s_KB]
+    .irp j, 2, 3
+        v_add_u32 v[v_off_b+\j], s[s_tmp], v[v_off_b+\j]
+        v_add_u32 v[v_off_bs+\j], s[s_tmp+1], v[v_off_bs+\j]
+    .endr
+.endm
+
 ; V# \s_rsrc of expert s_expert's part of the tensor at the pointer s[\base:\base+1]: base +
 ; s_expert * s[s_tmp] bytes (s[s_tmp]: bytes per expert) in 64 bits, num_records \records
 .macro expert_rsrc s_rsrc, base, records
@@ -768,25 +780,12 @@ L_fused_out_done:
 .endif
     weight_offsets
 .if SWIGLU
-    ; strips 2, 3 read up rows I + n0 + 16(j - 2) + i: (I - 32) rows past n0 + 16j + i
-    s_sub_u32 s[s_tmp+2], s[s_I], 32
-    s_mul_i32 s[s_tmp], s[s_tmp+2], s[s_K]
-    s_mul_i32 s[s_tmp+1], s[s_tmp+2], s[s_KB]
-    .irp j, 2, 3
-        v_add_u32 v[v_off_b+\j], s[s_tmp], v[v_off_b+\j]
-        v_add_u32 v[v_off_bs+\j], s[s_tmp+1], v[v_off_bs+\j]
-    .endr
+    up_strip_offsets
 .endif
 .ifdef FUSED                                                ; the SWIGLU role: as above
     s_cmp_eq_u32 s[s_role], 0
     s_cbranch_scc1 L_fused_strips
-    s_sub_u32 s[s_tmp+2], s[s_I], 32
-    s_mul_i32 s[s_tmp], s[s_tmp+2], s[s_K]
-    s_mul_i32 s[s_tmp+1], s[s_tmp+2], s[s_KB]
-    .irp j, 2, 3
-        v_add_u32 v[v_off_b+\j], s[s_tmp], v[v_off_b+\j]
-        v_add_u32 v[v_off_bs+\j], s[s_tmp+1], v[v_off_bs+\j]
-    .endr
+    up_strip_offsets
 L_fused_strips:
 .endif
     ; steps: T = cdiv(K, 128), full K/128; wave w takes steps w, w + 4, ...

@@ -323,6 +323,13 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def write_rows(out: Path, rows: list) -> None:
+    """The modelled rows as JSON beside --out."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(dict(source="modelled", rows=rows), indent=1))
+    print(f"wrote {out}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", default="1,4,8,16,64")
@@ -346,19 +353,13 @@ def main(argv=None) -> int:
     if args.align:
         rows = [align_row(int(n)) for n in args.align.split(",")]
         print(align_table(rows))
-        out = Path(args.out).with_name("moe_align.json")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(dict(source="modelled", rows=rows), indent=1))
-        print(f"wrote {out}")
+        write_rows(Path(args.out).with_name("moe_align.json"), rows)
         return 0
     gemm.build_kernels()
     if args.one_launch:
         rows = [fused_row(int(t)) for t in args.tokens.split(",")]
         print(fused_table(rows))
-        out = Path(args.out).with_name("moe_one_launch.json")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(dict(source="modelled", rows=rows), indent=1))
-        print(f"wrote {out}")
+        write_rows(Path(args.out).with_name("moe_one_launch.json"), rows)
         return 0
     rows = []
     for T in (int(t) for t in args.tokens.split(",")):
