@@ -8,7 +8,11 @@ import torch
 
 from bench.bench_conformance import FMHA_PUBLISHED
 from bench.common import manifest_case
+from gfxasm.launcher import fill_strides
+from gfxasm.manifest import default_manifest
 from gfxasm.ops import fmha
+
+KERNEL, VARIANT = "fmha_fwd_d128", "fmha_fwd_d128_bf16"
 
 
 def fmha_case(B, Hq, Hk, S):
@@ -19,8 +23,9 @@ def fmha_case(B, Hq, Hk, S):
     o = torch.empty(B, S, Hq, D, dtype=torch.bfloat16)
     lse = torch.empty(B, Hq, S, dtype=torch.float32)
     args = fmha.kernel_args(q, k, v, o, lse, 1 / math.sqrt(D))     # the op's own arguments, defaults for the rest
+    args = fill_strides(default_manifest().kernel(KERNEL).variant(VARIANT), args)   # the byte strides, as a launch fills them
     nbytes = 2.0 * (q.numel() + k.numel() + v.numel() + o.numel()) + 4.0 * lse.numel()
-    return manifest_case("fmha_fwd_d128", "fmha_fwd_d128_bf16", f"fmha_fwd_d128_bf16 (ours) B{B} H{Hq}/{Hk} S{S}",
+    return manifest_case(KERNEL, VARIANT, f"{VARIANT} (ours) B{B} H{Hq}/{Hk} S{S}",
                          "fmha fwd bf16 d128", 4.0 * B * Hq * S * S * D, nbytes, "bf16", **args)
 
 

@@ -18,7 +18,8 @@ def test_targets_follow_the_issue():
 
 def test_needed_rates_meet_each_target_exactly():
     """Streaming the routed weights at the printed rate, plus the launches, takes the target's
-    time; the one-launch rate is lower."""
+    time; the one-launch rate is lower where the layer takes more than one launch (at T = 1
+    it takes one: the two rates are the same)."""
     launch = P.DEFAULT.launch_overhead_us
     lines = moe.floors_table([1, 4, 16]).splitlines()[1:4]
     for line in lines:
@@ -27,5 +28,5 @@ def test_needed_rates_meet_each_target_exactly():
         assert mb == pytest.approx(weight / 1e6, abs=0.05)
         assert weight / (need * 1e12) * 1e6 + n * launch == pytest.approx(target, rel=2e-3)
         assert weight / (one * 1e12) * 1e6 + launch == pytest.approx(target, rel=2e-3)
-        assert one < need
+        assert one < need if n > 1 else one == need
     assert "fastest measured MI355X stream" in moe.floors_table([1])
