@@ -362,7 +362,7 @@ def _fp8_base():
     # scaled one must fit f32): one page's K scale of 2^62 with q_descale 2^62 is refused
     (dict(q_descale=torch.tensor([2.0**62]), kv_block_descale=torch.ones(8, 1, 2).index_fill_(0, torch.tensor([3]),
                                                                                           2.0**62)),
-     ValueError, "the largest K kv_block_descale\) must stay below 2\^103"),
+     ValueError, r"the largest K kv_block_descale\) must stay below 2\^103"),
     (dict(kv_block_descale=torch.zeros(8, 1, 2)), ValueError, "'kv_block_descale' must be finite and > 0"),
     (dict(kv_block_descale=torch.ones(8, 2, 2)), ValueError, "kv_block_descale' must be a contiguous float32"),
     (dict(k_cache=torch.zeros(8, 16, 1, 128, dtype=torch.bfloat16)), TypeError, "'k_cache' dtype"),
