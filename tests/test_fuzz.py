@@ -135,26 +135,38 @@ def softmax_rows(scores: torch.Tensor, visible: torch.Tensor, sink: torch.Tensor
 
 # ------------------------------------------------------------------ fmha_fwd
 
-FMHA_ARGS = ("q", "k", "v", "out", "lse", "causal", "softmax_scale", "return_lse", "heads_q")
+FMHA_ARGS = ("q", "k", "v", "out", "lse", "causal", "softmax_scale", "return_lse", "heads_q", "window_size", "sinks",
+             "softcap")
 FMHA_COUNTS: Counter = Counter()
 
 
-def fmha_reference(q, k, v, causal, scale):
+def fmha_reference(q, k, v, causal, scale, window=(-1, -1), sinks=None, softcap=0.0):
     """float64 O [B, Sq, Hq, D], LSE [B, Hq, Sq], and per row [B, Hq, Sq] the largest shift
     of a score that the kernel's documented rounding of Q * scale * log2(e) to q's dtype
-    can cause: unit roundoff x scale x max_j sum_d |q_d k_jd|."""
+    can cause: unit roundoff x scale x max_j sum_d |q_d k_jd| (soft-capping's slope is at
+    most 1; its tanh adds its documented 2^-18 softcap). Query i sits at key position
+    pos = i + Sk - Sq and sees key j iff pos - left <= j <= pos + right (-1: unbounded;
+    causal: right = 0); a sink joins each row's softmax as one more logit with no value."""
     unit_roundoff = torch.finfo(q.dtype).eps / 2
     q, k, v = q.double(), k.double(), v.double()
     group = q.shape[2] // k.shape[2]
     k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
     sq, sk = q.shape[1], k.shape[1]
+    pos, j = torch.arange(sq)[:, None] + (sk - sq), torch.arange(sk)[None, :]
+    left, right = window[0], 0 if causal else window[1]
     visible = torch.ones(sq, sk, dtype=torch.bool)
-    if causal:
-        visible = torch.arange(sk)[None, :] <= torch.arange(sq)[:, None] + (sk - sq)
-    p, lse = softmax_rows(torch.einsum("bqhd,bkhd->bhqk", q, k) * scale, visible)
+    if left >= 0:
+        visible &= j >= pos - left
+    if right >= 0:
+        visible &= j <= pos + right
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    if softcap:
+        scores = softcap * torch.tanh(scores / softcap)
+    sink = None if sinks is None else sinks.double()[None, :, None, None]
+    p, lse = softmax_rows(scores, visible, sink)
     products = torch.einsum("bqhd,bkhd->bhqk", q.abs(), k.abs())
     magnitude = products.amax(-1) if sk else products.sum(-1)
-    return torch.einsum("bhqk,bkhd->bqhd", p, v), lse, unit_roundoff * scale * magnitude
+    return torch.einsum("bhqk,bkhd->bqhd", p, v), lse, unit_roundoff * scale * magnitude + softcap * 2.0 ** -18
 
 
 FMHA_LAYOUTS = [("contiguous", 0)] * 3 + [("sliced", 1), ("sliced", 2), ("padded", 3), ("transposed", 2),
@@ -164,12 +176,14 @@ ODD_LAYOUTS = [("sliced", 3), ("transposed", 3), ("broadcast", 1), ("broadcast",
 
 @st.composite
 def fmha_calls(draw):
-    choose = chooser(draw, 11)
+    choose = chooser(draw, 14)
     dtype = choose([torch.bfloat16, torch.float16], [torch.float32])
     heads_k, group = draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 2, 3]))
     return dict(dtype=dtype, kv_dtype=choose([dtype], [torch.float16, torch.bfloat16]),
                 q=(choose([1, 1, 2], [0]), choose([1, 2, 7, 17], [0]), heads_k * group + choose([0], [1]),
-                   choose([128], [64])),
+                   choose([128, 128, 64], [96])),
+                window=choose([(-1, -1)] * 3 + [(0, 0), (3, 0), (2, 5), (-1, 4), (6, -1)], [(-2, 0), (1.5, 0)]),
+                sinks=choose([False, False, True], ["f16"]), softcap=choose([0.0, 0.0, 0.0, 0.5, 2.0], [-1.0]),
                 kv=(None, choose([1, 5, 33], [0]), heads_k, None),
                 causal=draw(st.booleans()), scale=draw(st.sampled_from([None, 0.05, 0.2])),
                 layouts=[choose(FMHA_LAYOUTS, ODD_LAYOUTS) for _ in range(3)],
@@ -206,14 +220,19 @@ def fuzz_fmha_fwd(c):
                                                       c["layouts"], (0.25, 1, 1)))
     q, out = fmha_out(c["out"], q, k)
     inputs = [t.clone() for t in (q, k, v)]        # before the call: out may be q
+    sinks = None
+    if c["sinks"]:
+        sinks = torch.randn(q.shape[2], generator=g).to(torch.float16 if c["sinks"] == "f16" else torch.float32)
     result = call(FMHA_COUNTS, FMHA_ARGS, lambda: gfxasm.fmha_fwd(q, k, v, causal=c["causal"], softmax_scale=c["scale"],
-                                                                  out=out, return_lse=c["return_lse"]))
+                                                                  window_size=c["window"], sinks=sinks,
+                                                                  softcap=c["softcap"], out=out,
+                                                                  return_lse=c["return_lse"]))
     if result is None:
         return
     o, lse = result if c["return_lse"] else (result, None)
     assert out is None or o is out
     scale = 1 / math.sqrt(q.shape[-1]) if c["scale"] is None else c["scale"]
-    o_ref, lse_ref, shift = fmha_reference(*inputs, c["causal"], scale)
+    o_ref, lse_ref, shift = fmha_reference(*inputs, c["causal"], scale, c["window"], sinks, c["softcap"])
     vmax = inputs[2].abs().amax().item() if inputs[2].numel() else 0.0
     # P's weights move by up to exp(+-2 shift); P and O are rounded to q's dtype
     o_tol = vmax * ((2 * shift).exp() - 1 + 2 * torch.finfo(q.dtype).eps).transpose(1, 2)[..., None]
