@@ -270,11 +270,7 @@ class Op:
         fresh = self.spec.allocate(Call(self.name, dict(zip(self._param_names, params)), True), wanted) \
             if wanted else {}
         at = self._out_at
-        args = (*params[:at], *given, *[fresh.get(o.name) for o in self.optional], *params[at:])
-        if self.out_op.direct(args):              # plain eager tensors: no dispatcher, as the functional form
-            self.out_op.run_direct(self._out, args)
-        else:
-            self.out_op(*args)
+        self.out_op(*params[:at], *given, *[fresh.get(o.name) for o in self.optional], *params[at:])
         if not wanted:
             return given[0] if len(given) == 1 else tuple(given)
         return (*given, *[fresh[o.name] for o in self.optional if o.name in wanted])

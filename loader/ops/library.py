@@ -40,25 +40,27 @@ _LIBRARY = torch.library.Library(NAMESPACE, "FRAGMENT")
 
 @dataclass(frozen=True)
 class Op:
-    """A registered `gfxasm::` op and its kernel."""
+    """A registered `gfxasm::` op and its implementation."""
     name: str
     op: Any                          # torch.ops.gfxasm.<name>.default
-    kernel: Callable                 # the implementation with grad refusal and version bumps
-    tensor_positions: tuple[int, ...]    # where the schema takes Tensor or Tensor?
-    tensors: tuple[tuple[int, str], ...]    # (position, argument name) of each of those
+    impl: Callable                   # the op's implementation (the kernel adds grad refusal and version bumps)
+    tensors: tuple[tuple[int, str], ...]    # (position, argument name) where the schema takes Tensor or Tensor?
     mutated: tuple[int, ...] = ()            # the positions of the arguments it writes (an `_out` op's outputs)
 
     def __call__(self, *args):
-        return (self.op if needs_dispatcher(args, self.tensor_positions) else self.kernel)(*args)
+        return self.run_direct(args) if self.direct(args) else self.op(*args)
 
     def direct(self, args: tuple) -> bool:
         """Whether a call with the schema's arguments `args` (those up to its last tensor
-        suffice) may run its implementation directly, as `__call__` would; when so, inputs
-        that require grad have been refused as the kernel refuses them."""
+        suffice) may skip the dispatcher and run the implementation directly: not under
+        torch.compile, a mode, functorch or the profiler, and no tensor subclass (FakeTensor)
+        or meta tensor at the schema's tensor positions. Anything else there goes straight to
+        the implementation, which names the argument in its error. When so, an input that
+        requires grad has been refused as the kernel refuses it."""
         if _in_mode():
             return False
         grad, refused = torch.is_grad_enabled(), None
-        for i, arg_name in self.tensors:          # (one pass: needs_dispatcher's test, then the grad refusal's)
+        for i, arg_name in self.tensors:          # (one pass: the dispatcher test, then the grad refusal's)
             a = args[i]
             if a is None:
                 continue
@@ -73,10 +75,10 @@ class Op:
             refuse_grad(self.name, refused)
         return True
 
-    def run_direct(self, impl: Callable, args: tuple):
-        """`impl` (the op's implementation) on `args` after `direct(args)` said so: the
-        kernel's work less the grad refusal `direct` made."""
-        result = impl(*args)
+    def run_direct(self, args: tuple):
+        """The implementation on `args` after `direct(args)` said so: the kernel's work less
+        the grad refusal `direct` made."""
+        result = self.impl(*args)
         bump_versions(self.mutated, args)
         return result
 
@@ -98,7 +100,7 @@ def define(name: str, impl: Callable, fake: Callable, schema: str, mutates_args:
 
     _LIBRARY.impl(name, kernel, "CompositeExplicitAutograd")
     torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_LIBRARY)
-    return Op(name, op, kernel, tuple(i for i, _ in tensors), tensors, mutated)
+    return Op(name, op, impl, tensors, mutated)
 
 
 def bump_versions(mutated: tuple[int, ...], args: tuple) -> None:
@@ -128,23 +130,6 @@ def refuse_grad(op_name: str, arg_name: str) -> None:
     """A clear error instead of a result without grad_fn: these ops have no backward."""
     raise RuntimeError(f"{op_name}: '{arg_name}' requires grad, but gfxasm ops have no backward; call it under "
                        f"torch.no_grad() or pass a detached tensor")
-
-
-def needs_dispatcher(args: tuple, tensor_positions: Sequence[int]) -> bool:
-    """Whether a call must go through torch's dispatcher rather than straight to the
-    implementation: under torch.compile, a mode, functorch or the profiler, or with tensor
-    subclasses (FakeTensor) or meta tensors at the schema's tensor positions. Anything
-    else there goes straight to the implementation, which names the argument in its error."""
-    if _in_mode():
-        return True
-    for i in tensor_positions:
-        a = args[i]
-        if type(a) is torch.Tensor:
-            if a.is_meta:
-                return True
-        elif isinstance(a, torch.Tensor):
-            return True
-    return False
 
 
 def _in_mode() -> bool:
