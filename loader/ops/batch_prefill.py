@@ -407,9 +407,10 @@ class _Checked:
     page_ratio_log2: int           # log2 (page stride / (page_size * row stride)), K's and V's
 
 
-def _check_attention(call) -> tuple[int, int, int]:
-    """q and the caches: dtypes, shapes, strides; returns the caches' row strides (bytes) and
-    log2 of their page stride over page_size rows (`_row_stride`)."""
+def _check_attention(call) -> tuple[int, int, int, int]:
+    """q and the caches: dtypes, shapes, strides; returns the head dim (`_head_dim`), the
+    caches' row strides (bytes) and log2 of their page stride over page_size rows
+    (`_row_stride`)."""
     q = call.tensor("q", 3, _Q)
     k_cache = call.tensor("k_cache", 4, _CACHE)
     v_cache = call.tensor("v_cache", 4, _CACHE)
@@ -448,13 +449,13 @@ def _check_attention(call) -> tuple[int, int, int]:
     if total_q and q.stride(0) * q.element_size() * total_q >= _MAX_SPAN:
         call.fail(ValueError, f"'q' rows span {q.stride(0) * q.element_size() * total_q} bytes; the kernel needs < "
                               f"2^31")
-    return k_row, v_row, k_ratio
+    return head_dim, k_row, v_row, k_ratio
 
 
 def _check(call) -> _Checked:
     """Everything the metadata can tell, and the index tensors' and scales' contents where
     they are readable (a real call on CPU tensors: `_check_contents`)."""
-    k_seq_stride, v_seq_stride, page_ratio_log2 = _check_attention(call)
+    head_dim, k_seq_stride, v_seq_stride, page_ratio_log2 = _check_attention(call)
     q, k_cache = call.q, call.k_cache
     scale = _softmax_scale(call)
     qo_indptr = call.tensor("qo_indptr", 1, "int32 [batch + 1]")
@@ -481,7 +482,7 @@ def _check(call) -> _Checked:
     if softcap and fp8:
         call.fail(ValueError, f"'softcap' applies to bfloat16/float16 inputs only; q is {q.dtype}")
     chosen = variant(q.dtype, call.causal, block_scales, k_cache.shape[1], fmha.windowed(call.causal, window),
-                     softcap > 0, _head_dim(call, q))
+                     softcap > 0, head_dim)
     return _Checked(chosen, scale, window, softcap, k_seq_stride, v_seq_stride, page_ratio_log2)
 
 
