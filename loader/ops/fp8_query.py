@@ -190,10 +190,13 @@ def with_quantized_query(op: framework.Op, check, args: tuple, out) -> tuple:
         fail(ValueError, "'softcap' is not available for bf16 q over a float8_e4m3fn cache (the FP8 kernel has no "
                          "soft-capping)")
     traced = torch.compiler.is_compiling()      # (then the ops' fake kernels check the metadata)
-    if not traced:
-        placeholder = torch.empty(q.shape, dtype=E4M3, device=q.device)
-        check(framework.Call(op.name, dict(values, q=placeholder, out=out, lse=None), False))
-    q8, q_descale = QUANT_Q_FP8(q)
+    if traced:
+        q8, q_descale = QUANT_Q_FP8(q)
+    else:                       # q8 is checked as the attention's q before the pre-pass writes it
+        q8 = torch.empty(q.shape, dtype=E4M3, device=q.device)
+        check(framework.Call(op.name, dict(values, q=q8, out=out, lse=None), False))
+        q_descale = torch.empty(1, dtype=torch.float32, device=q.device)
+        QUANT_Q_FP8(q, out=(q8, q_descale))
     if not traced and q_descale.device.type == "cpu" and float(q_descale) > 2.0**DESCALE_LOG2_RANGE[1]:
         fail(ValueError, f"'q' holds finite values of magnitude >= 2^{DESCALE_LOG2_RANGE[1] + MANTISSA_HEADROOM + 1}: "
                          f"its FP8 descale {float(q_descale):.3g} is past 2^{DESCALE_LOG2_RANGE[1]}")
@@ -208,12 +211,22 @@ def reference(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     then torch's round-to-nearest-even conversion to e4m3 (NaN for +-Inf and NaN)."""
     x = q.detach().cpu().float()
     finite = torch.isfinite(x)
-    amax = float(x.abs().where(finite, torch.zeros_like(x)).max()) if x.numel() else 0.0
+    amax = float(finite_amax(x)) if x.numel() else 0.0
     low, high = DESCALE_LOG2_RANGE
     exponent = low if amax == 0 else max(math.frexp(amax)[1] - 1 - MANTISSA_HEADROOM, low)
     descale = 2.0**exponent
     scaled = (x / descale).where(finite, torch.full_like(x, float("nan")))
     return scaled.to(E4M3), torch.tensor([descale], dtype=torch.float32)
+
+
+def finite_amax(x: torch.Tensor) -> torch.Tensor:
+    """max |x| over the finite elements of a non-empty float tensor (0 when none is finite)."""
+    return x.abs().where(torch.isfinite(x), torch.zeros_like(x)).max()
+
+
+def amax_code(q: torch.Tensor) -> int:
+    """What the amax launch leaves for q: the 16-bit magnitude code of its finite amax + 0x80."""
+    return int(finite_amax(q.float()).to(torch.bfloat16).view(torch.int16)) + 0x80
 
 
 def query_error(q: torch.Tensor, q_descale: float) -> torch.Tensor:
@@ -244,9 +257,7 @@ def _register_run_cases() -> None:
     def amax_case(variant, gen) -> RunCase:
         """partial's maximum is amax's 16-bit magnitude code + 0x80 (the finite elements only)."""
         args, _, _ = case(gen)
-        q = args["q"].float()
-        amax = q.abs().where(torch.isfinite(q), torch.zeros_like(q)).max()
-        want = (amax.to(torch.bfloat16).view(torch.int16).int() + 0x80)
+        want = torch.tensor([amax_code(args["q"])], dtype=torch.int32)
         # each workgroup holds its own part's maximum; the case checks the largest (the one
         # phase 2 reads) through a one-part launch
         args.update(parts=1, trips=cdiv(args["chunks"], AMAX_UNROLL * AMAX_WORKGROUP), partial=args["partial"][:1])
@@ -258,9 +269,7 @@ def _register_run_cases() -> None:
         """From the partials phase 1 would leave (amax's code in one of them), q8 and q_descale
         bit for bit."""
         args, q8_want, descale_want = case(gen)
-        q = args["q"].float()
-        amax = q.abs().where(torch.isfinite(q), torch.zeros_like(q)).max()
-        code = int(amax.to(torch.bfloat16).view(torch.int16)) + 0x80
+        code = amax_code(args["q"])
         parts = args["parts"]
         partial = torch.randint(0, code + 1, (parts,), generator=gen, dtype=torch.int64)
         partial[int(torch.randint(0, parts, (1,), generator=gen))] = code
