@@ -21,6 +21,13 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def magic_u32(divisor: int) -> int:
+    """The kernels' divide-by-multiply constant: ceil(2^32 / divisor), with which
+    (n * magic) >> 32 = n // divisor for the ids they divide; 0 for divisor 1 (the kernels
+    then take n itself, as the constant would not fit 32 bits)."""
+    return 0 if divisor == 1 else cdiv(2**32, divisor)
+
+
 FUNCTIONS: dict[str, Callable[..., int]] = {"cdiv": cdiv, "min": min, "max": max}
 _ARITY = {"cdiv": (2, 2), "min": (2, None), "max": (2, None)}
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,

@@ -86,6 +86,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..gridexpr import magic_u32
 from ..launcher import prepare
 from ..manifest import Variant, default_manifest
 from . import fmha, fp8_query, framework
@@ -594,7 +595,7 @@ def kernel_args(checked: _Checked, call) -> dict:
                 v_seq_stride=checked.v_seq_stride, v_head_stride=v_cache.stride(2) * e,
                 **fmha.unstepped_strides("q", q, _ROWS), **fmha.unstepped_strides("o", out, _ROWS),
                 page_shift=k_cache.shape[1].bit_length() - 1,
-                page_stride_shift=k_cache.shape[1].bit_length() - 1 + checked.page_ratio_log2, kv_head_magic=0 if ratio == 1 else -(-_U32 // ratio),
+                page_stride_shift=k_cache.shape[1].bit_length() - 1 + checked.page_ratio_log2, kv_head_magic=magic_u32(ratio),
                 store_lse=int(store_lse), **fmha.score_args(checked.scale, checked.softcap),
                 **fmha.sinks_args(call.sinks, q.device), **fmha.window_args(checked.window))
 

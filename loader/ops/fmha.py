@@ -55,6 +55,7 @@ import math
 
 import torch
 
+from ..gridexpr import magic_u32
 from ..launcher import prepare
 from ..manifest import Variant, default_manifest
 from . import arguments, framework
@@ -288,7 +289,7 @@ def kernel_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
     kernel never touches it: an empty placeholder stands in (a null pointer at launch)."""
     ratio = q.shape[2] // k.shape[2]
     args = dict(q=q, k=k, v=v, o=o, seq_q=q.shape[1], seq_k=k.shape[1],
-                kv_head_magic=0 if ratio == 1 else -(-_U32 // ratio), store_lse=int(lse is not None),
+                kv_head_magic=magic_u32(ratio), store_lse=int(lse is not None),
                 **score_args(scale, softcap), **sinks_args(sinks, q.device), **window_args(window))
     for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
         args.update(unstepped_strides(name, t, ((0, "batch"), (1, "seq"), (2, "head"))))

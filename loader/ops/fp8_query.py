@@ -46,7 +46,7 @@ import math
 
 import torch
 
-from ..gridexpr import cdiv
+from ..gridexpr import cdiv, magic_u32
 from ..launcher import prepare
 from ..manifest import default_manifest
 from . import arguments, framework
@@ -121,7 +121,7 @@ def launch_args(q: torch.Tensor, q8: torch.Tensor, q_descale: torch.Tensor, part
     parts, trips = partition(chunks)
     return dict(q=q, partial=partial, q8=q8, q_descale=q_descale, chunks=chunks, parts=parts, trips=trips,
                 heads_q=heads, q_seq_stride=q.stride(0) * 2, q_head_stride=q.stride(1) * 2,
-                head_magic=cdiv(_U32, heads) if heads > 1 else 0, q_bytes=span_bytes(q))
+                head_magic=magic_u32(heads), q_bytes=span_bytes(q))
 
 
 def workspace(chunks: int, device) -> torch.Tensor:

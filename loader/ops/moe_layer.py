@@ -96,7 +96,7 @@ from dataclasses import replace
 
 import torch
 
-from ..gridexpr import cdiv
+from ..gridexpr import cdiv, magic_u32
 from ..launcher import PreparedLaunch, prepare
 from ..manifest import default_manifest
 from . import arguments, framework, moe_align, mxfp8_moe_gemm, swiglu_quant
@@ -289,8 +289,8 @@ def fused_launch_args(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk
     check_id_division(up_tiles, producers)
     check_id_division(down_tiles, down_tiles * down["tokens"])
     args = dict(up, **{f"d_{name}": value for name, value in down.items() if name != "out"}, out=down["out"],
-                flag=flag, producers=producers, up_tiles=up_tiles, up_magic=_magic(up_tiles), down_tiles=down_tiles,
-                down_magic=_magic(down_tiles))
+                flag=flag, producers=producers, up_tiles=up_tiles, up_magic=magic_u32(up_tiles), down_tiles=down_tiles,
+                down_magic=magic_u32(down_tiles))
     return FUSED_KERNEL, mxfp8_moe_gemm.variant_for(FUSED_KERNEL, torch.bfloat16), args
 
 
@@ -300,11 +300,6 @@ def check_id_division(tiles: int, ids: int) -> None:
     if (ids - 1) * tiles >= 2**32:
         _fail(ValueError, f"the one-launch form divides workgroup ids < {ids} by {tiles} tiles exactly only while "
                           f"(ids - 1) * tiles < 2^32")
-
-
-def _magic(divisor: int) -> int:
-    """ceil(2^32 / divisor), 0 for 1 (the kernel takes the id itself)."""
-    return 0 if divisor == 1 else -(-2**32 // divisor)
 
 
 # The one-launch form's pointer arguments under the plan's names (the d_* block is the down

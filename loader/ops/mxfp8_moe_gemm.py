@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import torch
 
-from ..gridexpr import cdiv
+from ..gridexpr import cdiv, magic_u32
 from ..launcher import launch, prepare
 from ..manifest import default_manifest
 from . import arguments, framework
@@ -203,7 +203,7 @@ def launch_args(a, a_scale, w, w_scale, sorted_token_ids, expert_ids, num_tokens
     variant = variant_for(kernel, out_dtype)
     has_w = topk_weights is not None
     tw = topk_weights.reshape(-1) if has_w else torch.empty(0, dtype=torch.float32, device=a.device)
-    magic = 0 if a_div == 1 else -(-2**32 // a_div)          # ceil(2^32 / a_div)
+    magic = magic_u32(a_div)
     return kernel, variant, dict(
         a=a, a_scale=_scales(a_scale), w=w, w_scale=_scales(w_scale),
         sorted_token_ids=sorted_token_ids.view(sizes["blocks"], sizes["block_m"]),
@@ -351,7 +351,7 @@ def direct_swiglu_launch_args(a, a_scale, w, w_scale, topk_ids, expert_map, num_
     M, K = a.shape
     E, N, _ = w.shape
     top_k = topk_ids.shape[1]
-    magic = 0 if top_k == 1 else -(-2**32 // top_k)
+    magic = magic_u32(top_k)
     args = dict(a=a, a_scale=_scales(a_scale), w=w, w_scale=_scales(w_scale), topk_weights=torch.empty(
         0, dtype=torch.float32, device=a.device), q=q, scale=scale, M=M, N=N, K=K, E=E, valid=M * top_k,
         a_div_magic=magic, has_weights=0, **_direct_routing(topk_ids, expert_map, num_experts),

@@ -45,7 +45,7 @@ import math
 
 import torch
 
-from ..gridexpr import cdiv
+from ..gridexpr import magic_u32
 from ..launcher import prepare
 from ..manifest import default_manifest
 from . import arguments, framework
@@ -106,7 +106,7 @@ def launch_args(x, q, scale, alpha, beta, limit) -> tuple[str, dict]:
     NB = I // BLOCK
     variant = default_manifest().kernel(OP).variant_with(F16=x.dtype == torch.float16).name    # by its define
     return variant, dict(
-        x=x, q=q, scale=scale, M=M, I=I, NB=NB, magic=cdiv(2**32, NB) if NB > 1 else 0,   # 0: NB = 1 (see the kernel)
+        x=x, q=q, scale=scale, M=M, I=I, NB=NB, magic=magic_u32(NB),   # 0: NB = 1 (see the kernel)
         **activation_args(alpha, beta, limit))
 
 
