@@ -174,7 +174,8 @@ ALIGN_POISON = -7
 
 
 def _align_state(gen: torch.Generator, slots: int = 700, E: int = 13, block_m_log2: int = 4):
-    """(ids, chunk, chunks, per-chunk counts [chunks, E], padded totals, key starts, args)."""
+    """(ids, per-chunk counts [chunks, E], padded totals, key starts, args): chunks of 64
+    slots, the outputs and workspace poisoned."""
     ids = torch.randint(-2, E + 2, (slots,), generator=gen, dtype=torch.int32)
     chunk, block_m = 64, 1 << block_m_log2
     chunks = -(-slots // chunk)
