@@ -61,30 +61,29 @@ def launch_seconds(timeline, group_seconds, latency_s: float = FLAG_LATENCY_S) -
         end = {g: _reach(g, lines[g].work, start, resumed, waits, rate) for g in lines}
         new_start = {g: end[line.started_after] if line.started_after is not None else 0.0
                      for g, line in lines.items()}
-        new_resumed = {}
-        for g in lines:
-            t, pos, after = new_start[g], 0, []
-            for i, wait in enumerate(waits[g]):
-                t += rate[g] * (wait.at - pos)
-                pos = wait.at
-                t = max(t, _reach(wait.releaser, wait.released_at, start, resumed, waits, rate) + latency_s)
-                after.append(t)
-            new_resumed[g] = after
+        new_resumed = {g: [on for _, on in _walk(new_start[g], rate[g], waits[g], lambda _, wait: _reach(
+            wait.releaser, wait.released_at, start, resumed, waits, rate) + latency_s)] for g in lines}
         if new_start == start and new_resumed == resumed:
             break
         start, resumed = new_start, new_resumed
     else:
         raise RuntimeError("flag waits did not settle: the timeline has a cycle")
-    waited = {}
-    for g in lines:
-        t, pos, stood = start[g], 0, 0.0
-        for i, wait in enumerate(waits[g]):
-            t += rate[g] * (wait.at - pos)
-            pos = wait.at
-            stood += resumed[g][i] - t
-            t = resumed[g][i]
-        waited[g] = stood
+    waited = {g: sum(on - arrived for arrived, on in _walk(start[g], rate[g], waits[g], lambda i, _: resumed[g][i]))
+              for g in lines}
     return FlagTiming(max(end.values(), default=0.0), start, end, waited)
+
+
+def _walk(start: float, rate: float, waits: list, ready) -> list[tuple[float, float]]:
+    """A workgroup's (arrival, resumption) at each of its waits, in order: it runs at `rate`
+    seconds per wave-instruction from `start`, and goes on from the i-th wait at
+    max(arrival, ready(i, wait))."""
+    t, pos, times = start, 0, []
+    for i, wait in enumerate(waits):
+        t += rate * (wait.at - pos)
+        pos = wait.at
+        arrived, t = t, max(t, ready(i, wait))
+        times.append((arrived, t))
+    return times
 
 
 def _reach(g, work: int, start, resumed, waits, rate) -> float:
