@@ -12,11 +12,8 @@ round-robin hides. The serial schedule stays the default: nothing changes for a 
 that does not ask for this one.
 
 Resident capacity (`resident_capacity`): the emulated device is an MI355X, 256 CUs
-(8 XCDs x 32). Per CU, as LLVM's AMDGPUBaseInfo computes occupancy for gfx90a-class
-targets (gfx950 among them): waves per SIMD = min(8, 512 // VGPRs allocated (unified
-VGPR+AGPR, granule 8), 800 // SGPRs allocated (granule 16)), 4 SIMDs; LDS 160 KiB in
-512-byte granules; at most 16 workgroups of several waves (32 of one wave). The same
-numbers as gfxasm.perf.params (which the emulator may not import). `resident=` overrides.
+(8 XCDs x 32), each holding as many workgroups as emu.occupancy's rule allows (LLVM's
+gfx90a-class occupancy; the timing model reads the same rule). `resident=` overrides.
 
 Memory model (strict, after LLVM's AMDGPUUsage "Memory Model GFX942" and its code-sequence
 table; LLVM's SIMemoryLegalizer emits the same sequences for gfx950, whose feature set
@@ -72,24 +69,14 @@ how far it had got, which workgroup released, and how far that one had got at th
 from __future__ import annotations
 
 import hashlib
-import math
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import races
+from . import occupancy, races
 from .errors import DeadlockError, HazardError, LaunchError, UnsupportedInstruction
 from .races import ATOMIC, ATOMIC_LOAD, ATOMIC_RETURN, ATOMIC_STORE, READ, WRITE
-
-# The emulated device (MI355X) and its occupancy rules: see the module docstring.
-DEVICE_CUS = 256
-SIMDS_PER_CU = 4
-MAX_WAVES_PER_SIMD = 8
-VGPRS_PER_SIMD_LANE, VGPR_GRANULE = 512, 8
-SGPRS_PER_SIMD, SGPR_GRANULE = 800, 16
-LDS_BYTES_PER_CU, LDS_GRANULE = 163840, 512
-MAX_WORKGROUPS_PER_CU = 16
 
 # Sleeps at one pc with global memory unchanged before the serial schedule calls it a deadlock.
 SPIN_LIMIT = 64
@@ -98,18 +85,11 @@ _STORES = ("global_store", "buffer_store", "global_atomic", "buffer_atomic")
 
 def resident_capacity(info, waves_per_group: int) -> int:
     """How many workgroups of this kernel the emulated device holds at once."""
-    kd = info.descriptor
-    vgprs = (kd.granulated_vgprs + 1) * VGPR_GRANULE
-    sgprs = math.ceil(max(int(info.metadata.get(".sgpr_count", 1)), 1) / SGPR_GRANULE) * SGPR_GRANULE
-    per_simd = min(MAX_WAVES_PER_SIMD, VGPRS_PER_SIMD_LANE // vgprs, SGPRS_PER_SIMD // sgprs)
-    per_cu = (per_simd * SIMDS_PER_CU) // waves_per_group
-    per_cu = min(per_cu, MAX_WORKGROUPS_PER_CU if waves_per_group > 1 else MAX_WAVES_PER_SIMD * SIMDS_PER_CU)
-    if info.lds_bytes:
-        per_cu = min(per_cu, LDS_BYTES_PER_CU // (math.ceil(info.lds_bytes / LDS_GRANULE) * LDS_GRANULE))
+    per_cu = occupancy.of_kernel(info, waves_per_group * occupancy.WAVE_SIZE).workgroups_per_cu
     if per_cu < 1:
-        raise LaunchError(f"kernel {info.name}: one workgroup of {waves_per_group} waves with {vgprs} VGPRs "
-                          f"does not fit on a CU")
-    return per_cu * DEVICE_CUS
+        raise LaunchError(f"kernel {info.name}: one workgroup of {waves_per_group} waves with "
+                          f"{occupancy.vgpr_alloc(info)} VGPRs does not fit on a CU")
+    return per_cu * occupancy.NUM_CUS
 
 
 def check_launch(seed, jobs, engine, workgroups, resident, trace) -> None:

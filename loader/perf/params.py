@@ -11,24 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+# The device's compute units, SIMDs and occupancy resources (VGPR/SGPR files, LDS, wave and
+# workgroup slots) are the emulator's: written once, with their sources, in emu/occupancy.py.
+from ..emu.occupancy import (LDS_BYTES_PER_CU, LDS_GRANULE, MAX_WAVES_PER_SIMD,  # noqa: F401 (re-exported)
+                             MAX_WORKGROUPS_PER_CU, NUM_CUS, SGPR_GRANULE, SGPRS_PER_SIMD, SIMDS_PER_CU,
+                             VGPR_GRANULE, VGPRS_PER_SIMD_LANE, WAVE_SIZE)
+
 # ----------------------------------------------------------------- machine (MI355X)
 CLOCK_HZ = 2.4e9            # peak engine clock; conformance README, AMD MI355X spec (2400 MHz)
-NUM_CUS = 256               # 8 XCDs x 32 CUs; ROCm GPU specifications table (MI355X)
-SIMDS_PER_CU = 4            # LLVM AMDGPUBaseInfo getEUsPerCU (gfx9: 4)
-WAVE_SIZE = 64              # gfx950 is wave64 only (fact sheet §1)
-
-# occupancy (LLVM llvm/lib/Target/AMDGPU/Utils/AMDGPUBaseInfo.cpp, gfx90a-class targets,
-# which include gfx950: FeatureGFX90AInsts) and ROCm's GPU specification table for MI355X
-MAX_WAVES_PER_SIMD = 8      # getMaxWavesPerEU: isGFX90A -> 8
-VGPRS_PER_SIMD_LANE = 512   # getTotalNumVGPRs: FeatureGFX90AInsts -> 512 (unified VGPR+AGPR);
-                            # ROCm table: VGPR file 512 KiB/CU = 4 SIMD x 512 x 64 lanes x 4 B
-VGPR_GRANULE = 8            # getVGPRAllocGranule / encoding granule on gfx90a+: 8
-SGPRS_PER_SIMD = 800        # getTotalNumSGPRs (gfx8+): 800; ROCm table: SGPR file 12.5 KiB/CU
-SGPR_GRANULE = 16           # getSGPRAllocGranule (gfx8-gfx9): 16
-MAX_WORKGROUPS_PER_CU = 16  # getMaxWorkGroupsPerCU: MaxBarriers = 16 (multi-wave workgroups)
-LDS_BYTES_PER_CU = 163840   # ROCm table: LDS 160 KiB (MI355X); fact sheet §1 (llc accepts 163840)
-LDS_GRANULE = 512           # LDS allocation unit: 128 dwords (AMDGPUUsage, GRANULATED_LDS_SIZE, GFX7+)
-
 # peaks (conformance README "MI355X peaks")
 PEAK_FLOPS = {"bf16": 2.5e15, "fp8": 5.0e15, "fp4/fp6": 10.0e15}
 HBM_BYTES_PER_S = 8.0e12

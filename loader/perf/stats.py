@@ -5,9 +5,9 @@ loops and the hottest loop's MFMA and memory work.
     s = stats.analyze("build/x.co")            # or bytes; kernel=NAME if several
     print(stats.format_stats(s))
 
-Occupancy follows LLVM's AMDGPU occupancy math for gfx90a-class targets (gfx950
-included), with the CDNA4 register/LDS sizes from AMD's ROCm GPU specification table;
-see params.py for every number and its source.
+Occupancy is the emulator's rule (gfxasm.emu.occupancy: LLVM's AMDGPU occupancy math for
+gfx90a-class targets, gfx950 included, with the MI355X register/LDS sizes of AMD's ROCm GPU
+specification table; every number and its source there).
 """
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
+from ..emu.occupancy import Occupancy, sgpr_alloc, vgpr_alloc
+from ..emu.occupancy import occupancy as occupancy_rule
 from ..emu.registry import HANDLERS
 from . import params as P
 
@@ -286,53 +288,19 @@ def registers(info, insts) -> Registers:
         for op in inst.ops:
             if op.kind in ("v", "a") or (op.kind == "s" and op.index < 102):
                 hi[op.kind] = max(hi[op.kind], op.index + op.count - 1)
-    vgpr_alloc = (kd.granulated_vgprs + 1) * P.VGPR_GRANULE
-    sgpr_blocks = (kd.rsrc1 >> 6) & 0xF
-    sgpr_alloc_kd = (sgpr_blocks + 1) * 8
-    sgpr = int(md.get(".sgpr_count", sgpr_alloc_kd))
-    vgpr = int(md.get(".vgpr_count", vgpr_alloc))
+    vgpr = int(md.get(".vgpr_count", vgpr_alloc(info)))
     if ".agpr_count" in md:
         agpr = int(md[".agpr_count"])
     else:
         agpr = hi["a"] + 1
-    return Registers(sgpr, vgpr, agpr, kd.accum_offset, vgpr_alloc, max(sgpr, sgpr_alloc_kd),
+    return Registers(int(md.get(".sgpr_count", sgpr_alloc(info))), vgpr, agpr, kd.accum_offset,
+                     vgpr_alloc(info), sgpr_alloc(info),
                      hi["v"], hi["a"], hi["s"])
 
 
-@dataclass
-class Occupancy:
-    waves_per_workgroup: int
-    workgroup_size: int
-    lds_bytes: int
-    limit_vgpr: int          # waves per SIMD allowed by the VGPR file
-    limit_sgpr: int
-    limit_lds: int           # workgroups per CU allowed by LDS
-    workgroups_per_cu: int
-    waves_per_simd: float    # resident waves per SIMD at that many workgroups
-    limited_by: str
-
-
 def occupancy(regs: Registers, lds_bytes: int, workgroup_size: int) -> Occupancy:
-    wpg = max(1, math.ceil(workgroup_size / P.WAVE_SIZE))
-    v_alloc = max(P.VGPR_GRANULE, math.ceil(regs.vgpr_alloc / P.VGPR_GRANULE) * P.VGPR_GRANULE)
-    lim_v = min(P.MAX_WAVES_PER_SIMD, P.VGPRS_PER_SIMD_LANE // v_alloc)
-    s_alloc = math.ceil(max(regs.sgpr_alloc, 1) / P.SGPR_GRANULE) * P.SGPR_GRANULE
-    lim_s = min(P.MAX_WAVES_PER_SIMD, P.SGPRS_PER_SIMD // s_alloc)
-    lds_alloc = math.ceil(lds_bytes / P.LDS_GRANULE) * P.LDS_GRANULE
-    lim_lds = P.LDS_BYTES_PER_CU // lds_alloc if lds_alloc else 10 ** 6
-    per_simd = min(lim_v, lim_s)
-    by_waves = (per_simd * P.SIMDS_PER_CU) // wpg
-    cap = P.MAX_WORKGROUPS_PER_CU if wpg > 1 else P.MAX_WAVES_PER_SIMD * P.SIMDS_PER_CU
-    wg = min(by_waves, lim_lds, cap)
-    reasons = []
-    if wg == by_waves:
-        reasons.append("VGPRs" if lim_v <= lim_s else "SGPRs")
-    if wg == lim_lds:
-        reasons.append("LDS")
-    if wg == cap:
-        reasons.append("workgroup slots")
-    return Occupancy(wpg, workgroup_size, lds_bytes, lim_v, lim_s, lim_lds, wg,
-                     wg * wpg / P.SIMDS_PER_CU, ", ".join(reasons) or "-")
+    """The emulator's occupancy rule (emu.occupancy, written once) at these registers."""
+    return occupancy_rule(regs.vgpr_alloc, regs.sgpr_alloc, lds_bytes, workgroup_size)
 
 
 # ---------------------------------------------------------------- the report
