@@ -6,9 +6,10 @@ op's arguments) or match a float64 reference written here from the ops' document
 semantics; anything else (another exception, a wrong answer) fails.
 
 Deterministic (derandomize) and bounded: a fixed number of examples per op, tiny shapes
-since every accepted call runs the strict emulator (~25 s in all). Each test prints how
-many calls were refused and how many matched. What the fuzzing found and is not fixed yet
-is kept out of the strategies and pinned by a strict xfail test at the end."""
+since every accepted call runs the strict emulator. Each test prints how many calls were
+refused and how many matched (bf16 q over an FP8 cache also by category; more of its draws
+under -m full). What the fuzzing found and is not fixed yet is kept out of the strategies
+and pinned by a strict xfail test at the end."""
 from __future__ import annotations
 
 import math
@@ -23,6 +24,7 @@ from hypothesis import strategies as st
 import gfxasm
 from gfxasm.build import build_manifest
 from gfxasm.manifest import default_manifest
+from gfxasm.ops import batch_prefill as bp
 
 FUZZ = settings(derandomize=True, deadline=None, database=None, print_blob=True,
                 suppress_health_check=list(HealthCheck))      # each test adds its max_examples
@@ -119,6 +121,8 @@ def fuzz(op: str, run, counts: Counter, capsys) -> None:
     run()
     with capsys.disabled():
         print(f"\nfuzz {op}: {counts['refused']} calls refused, {counts['matched']} matched the reference")
+        for category in sorted(set(counts) - {"refused", "matched"}):
+            print(f"  {counts[category]} {category}")
     assert counts["refused"] > 0 and counts["matched"] > 0, counts     # both kinds were explored
 
 
@@ -144,14 +148,26 @@ def fmha_reference(q, k, v, causal, scale, window=(-1, -1), sinks=None, softcap=
     """float64 O [B, Sq, Hq, D], LSE [B, Hq, Sq], and per row [B, Hq, Sq] the largest shift
     of a score that the kernel's documented rounding of Q * scale * log2(e) to q's dtype
     can cause: unit roundoff x scale x max_j sum_d |q_d k_jd| (soft-capping's slope is at
-    most 1; its tanh adds its documented 2^-18 softcap). Query i sits at key position
-    pos = i + Sk - Sq and sees key j iff pos - left <= j <= pos + right (-1: unbounded;
-    causal: right = 0); a sink joins each row's softmax as one more logit with no value."""
+    most 1; its tanh adds its documented 2^-18 softcap). Queries see the keys `visible_keys`
+    says; a sink joins each row's softmax as one more logit with no value."""
     unit_roundoff = torch.finfo(q.dtype).eps / 2
     q, k, v = q.double(), k.double(), v.double()
     group = q.shape[2] // k.shape[2]
     k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
-    sq, sk = q.shape[1], k.shape[1]
+    visible = visible_keys(q.shape[1], k.shape[1], causal, window)
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    if softcap:
+        scores = softcap * torch.tanh(scores / softcap)
+    sink = None if sinks is None else sinks.double()[None, :, None, None]
+    p, lse = softmax_rows(scores, visible, sink)
+    products = torch.einsum("bqhd,bkhd->bhqk", q.abs(), k.abs())
+    magnitude = products.amax(-1) if k.shape[1] else products.sum(-1)
+    return torch.einsum("bhqk,bkhd->bqhd", p, v), lse, unit_roundoff * scale * magnitude + softcap * 2.0 ** -18
+
+
+def visible_keys(sq: int, sk: int, causal: bool, window=(-1, -1)) -> torch.Tensor:
+    """[sq, sk] bool: query i, at key position pos = i + sk - sq, sees key j iff
+    pos - left <= j <= pos + right (-1: unbounded; causal: right = 0)."""
     pos, j = torch.arange(sq)[:, None] + (sk - sq), torch.arange(sk)[None, :]
     left, right = window[0], 0 if causal else window[1]
     visible = torch.ones(sq, sk, dtype=torch.bool)
@@ -159,14 +175,7 @@ def fmha_reference(q, k, v, causal, scale, window=(-1, -1), sinks=None, softcap=
         visible &= j >= pos - left
     if right >= 0:
         visible &= j <= pos + right
-    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
-    if softcap:
-        scores = softcap * torch.tanh(scores / softcap)
-    sink = None if sinks is None else sinks.double()[None, :, None, None]
-    p, lse = softmax_rows(scores, visible, sink)
-    products = torch.einsum("bqhd,bkhd->bhqk", q.abs(), k.abs())
-    magnitude = products.amax(-1) if sk else products.sum(-1)
-    return torch.einsum("bhqk,bkhd->bqhd", p, v), lse, unit_roundoff * scale * magnitude + softcap * 2.0 ** -18
+    return visible
 
 
 FMHA_LAYOUTS = [("contiguous", 0)] * 3 + [("sliced", 1), ("sliced", 2), ("padded", 3), ("transposed", 2),
@@ -688,6 +697,12 @@ PREFILL_ARGS = ("q", "k_cache", "v_cache", "qo_indptr", "kv_indptr", "kv_page_in
                 "block_table", "seqlens_k", "causal", "softmax_scale", "q_descale", "k_descale", "v_descale",
                 "kv_block_descale", "out", "return_lse", "page_size", "heads", "q's")
 PREFILL_COUNTS: Counter = Counter()
+HEAD_DIM = 128
+# the scale arguments each drawn kind passes (f64: a float64 k_descale alone)
+SCALE_KINDS = {"none": (), "tensor": ("q_descale", "k_descale", "v_descale"), "kv_tensor": ("k_descale", "v_descale"),
+               "block": ("kv_block_descale",), "both": ("q_descale", "k_descale", "v_descale", "kv_block_descale"),
+               "kv_both": ("k_descale", "v_descale", "kv_block_descale"), "f64": ("k_descale",)}
+DESCALES = dict(q_descale=0.5, k_descale=1.5, v_descale=0.75)
 
 
 @st.composite
@@ -696,7 +711,8 @@ def prefill_calls(draw):
     dtype = choose([torch.bfloat16, torch.float16, E4M3], [torch.float32])
     n = draw(st.integers(0, 3))
     heads_k = draw(st.sampled_from([1, 2]))
-    return dict(dtype=dtype, seq_q=[draw(st.sampled_from([0, 1, 5, 17, 40])) for _ in range(n)],
+    return dict(dtype=dtype, cache_dtype=torch.bfloat16 if dtype == torch.float32 else dtype, head_dim=HEAD_DIM,
+                seq_q=[draw(st.sampled_from([0, 1, 5, 17, 40])) for _ in range(n)],
                 seq_k=[draw(st.sampled_from([0, 1, 9, 33, 70])) for _ in range(n)],
                 page=choose([1, 2, 16, 64], [3, 2048]), heads=(heads_k * draw(st.sampled_from([1, 2, 3]))
                                                                + choose([0], [1]), heads_k),
@@ -707,26 +723,31 @@ def prefill_calls(draw):
                 scales=choose(["none", "tensor", "block"] if dtype == E4M3 else ["none"],
                               ["f64", "both"] if dtype == E4M3 else ["tensor"]),
                 causal=draw(st.booleans()), scale=draw(st.sampled_from([None, 0.05, 0.2])),
-                return_lse=draw(st.booleans()), seed=draw(st.integers(0, 2**16)))
+                return_lse=draw(st.booleans()), seed=draw(st.integers(0, 2**16)),
+                q_exponents=(0, 0), window=(-1, -1), softcap=0.0)
 
 
 def prefill_inputs(c: dict, g: torch.Generator) -> dict:
-    """q, a shuffled pool (unused slots poison), both tables, scales, as `c` says."""
-    page, (heads_q, heads_k) = c["page"], c["heads"]
+    """q, a shuffled pool (unused slots poison), both tables, scales, as `c` says; q's rows
+    times 2^(shift + e), e uniform in -spread .. spread per row, for q_exponents (shift, spread)."""
+    page, (heads_q, heads_k), d = c["page"], c["heads"], c["head_dim"]
     counts = [-(-s // page) for s in c["seq_k"]]
     pool = sum(counts) + 2
     order = torch.randperm(pool, generator=g).to(torch.int32)
-    cache_dtype = torch.bfloat16 if c["dtype"] == torch.float32 else c["dtype"]
-    k, v = (empty_poisoned((pool, page, heads_k, 128), cache_dtype) for _ in range(2))
+    k, v = (empty_poisoned((pool, page, heads_k, d), c["cache_dtype"]) for _ in range(2))
     lists, at = [], 0
     for n, s in zip(counts, c["seq_k"]):
         lists.append(order[at:at + n])
         for j in range(s):
             for cache in (k, v):
-                cache[lists[-1][j // page], j % page] = torch.randn(heads_k, 128, generator=g).to(cache_dtype)
+                cache[lists[-1][j // page], j % page] = torch.randn(heads_k, d, generator=g).to(c["cache_dtype"])
         at += n
     total = sum(c["seq_q"])
-    q = torch.randn(total, heads_q, 128, generator=g).to(c["dtype"])
+    q = torch.randn(total, heads_q, d, generator=g)
+    shift, spread = c["q_exponents"]
+    if spread or shift:
+        q *= torch.exp2(shift + torch.randint(-spread, spread + 1, (total, heads_q, 1), generator=g).double()).float()
+    q = q.to(c["dtype"])
     if c["q_layout"] == "heads_sliced":
         q = laid_out(q, "sliced", 1)
     elif c["q_layout"] == "misaligned":
@@ -757,40 +778,59 @@ def prefill_inputs(c: dict, g: torch.Generator) -> dict:
         vllm["seqlens_k"][0] = table.shape[1] * page + 1
     tables = {"sglang": sglang, "vllm": vllm, "both": {**sglang, **vllm}, "none": {},
               "partial": dict(kv_indptr=sglang["kv_indptr"])}[c["table"]]
-    scales = {}
-    if c["scales"] in ("tensor", "both"):
-        scales = dict(q_descale=torch.tensor([0.5]), k_descale=torch.tensor([1.5]), v_descale=torch.tensor([0.75]))
-    if c["scales"] == "f64":
-        scales = dict(k_descale=torch.tensor([1.5], dtype=torch.float64))
-    if c["scales"] in ("block", "both"):
+    names = SCALE_KINDS[c["scales"]]
+    scales = {n: torch.tensor([DESCALES[n]], dtype=torch.float64 if c["scales"] == "f64" else torch.float32)
+              for n in names if n != "kv_block_descale"}
+    if "kv_block_descale" in names:
         scales["kv_block_descale"] = torch.rand(pool, heads_k, 2, generator=g) + 0.25
     return dict(q=q, k=k, v=v, qo=torch.tensor(qo, dtype=torch.int32), tables=tables, lists=lists, scales=scales)
 
 
-@settings(FUZZ, max_examples=60)
-@given(prefill_calls())
-def fuzz_batch_prefill(c):
-    g = torch.Generator().manual_seed(c["seed"])
-    a = prefill_inputs(c, g)
-    q = a["q"]
-    out = None
-    if c["out"] == "fresh":
-        out = torch.full(q.shape, float("nan"), dtype=torch.bfloat16 if q.dtype == E4M3 else q.dtype)
-    elif c["out"] == "q":
-        out = q
-    elif c["out"] == "broadcast":
-        out = torch.zeros(1, 1, 128, dtype=q.dtype).expand(q.shape)
-    result = call(PREFILL_COUNTS, PREFILL_ARGS, lambda: gfxasm.batch_prefill(
-        q, a["k"], a["v"], a["qo"], **a["tables"], causal=c["causal"], softmax_scale=c["scale"], out=out,
-        return_lse=c["return_lse"], **a["scales"]))
-    if result is None:
-        return
-    o, lse = result if c["return_lse"] else (result, None)
-    scale = 1 / math.sqrt(128) if c["scale"] is None else c["scale"]
-    fp8 = q.dtype == E4M3
+def prefill_out(kind: str, q: torch.Tensor):
+    """`out` as `kind` says: none, fresh (NaN poison, bf16 for FP8 K/V), q itself, a
+    stride-0 view, or fp16 (wrong for FP8 K/V)."""
+    if kind == "fresh":
+        return torch.full(q.shape, float("nan"), dtype=torch.bfloat16 if q.dtype == E4M3 else q.dtype)
+    if kind == "fp16":
+        return torch.full(q.shape, float("nan"), dtype=torch.float16)
+    if kind == "q":
+        return q
+    if kind == "broadcast":
+        return torch.zeros(1, 1, q.shape[-1], dtype=q.dtype).expand(q.shape)
+    return None
+
+
+def run_prefill(c: dict, a: dict):
+    out = prefill_out(c["out"], a["q"])
+    result = gfxasm.batch_prefill(a["q"], a["k"], a["v"], a["qo"], **a["tables"], causal=c["causal"],
+                                  softmax_scale=c["scale"], window_size=c["window"], softcap=c["softcap"], out=out,
+                                  return_lse=c["return_lse"], **a["scales"])
+    o = result[0] if c["return_lse"] else result
+    assert out is None or o is out
+    return result if c["return_lse"] else (result, None)
+
+
+def quantised_query(q: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """(q8 times q_descale as float64, q_descale) for bf16 q over an FP8 cache, by the rule
+    docs/ops.md states (written here from it): q_descale = 2^(floor(log2 amax) - 7), at least
+    2^-62, amax = max |q|; q8 = e4m3(q / q_descale), rounded to nearest even (q is finite here)."""
+    amax = q.double().abs().max().item() if q.numel() else 0.0
+    descale = 2.0**max(math.frexp(amax)[1] - 1 - 7 if amax else -62, -62)
+    return (q.float() / descale).to(E4M3).double() * descale, descale
+
+
+def prefill_reference(c: dict, a: dict):
+    """Per sequence: its rows of q, (O, LSE, O tolerance, LSE tolerance) at the query the
+    kernel sees (FP8 q dequantised; bf16 q over an FP8 cache quantised as `quantised_query`),
+    and for the latter the same at the original bf16 q with docs/ops.md's stated bound
+    (else None)."""
+    q, page = a["q"], c["page"]
+    scale = 1 / math.sqrt(q.shape[-1]) if c["scale"] is None else c["scale"]
+    fp8 = a["k"].dtype == E4M3
+    quantised = fp8 and q.dtype != E4M3
     qd, kd, vd = (float(a["scales"].get(n, torch.ones(1))) for n in ("q_descale", "k_descale", "v_descale"))
+    q_seen, q_descale = quantised_query(q) if quantised else (q.double() * qd if fp8 else q, qd)
     block = a["scales"].get("kv_block_descale")
-    page = c["page"]
     for b, (sq, sk) in enumerate(zip(c["seq_q"], c["seq_k"])):
         q0 = int(a["qo"][b])
         rows = torch.arange(sk)
@@ -799,31 +839,148 @@ def fuzz_batch_prefill(c):
         vb = a["v"][pages, rows % page].double() * vd
         if block is not None:
             kb, vb = kb * block[pages][..., :1].double(), vb * block[pages][..., 1:].double()
-        qb = q[q0:q0 + sq].double() * qd
-        # bf16/fp16: the shift of Q * scale * log2(e) rounded to q's dtype (fmha's); FP8 scores are exact
-        o_ref, lse_ref, shift = fmha_reference(qb[None] if fp8 else q[q0:q0 + sq][None], kb[None], vb[None],
-                                               c["causal"], scale)
+        group = q.shape[1] // kb.shape[1]
+        kr, vr = kb.repeat_interleave(group, 1), vb.repeat_interleave(group, 1)
+        visible = visible_keys(sq, sk, c["causal"], c["window"])
         vmax = vb.abs().amax().item() if sk else 0.0
-        if fp8:         # P rounded to e4m3 (bp.fp8_p_bound), O to bf16
-            from gfxasm.ops import batch_prefill as bp
-            scores = torch.einsum("qhd,khd->hqk", qb, kb.repeat_interleave(q.shape[1] // kb.shape[1], 1)) * scale
-            visible = torch.arange(sk)[None, :] <= torch.arange(sq)[:, None] + (sk - sq) if c["causal"] else \
-                torch.ones(sq, sk, dtype=torch.bool)
-            p, _ = softmax_rows(scores, visible)
-            # block scales below page 64: P' = P v / U is rounded (U: the tile's largest v scale, power of 2)
-            ratio = None if block is None or not sk or page >= bp.BLOCK_SCALE_MIN_PAGE else \
-                bp.tile_v_ratio(block[pages][..., 1].double()).repeat_interleave(q.shape[1] // vb.shape[1], 1)
-            bound = bp.fp8_p_bound(p, scores.masked_fill(~visible, float("-inf")),
-                                   vb.repeat_interleave(q.shape[1] // vb.shape[1], 1), ratio)
-            o_tol = bound + 2.0**-8 * o_ref[0].abs() + 1e-5 * vmax
-        else:
+        # bf16/fp16: the shift of Q * scale * log2(e) rounded to q's dtype (fmha's); FP8 scores are exact
+        o_ref, lse_ref, shift = fmha_reference(q_seen[q0:q0 + sq][None], kb[None], vb[None], c["causal"], scale,
+                                               c["window"])
+        lse_tol = shift[0] + 1e-5 * (1 + lse_ref[0].abs().nan_to_num(posinf=0, neginf=0))
+        if not fp8:
             o_tol = vmax * ((2 * shift[0]).exp() - 1 + 2 * torch.finfo(q.dtype).eps).transpose(0, 1)[..., None]
-        close(f"out[seq {b}]", o[q0:q0 + sq], o_ref[0], o_tol)
-        if lse is not None:
-            close(f"lse[seq {b}]", lse[:, q0:q0 + sq], lse_ref[0],
-                  shift[0] + 1e-5 * (1 + lse_ref[0].abs().nan_to_num(posinf=0, neginf=0)))
+            yield slice(q0, q0 + sq), (o_ref[0], lse_ref[0], o_tol, lse_tol), None
+            continue
+        # P rounded to e4m3 (bp.fp8_p_bound), O to bf16; block scales below page 64: P' = P v / U
+        # is rounded (U: the tile's largest v scale, a power of 2)
+        scores = torch.einsum("qhd,khd->hqk", q_seen[q0:q0 + sq].double(), kr) * scale
+        p, _ = softmax_rows(scores, visible)
+        ratio = None if block is None or not sk or page >= bp.BLOCK_SCALE_MIN_PAGE else \
+            bp.tile_v_ratio(block[pages][..., 1].double()).repeat_interleave(group, 1)
+        kernel_tol = bp.fp8_p_bound(p, scores.masked_fill(~visible, float("-inf")), vr, ratio) + \
+            2.0**-8 * o_ref[0].abs() + 1e-5 * vmax
+        stated = None
+        if quantised:    # docs/ops.md: scores move by eps, O by (e^(2 eps) - 1) sum_j P_j |V_j - O(q)|, LSE by eps
+            o_q, lse_q, _ = fmha_reference(q[q0:q0 + sq].double()[None], kb[None], vb[None], c["causal"], scale,
+                                           c["window"])
+            delta = 2.0**-4 * q[q0:q0 + sq].double().abs() + 2.0**-10 * q_descale
+            eps = (torch.einsum("qhd,khd->hqk", delta, kr.abs()) * scale).masked_fill(~visible, 0).amax(-1) if sk \
+                else torch.zeros(q.shape[1], sq, dtype=torch.float64)
+            p_q, _ = softmax_rows(torch.einsum("qhd,khd->hqk", q[q0:q0 + sq].double(), kr) * scale, visible)
+            spread = torch.einsum("hqk,khqd->qhd", p_q, (vr[:, :, None] - o_q[0].transpose(0, 1)[None]).abs())
+            stated = (o_q[0], lse_q[0], torch.expm1(2 * eps).t()[..., None] * spread + kernel_tol,
+                      eps + 1e-5 * (1 + lse_q[0].abs().nan_to_num(posinf=0, neginf=0)))
+        yield slice(q0, q0 + sq), (o_ref[0], lse_ref[0], kernel_tol, lse_tol), stated
+
+
+def check_prefill(c: dict, a: dict, o: torch.Tensor, lse: torch.Tensor | None) -> None:
+    for rows, *references in prefill_reference(c, a):
+        for label, reference in zip(("", " of the original q"), references):
+            if reference is None:
+                continue
+            o_ref, lse_ref, o_tol, lse_tol = reference
+            close(f"out[rows {rows.start}:{rows.stop}]{label}", o[rows], o_ref, o_tol)
+            if lse is not None:
+                close(f"lse[rows {rows.start}:{rows.stop}]{label}", lse[:, rows], lse_ref, lse_tol)
+
+
+@settings(FUZZ, max_examples=60)
+@given(prefill_calls())
+def fuzz_batch_prefill(c):
+    a = prefill_inputs(c, torch.Generator().manual_seed(c["seed"]))
+    result = call(PREFILL_COUNTS, PREFILL_ARGS, lambda: run_prefill(c, a))
+    if result is None:
+        return
+    check_prefill(c, a, *result)
     PREFILL_COUNTS["matched"] += 1
 
 
 def test_fuzz_batch_prefill(capsys):
     fuzz("batch_prefill", fuzz_batch_prefill, PREFILL_COUNTS, capsys)
+
+
+# ------------------------------------------------------------------ batch_prefill: bf16 q over an FP8 cache
+
+FP8_QUERY_COUNTS: Counter = Counter()
+# the forms loader/ops/fp8_query.py and docs/ops.md refuse on this path: (error, its message's start)
+FP8_QUERY_REFUSALS = {
+    "fp16 q": (TypeError, "'q' dtype must be torch.bfloat16 (or torch.float8_e4m3fn) over a float8_e4m3fn cache"),
+    "softcap": (ValueError, "'softcap' is not available for bf16 q over a float8_e4m3fn cache"),
+    "head dim 64": (ValueError, "'q' head dim must be 128 for float8_e4m3fn inputs"),
+    "q_descale": (ValueError, "'q_descale' applies to float8_e4m3fn q"),
+    "block and tensor descales": (ValueError, "pass per-tensor k_descale/v_descale or kv_block_descale, not both"),
+    "fp16 out": (TypeError, "'out' dtype must be torch.bfloat16"),
+}
+
+
+@st.composite
+def fp8_query_calls(draw, refused: bool):
+    """bf16 q over an e4m3 cache (per-tensor k/v descales or kv_block_descale, both table
+    kinds, pages below and from 64, windows, q over many binades); with `refused`, one of
+    the refused forms (its name in "fault") in an otherwise served call."""
+    fault = draw(st.sampled_from(list(FP8_QUERY_REFUSALS))) if refused else None
+    n = draw(st.integers(1, 3))
+    heads_k = draw(st.sampled_from([1, 2]))
+    scales = {"q_descale": "tensor", "block and tensor descales": "kv_both"}.get(fault)
+    causal = draw(st.booleans())             # (causal takes a window's right 0 or -1)
+    return dict(fault=fault, dtype=torch.float16 if fault == "fp16 q" else torch.bfloat16, cache_dtype=E4M3,
+                head_dim=64 if fault == "head dim 64" else HEAD_DIM,
+                seq_q=[draw(st.sampled_from([0, 1, 5, 17, 40])) for _ in range(n)],
+                seq_k=[draw(st.sampled_from([0, 1, 9, 33, 70])) for _ in range(n)],
+                page=draw(st.sampled_from([1, 2, 16, 64])), heads=(heads_k * draw(st.sampled_from([1, 2, 3])), heads_k),
+                table=draw(st.sampled_from(["sglang", "vllm"])), corrupt="none",
+                q_layout=draw(st.sampled_from(["contiguous", "heads_sliced"])),
+                out="fp16" if fault == "fp16 out" else draw(st.sampled_from(["none", "fresh"])),
+                scales=scales or draw(st.sampled_from(["none", "kv_tensor", "block"])),
+                softcap=2.0 if fault == "softcap" else 0.0, causal=causal,
+                window=draw(st.sampled_from([(-1, -1)] * 3 + ([(3, 0), (10, -1)] if causal else [(10, 5), (-1, 4)]))),
+                scale=draw(st.sampled_from([None, 0.05, 0.2])), return_lse=draw(st.booleans()),
+                q_exponents=(draw(st.sampled_from([0, -8, 6, -62])), draw(st.sampled_from([0, 2, 6]))),
+                seed=draw(st.integers(0, 2**16)))
+
+
+def check_fp8_query(c):
+    a = prefill_inputs(c, torch.Generator().manual_seed(c["seed"]))
+    try:
+        o, lse = run_prefill(c, a)
+    except (TypeError, ValueError) as error:
+        assert c["fault"] is not None, f"refused a served call: {type(error).__name__}: {error}"
+        kind, message = FP8_QUERY_REFUSALS[c["fault"]]
+        assert isinstance(error, kind) and str(error).startswith(f"batch_prefill: {message}"), \
+            f"{c['fault']}: not the documented error: {type(error).__name__}: {error}"
+        FP8_QUERY_COUNTS["refused"] += 1
+        FP8_QUERY_COUNTS[f"refused ({c['fault']})"] += 1
+        return
+    assert c["fault"] is None, f"{c['fault']} was not refused"
+    check_prefill(c, a, o, lse)
+    FP8_QUERY_COUNTS["matched"] += 1
+    descales = {"none": "default (1) k/v descales", "kv_tensor": "per-tensor k/v descales",
+                "block": f"kv_block_descale at page {'< 64' if c['page'] < bp.BLOCK_SCALE_MIN_PAGE else '>= 64'}"}
+    floors = {True: "q_descale at its floor 2^-62", False: "q_descale above 2^-62"}
+    for category in (descales[c["scales"]], f"the {c['table']} table", floors[quantised_query(a["q"])[1] == 2.0**-62],
+                     "a window" if c["window"] != (-1, -1) else "no window"):
+        FP8_QUERY_COUNTS[f"matched, {category}"] += 1
+
+
+def fp8_query_fuzzers(served: int, refused: int):
+    """One run of `served` draws (each must match) and `refused` draws (each must be refused
+    with its form's documented error): few matched calls keep the default suite's cost in
+    seconds, while the refused ones cost no emulator time."""
+    runs = [settings(FUZZ, max_examples=n)(given(fp8_query_calls(kind))(check_fp8_query))
+            for kind, n in ((False, served), (True, refused))]
+    return lambda: [run() for run in runs]
+
+
+def fuzz_fp8_query(capsys, served: int, refused: int):
+    fuzz("batch_prefill, bf16 q over FP8", fp8_query_fuzzers(served, refused), FP8_QUERY_COUNTS, capsys)
+    missed = [form for form in FP8_QUERY_REFUSALS if not FP8_QUERY_COUNTS[f"refused ({form})"]]
+    assert not missed, f"refused forms never drawn: {missed}"
+
+
+def test_fuzz_batch_prefill_fp8_query(capsys):
+    fuzz_fp8_query(capsys, served=16, refused=60)
+
+
+@pytest.mark.full
+def test_fuzz_batch_prefill_fp8_query_more(capsys):
+    fuzz_fp8_query(capsys, served=200, refused=200)
