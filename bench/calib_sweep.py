@@ -3,10 +3,11 @@
     python -m bench.calib_sweep PLAN.json [--jobs N] [--out F] [--disasm-cache F] [--limit N]
 
 PLAN.json: {"steps": [STEP, ...]}, each STEP {"tag": name, "set": {field: value}, "from": tag,
-"fit": "row"|"shape", "names": [...], "maxfev": n, "every": n}: the step's parameters are
-params.DEFAULT with "set" (on top of an earlier step's parameters with "from"); with "fit"
-it first re-fits "names" (bench.calibrate.fit) on that split's fit half (GEMM and FMHA, and
-the fused-MoE fit rows; "every": every n-th f4gemm fit point only). Each step is then
+"fit": "row"|"shape", "names": [...], "maxfev": n, "every": n, "families": [...]}: the step's
+parameters are params.DEFAULT with "set" (on top of an earlier step's parameters with "from");
+with "fit" it first re-fits "names" (bench.calibrate.fit) on that split's fit half (GEMM and
+FMHA, and the fused-MoE fit rows; "every": every n-th f4gemm fit point only; "families": only
+the fit points of these families, e.g. without "fmoe"). Each step is then
 modelled on every point and reported on the held-out half of both splits: the row split
 (calib_points.json's marks) and the shape split (calib_data.shape_split: no kernel x N x K
 on both sides), overall and by group (regime, launches under 8 us, over 128 us, the 32x128
@@ -86,7 +87,9 @@ def run(plan: dict, points: list[dict], jobs: int) -> dict:
         for step in plan["steps"]:
             changes = {**(done[step["from"]]["params"] if step.get("from") else {}), **step.get("set", {})}
             if "fit" in step:
-                side = [p for p in points if p[f"split_{step['fit']}"] == "fit"]
+                families = step.get("families")
+                side = [p for p in points if p[f"split_{step['fit']}"] == "fit" and
+                        (families is None or p["family"] in families)]
                 every = step.get("every", 1)
                 side = [p for n, p in enumerate(side) if p["family"] != "f4gemm" or n % every == 0]
                 start = dataclasses.replace(P.DEFAULT, **changes)
