@@ -49,7 +49,8 @@
 ; the padded totals, overwritten by start[key]. LDS_TABLES: 0, or in one launch 4 * MAX_EXPERTS
 ; (the tables follow phase 2's totals).
 
-.include "mxfp8.inc"
+.include "mxfp8.inc"                 ; buffer_rsrc
+.include "buffer_array.inc"          ; buffer_rsrc_array
 
 .set MAX_EXPERTS, 1024
 .set BATCH, 16                        ; phase 2: rows of counts loaded before one wait
@@ -186,21 +187,16 @@ L_key_done\@:
     v_readfirstlane_b32 s[s_wave], v[v_tid]                 ; 64 * wave (lane 0's id)
     s_lshr_b32 s[s_wave], s[s_wave], 6
     s_waitcnt lgkmcnt(0)                                    ; in flight: 6 (one launch 5) pointers, 8 scalars → wait
-    s_lshl_b32 s[s_tmp], s[s_slots], 2
-    buffer_rsrc s_rsrc_ids, s[s_tmp]
+    buffer_rsrc_array s_rsrc_ids, s_slots, 4, s_tmp
     s_cmp_lg_u32 s[s_map_mode], 0
     s_cselect_b32 s[s_tmp], s[s_E], 0                       ; the map's entries (none without one)
-    s_lshl_b32 s[s_tmp], s[s_tmp], 2
-    buffer_rsrc s_rsrc_map, s[s_tmp]
-    s_lshl_b32 s[s_tmp], s[s_max_padded], 2
-    buffer_rsrc s_rsrc_sorted, s[s_tmp]
-    s_lshl_b32 s[s_tmp], s[s_max_blocks], 2
-    buffer_rsrc s_rsrc_eids, s[s_tmp]
+    buffer_rsrc_array s_rsrc_map, s_tmp, 4, s_tmp
+    buffer_rsrc_array s_rsrc_sorted, s_max_padded, 4, s_tmp
+    buffer_rsrc_array s_rsrc_eids, s_max_blocks, 4, s_tmp
     buffer_rsrc s_rsrc_post, 4
 .if LDS_COUNTS == 0
     s_mul_i32 s[s_tmp], s[s_E], s[s_chunks]
-    s_lshl_b32 s[s_tmp], s[s_tmp], 2
-    buffer_rsrc s_rsrc_counts, s[s_tmp]
+    buffer_rsrc_array s_rsrc_counts, s_tmp, 4, s_tmp
 .endif
     s_cmp_eq_u32 s[s_map_mode], 2
     s_cselect_b32 s[s_key_map], 1, 0

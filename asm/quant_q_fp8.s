@@ -45,6 +45,7 @@
 ; LDS (phase 1): one dword per wave, its max.
 
 .include "mxfp8.inc"                 ; buffer_rsrc
+.include "buffer_array.inc"          ; buffer_rsrc_array
 
 .if PHASE == 1
     .set UNROLL, 8                   ; chunks (16-byte loads) in flight per work-item: amax has
@@ -152,10 +153,8 @@
     s_mov_b32 s[s_bias], 0x00800080
     s_waitcnt lgkmcnt(0)                                    ; in flight: 4 pointers, 8 scalars → wait for all
     buffer_rsrc s_rsrc_q, s[s_q_bytes]
-    s_lshl_b32 s[s_tmp], s[s_parts], 2
-    buffer_rsrc s_rsrc_p, s[s_tmp]
-    s_lshl_b32 s[s_tmp], s[s_chunks], 3
-    buffer_rsrc s_rsrc_o, s[s_tmp]
+    buffer_rsrc_array s_rsrc_p, s_parts, 4, s_tmp           ; u32 per part
+    buffer_rsrc_array s_rsrc_o, s_chunks, 8, s_tmp          ; 8 e4m3 bytes per chunk
     buffer_rsrc s_rsrc_d, 4
     s_sub_u32 s[s_last], s[s_chunks], 1
     s_cmp_eq_u32 s[s_magic], 0
