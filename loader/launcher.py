@@ -72,14 +72,10 @@ class PreparedLaunch:
         if self.backend is None:
             return None
         segment = bytearray(self.template)
-        addresses = []
-        for (name, _, untouched), tensor in zip(self.pointers, tensors):
-            if tensor is not None:
-                addresses.append(tensor.data_ptr())
-            elif untouched:
-                addresses.append(0)
-            else:
-                raise ValueError(f"{self.variant}: argument '{name}' is None, but the kernel touches it")
+        try:
+            addresses = [tensor.data_ptr() for tensor in tensors]
+        except AttributeError:                  # a None among them (the ops bind tensors to every slot)
+            addresses = self._addresses_with_none(tensors)
         for packer, offset, first, end in self._runs:
             packer.pack_into(segment, offset, *addresses[first:end])
         if self.backend == "emu":
@@ -88,6 +84,19 @@ class PreparedLaunch:
         hip_backend.launch(self.co_path, self.symbol, self.grid, self.block, bytes(segment), self.device.index or 0,
                            current_stream(self.device))
         return None
+
+    def _addresses_with_none(self, tensors: tuple) -> list[int]:
+        """The pointer values where some of `tensors` are None: 0 for a buffer the kernel does
+        not touch, an error for one it does."""
+        addresses = []
+        for (name, _, untouched), tensor in zip(self.pointers, tensors):
+            if tensor is not None:
+                addresses.append(tensor.data_ptr())
+            elif untouched:
+                addresses.append(0)
+            else:
+                raise ValueError(f"{self.variant}: argument '{name}' is None, but the kernel touches it")
+        return addresses
 
 
 def launch(kernel: str | Kernel, /, variant: str | None = None, **args: Any):
