@@ -28,6 +28,7 @@ every page size).
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 
@@ -36,7 +37,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import gfxasm
-from gfxasm import build
+from gfxasm import build, launcher
 from gfxasm.emu import adversarial
 from gfxasm.ops import batch_prefill as bp
 from gfxasm.ops import fmha
@@ -589,6 +590,32 @@ def test_repeated_layout_reads_each_calls_data():
     with pytest.raises(ValueError, match="'qo_indptr' must start at 0"):
         gfxasm.batch_prefill(q, k, v, torch.tensor([0, 9, 5], dtype=torch.int32), **sglang, causal=True, out=out,
                              return_lse=True)
+
+
+def counting(monkeypatch, module, names) -> collections.Counter:
+    """Calls of `module`'s functions `names` (each still runs), counted by name."""
+    counts = collections.Counter()
+    for name in names:
+        def counted(*args, _real=getattr(module, name), _name=name, **kwargs):
+            counts[_name] += 1
+            return _real(*args, **kwargs)
+        monkeypatch.setattr(module, name, counted)
+    return counts
+
+
+@pytest.mark.parametrize("kind", ["sglang", "vllm"])
+def test_metadata_checked_once_per_layout_contents_every_call(kind, monkeypatch):
+    # Host cost (issue 21 item 5): a layout's metadata checks (q and the caches, the page
+    # table's tensors) run on its first call only, once; the table's contents and max
+    # seqlen_q are read on every call, once each (the launch stubbed: the host path alone).
+    monkeypatch.setattr(launcher.emu_backend, "launch", lambda *args: None)
+    counts = counting(monkeypatch, bp, ("_check_attention", "_check_table", "_table_contents", "max_seq_q"))
+    bp.BATCH_PREFILL.clear_cache()
+    q, k, v, qo, sglang, vllm = _base()
+    out = torch.empty_like(q)
+    for _ in range(3):
+        gfxasm.batch_prefill(q, k, v, qo, **(sglang if kind == "sglang" else vllm), out=out)
+    assert counts == {"_check_attention": 1, "_check_table": 1, "_table_contents": 3, "max_seq_q": 3}
 
 
 def test_one_query_into_an_out_with_a_zero_stride_token_dim():

@@ -108,28 +108,36 @@ def _check_layout(name: str, t: torch.Tensor, head_dim: int) -> None:
     if t.stride(3) != 1:
         raise ValueError(f"fmha_fwd: '{name}' must be contiguous in the head dim (stride 1), got strides {t.stride()}")
     element = t.element_size()
-    for axis, what in ((0, "batch"), (1, "seq"), (2, "head")):
-        stride = _stride(t, axis)
+    for axis, what in _DIMS:
+        stride = kernel_stride(t, axis, what)
         if stride % _ALIGN_ELEMENTS:
             raise ValueError(f"fmha_fwd: '{name}' {what} stride must be a multiple of {_ALIGN_ELEMENTS} elements "
                              f"(16 bytes), got {stride} (strides {t.stride()})")
         if stride * element >= _U32:
             raise ValueError(f"fmha_fwd: '{name}' {what} stride must be below 2^32 bytes, got {stride * element}")
-    if _stride(t, 1) < head_dim:
+    row_stride = kernel_stride(t, 1, "seq")
+    if row_stride < head_dim:
         raise ValueError(f"fmha_fwd: '{name}' seq stride must be >= {head_dim} elements (rows of one head may not "
                          f"overlap), got {t.stride(1)} (strides {t.stride()})")
-    span = (t.shape[1] - 1) * _stride(t, 1) * element + head_dim * element
+    span = (t.shape[1] - 1) * row_stride * element + head_dim * element
     if span >= _MAX_SPAN:
         raise ValueError(f"fmha_fwd: '{name}' one head's rows span {span} bytes; the kernel needs < 2^31 "
                          f"(seq {t.shape[1]}, seq stride {t.stride(1)})")
 
 
-def _stride(t: torch.Tensor, axis: int) -> int:
-    """The stride of a dim, taken as the natural one when the dim has size 1 (torch leaves
-    such strides arbitrary, and the kernel never steps along them)."""
+_DIMS = ((0, "batch"), (1, "seq"), (2, "head"))     # q, k, v and out: [batch, seq, heads, D]
+
+
+def kernel_stride(t: torch.Tensor, axis: int, what: str) -> int:
+    """The stride (elements) the attention kernels take for dim `axis` of `t`, a "batch",
+    "seq" or "head" dim: torch's, but for a dim of size 1, whose torch stride is arbitrary
+    (a view's, an expand's, 0) and which the kernel never steps along: one row (head dim
+    elements) for a seq dim, so the buffer range (seq - 1) x stride + one row ends at that
+    row and the rows past seq_q, which that range drops, lie past it (offsets below 2^32 for
+    every row of a tile), and 0 for a batch or head dim."""
     if t.shape[axis] != 1:
         return t.stride(axis)
-    return t.shape[3] if axis == 1 else 0
+    return t.shape[-1] if what == "seq" else 0
 
 
 def _validate(q, k, v, out, softmax_scale) -> float:
@@ -183,7 +191,7 @@ def _check_lse(lse, q: torch.Tensor) -> None:
 
 def check_sinks(call, heads_q: int) -> None:
     """sinks (None, or one finite float32 logit per query head, contiguous [heads_q]); its
-    values are read where the call's tensors are readable CPU tensors."""
+    values (`sink_values`) are read where the call's tensors are readable CPU tensors."""
     sinks = call.sinks
     if sinks is None:
         return
@@ -194,7 +202,14 @@ def check_sinks(call, heads_q: int) -> None:
         call.fail(ValueError, f"'sinks' must be [heads_q] = [{heads_q}], got {tuple(t.shape)}")
     if not t.is_contiguous():
         call.fail(ValueError, f"'sinks' must be contiguous, got strides {t.stride()}")
-    if call.data and t.device.type == "cpu":
+    sink_values(call)
+
+
+def sink_values(call) -> None:
+    """The sinks finite, where they are given and readable (a real call on CPU tensors)
+    and their metadata passed `check_sinks`: what a repeated call still checks."""
+    t = call.sinks
+    if t is not None and call.data and t.device.type == "cpu":
         bad = (~torch.isfinite(t)).nonzero()
         if len(bad):
             head = int(bad[0, 0])
@@ -204,6 +219,8 @@ def check_sinks(call, heads_q: int) -> None:
 def window_pair(op: str, value) -> tuple[int, int]:
     """The Python API's window_size: a pair of ints, each -1 (unbounded) or >= 0 (checked
     again by the op as window_left, window_right)."""
+    if type(value) is tuple and len(value) == 2 and type(value[0]) is int and type(value[1]) is int:
+        return value                # (the usual call, answered without the general test below: every call pays it)
     if not isinstance(value, (tuple, list)) or len(value) != 2 or \
             any(isinstance(x, bool) or not isinstance(x, int) for x in value):
         arguments.fail(op, TypeError, f"'window_size' must be a pair of ints (left, right), got {value!r}")
@@ -292,21 +309,18 @@ def kernel_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
                 kv_head_magic=magic_u32(ratio), store_lse=int(lse is not None),
                 **score_args(scale, softcap), **sinks_args(sinks, q.device), **window_args(window))
     for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
-        args.update(unstepped_strides(name, t, ((0, "batch"), (1, "seq"), (2, "head"))))
+        args.update(unstepped_strides(name, t, _DIMS))
     args["lse"] = torch.empty((0, 0, 0), dtype=torch.float32, device=q.device) if lse is None else lse
     return args
 
 
 def unstepped_strides(name: str, t: torch.Tensor, dims: tuple[tuple[int, str], ...]) -> dict:
     """The byte strides of `t`'s size-1 dims among `dims` ((axis, "batch" | "seq" | "head")),
-    by the attention kernels' convention for a dim they never step along: a seq dim one row
-    (the buffer range (seq - 1) x stride + one row then ends at that row, and the rows past
-    seq_q, which that range drops, lie past it: offsets below 2^32 for every row of a tile),
-    a batch or head dim 0. The launcher fills every other byte stride from the tensor
-    (kernels.yaml `strides:`); its own size-1 value, the bytes of the slice after the dim,
-    can pass 2^32 for a large batch of one."""
-    row = t.shape[-1] * t.element_size()
-    return {f"{name}_{what}_stride": row if what == "seq" else 0 for axis, what in dims if t.shape[axis] == 1}
+    by `kernel_stride`'s convention. The launcher fills every other byte stride from the
+    tensor (kernels.yaml `strides:`); its own size-1 value, the bytes of the slice after the
+    dim, can pass 2^32 for a large batch of one."""
+    e = t.element_size()
+    return {f"{name}_{what}_stride": kernel_stride(t, axis, what) * e for axis, what in dims if t.shape[axis] == 1}
 
 
 # ------------------------------------------------------------------ the op
@@ -343,7 +357,7 @@ def _plan(checked: tuple[float, tuple[int, int], float], call) -> framework.Plan
     def bind(c) -> dict:
         return dict(q=c.q, k=c.k, v=c.v, o=c.out, lse=placeholders["lse"] if c.lse is None else c.lse,
                     sinks=placeholders["sinks"] if c.sinks is None else c.sinks)
-    recheck = None if call.sinks is None else (lambda c: check_sinks(c, q.shape[2]))   # (sinks' values)
+    recheck = sink_values if call.sinks is not None and call.sinks.device.type == "cpu" else None
     launch = prepare(variant(q.dtype, call.causal, windowed(call.causal, window), softcap > 0, q.shape[3]), args)
     return framework.Plan((launch,), bind=bind, recheck=recheck)
 

@@ -170,12 +170,12 @@ def quantizes(q, k_cache) -> bool:
             and k_cache.dtype == E4M3)
 
 
-def with_quantized_query(op: framework.Op, check, args: tuple, out) -> tuple:
+def with_quantized_query(op: framework.Op, args: tuple, out) -> tuple:
     """batch_prefill's positional arguments (in the parameter order of `op`, its declared op)
     with q replaced by its e4m3 form and q_descale by the pre-pass's; refuses what this path
-    cannot serve and runs `check` (batch_prefill's) on the call's metadata before the
-    pre-pass launches (module docstring). batch_prefill passes its op and check: this module
-    does not import it (batch_prefill imports this one)."""
+    cannot serve and runs the op's check on the call's metadata (once per layout:
+    `Op.check_metadata`) before the pre-pass launches (module docstring). batch_prefill
+    passes its op: this module does not import it (batch_prefill imports this one)."""
     names = tuple(p.name for p in op.spec.params)
     values = dict(zip(names, args))
     q = values["q"]
@@ -194,7 +194,7 @@ def with_quantized_query(op: framework.Op, check, args: tuple, out) -> tuple:
         q8, q_descale = QUANT_Q_FP8(q)
     else:                       # q8 is checked as the attention's q before the pre-pass writes it
         q8 = torch.empty(q.shape, dtype=E4M3, device=q.device)
-        check(framework.Call(op.name, dict(values, q=q8, out=out, lse=None), False))
+        op.check_metadata(dict(values, q=q8, out=out, lse=None))
         q_descale = torch.empty(1, dtype=torch.float32, device=q.device)
         QUANT_Q_FP8(q, out=(q8, q_descale))
     if not traced and q_descale.device.type == "cpu" and float(q_descale) > 2.0**DESCALE_LOG2_RANGE[1]:

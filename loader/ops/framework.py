@@ -12,7 +12,9 @@ outputs, and three functions of its own —
                            It may run before `check` on the raw arguments, so it reads only
                            what it checks itself.
     plan(checked, call)    the launches (`Plan`): prepared kernels, the tensors the plan
-                           owns, and how a call's tensors map onto kernel arguments.
+                           owns, and how a call's tensors map onto kernel arguments
+                           (`plan(checked, call, data)` for an op with a `data_key`:
+                           the value it keeps that plan for, read once).
 
 From that the framework builds, once, for every op:
 
@@ -201,6 +203,7 @@ class Op:
         self._output_names = tuple(o.name for o in spec.outputs)
         self._required_names = frozenset(o.name for o in self.required)
         self._flag_names = tuple(f"return_{o.name}" for o in self.optional)
+        self._flag_set = frozenset(self._flag_names)
         self._no_flags = (False,) * len(self.optional)
         tensors = [p.name for p in spec.params if p.is_tensor]
         self._aligned = tuple((p.name, p.align) for p in (*spec.params, *spec.outputs) if p.align > 1)
@@ -208,7 +211,12 @@ class Op:
         # each output against the tensor arguments and the outputs before it
         self._overlaps = tuple((o.name, o.may_alias, tuple(tensors) + tuple(x.name for x in spec.outputs[:i]))
                                for i, o in enumerate(spec.outputs))
+        self._fresh_key = _key_function(spec.params)
+        # (an output as Tensor?: check_metadata's calls may leave the required ones None)
+        self._out_key = _key_function(tuple(Param(p.name, "Tensor?") if p.name in self._output_names else p
+                                            for p in self._out_params()))
         self._cache: dict[tuple, _Cached] = {}         # insertion order: the oldest is dropped first
+        self._metadata_checked: dict[tuple, None] = {}  # check_metadata's layouts, likewise
         self._lock = threading.Lock()
         self.functional = library.define(spec.name, self._functional, self._functional_fake,
                                          self._schema(functional=True))
@@ -254,7 +262,7 @@ class Op:
             if self.functional.direct(params):        # plain eager tensors: no dispatcher, no placeholders
                 wanted = self._wanted(raw)
                 values = dict(zip(self._param_names, params))
-                self._run_fresh(values, wanted)
+                self._run_fresh(params, values, wanted)
                 picked = [values[o.name] for o in self.required] + [values[o.name] for o in self.optional
                                                                    if o.name in wanted]
                 return picked[0] if len(picked) == 1 else tuple(picked)
@@ -277,9 +285,9 @@ class Op:
 
     def _flag_values(self, flags: dict) -> tuple:
         """The `return_<name>` keywords as the functional op's trailing arguments."""
-        for name in flags:
-            if name not in self._flag_names:
-                raise TypeError(f"{self.name}: unexpected keyword argument '{name}'")
+        if not flags.keys() <= self._flag_set:
+            unexpected = next(name for name in flags if name not in self._flag_set)
+            raise TypeError(f"{self.name}: unexpected keyword argument '{unexpected}'")
         return tuple([flags.get(name, False) for name in self._flag_names])
 
     def _wanted(self, raw: tuple) -> frozenset:
@@ -309,7 +317,7 @@ class Op:
 
     def _functional(self, *args):
         values, wanted = self._split(args)
-        self._run_fresh(values, wanted)
+        self._run_fresh(args[:len(self._param_names)], values, wanted)
         return self._results(values)
 
     def _functional_fake(self, *args):
@@ -323,7 +331,7 @@ class Op:
         for o in self.required:
             if values[o.name] is None:
                 arguments.fail(self.name, TypeError, f"'{o.name}' must be a torch.Tensor, got NoneType")
-        self._run(Call(self.name, values, True))
+        self._run(Call(self.name, values, True), self._out_key(args, None))
 
     def _out_fake(self, *args) -> None:
         self._check_new(Call(self.name, dict(zip(self._out_order, args)), False))
@@ -363,46 +371,48 @@ class Op:
             arguments.fail(self.name, ValueError,
                            f"tensors must be on the CPU (emulator) or a ROCm gfx950 GPU, got {device}")
 
-    def _key(self, values: dict, names: tuple[str, ...], wanted: frozenset | None) -> tuple:
-        """The cache key of a call: the values of `names` (each tensor's layout, each other
-        value with its type), the optional outputs the framework allocates (`wanted`; None
-        where `names` holds the caller's outputs) and the backend setting."""
-        parts = [wanted, _backend_setting()]
-        # flat: hashing one tuple is cheaper than nested ones (every call). Each value's first
-        # item says how many follow (a Size: a tensor's four, a type: its value's, None: none),
-        # so two calls' keys are equal only where their values are.
-        for name in names:
-            v = values[name]
-            if v is None:
-                parts.append(None)
-            elif isinstance(v, torch.Tensor):
-                parts += (v.shape, v.stride(), v.dtype, v.device)
-            else:
-                parts += (type(v), v)
-        return tuple(parts)
-
-    def _lookup(self, key: tuple) -> _Cached | None:
+    def _lookup(self, key: tuple | None) -> _Cached | None:
         try:
-            return self._cache.get(key)
+            return self._cache.get(key) if key is not None else None
         except TypeError:                  # an unhashable value: check() says what is wrong
             return None
 
-    def _store(self, key: tuple, cached: _Cached) -> None:
+    def _store(self, cache: dict, key, value) -> None:
+        """`cache[key] = value`, the oldest entries dropped past MAX_CACHED_CALLS (a None key,
+        a call without one, is not kept)."""
+        if key is None:
+            return
         with self._lock:
             try:
-                self._cache[key] = cached
+                cache[key] = value
             except TypeError:              # (unhashable: never looked up either)
                 return
-            while len(self._cache) > MAX_CACHED_CALLS:
-                del self._cache[next(iter(self._cache))]
+            while len(cache) > MAX_CACHED_CALLS:
+                del cache[next(iter(cache))]
 
-    def _plan_new(self, call: Call, fresh: tuple = ()) -> _Cached:
-        """Check a call layout not seen before and plan it."""
+    def check_metadata(self, values: dict) -> None:
+        """`check` on a call's metadata alone (`data` False: no tensor contents read), once
+        per layout: for a caller that must refuse a call before it launches something else
+        first (batch_prefill's FP8 query pre-pass). `values`: the `_out` form's arguments by
+        name."""
+        key = self._out_key(tuple(values[name] for name in self._out_order), None)
+        try:
+            if key is not None and key in self._metadata_checked:
+                return
+        except TypeError:                  # an unhashable value: check() says what is wrong
+            pass
+        self.spec.check(Call(self.name, values, False))
+        self._store(self._metadata_checked, key, None)
+
+    def _plan_new(self, call: Call, fresh: tuple = ()) -> tuple[_Cached, _Planned]:
+        """Check a call layout not seen before and plan it (its data read once, for an op
+        with a data_key)."""
         checked = self._check_new(call)
         cached = _Cached(checked, {name: extent(t) for name, t in call.values.items() if isinstance(t, torch.Tensor)},
                          fresh)
-        cached.recheck = self._planned(cached, call).plan.recheck
-        return cached
+        planned = self._planned(cached, call)
+        cached.recheck = planned.plan.recheck
+        return cached, planned
 
     def _planned(self, cached: _Cached, call: Call) -> _Planned:
         """The plan of a checked call: the layout's one, or (data_key) the one for its data."""
@@ -413,27 +423,25 @@ class Op:
         data = self.spec.data_key(cached.checked, call)
         planned = cached.by_data.get(data)
         if planned is None:
-            planned = _Planned(self.spec.plan(cached.checked, call))
-            with self._lock:
-                cached.by_data[data] = planned
-                while len(cached.by_data) > MAX_CACHED_CALLS:
-                    del cached.by_data[next(iter(cached.by_data))]
+            planned = _Planned(self.spec.plan(cached.checked, call, data))
+            self._store(cached.by_data, data, planned)
         return planned
 
-    def _run_fresh(self, values: dict, wanted: frozenset) -> None:
+    def _run_fresh(self, params: tuple, values: dict, wanted: frozenset) -> None:
         """The functional form: allocate the required outputs and the optional ones in
-        `wanted` into `values` (None for the others), check (or find the plan of) the call
-        and launch it. A layout seen before allocates its outputs as its first call did."""
+        `wanted` into `values` (the parameters `params` by name; None for the other outputs),
+        check (or find the plan of) the call and launch it. A layout seen before allocates its
+        outputs as its first call did."""
         call = Call(self.name, values, True)
-        key = self._key(values, self._param_names, wanted)
+        key = self._fresh_key(params, wanted)
         cached = self._lookup(key)
         if cached is None:
             outs = self.spec.allocate(call, self._required_names | wanted)
             for name in self._output_names:
                 values[name] = outs.get(name)
-            cached = self._plan_new(call, tuple((name, tuple(t.shape), t.stride(), t.dtype, t.device)
-                                                for name, t in outs.items()))
-            self._store(key, cached)
+            cached, planned = self._plan_new(call, tuple((name, tuple(t.shape), t.stride(), t.dtype, t.device)
+                                                         for name, t in outs.items()))
+            self._store(self._cache, key, cached)
         else:
             for name in self._output_names:
                 values[name] = None
@@ -441,24 +449,25 @@ class Op:
                 values[name] = torch.empty_strided(shape, strides, dtype=dtype, device=device)
             if cached.recheck is not None:
                 cached.recheck(call)
-        self._launch(call, cached, fresh=True)
+            planned = self._planned(cached, call)
+        self._launch(call, cached, planned, fresh=True)
 
-    def _run(self, call: Call) -> None:
-        """The out form: check (or find the plan of) a call writing the caller's outputs and
-        launch it."""
-        key = self._key(call.values, self._out_order, None)
+    def _run(self, call: Call, key: tuple | None) -> None:
+        """The out form: check (or find the plan of) a call writing the caller's outputs (its
+        cache `key`) and launch it."""
         cached = self._lookup(key)
         if cached is None:
-            cached = self._plan_new(call)
-            self._store(key, cached)
-        elif cached.recheck is not None:
-            cached.recheck(call)
-        self._launch(call, cached, fresh=False)
+            cached, planned = self._plan_new(call)
+            self._store(self._cache, key, cached)
+        else:
+            if cached.recheck is not None:
+                cached.recheck(call)
+            planned = self._planned(cached, call)
+        self._launch(call, cached, planned, fresh=False)
 
-    def _launch(self, call: Call, cached: _Cached, fresh: bool) -> None:
-        """Launch a planned call. `fresh`: the outputs are the framework's own new tensors,
-        which meet no input and are aligned."""
-        planned = self._planned(cached, call)
+    def _launch(self, call: Call, cached: _Cached, planned: _Planned, fresh: bool) -> None:
+        """Launch a call's plan (`planned`). `fresh`: the outputs are the framework's own new
+        tensors, which meet no input and are aligned."""
         plan = planned.plan
         if not plan.launches:
             if plan.empty is not None:
@@ -511,6 +520,31 @@ class Op:
     def clear_cache(self) -> None:
         with self._lock:
             self._cache.clear()
+            self._metadata_checked.clear()
+
+
+def _key_function(params: tuple[Param, ...]) -> Callable[[tuple, Any], tuple | None]:
+    """The cache key of a call from its values of `params`, positionally: `key(values,
+    extra)` is (extra, the backend setting, then per parameter its tensor's layout (shape,
+    strides, dtype, device; None for a Tensor? that is None) or its other value with its
+    type), or None where a value is not what the schema says (a Tensor that is not a tensor:
+    such a call is checked, and refused, without the cache). Written out once per op and
+    form as one expression: a loop over the parameters cost about twice as much per call
+    (~4.5-7 us for fmha's 11, timeit), and this is on every call's path."""
+    parts = []
+    for i, p in enumerate(params):
+        v = f"v[{i}]"
+        layout = f"{v}.shape, {v}.stride(), {v}.dtype, {v}.device"
+        parts.append(layout if p.type == "Tensor" else f"None if {v} is None else ({layout})" if p.is_tensor
+                     else f"type({v}), {v}")
+    key = eval(f"lambda v, extra, backend: (extra, backend(), {', '.join(parts)})")   # noqa: S307 (our own text)
+
+    def key_or_none(values: tuple, extra) -> tuple | None:
+        try:
+            return key(values, extra, _backend_setting)
+        except (AttributeError, TypeError):
+            return None
+    return key_or_none
 
 
 _ENVIRON_BYTES = getattr(os.environ, "_data", None)      # CPython's os.environ store (bytes keys on POSIX)
