@@ -164,3 +164,38 @@ def test_sweep_reports_each_split_on_its_held_out_points_only():
             assert got[name]["p90"] in [abs(e) for e in errs] and got[name]["p90"] >= got[name]["median"]
         short = any(p[f"split_{split}"] == "held" and p["measured_us"] < 8 for p in points)
         assert "fmha" not in got and ("GEMM under 8 us" in got) == short      # empty groups left out
+
+
+def test_sweep_fits_a_step_on_its_split_and_families_only(monkeypatch):
+    from bench import calib_sweep, calibrate
+    rng = random.Random(7)
+    points = [{"id": n, "family": fam, "kernel": "f4gemm_32x128", "regime": "M<=64",
+               "measured_us": rng.uniform(2.0, 50.0), "split_row": rng.choice(["fit", "held"]),
+               "split_shape": rng.choice(["fit", "held"])}
+              for n, fam in enumerate(["f4gemm", "fmoe", "fmha", "bf16gemm"] * 6)]
+    fitted_on = []
+
+    class FakePool:
+        def __init__(self, pts, jobs):
+            pass
+
+        def run(self, changes, ids=None):
+            return {p["id"]: {"modelled_us": p["measured_us"] * (1 + changes.get("power_mfma", 0))} for p in points}
+
+        def close(self):
+            pass
+
+    def fake_fit(pool, side, start, maxfev, names):
+        fitted_on.append(sorted(p["id"] for p in side))
+        return {"power_mfma": 0.25}
+
+    monkeypatch.setattr(calibrate, "Pool", FakePool)
+    monkeypatch.setattr(calibrate, "fit", fake_fit)
+    plan = {"steps": [{"tag": "all", "fit": "shape", "names": ["power_mfma"]},
+                      {"tag": "some", "fit": "row", "families": ["f4gemm", "fmha"], "names": ["power_mfma"]}]}
+    done = calib_sweep.run(plan, points, 1)
+    assert fitted_on[0] == sorted(p["id"] for p in points if p["split_shape"] == "fit")
+    assert fitted_on[1] == sorted(p["id"] for p in points if p["split_row"] == "fit" and
+                                  p["family"] in ("f4gemm", "fmha"))
+    assert done["some"]["params"] == {"power_mfma": 0.25}
+    assert done["some"]["modelled_us"][0] == points[0]["measured_us"] * 1.25

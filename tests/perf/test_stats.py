@@ -104,3 +104,21 @@ def test_stats_lds_without_a_known_launch_says_so(tmp_path, capsys):
     co.write_bytes(mk.copy(2))
     assert cli.stats_main([str(co), "--lds"]) == 0
     assert f"no known launch of {co}" in capsys.readouterr().out
+
+
+def test_occupancy_rule_each_limit():
+    """emu.occupancy's rule (the emulator's capacity and the model's occupancy both read it),
+    one limit at a time, against the MI355X budgets worked by hand."""
+    from gfxasm.emu.occupancy import occupancy
+    o = occupancy(vgprs=128, sgprs=32, lds_bytes=0, workgroup_size=256)      # 512 // 128 = 4 waves/SIMD
+    assert (o.limit_vgpr, o.workgroups_per_cu, o.limited_by) == (4, 4, "VGPRs")
+    o = occupancy(vgprs=100, sgprs=32, lds_bytes=0, workgroup_size=256)      # 100 -> 104 allocated: 4
+    assert o.limit_vgpr == 4
+    o = occupancy(vgprs=32, sgprs=200, lds_bytes=0, workgroup_size=64)       # 200 -> 208: 800 // 208 = 3
+    assert (o.limit_sgpr, o.workgroups_per_cu, o.limited_by) == (3, 12, "SGPRs")
+    o = occupancy(vgprs=32, sgprs=32, lds_bytes=40000, workgroup_size=128)   # 40000 -> 40448 B: 4 per 160 KiB
+    assert (o.limit_lds, o.workgroups_per_cu, o.limited_by) == (4, 4, "LDS")
+    o = occupancy(vgprs=8, sgprs=16, lds_bytes=0, workgroup_size=128)        # 2-wave groups: 8 x 4 / 2 = 16 slots
+    assert (o.workgroups_per_cu, o.limited_by) == (16, "VGPRs, workgroup slots")
+    assert occupancy(vgprs=8, sgprs=16, lds_bytes=0, workgroup_size=64).workgroups_per_cu == 32
+    assert occupancy(vgprs=512, sgprs=16, lds_bytes=0, workgroup_size=1024).workgroups_per_cu == 0   # 16 waves > 4
