@@ -868,7 +868,9 @@ def prefill_reference(c: dict, a: dict):
                 else torch.zeros(q.shape[1], sq, dtype=torch.float64)
             p_q, _ = softmax_rows(torch.einsum("qhd,khd->hqk", q[q0:q0 + sq].double(), kr) * scale, visible)
             spread = torch.einsum("hqk,khqd->qhd", p_q, (vr[:, :, None] - o_q[0].transpose(0, 1)[None]).abs())
-            stated = (o_q[0], lse_q[0], torch.expm1(2 * eps).t()[..., None] * spread + kernel_tol,
+            # no spread (one visible key, or all V_j equal): O does not move, however large eps
+            moved = (torch.expm1(2 * eps).t()[..., None] * spread).where(spread > 0, 0.0)
+            stated = (o_q[0], lse_q[0], moved + kernel_tol,
                       eps + 1e-5 * (1 + lse_q[0].abs().nan_to_num(posinf=0, neginf=0)))
         yield slice(q0, q0 + sq), (o_ref[0], lse_ref[0], kernel_tol, lse_tol), stated
 
