@@ -165,7 +165,8 @@ def user_bound(q, q_descale, o_ref, k_cache, v_cache, qo_indptr, table, causal, 
         p = torch.softmax(logits.masked_fill(~visible, float("-inf")), -1).nan_to_num(0.0)
         eps = eps_j.masked_fill(~visible, 0.0).amax(-1)                               # [h, q]
         spread = torch.einsum("hqk,khqd->qhd", p, (v[:, :, None, :] - o_ref[q0:q1].permute(1, 0, 2)[None]).abs())
-        o_bound[q0:q1] = torch.expm1(2 * eps).t()[..., None] * spread
+        # where no V spreads about O the bound is 0 however large eps (inf x 0 would be NaN)
+        o_bound[q0:q1] = (torch.expm1(2 * eps).t()[..., None] * spread).where(spread > 0, 0.0)
         lse_bound[:, q0:q1] = eps
     return o_bound, lse_bound
 
