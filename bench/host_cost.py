@@ -1,6 +1,6 @@
 """Host time per op call with the kernel launch stubbed out (the backends' launch is a no-op).
 
-    python3 bench/host_cost.py [--calls N] [--repeats R] [--wall] [--gpu-path]
+    python3 bench/host_cost.py [--calls N] [--repeats R] [--wall] [--gpu-path] [--only TEXT]
 
 What a call costs on the host before the GPU sees anything: argument checks, the plan,
 kernarg packing, output allocation. Every op is measured four ways (three for
@@ -24,7 +24,12 @@ M <= 2 mxfp8_gemm GEMV's scale check), that cost is included; a call on GPU tens
 a call on GPU tensors pays before its launch, but for one thing the CPU cannot stand in for:
 batch_prefill's max seqlen_q, which a GPU call reads back from the device (a synchronisation).
 The shapes are a decode step's (one token; the MoE at T = 1), the regime where host time
-matters most.
+matters most. --only runs the cases whose label holds TEXT.
+
+Another tree (an older commit, to compare): `git archive` it, make a folder holding one link
+`gfxasm` -> its `loader/`, touch empty `build/<variant>.co` files where its objects are
+missing (a stubbed launch never opens them) and run this file with that folder first on
+PYTHONPATH (docs/ops.md's table: aa47a61, whose library.Op has no `direct`, ran so).
 """
 from __future__ import annotations
 
@@ -73,7 +78,8 @@ def through_dispatcher(fn):
     """A call of the registered op (torch.ops.gfxasm.<name>) with the positional arguments
     `fn` (a call of the Python function) hands it: recorded once, replayed each call."""
     recorded = []
-    plain_call, plain_direct = library.Op.__call__, library.Op.direct
+    plain_call = library.Op.__call__
+    plain_direct = library.Op.__dict__.get("direct")     # (None in a tree before the shortcut: aa47a61)
 
     def record(op, *args):
         recorded.append((op, args))
@@ -83,7 +89,11 @@ def through_dispatcher(fn):
     try:
         fn()
     finally:
-        library.Op.__call__, library.Op.direct = plain_call, plain_direct
+        library.Op.__call__ = plain_call
+        if plain_direct is None:
+            del library.Op.direct
+        else:
+            library.Op.direct = plain_direct
     (op, args), = recorded
     overload = op.op
     return lambda: overload(*args)
@@ -167,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wall", action="store_true", help="wall time instead of the thread's CPU time")
     parser.add_argument("--gpu-path", action="store_true",
                         help="skip the data reads only CPU tensors get (CPU_ONLY_DATA_READS), as a GPU call does")
+    parser.add_argument("--only", default="", help="only the cases whose label holds this text")
     ns = parser.parse_args(argv)
     if ns.gpu_path:
         skip_cpu_only_reads()
@@ -176,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     launcher.hip_backend.launch = lambda *args: launched.append(1)
     over = 0
     for label, fn in cases().items():
+        if ns.only not in label:
+            continue
         us = per_call_us(fn, ns.calls, ns.repeats, clock)
         over += us > TARGET_US
         print(f"{label:<62} {us:7.1f} us per call{'  (over ' + str(TARGET_US) + ')' if us > TARGET_US else ''}")
