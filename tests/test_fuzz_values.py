@@ -461,9 +461,10 @@ def check_batch_prefill(c: dict) -> None:
     """One call as `c` says (prefill_value_calls' fields), refused or checked against the
     float64 IEEE reference."""
     from gfxasm.ops import batch_prefill as bp
-    from tests.test_fuzz import prefill_inputs
+    from tests.test_fuzz import HEAD_DIM, prefill_inputs
     g = torch.Generator().manual_seed(c["seed"])
-    a = prefill_inputs(dict(c, corrupt="none", q_layout="contiguous"), g)
+    a = prefill_inputs(dict(c, corrupt="none", q_layout="contiguous", head_dim=HEAD_DIM, cache_dtype=c["dtype"],
+                            q_exponents=(0, 0)), g)
     q, k, v, scales, target = a["q"], a["k"], a["v"], a["scales"], c["target"]
     page, fp8 = c["page"], c["dtype"] == E4M3
     if target == "q":
