@@ -82,21 +82,29 @@
 ; both DIRECT kernels in one 1-D grid, producers first: workgroups 0 .. producers-1 are the
 ; SWIGLU role (producers = up_tiles * valid: workgroup p is slot p / up_tiles, gate columns
 ; 32 (p % up_tiles)), the rest the sum role (workgroup d = id - producers is token d /
-; down_tiles, columns 64 (d % down_tiles)); divisions by the kernargs' magic ceil(2^32 /
+; down_tiles, columns 32 (d % down_tiles)); divisions by the kernargs' magic ceil(2^32 /
 ; tiles) (0 for one tile; exact while id * tiles < 2^32, host-checked). The same code runs
 ; both roles: SWIGLU's compile-time choices become branches on s_role, and the sum role reads
 ; its arguments from the kernarg's second block (d_*, laid out as the first: the kernarg
 ; pointer is moved by k_d_a, so load_kernarg's names serve both). Every workgroup loads the
 ; first block with the role's kernargs; a sum workgroup then loads its own block again
 ; (fused_ids), so a producer pays one kernarg round trip, as swiglu_direct does. Every SWIGLU workgroup,
-; skipped or not, adds 1 to the counter `flag` with an agent-scope release once its q and
-; scale stores retired (wave 0: s_waitcnt vmcnt(0), buffer_wbl2 sc1, s_waitcnt vmcnt(0),
-; global_atomic_add); each wave of a sum workgroup issues its first step's weight loads, then
+; skipped or not, adds 1 to the counter `flag` with an agent-scope release of its q and
+; scale stores (wave 0: buffer_wbl2 sc1, s_waitcnt vmcnt(0), global_atomic_add: LLVM's
+; sequence, fused_release); each wave of a sum workgroup issues its first step's weight loads, then
 ; polls the counter (global_load sc1, s_sleep between polls) until it reads producers and
 ; acquires (buffer_inv sc1 after the poll landed) before its first activation load. The
 ; counter must be 0 at launch (the op allocates it zeroed per call). A producer never waits,
 ; and the producers have the lowest ids, so they are dispatched before any waiting workgroup
 ; and cannot be held out by one: the wait is safe whatever the device's resident capacity.
+; The sum role stores 32 columns (SUM_STRIPS = 2 of the NT = 4 strips the SWIGLU role's 32
+; gate + 32 up columns need): its strips 2 and 3 get voffset OOB_OFFSET (their loads move no
+; bytes, their MFMAs add zeros to D tiles nobody stores) and the tile epilogue stores tiles
+; 0 and 1 only. Each wave still takes flat steps w, w + 4, ... and sums as direct_sum_n32
+; does, so the out bytes are the two-launch form's. Why 32: at T = 1 a 64-column sum
+; workgroup streams 5 x 64 x 768 weight bytes through one CU's in-flight window after the
+; wait, twice a 32-column one's (bench/moe.py --one-launch: 6.7 us alone against 7.6); 16
+; columns gains nothing (two workgroups per CU share that window).
 ;
 ; Kernarg (k_* from kernels.yaml): a, a_scale, w, w_scale, sorted_token_ids, expert_ids,
 ; num_tokens_post_padded, topk_weights, out (SWIGLU: q [valid, I] e4m3 and scale [valid, I/32]);
@@ -141,6 +149,9 @@
     .error "mxfp8_moe_gemm: 4 waves of 64 split K"
 .endif
 .set TILES, MT * NT                  ; D tiles per wave
+.ifdef FUSED                         ; (inside: the other variants' symbol tables stay as they were)
+    .set SUM_STRIPS, 2               ; the sum role's 16-column strips: 32 columns (FUSED header)
+.endif
 .set BM, 16 * MT                     ; slots per block
 .set LDS_SLOTS, 4 * TILES * 1024
 .set LDS_WEIGHTS, LDS_SLOTS + 4 * BM
@@ -643,11 +654,15 @@ L_fa_done_\@:
 .endm
 
 ; FUSED, wave 0 of a SWIGLU-role workgroup at its end (its q and scale stores issued; none
-; when skipped): counter += 1 with an agent-scope release of what the workgroup stored
+; when skipped): counter += 1 with an agent-scope release of what the workgroup stored. The
+; sequence is LLVM's for an agent-scope release atomic on gfx942/gfx950 (AMDGPUUsage, Memory
+; Model GFX942: buffer_wbl2 sc1, then s_waitcnt vmcnt(0), then the atomic): the writeback
+; covers the wave's earlier stores without waiting for them first, and the one s_waitcnt
+; retires both before the atomic, so the release costs one memory round trip, not two. The
+; other waves stored nothing (row_swiglu: wave 0 alone stores).
 .macro fused_release
-    s_waitcnt vmcnt(0)                                      ; in flight: the q, scale stores → retired
     buffer_wbl2 sc1
-    s_waitcnt vmcnt(0)                                      ; in flight: the writeback → done
+    s_waitcnt vmcnt(0)                                      ; in flight: the q, scale stores, the writeback → all retired
     s_mov_b64 exec, 1                                       ; one lane adds
     v_mov_b32 v[v_tmp], 0
     v_mov_b32 v[v_tmp+1], 1
@@ -769,6 +784,9 @@ L_fused_sum_out:
     buffer_rsrc s_rsrc_out, s[s_tmp]
     s_mul_i32 s[s_n0], s[s_wg_x], 16 * NT
   .ifdef FUSED
+    s_mul_i32 s[s_n0], s[s_wg_x], 16 * SUM_STRIPS
+  .endif
+  .ifdef FUSED
 L_fused_out_done:
   .endif
 .endif
@@ -782,10 +800,18 @@ L_fused_out_done:
 .if SWIGLU
     up_strip_offsets
 .endif
-.ifdef FUSED                                                ; the SWIGLU role: as above
+.ifdef FUSED
     s_cmp_eq_u32 s[s_role], 0
-    s_cbranch_scc1 L_fused_strips
-    up_strip_offsets
+    s_cbranch_scc1 L_fused_sum_strips
+    up_strip_offsets                                        ; the SWIGLU role: as above
+    s_branch L_fused_strips
+L_fused_sum_strips:                                         ; the sum role: strips SUM_STRIPS.. read nothing
+    .set j_, SUM_STRIPS
+    .rept NT - SUM_STRIPS
+        v_mov_b32 v[v_off_b+j_], v[v_oob]
+        v_mov_b32 v[v_off_bs+j_], v[v_oob]
+        .set j_, j_ + 1
+    .endr
 L_fused_strips:
 .endif
     ; steps: T = cdiv(K, 128), full K/128; wave w takes steps w, w + 4, ...
@@ -921,8 +947,12 @@ L_stage:
     s_endpgm
 .elseif DIRECT
     ; out[token, n] = sum over rows j < top_k of bf16(weight_j * D[j, n]), f32 in row order
+  .ifdef FUSED
+    s_cmp_ge_u32 s[s_q], SUM_STRIPS
+  .else
     s_cmp_ge_u32 s[s_q], TILES
-    s_cbranch_scc1 L_end                                    ; fewer tiles than waves
+  .endif
+    s_cbranch_scc1 L_end                                    ; fewer stored tiles than waves
 L_tsum:
     tile_from_lds
     v_lshlrev_b32 v[v_rows], 4, v[v_g]                      ; 4*(4g): the lane's 4 rows in the row table
@@ -964,7 +994,11 @@ L_tsum:
     v_cndmask_b32 v[v_out+1], v[v_oob], v[v_out+1], vcc
     buffer_store_short v[v_red], v[v_out+1], s[s_rsrc_out:s_rsrc_out+3], 0 offen
     s_add_u32 s[s_q], s[s_q], 4
+  .ifdef FUSED
+    s_cmp_lt_u32 s[s_q], SUM_STRIPS
+  .else
     s_cmp_lt_u32 s[s_q], TILES
+  .endif
     s_cbranch_scc1 L_tsum
 .else
     s_cmp_ge_u32 s[s_q], TILES

@@ -9,10 +9,11 @@ kernel keeps the serial one. Checked end to end on the grid_flag fixture
 declared serial (the default), the same launch is reported as a deadlock.
 
 The kernel: on fresh random operands (NON-uniform scales), outputs and intermediates poisoned,
-its q, scale and out equal the two-launch decode form's (swiglu_direct, then direct_sum_n64:
+its q, scale and out equal the two-launch decode form's (swiglu_direct, then direct_sum_n32:
 itself checked against a float64 MoE and the sorted form in tests/test_moe.py) bit for bit,
 under the concurrent schedule's fixed (round-robin) order and a seeded one: one and several
-column tiles per role (the magic divisions' 0 and non-0 paths, a partial last tile), top_k 1
+column tiles per role (the magic divisions' 0 and non-0 paths; the sum role's 32-column
+tiles, whose strips 2 and 3 read nothing, next to each other), a tail K step, top_k 1
 to 16, an expert map with absent experts and ids out of range; and the layer's call through
 the one launch against the float64 MoE's bound."""
 from __future__ import annotations
@@ -94,11 +95,11 @@ def test_an_unknown_schedule_is_refused_by_name(tmp_path, race_manifest):
 ALPHA, BETA, LIMIT = 1.702, 1.0, 7.0
 
 FUSED_CASES = [  # (T, top_k, E, H, I, expert map, seed of the order (None: round-robin))
-    (2, 3, 16, 64, 64, False, None),     # 2 gate tiles, 1 column tile (down magic 0)
-    (1, 1, 8, 64, 32, False, 3),         # one gate tile (up magic 0), one slot
-    (3, 5, 16, 160, 64, True, 1),        # 2 gate tiles (K 160: a tail step), 3 column tiles (the last one half),
+    (2, 3, 16, 32, 64, False, None),     # 2 gate tiles (K 32: only a tail step), 1 column tile (down magic 0)
+    (1, 1, 8, 64, 32, False, 3),         # one gate tile (up magic 0), one slot, 2 column tiles
+    (3, 5, 16, 160, 64, True, 1),        # 2 gate tiles (K 160: a tail step), 5 column tiles,
                                          # absent experts, ids out of range
-    (2, 16, 32, 96, 64, False, 2),       # top_k 16: every row of the sum's tile; a partial column tile
+    (2, 16, 32, 96, 64, False, 2),       # top_k 16: every row of the sum's tile; 3 column tiles
 ]
 
 
@@ -129,7 +130,7 @@ def poisoned(T, top_k, H, I):
 
 
 def two_launches(o, q, scale, out, E):
-    """The decode form's two launches (the down step at the one launch's 64 columns)."""
+    """The decode form's two launches (the down step at the one launch's 32 columns)."""
     for kernel, variant, args in (
             mxfp8_moe_gemm.direct_swiglu_launch_args(o["x"], o["xs"], o["w1"], o["w1s"], o["ids"], o["expert_map"], E,
                                                      q, scale, ALPHA, BETA, LIMIT),

@@ -118,7 +118,7 @@ DIRECT_MAX_TOKENS = 8
 # step at T = 1 (32 columns), which is where most of the saved launch overhead goes.
 FUSED_MAX_TOKENS = 1
 FUSED_KERNEL = "mxfp8_moe_gemm_fused_direct"
-FUSED_NT = 4                       # its down role's 64 columns per workgroup (the SWIGLU role's registers)
+FUSED_NT = 2                       # its down role's 32 columns per workgroup (asm/mxfp8_moe_gemm.s SUM_STRIPS)
 # The per-slot intermediates (y [T*top_k, H] bf16, and the gate_up GEMM's checks of its
 # [T*top_k, 2I] product) are addressed with 32-bit buffer offsets (module docstring: Limits).
 MAX_ROW_BYTES = 2**31
@@ -278,7 +278,7 @@ def _direct_launches(sizes: dict, call, t: dict) -> tuple[PreparedLaunch, ...]:
 def fused_launch_args(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_ids, expert_map, num_experts, q,
                       scale, flag, out, alpha, beta, limit) -> tuple[str, str, dict]:
     """(kernel, variant, arguments) of the decode form in one launch (asm/mxfp8_moe_gemm.s
-    FUSED): the first launch's arguments, the second's (64 columns per workgroup) as the d_*
+    FUSED): the first launch's arguments, the second's (32 columns per workgroup) as the d_*
     block, the counter `flag` (0 at launch) and the grid's split into the two roles."""
     _, _, up = mxfp8_moe_gemm.direct_swiglu_launch_args(x, x_scale, w1, w1_scale, topk_ids, expert_map, num_experts,
                                                         q, scale, alpha, beta, limit)
