@@ -782,12 +782,11 @@ L_fused_sum_out:
   .endif
     s_lshl_b32 s[s_tmp], s[s_tmp], 1
     buffer_rsrc s_rsrc_out, s[s_tmp]
-    s_mul_i32 s[s_n0], s[s_wg_x], 16 * NT
   .ifdef FUSED
     s_mul_i32 s[s_n0], s[s_wg_x], 16 * SUM_STRIPS
-  .endif
-  .ifdef FUSED
 L_fused_out_done:
+  .else
+    s_mul_i32 s[s_n0], s[s_wg_x], 16 * NT
   .endif
 .endif
     s_mul_i32 s[s_tmp], s[s_valid], s[s_has_w]
