@@ -40,8 +40,11 @@ of that object on a grid of that role only (the producers; the sum role with pro
 its counter wait passes at the first poll), less the launch overhead, per round of the CU;
 combined by gfxasm.perf.flagwait.launch_seconds over the timeline of the emulator's concurrent
 run of the whole grid, plus one launch overhead; at the flag latency's default (1.5 us) and
-the ends of its ASSUMED bracket (0.5 and 4 us). The two-launch rows above stay the decode form
-in two launches (what --one-launch is compared with).
+the ends of its ASSUMED bracket (0.5 and 4 us). It also prints where the time goes at the
+default latency (critical_path): when the last producer ends, and for the workgroup that ends
+last, how long it stood at its acquire and how much of its own time the rule places after it.
+The two-launch rows above stay the decode form in two launches (what --one-launch is compared
+with).
 
 --floors prints, per T, the rate the routed weights must stream at to meet the issue's
 target with the layer's launches and with one launch (weight bytes and launch costs only,
@@ -184,7 +187,22 @@ def fused_row(T: int) -> dict:
     us = {f"{lat * 1e6:g}": (flagwait.launch_seconds(run.timeline, seconds, lat).seconds * 1e6 + overhead)
           for lat in (flagwait.FLAG_LATENCY_BRACKET[0], flagwait.FLAG_LATENCY_S, flagwait.FLAG_LATENCY_BRACKET[1])}
     return dict(T=T, grid=list(whole.grid), producers=producers, roles=roles, us_by_flag_latency_us=us,
-                us=us[f"{flagwait.FLAG_LATENCY_S * 1e6:g}"])
+                us=us[f"{flagwait.FLAG_LATENCY_S * 1e6:g}"],
+                path=critical_path(run.timeline, flagwait.launch_seconds(run.timeline, seconds), seconds, producers))
+
+
+def critical_path(timeline, timing, seconds: dict, producers: int) -> dict:
+    """Where the one launch's time goes at the default flag latency (us from the launch's
+    start, no overhead): when the last producer ends (its release is its last instructions),
+    and for the workgroup that ends last, the time it stood at its acquires and the share of
+    its own time the flagwait rule places after its last acquire (its wave-instructions past
+    the wait over all of them)."""
+    last = max(timing.end, key=timing.end.get)
+    line = timeline.groups[last]
+    past = line.work - max((w.at for w in line.waits), default=0)
+    return dict(producers_end_us=max(timing.end[g] for g in range(producers)) * 1e6, last_group=last,
+                last_waited_us=timing.waited[last] * 1e6, last_after_wait_us=seconds[last] * past / max(line.work, 1) * 1e6,
+                end_us=timing.seconds * 1e6)
 
 
 def fused_table(rows: list[dict]) -> str:
@@ -196,6 +214,12 @@ def fused_table(rows: list[dict]) -> str:
         lines.append(f"{r['T']:3} {r['grid'][0]:6} {r['roles']['gate_up']['group_us']:13.2f} "
                      f"{r['roles']['down']['group_us']:10.2f} "
                      + " ".join(f"{r['us_by_flag_latency_us'][lat]:12.2f}" for lat in lats))
+    for r in rows:
+        p = r["path"]
+        lines.append(f"T={r['T']} at the default latency: launch overhead {r['roles']['down']['overhead_us']:.2f} us + "
+                     f"last producer ends {p['producers_end_us']:.2f} us; workgroup {p['last_group']} ends last at "
+                     f"{p['end_us']:.2f} us, having stood {p['last_waited_us']:.2f} us at its acquire and run "
+                     f"{p['last_after_wait_us']:.2f} us after it")
     lines.append("modelled: one launch (one overhead); per-role workgroup times from gfxasm.perf.estimate, combined by "
                  "gfxasm.perf.flagwait over the emulator's concurrent run; flag latency ASSUMED (bracket 0.5-4 us)")
     return "\n".join(lines)

@@ -40,7 +40,7 @@ arrays (asm/mxfp8_moe_gemm.s DIRECT):
   reads them once per block), so the form pays off only while few slots share an expert.
 The decode form in one launch (T <= FUSED_MAX_TOKENS; asm/mxfp8_moe_gemm.s FUSED, kernels.yaml
 mxfp8_moe_gemm_fused_direct, declared `schedule: concurrent`): both launches' workgroups in one
-grid, the gate_up ones first (the producers); each down-and-sum workgroup (64 columns) issues
+grid, the gate_up ones first (the producers); each down-and-sum workgroup (32 columns) issues
 its first weight loads, then waits on a grid-wide counter that every producer bumps with an
 agent-scope release once its q and scale are stored, and acquires before reading them. The
 counter is one uint32 the plan allocates zeroed per call (on a GPU torch.zeros queues a fill
@@ -110,12 +110,12 @@ OP = "mxfp8_moe"
 # decode form is faster at T = 1, 4, 8; at T = 16 the sorted form's model brackets it.
 DIRECT_MAX_TOKENS = 8
 # The decode form in one launch (asm/mxfp8_moe_gemm.s FUSED) up to here, two launches above.
-# bench/moe.py --one-launch (modelled, the issue's shape): T = 1 in 20.99 us at the ASSUMED
-# 1.5 us flag latency (19.99 at 0.5 us, 23.49 at 4 us) against 21.58 for the two launches: it
-# pays at the default latency, not at the bracket's slow end. T = 4 / 8: 59.00 / 114.78 us at
-# every latency in the bracket against 58.74 / 110.70 in two launches. Its down workgroups take 64
-# columns (the gate_up role's registers), 7.6 us each against 5.7 us for the two-launch down
-# step at T = 1 (32 columns), which is where most of the saved launch overhead goes.
+# bench/moe.py --one-launch (modelled, the issue's shape): T = 1 in 19.72 us at the ASSUMED
+# 1.5 us flag latency (18.72 at 0.5 us, 22.22 at 4 us) against 21.58 for the two launches: it
+# pays across the bracket but its slow end. T = 4: 60.03 us (60.03-60.08 over the bracket)
+# against 58.74 in two launches: its 1,248 workgroups wait for slots (512 resident), not for
+# the flag, and its 32-column down workgroups are twice as many as 64-column ones (59.00 us
+# with those, before the producers' release lost a round trip). So one launch at T = 1 only.
 FUSED_MAX_TOKENS = 1
 FUSED_KERNEL = "mxfp8_moe_gemm_fused_direct"
 FUSED_NT = 2                       # its down role's 32 columns per workgroup (asm/mxfp8_moe_gemm.s SUM_STRIPS)
