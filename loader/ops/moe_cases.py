@@ -126,7 +126,7 @@ def fused_case(variant, gen: torch.Generator, T: int = 2, top_k: int = 3, E: int
     """The decode form in one launch (both roles, the counter zeroed): q and scale as
     swiglu_case's exact recipe gives them (alpha = 0, codes in {-1, 0, 1}, unit scales), then
     out = the top-k sum of bf16(weight * q' @ w2'^T) with w2 random; experts 1 and 4 absent,
-    one id out of range, H = 160 off the 64-column tile. out within bf16's rounding of the sum
+    one id out of range, H = 160 in five 32-column down tiles. out within bf16's rounding of the sum
     plus one flip of a slot row's bf16 rounding (the row's f32 order is the kernel's own)."""
     x, x_scale = ones(gen, T, H), unit(T, H // BLOCK)
     w1, w1_scale = ones(gen, E, 2 * I, H), unit(E, 2 * I, H // BLOCK)
