@@ -201,8 +201,8 @@ def critical_path(timeline, timing, seconds: dict, producers: int) -> dict:
     line = timeline.groups[last]
     past = line.work - max((w.at for w in line.waits), default=0)
     return dict(producers_end_us=max(timing.end[g] for g in range(producers)) * 1e6, last_group=last,
-                last_waited_us=timing.waited[last] * 1e6, last_after_wait_us=seconds[last] * past / max(line.work, 1) * 1e6,
-                end_us=timing.seconds * 1e6)
+                last_waited_us=timing.waited[last] * 1e6,
+                last_after_wait_us=seconds[last] * past / max(line.work, 1) * 1e6, end_us=timing.seconds * 1e6)
 
 
 def fused_table(rows: list[dict]) -> str:
