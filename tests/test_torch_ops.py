@@ -145,6 +145,39 @@ def test_out_op_bumps_output_versions_and_refuses_grad_through_torch_ops():
     assert (out._version, lse._version) == versions
 
 
+
+def test_repeated_out_call_runs_from_the_cache_with_every_per_call_check(monkeypatch):
+    # a repeated out= layout goes from the arguments straight to the cached launch
+    # (framework.Op._run_cached): each call's data, pointers and grad are still checked
+    from gfxasm.ops import library
+    q, k, v = qkv(seed=4, seq_q=3, seq_k=9, heads_q=4, heads_k=2)
+    sinks = torch.randn(4, generator=torch.Generator().manual_seed(4))
+    gfxasm.fmha_fwd(q, k, v, sinks=sinks, out=nan_like(q.shape, q.dtype))       # plans the layout
+
+    def general_way(*args):
+        raise AssertionError("a repeated out= layout went the general way")
+    monkeypatch.setattr(library.Op, "run_direct", general_way)
+    q2, k2, v2 = qkv(seed=5, seq_q=3, seq_k=9, heads_q=4, heads_k=2)
+    sinks2 = torch.randn(4, generator=torch.Generator().manual_seed(5))
+    out = nan_like(q.shape, q.dtype)
+    version = out._version
+    assert gfxasm.fmha_fwd(q2, k2, v2, sinks=sinks2, out=out) is out
+    expected, _ = fmha.reference(q2, k2, v2, sinks=sinks2)
+    torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)      # this call's tensors, this out
+    assert out._version > version
+    with pytest.raises(ValueError, match="'sinks' must be finite, got inf for query head 2"):
+        gfxasm.fmha_fwd(q2, k2, v2, sinks=sinks2.index_fill(0, torch.tensor([2]), float("inf")), out=out)
+    base = torch.empty(q.numel() + 1, dtype=q.dtype)
+    with pytest.raises(ValueError, match="'out' data must be 16-byte aligned"):
+        gfxasm.fmha_fwd(q2, k2, v2, sinks=sinks2, out=base[1:].view(q.shape))
+    memory = torch.empty(q.numel() + 128 * 4, dtype=q.dtype)
+    q_in = memory[:q.numel()].view(q.shape).copy_(q2)
+    with pytest.raises(ValueError, match="'out' overlaps the memory of 'q'"):       # in place, but shifted a row
+        gfxasm.fmha_fwd(q_in, k2, v2, sinks=sinks2, out=memory[128 * 4:].view(q.shape))
+    with pytest.raises(RuntimeError, match="fmha_fwd_out: 'v' requires grad"):
+        gfxasm.fmha_fwd(q2, k2, v2.clone().requires_grad_(True), sinks=sinks2, out=out)
+
+
 # ------------------------------------------------------------------ decode_attention
 
 def decode_inputs(seed=0, batch=2, seq_q=2, heads_q=4, heads_kv=2, dim=64, page=16, pages=7, seqlens=(37, 20)):

@@ -353,13 +353,9 @@ def _plan(checked: tuple[float, tuple[int, int], float], call) -> framework.Plan
         return framework.Plan(empty=no_keys)
     args = kernel_args(q, k, call.v, out, lse, scale, call.sinks, window, softcap)
     placeholders = {name: args[name] for name in ("lse", "sinks")}   # never touched without store_lse, has_sinks
-
-    def bind(c) -> dict:
-        return dict(q=c.q, k=c.k, v=c.v, o=c.out, lse=placeholders["lse"] if c.lse is None else c.lse,
-                    sinks=placeholders["sinks"] if c.sinks is None else c.sinks)
     recheck = sink_values if call.sinks is not None and call.sinks.device.type == "cpu" else None
     launch = prepare(variant(q.dtype, call.causal, windowed(call.causal, window), softcap > 0, q.shape[3]), args)
-    return framework.Plan((launch,), bind=bind, recheck=recheck)
+    return framework.Plan((launch,), fixed=placeholders, rename={"o": "out"}, recheck=recheck)
 
 
 def no_key_lse(lse: torch.Tensor, sinks: torch.Tensor | None, head_dim: int) -> None:

@@ -35,7 +35,10 @@ From that the framework builds, once, for every op:
                            call made them) and only rechecks what the data can change
                            (pointers, the op's `recheck`); an op whose launches depend on
                            tensor data declares that data (`Spec.data_key`, read on every
-                           call) and keeps a plan per value of it
+                           call) and keeps a plan per value of it; a repeated `out=`
+                           call whose plan has no `bind` goes from its positional
+                           arguments straight to the checks and the launch, without a
+                           dict or a Call (Op._run_cached)
     the eager shortcut     a plain eager call (no mode, plain tensors) runs the op without
                            torch's dispatcher (library.Op.direct), `out=` calls too, and
                            without the functional schema's empty placeholders for outputs
@@ -92,12 +95,19 @@ class Output:
 @dataclass
 class Plan:
     """A checked call's launches. `launches` run in order; each takes its pointer arguments
-    by kernel-argument name from `fixed` (tensors the plan made: placeholders, tables) and
-    `bind(call)` (this call's tensors; by default each tensor argument and output under its
-    own name). `recheck(call)` repeats the data checks a cached call still needs; `empty`
-    is what a call with nothing to launch does to its outputs (e.g. O = 0, LSE = -inf)."""
+    by kernel-argument name. Without `bind`: the call's argument or output of that name
+    (`rename`: kernel argument -> the call's name where they differ), where the call has
+    none or passed None the plan's own tensor in `fixed` (placeholders, tables), and for a
+    name in `scratch` (kernel argument -> float32 elements) a fresh buffer every call
+    (concurrent calls of a layout must not share one). This form is read positionally from
+    a cached call's arguments, without a dict per call. `bind(call)`: the op's own mapping
+    instead (by name, over `fixed`), for tensors a call derives from its arguments.
+    `recheck(call)` repeats the data checks a cached call still needs; `empty` is what a
+    call with nothing to launch does to its outputs (e.g. O = 0, LSE = -inf)."""
     launches: tuple[PreparedLaunch, ...] = ()
     fixed: dict[str, torch.Tensor] = field(default_factory=dict)
+    rename: dict[str, str] = field(default_factory=dict)
+    scratch: dict[str, int] = field(default_factory=dict)
     bind: Callable[["Call"], dict] | None = None
     recheck: Callable[["Call"], None] | None = None
     empty: Callable[["Call"], None] | None = None
@@ -145,12 +155,31 @@ class Spec:
 
 
 class _Planned:
-    """A plan and each of its launches' pointer arguments by name."""
-    __slots__ = ("plan", "launches")
+    """A plan and each of its launches' pointer arguments: by name for a plan with `bind`,
+    else as sources (`at`: positions in the `_out` form's argument order, `Op._out_order`):
+    (the position of the call's argument or None, the plan's tensor where that argument is
+    None or absent, the index of the call's scratch buffer or None)."""
+    __slots__ = ("plan", "launches", "scratch", "device")
 
-    def __init__(self, plan: Plan):
+    def __init__(self, plan: Plan, at: dict[str, int]):
         self.plan = plan
-        self.launches = tuple((launch, tuple(name for name, _, _ in launch.pointers)) for launch in plan.launches)
+        self.device = plan.launches[0].device if plan.launches else None
+        if plan.bind is not None:
+            self.launches = tuple((launch, tuple(name for name, _, _ in launch.pointers)) for launch in plan.launches)
+            return
+        self.scratch = tuple(plan.scratch.values())
+        index = {name: i for i, name in enumerate(plan.scratch)}
+        self.launches = tuple((launch, tuple((at.get(plan.rename.get(name, name)), plan.fixed.get(name),
+                                              index.get(name)) for name, _, _ in launch.pointers))
+                              for launch in plan.launches)
+
+    def launch(self, args) -> None:
+        """Run the launches of a plan without `bind` on a call's arguments `args` (the
+        `_out` form's order), with this call's own scratch buffers (shared by its launches)."""
+        scratch = [torch.empty(numel, dtype=torch.float32, device=self.device) for numel in self.scratch]
+        for launch, sources in self.launches:
+            launch(*[scratch[i] if i is not None else fixed if at is None or args[at] is None else args[at]
+                     for at, fixed, i in sources])
 
 
 class _Cached:
@@ -158,28 +187,31 @@ class _Cached:
     how to allocate the outputs of a call whose outputs the framework allocated (`fresh`:
     name, shape, strides, dtype, device; `allocate` reads only the parameters, which the
     key holds), the data checks a repeated call still needs (`recheck`) and its plan, or
-    for an op with a `data_key` its plans by that key (`by_data`), and its pointer checks
-    (`pointers`, made by the first launch)."""
-    __slots__ = ("checked", "extents", "fresh", "recheck", "planned", "by_data", "pointers")
+    for an op with a `data_key` its plans by that key (`by_data`), its pointer checks
+    (`pointers`, made by the first launch) and, for an `_out` layout whose one plan binds
+    positionally, that plan (`direct`: `Op._run_cached` launches it from the arguments)."""
+    __slots__ = ("checked", "extents", "fresh", "recheck", "planned", "by_data", "pointers", "direct")
 
     def __init__(self, checked, extents: dict[str, int], fresh: tuple):
         self.checked, self.extents, self.fresh = checked, extents, fresh
-        self.recheck, self.planned, self.by_data, self.pointers = None, None, {}, None
+        self.recheck, self.planned, self.by_data, self.pointers, self.direct = None, None, {}, None, None
 
 
 class _PointerChecks:
     """A call layout's alignment and overlap checks, worked out once from what the layout
     fixes (which tensors are None or empty, their byte extents, whether an output is the
     same view as the input it may alias), so a call only reads its data pointers and
-    compares integers. `read`: the tensors whose address a check needs, in the order the
-    other two index them; `aligned`: (index, name, alignment); `pairs`: (output's index,
-    its extent, the index of an input or earlier output, that one's extent, whether the
-    two may be one tensor when their addresses are equal, the output's name, the other's)."""
+    compares integers. `read`: the positions (in the `_out` form's argument order) of the
+    tensors whose address a check needs, in the order the other two index them; `aligned`:
+    (index, name, alignment); `pairs`: (output's index, its extent, the index of an input or
+    earlier output, that one's extent, whether the two may be one tensor when their
+    addresses are equal, the output's name, the other's)."""
     __slots__ = ("read", "aligned", "pairs")
 
-    def __init__(self, aligned: tuple, pairs: tuple):
-        self.read = tuple(dict.fromkeys([name for name, _ in aligned] + [n for p in pairs for n in (p[0], p[2])]))
-        at = {name: i for i, name in enumerate(self.read)}
+    def __init__(self, aligned: tuple, pairs: tuple, position: dict[str, int]):
+        names = tuple(dict.fromkeys([name for name, _ in aligned] + [n for p in pairs for n in (p[0], p[2])]))
+        self.read = tuple(position[name] for name in names)
+        at = {name: i for i, name in enumerate(names)}
         self.aligned = tuple((at[name], name, align) for name, align in aligned)
         self.pairs = tuple((at[out], out_size, at[name], size, may_alias, out, name)
                            for out, out_size, name, size, may_alias in pairs)
@@ -221,7 +253,9 @@ class Op:
         self.functional = library.define(spec.name, self._functional, self._functional_fake,
                                          self._schema(functional=True))
         self._out_order = tuple(p.name for p in self._out_params())
+        self._out_position = {name: i for i, name in enumerate(self._out_order)}
         self._out_at = self._out_order.index(self._output_names[0])     # where the outputs sit in it
+        self._no_optional = (None,) * len(self.optional)
         self.out_op = None
         if spec.out_form:
             self.out_op = library.define(f"{spec.name}_out", self._out, self._out_fake,
@@ -275,12 +309,19 @@ class Op:
             raise TypeError(f"{self.name}: takes no 'out' argument")
         wanted = self._wanted(raw)
         given = (out,) if len(self.required) == 1 else self._given_outputs(out)
-        fresh = self.spec.allocate(Call(self.name, dict(zip(self._param_names, params)), True), wanted) \
-            if wanted else {}
         at = self._out_at
-        self.out_op(*params[:at], *given, *[fresh.get(o.name) for o in self.optional], *params[at:])
         if not wanted:
+            args = (*params[:at], *given, *self._no_optional, *params[at:])
+            if len(params) == len(self._param_names) and self.out_op.direct(args):
+                if self._run_cached(args):
+                    library.bump_versions(self.out_op.mutated, args)
+                else:
+                    self.out_op.run_direct(args)
+            else:
+                self.out_op(*args)
             return given[0] if len(given) == 1 else tuple(given)
+        fresh = self.spec.allocate(Call(self.name, dict(zip(self._param_names, params)), True), wanted)
+        self.out_op(*params[:at], *given, *[fresh.get(o.name) for o in self.optional], *params[at:])
         return (*given, *[fresh[o.name] for o in self.optional if o.name in wanted])
 
     def _flag_values(self, flags: dict) -> tuple:
@@ -418,12 +459,12 @@ class Op:
         """The plan of a checked call: the layout's one, or (data_key) the one for its data."""
         if self.spec.data_key is None:
             if cached.planned is None:
-                cached.planned = _Planned(self.spec.plan(cached.checked, call))
+                cached.planned = _Planned(self.spec.plan(cached.checked, call), self._out_position)
             return cached.planned
         data = self.spec.data_key(cached.checked, call)
         planned = cached.by_data.get(data)
         if planned is None:
-            planned = _Planned(self.spec.plan(cached.checked, call, data))
+            planned = _Planned(self.spec.plan(cached.checked, call, data), self._out_position)
             self._store(cached.by_data, data, planned)
         return planned
 
@@ -464,6 +505,24 @@ class Op:
                 cached.recheck(call)
             planned = self._planned(cached, call)
         self._launch(call, cached, planned, fresh=False)
+        if self.spec.data_key is None and planned.plan.launches and planned.plan.bind is None:
+            cached.direct = planned
+
+    def _run_cached(self, args: tuple) -> bool:
+        """The out form's call on `args` (the `_out` op's arguments, the required outputs
+        given, no optional ones, on the eager shortcut) where its layout was launched before
+        with a positional plan (`_Cached.direct`): the same steps as `_run` and `_launch` —
+        the data recheck, the pointer checks, the launch — straight from the arguments.
+        False, having done nothing, for any other call (it goes the general way)."""
+        cached = self._lookup(self._out_key(args, None))
+        planned = cached.direct if cached is not None else None
+        if planned is None:
+            return False
+        if cached.recheck is not None:              # (a Call only for an op that rechecks data)
+            cached.recheck(Call(self.name, dict(zip(self._out_order, args)), True))
+        self._check_pointers(args, cached.pointers)
+        planned.launch(args)
+        return True
 
     def _launch(self, call: Call, cached: _Cached, planned: _Planned, fresh: bool) -> None:
         """Launch a call's plan (`planned`). `fresh`: the outputs are the framework's own new
@@ -473,21 +532,25 @@ class Op:
             if plan.empty is not None:
                 plan.empty(call)
             return
-        self._check_pointers(call, cached, fresh)
-        given = plan.bind(call) if plan.bind is not None else call.values
+        values = call.values
+        if cached.pointers is None:
+            cached.pointers = self._pointer_checks(values, cached.extents, fresh)
+        args = [values[name] for name in self._out_order]
+        self._check_pointers(args, cached.pointers)
+        if plan.bind is None:
+            planned.launch(args)
+            return
+        given = plan.bind(call)
         if plan.fixed:
             given = {**plan.fixed, **given}
         for launch, names in planned.launches:
             launch(*[given[name] for name in names])
 
-    def _check_pointers(self, call: Call, cached: _Cached, fresh: bool) -> None:
-        """Alignment of declared pointers, and outputs that meet an input or each other."""
-        checks = cached.pointers
-        if checks is None:
-            checks = cached.pointers = self._pointer_checks(call.values, cached.extents, fresh)
-        values = call.values
+    def _check_pointers(self, args, checks: _PointerChecks) -> None:
+        """Alignment of declared pointers, and outputs that meet an input or each other
+        (`args`: the call's tensors in the `_out` form's order)."""
         # each address read once (data_ptr costs ~0.1 us a read)
-        address = [values[name].data_ptr() for name in checks.read]
+        address = [args[i].data_ptr() for i in checks.read]
         for i, name, align in checks.aligned:
             if address[i] % align:
                 self._refuse_misaligned(name, align, address[i])
@@ -508,7 +571,7 @@ class Op:
              name == may_alias and self._same_view(values[name], values[out]))
             for out, may_alias, before in self._overlaps if out in used
             for name in before if name in used)
-        return _PointerChecks(aligned, pairs)
+        return _PointerChecks(aligned, pairs, self._out_position)
 
     def _refuse_misaligned(self, name: str, align: int, address: int):
         arguments.fail(self.name, ValueError, f"'{name}' data must be {align}-byte aligned, got address {address:#x}")
