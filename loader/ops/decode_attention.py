@@ -558,8 +558,9 @@ def _scale_args(fp8: Fp8, call) -> dict:
     return args
 
 
-# kernel argument <- the call's tensor of that name (where they differ)
-_KERNEL_ARG = {"out": "o"}
+# kernel argument <- the call's tensor of that name (where they differ), and back
+_KERNEL_ARG = {"o": "out"}
+_CALL_ARG = {call: kernel for kernel, call in _KERNEL_ARG.items()}
 
 
 def _plan(checked: _Checked, call) -> framework.Plan:
@@ -569,22 +570,13 @@ def _plan(checked: _Checked, call) -> framework.Plan:
     runs = _runs(checked, call)
     if not runs:
         return framework.Plan()
-    passed = tuple((_KERNEL_ARG.get(name, name), name) for name, t in call.values.items()
-                   if isinstance(t, torch.Tensor))
+    passed = {_CALL_ARG.get(name, name) for name, t in call.values.items() if isinstance(t, torch.Tensor)}
     made = {name: t for _, args in runs for name, t in args.items() if isinstance(t, torch.Tensor)}
     workspaces = {name: made[name].numel() for name in ("ws_o", "ws_lse")} if len(runs) > 1 else {}
-    per_call = {arg for arg, _ in passed} | set(workspaces)
-    fixed = {name: t for name, t in made.items() if name not in per_call}
-
-    def bind(c) -> dict:
-        values = c.values
-        given = {arg: values[name] for arg, name in passed}
-        for name, numel in workspaces.items():
-            given[name] = torch.empty(numel, dtype=torch.float32, device=c.q.device)
-        return given
+    fixed = {name: t for name, t in made.items() if name not in passed and name not in workspaces}
     recheck = (lambda c: _check_data(c, checked)) if call.q.device.type == "cpu" else None
-    return framework.Plan(tuple(prepare(variant, args) for variant, args in runs), fixed=fixed, bind=bind,
-                          recheck=recheck)
+    return framework.Plan(tuple(prepare(variant, args) for variant, args in runs), fixed=fixed,
+                          rename=_KERNEL_ARG, scratch=workspaces, recheck=recheck)
 
 
 def _allocate(call, names: frozenset) -> dict:
