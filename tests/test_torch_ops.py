@@ -178,6 +178,30 @@ def test_repeated_out_call_runs_from_the_cache_with_every_per_call_check(monkeyp
         gfxasm.fmha_fwd(q2, k2, v2.clone().requires_grad_(True), sinks=sinks2, out=out)
 
 
+def test_repeated_functional_call_runs_from_the_cache_with_every_per_call_check(monkeypatch):
+    # the same for a repeated functional layout (framework.Op._run_cached_fresh): fresh
+    # outputs per call, this call's data and alignment checked
+    from gfxasm.ops import framework
+    q, k, v = qkv(seed=6, seq_q=3, seq_k=9, heads_q=4, heads_k=2)
+    gfxasm.fmha_fwd(q, k, v, causal=True, return_lse=True)                          # plans the layout
+
+    def general_way(*args):
+        raise AssertionError("a repeated functional layout went the general way")
+    monkeypatch.setattr(framework.Op, "_run_fresh", general_way)
+    q2, k2, v2 = qkv(seed=7, seq_q=3, seq_k=9, heads_q=4, heads_k=2)
+    out, lse = gfxasm.fmha_fwd(q2, k2, v2, causal=True, return_lse=True)
+    again, lse_again = gfxasm.fmha_fwd(q2, k2, v2, causal=True, return_lse=True)
+    assert again.data_ptr() != out.data_ptr() and lse_again.data_ptr() != lse.data_ptr()
+    expected, expected_lse = fmha.reference(q2, k2, v2, causal=True)
+    torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(lse, expected_lse, atol=5e-3, rtol=5e-3)
+    base = torch.empty(q.numel() + 1, dtype=q.dtype)
+    with pytest.raises(ValueError, match="'q' data must be 16-byte aligned"):
+        gfxasm.fmha_fwd(base[1:].view(q.shape).copy_(q2), k2, v2, causal=True, return_lse=True)
+    with pytest.raises(RuntimeError, match="fmha_fwd: 'k' requires grad"):
+        gfxasm.fmha_fwd(q2, k2.clone().requires_grad_(True), v2, causal=True, return_lse=True)
+
+
 # ------------------------------------------------------------------ decode_attention
 
 def decode_inputs(seed=0, batch=2, seq_q=2, heads_q=4, heads_kv=2, dim=64, page=16, pages=7, seqlens=(37, 20)):

@@ -35,10 +35,10 @@ From that the framework builds, once, for every op:
                            call made them) and only rechecks what the data can change
                            (pointers, the op's `recheck`); an op whose launches depend on
                            tensor data declares that data (`Spec.data_key`, read on every
-                           call) and keeps a plan per value of it; a repeated `out=`
-                           call whose plan has no `bind` goes from its positional
-                           arguments straight to the checks and the launch, without a
-                           dict or a Call (Op._run_cached)
+                           call) and keeps a plan per value of it; a repeated eager
+                           call (`out=` or not) whose plan has no `bind` goes from its
+                           positional arguments straight to the checks and the launch,
+                           without a dict or a Call (Op._run_cached, _run_cached_fresh)
     the eager shortcut     a plain eager call (no mode, plain tensors) runs the op without
                            torch's dispatcher (library.Op.direct), `out=` calls too, and
                            without the functional schema's empty placeholders for outputs
@@ -188,8 +188,8 @@ class _Cached:
     name, shape, strides, dtype, device; `allocate` reads only the parameters, which the
     key holds), the data checks a repeated call still needs (`recheck`) and its plan, or
     for an op with a `data_key` its plans by that key (`by_data`), its pointer checks
-    (`pointers`, made by the first launch) and, for an `_out` layout whose one plan binds
-    positionally, that plan (`direct`: `Op._run_cached` launches it from the arguments)."""
+    (`pointers`, made by the first launch) and, for a layout whose one plan binds
+    positionally, that plan (`direct`: `Op._launch_direct` launches it from the arguments)."""
     __slots__ = ("checked", "extents", "fresh", "recheck", "planned", "by_data", "pointers", "direct")
 
     def __init__(self, checked, extents: dict[str, int], fresh: tuple):
@@ -295,6 +295,11 @@ class Op:
         if out is None:
             if self.functional.direct(params):        # plain eager tensors: no dispatcher, no placeholders
                 wanted = self._wanted(raw)
+                if len(params) == len(self._param_names):
+                    outs = self._run_cached_fresh(params, wanted)
+                    if outs is not None:
+                        picked = [outs[i] for i, o in enumerate(self.spec.outputs) if not o.optional or o.name in wanted]
+                        return picked[0] if len(picked) == 1 else tuple(picked)
                 values = dict(zip(self._param_names, params))
                 self._run_fresh(params, values, wanted)
                 picked = [values[o.name] for o in self.required] + [values[o.name] for o in self.optional
@@ -492,6 +497,24 @@ class Op:
                 cached.recheck(call)
             planned = self._planned(cached, call)
         self._launch(call, cached, planned, fresh=True)
+        self._remember_direct(cached, planned)
+
+    def _run_cached_fresh(self, params: tuple, wanted: frozenset) -> list | None:
+        """The functional form's call on `params` (on the eager shortcut, the optional
+        outputs `wanted`) where its layout was launched before with a positional plan: its
+        outputs allocated as `_run_fresh` allocates them, then `_launch_direct`. Returns the
+        outputs in declaration order (None for one not asked for), or None, having done
+        nothing, for any other call (it goes the general way)."""
+        cached = self._lookup(self._fresh_key(params, wanted))
+        planned = cached.direct if cached is not None else None
+        if planned is None:
+            return None
+        made = {name: torch.empty_strided(shape, strides, dtype=dtype, device=device)
+                for name, shape, strides, dtype, device in cached.fresh}
+        outs = [made.get(name) for name in self._output_names]
+        at = self._out_at
+        self._launch_direct(cached, planned, (*params[:at], *outs, *params[at:]))
+        return outs
 
     def _run(self, call: Call, key: tuple | None) -> None:
         """The out form: check (or find the plan of) a call writing the caller's outputs (its
@@ -505,24 +528,33 @@ class Op:
                 cached.recheck(call)
             planned = self._planned(cached, call)
         self._launch(call, cached, planned, fresh=False)
+        self._remember_direct(cached, planned)
+
+    def _remember_direct(self, cached: _Cached, planned: _Planned) -> None:
+        """Keep `planned` for a layout's later calls to launch straight from their arguments
+        where it is the layout's one plan and binds positionally (no data_key, no bind)."""
         if self.spec.data_key is None and planned.plan.launches and planned.plan.bind is None:
             cached.direct = planned
 
     def _run_cached(self, args: tuple) -> bool:
         """The out form's call on `args` (the `_out` op's arguments, the required outputs
         given, no optional ones, on the eager shortcut) where its layout was launched before
-        with a positional plan (`_Cached.direct`): the same steps as `_run` and `_launch` —
-        the data recheck, the pointer checks, the launch — straight from the arguments.
-        False, having done nothing, for any other call (it goes the general way)."""
+        with a positional plan (`_Cached.direct`): `_launch_direct`, straight from the
+        arguments. False, having done nothing, for any other call (it goes the general way)."""
         cached = self._lookup(self._out_key(args, None))
         planned = cached.direct if cached is not None else None
         if planned is None:
             return False
+        self._launch_direct(cached, planned, args)
+        return True
+
+    def _launch_direct(self, cached: _Cached, planned: _Planned, args: tuple) -> None:
+        """A cached layout's call on `args` (the `_out` form's order): what `_run`/`_run_fresh`
+        and `_launch` do for it — the data recheck, the pointer checks, the launch."""
         if cached.recheck is not None:              # (a Call only for an op that rechecks data)
             cached.recheck(Call(self.name, dict(zip(self._out_order, args)), True))
         self._check_pointers(args, cached.pointers)
         planned.launch(args)
-        return True
 
     def _launch(self, call: Call, cached: _Cached, planned: _Planned, fresh: bool) -> None:
         """Launch a call's plan (`planned`). `fresh`: the outputs are the framework's own new
