@@ -442,8 +442,9 @@
 ; Phase B softmax op i of S(j) (in _sj): even i = 2p: l += (P[2p], P[2p+1]); odd: P pair p
 ; to bf16/fp16 (register pairs of S^T are already GEMM1's B operand layout)
 .macro smB_op i
-    .if (\i) % 2 == 0
-        v_pk_add_f32 v[v_l:v_l+1], v[v_l:v_l+1], v[_sj + (\i) : _sj + (\i) + 1]
+    .if (\i) % 2 == 0                  ; (two plain adds, not v_pk_add_f32: packed FP32 never issues in an MFMA's shadow)
+        v_add_f32 v[v_l], v[v_l], v[_sj + (\i)]
+        v_add_f32 v[v_l + 1], v[v_l + 1], v[_sj + (\i) + 1]
     .elseif FP8
         smB_cvt8 \i
     .else
