@@ -296,15 +296,12 @@ class Op:
             if self.functional.direct(params):        # plain eager tensors: no dispatcher, no placeholders
                 wanted = self._wanted(raw)
                 if len(params) == len(self._param_names):
-                    outs = self._run_cached_fresh(params, wanted)
-                    if outs is not None:
-                        picked = [outs[i] for i, o in enumerate(self.spec.outputs) if not o.optional or o.name in wanted]
-                        return picked[0] if len(picked) == 1 else tuple(picked)
+                    made = self._run_cached_fresh(params, wanted)
+                    if made is not None:
+                        return self._returned(made, wanted)
                 values = dict(zip(self._param_names, params))
                 self._run_fresh(params, values, wanted)
-                picked = [values[o.name] for o in self.required] + [values[o.name] for o in self.optional
-                                                                   if o.name in wanted]
-                return picked[0] if len(picked) == 1 else tuple(picked)
+                return self._returned(values, wanted)
             results = self.functional(*params, *raw)
             if not self.optional:
                 return results
@@ -328,6 +325,13 @@ class Op:
         fresh = self.spec.allocate(Call(self.name, dict(zip(self._param_names, params)), True), wanted)
         self.out_op(*params[:at], *given, *[fresh.get(o.name) for o in self.optional], *params[at:])
         return (*given, *[fresh[o.name] for o in self.optional if o.name in wanted])
+
+    def _returned(self, outputs: dict, wanted: frozenset):
+        """What an eager functional call returns, from its outputs by name: the required
+        ones, then each optional one asked for (`wanted`); a single one alone."""
+        picked = [outputs[o.name] for o in self.required] + [outputs[o.name] for o in self.optional
+                                                             if o.name in wanted]
+        return picked[0] if len(picked) == 1 else tuple(picked)
 
     def _flag_values(self, flags: dict) -> tuple:
         """The `return_<name>` keywords as the functional op's trailing arguments."""
@@ -499,12 +503,12 @@ class Op:
         self._launch(call, cached, planned, fresh=True)
         self._remember_direct(cached, planned)
 
-    def _run_cached_fresh(self, params: tuple, wanted: frozenset) -> list | None:
+    def _run_cached_fresh(self, params: tuple, wanted: frozenset) -> dict | None:
         """The functional form's call on `params` (on the eager shortcut, the optional
         outputs `wanted`) where its layout was launched before with a positional plan: its
         outputs allocated as `_run_fresh` allocates them, then `_launch_direct`. Returns the
-        outputs in declaration order (None for one not asked for), or None, having done
-        nothing, for any other call (it goes the general way)."""
+        outputs it made by name (the required ones and those in `wanted`), or None, having
+        done nothing, for any other call (it goes the general way)."""
         cached = self._lookup(self._fresh_key(params, wanted))
         planned = cached.direct if cached is not None else None
         if planned is None:
@@ -514,7 +518,7 @@ class Op:
         outs = [made.get(name) for name in self._output_names]
         at = self._out_at
         self._launch_direct(cached, planned, (*params[:at], *outs, *params[at:]))
-        return outs
+        return made
 
     def _run(self, call: Call, key: tuple | None) -> None:
         """The out form: check (or find the plan of) a call writing the caller's outputs (its
