@@ -72,10 +72,9 @@ class PreparedLaunch:
         if self.backend is None:
             return None
         segment = bytearray(self.template)
-        try:
-            addresses = [tensor.data_ptr() for tensor in tensors]
-        except AttributeError:                  # a None among them (the ops bind tensors to every slot)
-            addresses = self._addresses_with_none(tensors)
+        addresses = [0 if tensor is None else tensor.data_ptr() for tensor in tensors]
+        if 0 in addresses:                      # a None, or an empty tensor: allowed where untouched
+            self._refuse_none_touched(tensors)
         for packer, offset, first, end in self._runs:
             packer.pack_into(segment, offset, *addresses[first:end])
         if self.backend == "emu":
@@ -85,18 +84,12 @@ class PreparedLaunch:
                            current_stream(self.device))
         return None
 
-    def _addresses_with_none(self, tensors: tuple) -> list[int]:
-        """The pointer values where some of `tensors` are None: 0 for a buffer the kernel does
-        not touch, an error for one it does."""
-        addresses = []
+    def _refuse_none_touched(self, tensors: tuple) -> None:
+        """An error for a None among `tensors` where the kernel touches the buffer (a None
+        stands for a null pointer only where it does not)."""
         for (name, _, untouched), tensor in zip(self.pointers, tensors):
-            if tensor is not None:
-                addresses.append(tensor.data_ptr())
-            elif untouched:
-                addresses.append(0)
-            else:
+            if tensor is None and not untouched:
                 raise ValueError(f"{self.variant}: argument '{name}' is None, but the kernel touches it")
-        return addresses
 
 
 def launch(kernel: str | Kernel, /, variant: str | None = None, **args: Any):

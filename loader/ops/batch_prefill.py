@@ -594,8 +594,9 @@ def max_seq_q(qo_indptr: torch.Tensor) -> int:
     return int((qo_indptr[1:] - qo_indptr[:-1]).max())
 
 
-def _data_key(_checked: _Checked, call) -> int:
-    return max_seq_q(call.qo_indptr)
+def _data_key(qo_indptr: torch.Tensor) -> int:
+    """The Spec's data_key: a plan per max seqlen_q (`max_seq_q`, looked up per call)."""
+    return max_seq_q(qo_indptr)
 
 
 def _descales(call, one: torch.Tensor) -> torch.Tensor:
@@ -643,15 +644,23 @@ def kernel_args(checked: _Checked, call, seq_q: int) -> dict:
 
 def _plan(checked: _Checked, call, seq_q: int) -> framework.Plan:
     """The launch for a layout and max seqlen_q `seq_q` (the framework keeps one per pair:
-    the Spec's data_key). Each call binds what its tensor contents give (`_contents`); the
+    the Spec's data_key). Where the kernel's table and scale arguments are the call's own
+    tensors (`_positional`), the plan names them (the framework binds them by position);
+    otherwise each call binds what its tensor contents give (`_contents`). Either way the
     plan keeps only placeholders the kernel never reads and the layout's constants."""
     if not call.q.numel() or not seq_q:         # (seq_q 0: no sequence has a query)
         return framework.Plan()
     args = kernel_args(checked, call, seq_q)
     launch = prepare(checked.variant, args)
-    one = torch.ones(1, dtype=torch.float32, device=call.q.device)
+    recheck = (lambda c: (_check_contents(c, checked.scale), fmha.sink_values(c))) if _readable(call) else None
     # the kernel never touches lse without store_lse, nor sinks without has_sinks
     fixed = {name: args[name] for name in ("lse", "sinks")}
+    rename = _positional(call)
+    if rename is not None:
+        fixed.update({name: args[name] for name in ("page_list", "kv_start", "descales", "kv_scales")
+                      if name not in rename})
+        return framework.Plan((launch,), fixed=fixed, rename=rename, recheck=recheck)
+    one = torch.ones(1, dtype=torch.float32, device=call.q.device)
     kv_start = None if call.block_table is None else args["kv_start"]      # (a vLLM table's: from its layout)
     scales = any(call.values[n] is not None for n in _DESCALES + ("kv_block_descale",))
     if not scales:                              # (all ones: the layout's constants)
@@ -665,8 +674,26 @@ def _plan(checked: _Checked, call, seq_q: int) -> framework.Plan:
         if c.sinks is not None:
             given["sinks"] = c.sinks
         return given
-    recheck = (lambda c: (_check_contents(c, checked.scale), fmha.sink_values(c))) if _readable(call) else None
     return framework.Plan((launch,), fixed=fixed, bind=bind, recheck=recheck)
+
+
+def _positional(call) -> dict[str, str] | None:
+    """Where every table and scale argument the kernel takes is, for this layout, a call's
+    tensor as it is (the same address; `_contents` makes views of them) or a constant: the
+    kernel arguments that take a call's tensor under another name (kernel argument -> the
+    call's). A vLLM table (its page list is block_table's memory, kv_start follows from its
+    layout) with a contiguous seqlens_k and no per-tensor descales (their product is a new
+    tensor); kv_block_descale, contiguous, is its own flat view. None otherwise (an SGLang
+    table's seqlen_k is computed per call)."""
+    if call.block_table is None or not call.seqlens_k.is_contiguous() or \
+            any(call.values[n] is not None for n in _DESCALES):
+        return None
+    rename = {"o": "out", "seqlen_k": "seqlens_k"}
+    if call.block_table.numel():                # (else the layout's placeholder: nothing is read)
+        rename["page_list"] = "block_table"
+    if call.kv_block_descale is not None:
+        rename["kv_scales"] = "kv_block_descale"
+    return rename
 
 
 def _allocate(call, names: frozenset) -> dict:
@@ -691,7 +718,7 @@ BATCH_PREFILL = framework.define(framework.Spec(
             *fmha.WINDOW_SINKS_SOFTCAP,
             *(framework.Param(n, "Tensor?") for n in _DESCALES + ("kv_block_descale",))),
     outputs=(framework.Output("out", **_ALIGNED), framework.Output("lse", optional=True)),
-    check=_check, allocate=_allocate, plan=_plan, out_after="seqlens_k", data_key=_data_key))
+    check=_check, allocate=_allocate, plan=_plan, out_after="seqlens_k", data_key=("qo_indptr", _data_key)))
 
 
 def batch_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, qo_indptr: torch.Tensor, *,

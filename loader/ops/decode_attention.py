@@ -572,7 +572,8 @@ def _plan(checked: _Checked, call) -> framework.Plan:
         return framework.Plan()
     passed = {_CALL_ARG.get(name, name) for name, t in call.values.items() if isinstance(t, torch.Tensor)}
     made = {name: t for _, args in runs for name, t in args.items() if isinstance(t, torch.Tensor)}
-    workspaces = {name: made[name].numel() for name in ("ws_o", "ws_lse")} if len(runs) > 1 else {}
+    workspaces = {name: ((made[name].numel(),), torch.float32) for name in ("ws_o", "ws_lse")} \
+        if len(runs) > 1 else {}
     fixed = {name: t for name, t in made.items() if name not in passed and name not in workspaces}
     recheck = (lambda c: _check_data(c, checked)) if call.q.device.type == "cpu" else None
     return framework.Plan(tuple(prepare(variant, args) for variant, args in runs), fixed=fixed,

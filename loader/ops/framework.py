@@ -35,10 +35,11 @@ From that the framework builds, once, for every op:
                            call made them) and only rechecks what the data can change
                            (pointers, the op's `recheck`); an op whose launches depend on
                            tensor data declares that data (`Spec.data_key`, read on every
-                           call) and keeps a plan per value of it; a repeated eager
-                           call (`out=` or not) whose plan has no `bind` goes from its
-                           positional arguments straight to the checks and the launch,
-                           without a dict or a Call (Op._run_cached, _run_cached_fresh)
+                           call) and keeps a plan per value of it; a repeated call
+                           (eager or through torch.ops, `out=` or not) whose plan has no
+                           `bind` goes from its positional arguments straight to the
+                           checks and the launch, without a dict or a Call
+                           (Op._run_cached, _run_cached_fresh)
     the eager shortcut     a plain eager call (no mode, plain tensors) runs the op without
                            torch's dispatcher (library.Op.direct), `out=` calls too, and
                            without the functional schema's empty placeholders for outputs
@@ -98,16 +99,18 @@ class Plan:
     by kernel-argument name. Without `bind`: the call's argument or output of that name
     (`rename`: kernel argument -> the call's name where they differ), where the call has
     none or passed None the plan's own tensor in `fixed` (placeholders, tables), and for a
-    name in `scratch` (kernel argument -> float32 elements) a fresh buffer every call
-    (concurrent calls of a layout must not share one). This form is read positionally from
-    a cached call's arguments, without a dict per call. `bind(call)`: the op's own mapping
-    instead (by name, over `fixed`), for tensors a call derives from its arguments.
+    name in `scratch` (kernel argument -> (shape, dtype)) a fresh tensor every call,
+    uninitialised, or zero for a name in `zeroed` (concurrent calls of a layout must not
+    share one). This form is read positionally from a cached call's arguments, without a
+    dict per call. `bind(call)`: the op's own mapping instead (by name, over `fixed`), for
+    tensors a call derives from its arguments.
     `recheck(call)` repeats the data checks a cached call still needs; `empty` is what a
     call with nothing to launch does to its outputs (e.g. O = 0, LSE = -inf)."""
     launches: tuple[PreparedLaunch, ...] = ()
     fixed: dict[str, torch.Tensor] = field(default_factory=dict)
     rename: dict[str, str] = field(default_factory=dict)
-    scratch: dict[str, int] = field(default_factory=dict)
+    scratch: dict[str, tuple[tuple[int, ...], torch.dtype]] = field(default_factory=dict)
+    zeroed: frozenset[str] = frozenset()
     bind: Callable[["Call"], dict] | None = None
     recheck: Callable[["Call"], None] | None = None
     empty: Callable[["Call"], None] | None = None
@@ -140,9 +143,10 @@ class Call:
 class Spec:
     """An op's declaration (module docstring). `out_after`: the parameter the outputs follow
     in the `_out` schema (None: after the last); `out_form`: whether there is an `_out` op;
-    `data_key(checked, call)`: where the launches depend on tensor data beyond what `check`
-    reads (a grid read from an index tensor), that data, read on every call after the
-    plan's `recheck`: a layout's plans are kept per value of it."""
+    `data_key` (parameter, read): where the launches depend on tensor data beyond what
+    `check` reads (a grid read from an index tensor), the parameter holding it and the
+    function reading the value from its tensor, read on every call after the plan's
+    `recheck`: a layout's plans are kept per value of it."""
     name: str
     params: tuple[Param, ...]
     outputs: tuple[Output, ...]
@@ -151,14 +155,13 @@ class Spec:
     plan: Callable[[Any, Call], Plan]
     out_after: str | None = None
     out_form: bool = True
-    data_key: Callable[[Any, Call], Any] | None = None
+    data_key: tuple[str, Callable[[torch.Tensor], Any]] | None = None
 
 
 class _Planned:
     """A plan and each of its launches' pointer arguments: by name for a plan with `bind`,
-    else as sources (`at`: positions in the `_out` form's argument order, `Op._out_order`):
-    (the position of the call's argument or None, the plan's tensor where that argument is
-    None or absent, the index of the call's scratch buffer or None)."""
+    else a function of the call's arguments (the `_out` form's order, `Op._out_order`) and
+    its scratch buffers giving them (`_pointer_function`)."""
     __slots__ = ("plan", "launches", "scratch", "device")
 
     def __init__(self, plan: Plan, at: dict[str, int]):
@@ -167,19 +170,39 @@ class _Planned:
         if plan.bind is not None:
             self.launches = tuple((launch, tuple(name for name, _, _ in launch.pointers)) for launch in plan.launches)
             return
-        self.scratch = tuple(plan.scratch.values())
+        self.scratch = tuple((torch.zeros if name in plan.zeroed else torch.empty, shape, dtype)
+                             for name, (shape, dtype) in plan.scratch.items())
         index = {name: i for i, name in enumerate(plan.scratch)}
-        self.launches = tuple((launch, tuple((at.get(plan.rename.get(name, name)), plan.fixed.get(name),
-                                              index.get(name)) for name, _, _ in launch.pointers))
+        self.launches = tuple((launch, _pointer_function(tuple((at.get(plan.rename.get(name, name)),
+                                                                plan.fixed.get(name), index.get(name))
+                                                               for name, _, _ in launch.pointers)))
                               for launch in plan.launches)
 
     def launch(self, args) -> None:
         """Run the launches of a plan without `bind` on a call's arguments `args` (the
         `_out` form's order), with this call's own scratch buffers (shared by its launches)."""
-        scratch = [torch.empty(numel, dtype=torch.float32, device=self.device) for numel in self.scratch]
-        for launch, sources in self.launches:
-            launch(*[scratch[i] if i is not None else fixed if at is None or args[at] is None else args[at]
-                     for at, fixed, i in sources])
+        scratch = [make(shape, dtype=dtype, device=self.device) for make, shape, dtype in self.scratch]
+        for launch, pointers in self.launches:
+            launch(*pointers(args, scratch))
+
+
+def _pointer_function(sources: tuple) -> Callable[[tuple, list], tuple]:
+    """A launch's pointer arguments from a call's arguments `a` and scratch buffers `s`, per
+    source (the position of the call's argument or None, the plan's tensor where that
+    argument is None or absent, the index of the scratch buffer or None): the scratch
+    buffer, else the call's argument, else the plan's tensor. Written out as one expression
+    (as `_key_function`): the general loop over the sources cost ~1-2 us a launch more."""
+    fixed, parts = [], []
+    for at, tensor, i in sources:
+        if i is not None:
+            parts.append(f"s[{i}]")
+        elif at is None or tensor is not None:
+            fixed.append(tensor)
+            f = f"f[{len(fixed) - 1}]"
+            parts.append(f if at is None else f"{f} if a[{at}] is None else a[{at}]")
+        else:
+            parts.append(f"a[{at}]")                  # (None where the call passes None: a null pointer)
+    return eval(f"lambda a, s: ({''.join(f'({p}), ' for p in parts)})", {"f": tuple(fixed)})   # noqa: S307 (our text)
 
 
 class _Cached:
@@ -188,8 +211,9 @@ class _Cached:
     name, shape, strides, dtype, device; `allocate` reads only the parameters, which the
     key holds), the data checks a repeated call still needs (`recheck`) and its plan, or
     for an op with a `data_key` its plans by that key (`by_data`), its pointer checks
-    (`pointers`, made by the first launch) and, for a layout whose one plan binds
-    positionally, that plan (`direct`: `Op._launch_direct` launches it from the arguments)."""
+    (`pointers`, made by the first launch) and, for a layout whose plans bind positionally,
+    what `Op._launch_direct` launches from the arguments (`direct`: the layout's one plan,
+    or for an op with a data_key `by_data`, whose plans it picks by the call's data)."""
     __slots__ = ("checked", "extents", "fresh", "recheck", "planned", "by_data", "pointers", "direct")
 
     def __init__(self, checked, extents: dict[str, int], fresh: tuple):
@@ -248,13 +272,14 @@ class Op:
         self._out_key = _key_function(tuple(Param(p.name, "Tensor?") if p.name in self._output_names else p
                                             for p in self._out_params()))
         self._cache: dict[tuple, _Cached] = {}         # insertion order: the oldest is dropped first
-        self._metadata_checked: dict[tuple, None] = {}  # check_metadata's layouts, likewise
+        self._metadata_checked: dict[tuple, bool] = {}  # check_metadata's layouts, likewise
         self._lock = threading.Lock()
         self.functional = library.define(spec.name, self._functional, self._functional_fake,
                                          self._schema(functional=True))
         self._out_order = tuple(p.name for p in self._out_params())
         self._out_position = {name: i for i, name in enumerate(self._out_order)}
         self._out_at = self._out_order.index(self._output_names[0])     # where the outputs sit in it
+        self._data_at = None if spec.data_key is None else self._out_position[spec.data_key[0]]
         self._no_optional = (None,) * len(self.optional)
         self.out_op = None
         if spec.out_form:
@@ -315,7 +340,7 @@ class Op:
         if not wanted:
             args = (*params[:at], *given, *self._no_optional, *params[at:])
             if len(params) == len(self._param_names) and self.out_op.direct(args):
-                if self._run_cached(args):
+                if self._run_cached(args, self._out_key(args, None)):
                     library.bump_versions(self.out_op.mutated, args)
                 else:
                     self.out_op.run_direct(args)
@@ -366,9 +391,13 @@ class Op:
         return dict(zip(self._param_names, args)), self._wanted(args[len(self._param_names):])
 
     def _functional(self, *args):
-        values, wanted = self._split(args)
-        self._run_fresh(args[:len(self._param_names)], values, wanted)
-        return self._results(values)
+        count = len(self._param_names)
+        params, wanted = args[:count], self._wanted(args[count:])
+        made = self._run_cached_fresh(params, wanted)
+        if made is None:
+            made = dict(zip(self._param_names, params))
+            self._run_fresh(params, made, wanted)
+        return self._results(made)
 
     def _functional_fake(self, *args):
         values, wanted = self._split(args)
@@ -381,18 +410,20 @@ class Op:
         for o in self.required:
             if values[o.name] is None:
                 arguments.fail(self.name, TypeError, f"'{o.name}' must be a torch.Tensor, got NoneType")
-        self._run(Call(self.name, values, True), self._out_key(args, None))
+        key = self._out_key(args, None)
+        if not self._run_cached(args, key):
+            self._run(Call(self.name, values, True), key)
 
     def _out_fake(self, *args) -> None:
         self._check_new(Call(self.name, dict(zip(self._out_order, args)), False))
 
     def _results(self, values: dict):
-        """The functional op's results from the call's values: an output not asked for is an
-        empty float32 tensor."""
+        """The functional op's results from the call's outputs by name: an output not asked
+        for (None or absent) is an empty float32 tensor."""
         if len(self._output_names) == 1:
             return values[self._output_names[0]]
         device = values[self.required[0].name].device
-        return tuple([values[name] if values[name] is not None
+        return tuple([values[name] if values.get(name) is not None
                       else torch.empty(0, dtype=torch.float32, device=device) for name in self._output_names])
 
     # ---------------------------------------------------------------- checks and launch
@@ -422,10 +453,7 @@ class Op:
                            f"tensors must be on the CPU (emulator) or a ROCm gfx950 GPU, got {device}")
 
     def _lookup(self, key: tuple | None) -> _Cached | None:
-        try:
-            return self._cache.get(key) if key is not None else None
-        except TypeError:                  # an unhashable value: check() says what is wrong
-            return None
+        return _get(self._cache, key)
 
     def _store(self, cache: dict, key, value) -> None:
         """`cache[key] = value`, the oldest entries dropped past MAX_CACHED_CALLS (a None key,
@@ -446,13 +474,10 @@ class Op:
         first (batch_prefill's FP8 query pre-pass). `values`: the `_out` form's arguments by
         name."""
         key = self._out_key(tuple(values[name] for name in self._out_order), None)
-        try:
-            if key is not None and key in self._metadata_checked:
-                return
-        except TypeError:                  # an unhashable value: check() says what is wrong
-            pass
+        if _get(self._metadata_checked, key):
+            return
         self.spec.check(Call(self.name, values, False))
-        self._store(self._metadata_checked, key, None)
+        self._store(self._metadata_checked, key, True)
 
     def _plan_new(self, call: Call, fresh: tuple = ()) -> tuple[_Cached, _Planned]:
         """Check a call layout not seen before and plan it (its data read once, for an op
@@ -470,7 +495,11 @@ class Op:
             if cached.planned is None:
                 cached.planned = _Planned(self.spec.plan(cached.checked, call), self._out_position)
             return cached.planned
-        data = self.spec.data_key(cached.checked, call)
+        name, read = self.spec.data_key
+        return self._planned_for(cached, call, read(call.values[name]))
+
+    def _planned_for(self, cached: _Cached, call: Call, data) -> _Planned:
+        """The plan of a checked call of an op with a data_key whose data is `data`."""
         planned = cached.by_data.get(data)
         if planned is None:
             planned = _Planned(self.spec.plan(cached.checked, call, data), self._out_position)
@@ -509,15 +538,14 @@ class Op:
         outputs allocated as `_run_fresh` allocates them, then `_launch_direct`. Returns the
         outputs it made by name (the required ones and those in `wanted`), or None, having
         done nothing, for any other call (it goes the general way)."""
-        cached = self._lookup(self._fresh_key(params, wanted))
-        planned = cached.direct if cached is not None else None
-        if planned is None:
+        cached = self._direct(self._fresh_key(params, wanted))
+        if cached is None:
             return None
         made = {name: torch.empty_strided(shape, strides, dtype=dtype, device=device)
                 for name, shape, strides, dtype, device in cached.fresh}
         outs = [made.get(name) for name in self._output_names]
         at = self._out_at
-        self._launch_direct(cached, planned, (*params[:at], *outs, *params[at:]))
+        self._launch_direct(cached, (*params[:at], *outs, *params[at:]), fresh=True)
         return made
 
     def _run(self, call: Call, key: tuple | None) -> None:
@@ -535,28 +563,47 @@ class Op:
         self._remember_direct(cached, planned)
 
     def _remember_direct(self, cached: _Cached, planned: _Planned) -> None:
-        """Keep `planned` for a layout's later calls to launch straight from their arguments
-        where it is the layout's one plan and binds positionally (no data_key, no bind)."""
-        if self.spec.data_key is None and planned.plan.launches and planned.plan.bind is None:
-            cached.direct = planned
+        """Let a layout's later calls launch straight from their arguments where its plan
+        binds positionally (no bind): `_Cached.direct` is that plan, or for an op with a
+        data_key the layout's plans by data (a layout fixes how they bind)."""
+        if planned.plan.launches and planned.plan.bind is None:
+            cached.direct = planned if self._data_at is None else cached.by_data
 
-    def _run_cached(self, args: tuple) -> bool:
-        """The out form's call on `args` (the `_out` op's arguments, the required outputs
-        given, no optional ones, on the eager shortcut) where its layout was launched before
-        with a positional plan (`_Cached.direct`): `_launch_direct`, straight from the
-        arguments. False, having done nothing, for any other call (it goes the general way)."""
-        cached = self._lookup(self._out_key(args, None))
-        planned = cached.direct if cached is not None else None
-        if planned is None:
+    def _direct(self, key: tuple | None) -> _Cached | None:
+        """The cached layout of `key` where its calls launch positionally, else None."""
+        cached = self._lookup(key)
+        return cached if cached is not None and cached.direct is not None else None
+
+    def _run_cached(self, args: tuple, key: tuple | None) -> bool:
+        """The out form's call on `args` (the `_out` op's arguments in order, the required
+        outputs given) of cache `key` where its layout was launched before with a positional
+        plan (`_Cached.direct`): `_launch_direct`, straight from the arguments. False, having
+        done nothing, for any other call (it goes the general way)."""
+        cached = self._direct(key)
+        if cached is None:
             return False
-        self._launch_direct(cached, planned, args)
+        self._launch_direct(cached, args, fresh=False)
         return True
 
-    def _launch_direct(self, cached: _Cached, planned: _Planned, args: tuple) -> None:
+    def _launch_direct(self, cached: _Cached, args: tuple, fresh: bool) -> None:
         """A cached layout's call on `args` (the `_out` form's order): what `_run`/`_run_fresh`
-        and `_launch` do for it — the data recheck, the pointer checks, the launch."""
+        and `_launch` do for it — the data recheck, the data key's read (its plan: a value
+        not launched positionally before goes on the general way from there), the pointer
+        checks, the launch. `fresh` as for `_launch`."""
+        call = None
         if cached.recheck is not None:              # (a Call only for an op that rechecks data)
-            cached.recheck(Call(self.name, dict(zip(self._out_order, args)), True))
+            call = Call(self.name, dict(zip(self._out_order, args)), True)
+            cached.recheck(call)
+        planned = cached.direct
+        if self._data_at is not None:
+            data = self.spec.data_key[1](args[self._data_at])
+            planned = planned.get(data)
+            if planned is None or planned.plan.bind is not None or not planned.plan.launches:
+                call = call or Call(self.name, dict(zip(self._out_order, args)), True)
+                planned = self._planned_for(cached, call, data)
+                self._launch(call, cached, planned, fresh)
+                self._remember_direct(cached, planned)
+                return
         self._check_pointers(args, cached.pointers)
         planned.launch(args)
 
@@ -620,6 +667,15 @@ class Op:
         with self._lock:
             self._cache.clear()
             self._metadata_checked.clear()
+
+
+def _get(cache: dict, key):
+    """cache.get(key), None for a None key (a call without one) or an unhashable one (an
+    argument of the wrong type: check() says what is wrong)."""
+    try:
+        return cache.get(key) if key is not None else None
+    except TypeError:
+        return None
 
 
 def _key_function(params: tuple[Param, ...]) -> Callable[[tuple, Any], tuple | None]:
