@@ -152,8 +152,8 @@ def _plan(_checked, call) -> framework.Plan:
     manifest = default_manifest()
     args = launch_args(q, call.q8, call.q_descale, workspace(chunks, q.device))
     launches = tuple(prepare(manifest.kernel(name).variant(None), args) for name in KERNELS)
-    return framework.Plan(launches, bind=lambda c: dict(q=c.q, q8=c.q8, q_descale=c.q_descale,
-                                                        partial=workspace(chunks, q.device)))
+    # the partial maxima per call: concurrent calls of one layout must not share them
+    return framework.Plan(launches, scratch=dict(partial=((partition(chunks)[0],), torch.uint32)))
 
 
 QUANT_Q_FP8 = framework.define(framework.Spec(
@@ -211,7 +211,7 @@ def reference(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     then torch's round-to-nearest-even conversion to e4m3 (NaN for +-Inf and NaN)."""
     x = q.detach().cpu().float()
     finite = torch.isfinite(x)
-    amax = float(finite_amax(x)) if x.numel() else 0.0
+    amax = float(finite_amax(x, finite)) if x.numel() else 0.0
     low, high = DESCALE_LOG2_RANGE
     exponent = low if amax == 0 else max(math.frexp(amax)[1] - 1 - MANTISSA_HEADROOM, low)
     descale = 2.0**exponent
@@ -219,9 +219,10 @@ def reference(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return scaled.to(E4M3), torch.tensor([descale], dtype=torch.float32)
 
 
-def finite_amax(x: torch.Tensor) -> torch.Tensor:
-    """max |x| over the finite elements of a non-empty float tensor (0 when none is finite)."""
-    return x.abs().where(torch.isfinite(x), torch.zeros_like(x)).max()
+def finite_amax(x: torch.Tensor, finite: torch.Tensor | None = None) -> torch.Tensor:
+    """max |x| over the finite elements of a non-empty float tensor (0 when none is finite);
+    `finite`: torch.isfinite(x) where the caller has it."""
+    return x.abs().where(torch.isfinite(x) if finite is None else finite, torch.zeros_like(x)).max()
 
 
 def amax_code(q: torch.Tensor) -> int:

@@ -154,11 +154,15 @@ def validate(topk_ids, block_size, num_experts, expert_map, pad_sorted_ids, igno
     return sizes(topk_ids.numel(), block_size, num_experts, pad_sorted_ids)
 
 
+def workspace_numel(numel: int, num_experts: int) -> int:
+    """The int32 elements of the counts [chunks, num_experts] the three launches share (one
+    per call); 0 for the one-launch form, whose counts stay in LDS."""
+    return 0 if one_launch(numel) else num_experts * choose_chunk(numel)[1]
+
+
 def workspace(numel: int, num_experts: int, device) -> torch.Tensor:
-    """The counts [chunks, num_experts] the three launches share (one per call); empty for
-    the one-launch form, whose counts stay in LDS."""
-    return torch.empty(0 if one_launch(numel) else num_experts * choose_chunk(numel)[1], dtype=torch.int32,
-                       device=device)
+    """A fresh workspace (`workspace_numel`)."""
+    return torch.empty(workspace_numel(numel, num_experts), dtype=torch.int32, device=device)
 
 
 def launch_args(topk_ids, block_size, num_experts, expert_map, ignore_invalid_experts, outs, counts) -> dict:
@@ -210,7 +214,9 @@ def _plan(_sizes: tuple[int, int], call) -> framework.Plan:
                        call.ignore_invalid_experts, outs, workspace(numel, call.num_experts, device))
     if one_launch(numel):
         return framework.Plan(prepared(args))
-    return framework.Plan(prepared(args), bind=lambda c: dict(c.values, counts=workspace(numel, c.num_experts, device)))
+    # a workspace per call: concurrent calls of one layout must not share one
+    counts = (workspace_numel(numel, call.num_experts),)
+    return framework.Plan(prepared(args), scratch=dict(counts=(counts, torch.int32)))
 
 
 MOE_ALIGN_BLOCK_SIZE = framework.define(framework.Spec(

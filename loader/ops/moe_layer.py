@@ -207,24 +207,30 @@ def _validate_steps(x, x_scale, w1, w1_scale, w2, w2_scale, topk_weights, topk_i
     mxfp8_moe_gemm.validate(t["q"], t["scale"], w2, w2_scale, *routing, 1, topk_weights, None, torch.bfloat16)
 
 
-def _intermediates(sizes: dict, device: torch.device, form: str) -> dict:
-    """Fresh tensors between the steps, by the names the plan's launches take them under:
-    q and scale (the down GEMM's activations); for the sorted form the routing arrays,
-    moe_align's workspace and y (the weighted rows); for the fused form the counter flag,
-    zeroed (on a GPU torch.zeros queues a fill before the launch on the same stream)."""
+FLAG = "flag"          # the fused form's counter: zero at launch (on a GPU torch.zeros queues the fill first)
+
+
+def _intermediate_layouts(sizes: dict, form: str) -> dict:
+    """The tensors between the steps, (shape, dtype) by the names the plan's launches take
+    them under: q and scale (the down GEMM's activations); for the sorted form the routing
+    arrays, moe_align's workspace and y (the weighted rows); for the fused form the counter
+    `flag` (FLAG: made zero)."""
     S, I = sizes["T"] * sizes["top_k"], sizes["I"]
-    made = dict(q=torch.empty((S, I), dtype=E4M3, device=device),
-                scale=torch.empty((S, I // BLOCK), dtype=E8M0, device=device))
+    made = dict(q=((S, I), E4M3), scale=((S, I // BLOCK), E8M0))
     if form == "fused":
-        made["flag"] = torch.zeros(1, dtype=torch.uint32, device=device)
+        made[FLAG] = ((1,), torch.uint32)
     if form == "sorted":
         padded, blocks = moe_align.sizes(S, sizes["block_m"], sizes["E_global"], True)
-        made.update(counts=moe_align.workspace(S, sizes["E_global"], device),
-                    sorted_token_ids=torch.empty(padded, dtype=torch.int32, device=device),
-                    expert_ids=torch.empty(blocks, dtype=torch.int32, device=device),
-                    num_tokens_post_padded=torch.empty(1, dtype=torch.int32, device=device),
-                    y=torch.empty((S, sizes["H"]), dtype=torch.bfloat16, device=device))
+        made.update(counts=((moe_align.workspace_numel(S, sizes["E_global"]),), torch.int32),
+                    sorted_token_ids=((padded,), torch.int32), expert_ids=((blocks,), torch.int32),
+                    num_tokens_post_padded=((1,), torch.int32), y=((S, sizes["H"]), torch.bfloat16))
     return made
+
+
+def _intermediates(sizes: dict, device: torch.device, form: str) -> dict:
+    """Fresh tensors between the steps (`_intermediate_layouts`), the flag zeroed."""
+    return {name: (torch.zeros if name == FLAG else torch.empty)(shape, dtype=dtype, device=device)
+            for name, (shape, dtype) in _intermediate_layouts(sizes, form).items()}
 
 
 def sum_launch_args(y, topk_ids, expert_map, out, sizes) -> dict:
@@ -321,13 +327,13 @@ _LAUNCHES = dict(sorted=_sorted_launches, direct=_direct_launches, fused=_fused_
 
 
 def _plan(sizes: dict, call) -> framework.Plan:
-    """sizes['form']'s launches, prepared on stand-ins of the intermediates; each call binds
-    fresh ones."""
+    """sizes['form']'s launches, prepared on stand-ins of the intermediates; each call gets
+    fresh ones (the plan's scratch: concurrent calls of a layout must not share them)."""
     if sizes["T"] == 0:
         return framework.Plan()
     form = sizes["form"]
     launches = _LAUNCHES[form](sizes, call, _intermediates(sizes, call.x.device, form))
-    return framework.Plan(launches, bind=lambda c: dict(c.values, **_intermediates(sizes, c.x.device, form)))
+    return framework.Plan(launches, scratch=_intermediate_layouts(sizes, form), zeroed=frozenset({FLAG}))
 
 
 def _check(call) -> dict:

@@ -347,10 +347,8 @@ def _plan(shape: tuple[int, int, int], call) -> framework.Plan:
         return framework.Plan(launches, fixed=dict(ws=ws), recheck=recheck)     # the kernel never touches ws
     reduce = _out_variant("mxfp8_splitk_reduce", call.out_dtype)
     launches += (prepare(reduce, dict(ws=ws, out=out, M=M, N=N, splits=chosen.splits)),)
-
-    def bind(c) -> dict:          # a workspace per call: concurrent calls of one layout must not share one
-        return {**c.values, "ws": torch.empty(ws_numel, dtype=torch.float32, device=c.a.device)}
-    return framework.Plan(launches, bind=bind, recheck=recheck)
+    # a workspace per call: concurrent calls of one layout must not share one
+    return framework.Plan(launches, scratch=dict(ws=((ws_numel,), torch.float32)), recheck=recheck)
 
 
 MXFP8_GEMM = framework.define(framework.Spec(
