@@ -511,3 +511,107 @@ def test_mxfp8_moe_gemm_compile_meta_grad():
         gfxasm.mxfp8_moe_gemm(*meta[:3], meta[3][:, :, :1], *meta[4:], a_div=2)
     with pytest.raises(RuntimeError, match="mxfp8_moe_gemm: 'topk_weights' requires grad"):
         gfxasm.mxfp8_moe_gemm(a, sa, w, sw, s, e, p, a_div=2, topk_weights=tw.requires_grad_(True))
+
+
+# ------------------------------------------------------------------ the positional path of a repeated call
+
+def refuse_general_way(monkeypatch):
+    """From here a call that goes the framework's general way (a fresh check and plan, or
+    a per-call bind) fails the test: only the cached positional path may run."""
+    from gfxasm.ops import framework
+
+    def general_way(*args):
+        raise AssertionError("a repeated layout went the general way")
+    monkeypatch.setattr(framework.Op, "_run", general_way)
+    monkeypatch.setattr(framework.Op, "_run_fresh", general_way)
+
+
+def prefill_out_args(q, k, v, qo, vllm, out, lse):
+    """gfxasm::batch_prefill_out's positional arguments: a vLLM table, causal, no features."""
+    return (q, k, v, qo, None, None, None, vllm["block_table"], vllm["seqlens_k"], out, lse, True, None,
+            *NO_FEATURES, None, None, None, None)
+
+
+def test_repeated_batch_prefill_runs_positionally_with_every_check(monkeypatch):
+    # batch_prefill's plans are kept per layout and max seqlen_q (its data_key); a vLLM
+    # table's layout binds positionally: a repeated call, eager or through torch.ops, goes
+    # from its arguments to the checks and the launch, reading this call's table and data
+    from tests.test_batch_prefill import check_sequences, make_problem
+    from gfxasm.ops import batch_prefill as bp
+    bp.BATCH_PREFILL.clear_cache()
+
+    def problem(seq_q, seq_k, seed):         # one layout for every seed: 8 pages, 4 table columns
+        q, k, v, qo, sglang, vllm = make_problem(seq_q, seq_k, 16, 2, 1, torch.bfloat16, seed)
+        return q, k, v, qo, vllm, bp.normalise(2, 16, k.shape[0], **sglang)
+
+    q, k, v, qo, vllm, _ = problem([3, 2], [20, 33], 11)
+    lse = nan_like((2, 5), torch.float32)
+    gfxasm.batch_prefill(q, k, v, qo, **vllm, causal=True, return_lse=True)                 # plans the layouts
+    gfxasm.batch_prefill(q, k, v, qo, **vllm, causal=True, out=nan_like(q.shape, q.dtype))
+    torch.ops.gfxasm.batch_prefill_out(*prefill_out_args(q, k, v, qo, vllm, nan_like(q.shape, q.dtype), lse))
+    refuse_general_way(monkeypatch)
+    for seq_q, seq_k, seed in (([3, 2], [33, 20], 12), ([1, 4], [40, 17], 13)):    # max seqlen_q 3, then 4
+        q, k, v, qo, vllm, table = problem(seq_q, seq_k, seed)
+        o, lse = gfxasm.batch_prefill(q, k, v, qo, **vllm, causal=True, return_lse=True)
+        o_ref, lse_ref = bp.reference(q, k, v, qo, *table, causal=True)
+        check_sequences(q, k, v, qo, table, o, lse, o_ref, lse_ref, seq_q, seq_k, True)
+        out, lse_out = nan_like(q.shape, q.dtype), nan_like((2, 5), torch.float32)
+        torch.ops.gfxasm.batch_prefill_out(*prefill_out_args(q, k, v, qo, vllm, out, lse_out))
+        again = nan_like(q.shape, q.dtype)
+        assert gfxasm.batch_prefill(q, k, v, qo, **vllm, causal=True, out=again) is again
+        assert torch.equal(out.view(torch.int16), o.view(torch.int16)) and torch.equal(lse_out, lse)
+        assert torch.equal(again.view(torch.int16), o.view(torch.int16))
+    bad = vllm["block_table"].clone()
+    bad[1, 0] = k.shape[0]
+    with pytest.raises(ValueError, match="'block_table' holds page ids outside the pool"):
+        gfxasm.batch_prefill(q, k, v, qo, **dict(vllm, block_table=bad), causal=True, return_lse=True)
+    base = torch.empty(q.numel() + 1, dtype=q.dtype)
+    with pytest.raises(ValueError, match="'out' data must be 16-byte aligned"):
+        gfxasm.batch_prefill(q, k, v, qo, **vllm, causal=True, out=base[1:].view(q.shape))
+    memory = torch.empty(q.numel() + 128 * 2, dtype=q.dtype)
+    q_in = memory[:q.numel()].view(q.shape).copy_(q)
+    with pytest.raises(ValueError, match="'out' overlaps the memory of 'q'"):
+        torch.ops.gfxasm.batch_prefill_out(*prefill_out_args(q_in, k, v, qo, vllm, memory[256:].view(q.shape),
+                                                             nan_like((2, 5), torch.float32)))
+    with pytest.raises(RuntimeError, match="batch_prefill: 'v_cache' requires grad"):
+        gfxasm.batch_prefill(q, k, v.clone().requires_grad_(True), qo, **vllm, causal=True, return_lse=True)
+    monkeypatch.undo()
+    with pytest.raises(TypeError, match="'out' dtype must be torch.bfloat16"):     # a changed layout: checked anew
+        gfxasm.batch_prefill(q, k, v, qo, **vllm, causal=True, out=nan_like(q.shape, torch.float16))
+
+
+def test_repeated_moe_layer_runs_positionally_with_fresh_intermediates(monkeypatch):
+    # the layer's plans bind positionally, its intermediates fresh per call (Plan.scratch):
+    # the one-launch form's counter is zero at every launch, whatever the last call left in
+    # its own; the checks of a repeated call are those of its first
+    from tests.test_moe import check_layer
+    from gfxasm import launcher
+    from gfxasm.ops import moe_layer
+    moe_layer.MXFP8_MOE.clear_cache()
+    check_layer(1, 4, 8, 64, 32, None, "random", seed=1)             # plans the one-launch and sorted forms
+    check_layer(2, 2, 8, 64, 32, 16, "random", seed=1)
+    refuse_general_way(monkeypatch)
+    _, one_args = check_layer(1, 4, 8, 64, 32, None, "random", seed=2)    # this call's operands, against the reference
+    out, args = check_layer(2, 2, 8, 64, 32, 16, "random", seed=2)
+    flags = []
+
+    def launch(co_path, symbol, grid, block, kernarg, buffers, schedule):
+        flag, = [t for t in buffers if t.dtype == torch.uint32]
+        flags.append((flag, int(flag)))
+        flag.fill_(7)                     # as the kernel leaves it
+    monkeypatch.setattr(launcher.emu_backend, "launch", launch)
+    for _ in range(2):
+        gfxasm.mxfp8_moe(**one_args, out=torch.empty(1, 64, dtype=torch.bfloat16))
+    assert [value for _, value in flags] == [0, 0] and flags[0][0] is not flags[1][0]
+    x = args["x"]
+    base = torch.empty(x.numel() + 16, dtype=x.dtype)
+    with pytest.raises(ValueError, match="'x' data must be 16-byte aligned"):
+        gfxasm.mxfp8_moe(**dict(args, x=base[1:x.numel() + 1].view(x.shape).copy_(x)), block_m=16, out=out)
+    memory = torch.empty(x.numel() + out.numel() * 2, dtype=torch.uint8)
+    x_in = memory[:x.numel()].view(x.dtype).view(x.shape).copy_(x)
+    with pytest.raises(ValueError, match="'out' overlaps the memory of 'x'"):
+        gfxasm.mxfp8_moe(**dict(args, x=x_in), block_m=16, out=memory[:out.numel() * 2].view(torch.bfloat16)
+                         .view(out.shape))
+    with pytest.raises(RuntimeError, match="mxfp8_moe_out: 'topk_weights' requires grad"):
+        gfxasm.mxfp8_moe(**dict(args, topk_weights=args["topk_weights"].clone().requires_grad_(True)), block_m=16,
+                         out=out)
