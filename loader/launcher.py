@@ -17,6 +17,8 @@ This module is `gfxasm.launcher`; the package exports its `launch` as `gfxasm.la
 """
 from __future__ import annotations
 
+import itertools
+import operator
 import os
 import struct
 from dataclasses import dataclass
@@ -37,6 +39,7 @@ ELEMENT_DTYPES: dict[str, torch.dtype] = {
     "u8": torch.uint8, "i32": torch.int32, "u32": torch.uint32,
 }
 MAX_GRID_DIM = 2**32 - 1
+_NONES = itertools.repeat(None)         # (None, None, ...): which launch arguments are None, by operator.is_
 
 hip_backend = HipBackend()
 
@@ -73,7 +76,7 @@ class PreparedLaunch:
             return None
         segment = bytearray(self.template)
         addresses = [0 if tensor is None else tensor.data_ptr() for tensor in tensors]
-        if 0 in addresses:                      # a None, or an empty tensor: allowed where untouched
+        if 0 in addresses and any(map(operator.is_, tensors, _NONES)):     # (an empty tensor's address is 0 too)
             self._refuse_none_touched(tensors)
         for packer, offset, first, end in self._runs:
             packer.pack_into(segment, offset, *addresses[first:end])
