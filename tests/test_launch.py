@@ -212,6 +212,24 @@ def test_an_untouched_buffer_may_be_a_null_pointer(emu_calls):
         prepared(a, sa, b, sb, None, None)
 
 
+def test_a_prepared_launch_writes_each_address_at_its_offset(emu_calls):
+    """The segment a prepared launch packs (the template's pieces and the addresses in one
+    struct pack) is kernarg.pack's of the same arguments with the tensors' addresses."""
+    from gfxasm import kernarg
+    from gfxasm.manifest import default_manifest
+    from gfxasm.ops import fmha
+    q, k, v = (torch.randn(1, 4, 2, 128).bfloat16() for _ in range(3))
+    o, lse = torch.empty_like(q), torch.empty(1, 2, 4)
+    variant = default_manifest().kernel("fmha_fwd_d128").variant("fmha_fwd_d128_bf16")
+    args = launch_module.fill_strides(variant, fmha.kernel_args(q, k, v, o, lse, 0.1))
+    pointers = [a for a in variant.args if a.type.is_pointer]
+    launch_module.prepare(variant, args)(*(args[a.name] for a in pointers))
+    values = {a.name: args[a.name].data_ptr() if a.type.is_pointer else args[a.name] for a in variant.args}
+    [(_, _, _, _, segment, tensors, _)] = emu_calls
+    assert segment == kernarg.pack(variant.args, variant.kernarg_size, values) and len(pointers) > 4
+    assert [t.data_ptr() for t in tensors] == [values[a.name] for a in pointers]
+
+
 def test_byte_stride_scalars_must_match_the_tensors(emu_calls):
     """fmha_fwd_d128 takes byte strides as scalars: gfxasm.launch checks them against q/k/v/o/lse."""
     from gfxasm.ops import fmha

@@ -9,6 +9,8 @@ file: ~10-40 s); decode_attention's own compiled function adds ~3 s.
 """
 from __future__ import annotations
 
+import collections
+
 import pytest
 import torch
 
@@ -615,3 +617,28 @@ def test_repeated_moe_layer_runs_positionally_with_fresh_intermediates(monkeypat
     with pytest.raises(RuntimeError, match="mxfp8_moe_out: 'topk_weights' requires grad"):
         gfxasm.mxfp8_moe(**dict(args, topk_weights=args["topk_weights"].clone().requires_grad_(True)), block_m=16,
                          out=out)
+
+
+def test_pointer_checks_expression_refuses_exactly_what_the_rule_refuses():
+    # framework._PointerChecks.passes, one expression per layout, against the rule written
+    # here: each declared address aligned, an output's bytes meeting no input's but the
+    # one it may alias exactly; where it fails, Op._check_pointers names the problem
+    import itertools
+    from types import SimpleNamespace
+    from gfxasm.ops import framework
+    pairs = (("out", 64, "q", 64, True), ("out", 64, "k", 32, False), ("lse", 16, "out", 64, False))
+    checks = framework._PointerChecks((("q", 16), ("out", 16)), pairs, {"q": 0, "k": 1, "out": 2, "lse": 3})
+    places = range(0, 144, 8)
+    counts = collections.Counter()
+    for q, k, out, lse in itertools.product(places, places[::3], places, places[::4]):
+        args = tuple(SimpleNamespace(data_ptr=lambda a=a: 4096 + a) for a in (q, k, out, lse))
+        at = dict(q=q, k=k, out=out, lse=lse)
+        meets = [at[o] < at[n] + size and at[n] < at[o] + o_size and not (alias and at[o] == at[n])
+                 for o, o_size, n, size, alias in pairs]
+        expected = q % 16 == 0 and out % 16 == 0 and not any(meets)
+        assert checks.passes(args) == expected, at
+        counts[expected] += 1
+        if not expected:
+            with pytest.raises(ValueError, match="data must be 16-byte aligned|overlaps the memory of"):
+                fmha.FMHA_FWD._check_pointers(args, checks)
+    assert counts[True] > 100 and counts[False] > 100

@@ -107,7 +107,7 @@ def bump_versions(mutated: tuple[int, ...], args: tuple) -> None:
     """An in-place torch op's version-counter bump of the written arguments (positions
     `mutated` of `args`)."""
     if mutated:
-        torch._C._increment_version(tuple(args[i] for i in mutated if args[i] is not None))
+        torch._C._increment_version([args[i] for i in mutated if args[i] is not None])
 
 
 def _is_tensor(schema_type) -> bool:
