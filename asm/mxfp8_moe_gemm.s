@@ -97,6 +97,11 @@
 ; counter must be 0 at launch (the op allocates it zeroed per call). A producer never waits,
 ; and the producers have the lowest ids, so they are dispatched before any waiting workgroup
 ; and cannot be held out by one: the wait is safe whatever the device's resident capacity.
+; FUSED_PROBE (never set in kernels.yaml: bench/moe.py --one-launch builds these two objects
+; aside to time the launch's phases with the timing model): 1 ends a sum-role wave right after
+; its acquire (the role's time up to the wait), 2 where it would start polling, once its
+; first step's weight loads landed (the whole grid then charges the producers for the HBM
+; those loads take).
 ; The sum role stores 32 columns (SUM_STRIPS = 2 of the NT = 4 strips the SWIGLU role's 32
 ; gate + 32 up columns need): its strips 2 and 3 get voffset OOB_OFFSET (their loads move no
 ; bytes, their MFMAs add zeros to D tiles nobody stores) and the tile epilogue stores tiles
@@ -639,6 +644,12 @@ L_fi_divide_\@:
 .macro fused_acquire
     s_cmp_eq_u32 s[s_role], 1
     s_cbranch_scc1 L_fa_done_\@                             ; a producer waits for nobody
+  .ifdef FUSED_PROBE                                        ; bench/moe.py's phase probes (header)
+    .if FUSED_PROBE == 2
+    s_waitcnt vmcnt(0)                                      ; in flight: the first step's weight loads → landed
+    s_endpgm
+    .endif
+  .endif
     v_mov_b32 v[v_tmp], 0
 L_fa_poll_\@:
     global_load_dword v[v_tmp+1], v[v_tmp], s[s_flag:s_flag+1] sc1
@@ -650,6 +661,11 @@ L_fa_poll_\@:
     s_branch L_fa_poll_\@
 L_fa_seen_\@:
     buffer_inv sc1
+  .ifdef FUSED_PROBE
+    .if FUSED_PROBE == 1
+    s_endpgm
+    .endif
+  .endif
 L_fa_done_\@:
 .endm
 

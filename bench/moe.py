@@ -43,6 +43,15 @@ run of the whole grid, plus one launch overhead; at the flag latency's default (
 the ends of its ASSUMED bracket (0.5 and 4 us). It also prints where the time goes at the
 default latency (critical_path): when the last producer ends, and for the workgroup that ends
 last, how long it stood at its acquire and how much of its own time the rule places after it.
+The flagwait rule places each workgroup's time by its share of wave-instructions, so a sum
+workgroup whose weight bytes mostly stream after its wait is placed as if most of its time
+came before it, and each role is timed alone, so the HBM the sum role's pre-wait loads take
+is charged to nobody. --one-launch therefore also times the phases with the timing model
+itself (probe_phases): two objects assembled aside with FUSED_PROBE (asm/mxfp8_moe_gemm.s
+header), one whose sum role ends at its acquire (its time up to the wait, alone) and one
+whose sum role ends where it would poll (the whole grid: the producers' end with the sum
+role's pre-wait loads sharing the HBM); the launch is then overhead + producers' end + flag
+latency + (the sum role alone less its time up to the wait). Both figures are printed.
 The two-launch rows above stay the decode form in two launches (what --one-launch is compared
 with).
 
@@ -59,8 +68,10 @@ ours is modelled, never measured.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -173,10 +184,10 @@ def fused_row(T: int) -> dict:
 
     kargs, whole = case()
     producers = kargs["producers"]
+    sum_only = case(producers=0)[1]     # its counter wait passes at the first poll
     roles = {}
-    for role, (override, grid) in dict(gate_up=({}, (producers, 1, 1)),
-                                       down=(dict(producers=0), None)).items():
-        c = case(**override)[1]
+    # each timed on buffers of its own: a producer's release would count in another case's counter
+    for role, (c, grid) in dict(gate_up=(case()[1], (producers, 1, 1)), down=(sum_only, None)).items():
         est = estimate(c.co, grid or c.grid, c.block, c.kernarg, c.buffers, c.kernel)
         roles[role] = dict(group_us=(est.seconds - est.launch_overhead_s) / est.rounds * 1e6, rounds=est.rounds,
                            overhead_us=est.launch_overhead_s * 1e6)
@@ -184,11 +195,49 @@ def fused_row(T: int) -> dict:
                                                          schedule="concurrent")
     seconds = {g: roles["gate_up" if g < producers else "down"]["group_us"] * 1e-6 for g in run.timeline.groups}
     overhead = roles["down"]["overhead_us"]
-    us = {f"{lat * 1e6:g}": (flagwait.launch_seconds(run.timeline, seconds, lat).seconds * 1e6 + overhead)
-          for lat in (flagwait.FLAG_LATENCY_BRACKET[0], flagwait.FLAG_LATENCY_S, flagwait.FLAG_LATENCY_BRACKET[1])}
+    lats = {f"{lat * 1e6:g}": lat for lat in (flagwait.FLAG_LATENCY_BRACKET[0], flagwait.FLAG_LATENCY_S,
+                                                  flagwait.FLAG_LATENCY_BRACKET[1])}
+    us = {key: flagwait.launch_seconds(run.timeline, seconds, lat).seconds * 1e6 + overhead
+          for key, lat in lats.items()}
+    phases = probe_phases(case()[1], sum_only, roles["down"]["group_us"])
     return dict(T=T, grid=list(whole.grid), producers=producers, roles=roles, us_by_flag_latency_us=us,
-                us=us[f"{flagwait.FLAG_LATENCY_S * 1e6:g}"],
+                us=us[f"{flagwait.FLAG_LATENCY_S * 1e6:g}"], phases=phases,
+                phases_us_by_flag_latency_us={
+                    key: overhead + phases["producers_us"] + lat * 1e6 + phases["after_wait_us"]
+                    for key, lat in lats.items()},
                 path=critical_path(run.timeline, flagwait.launch_seconds(run.timeline, seconds), seconds, producers))
+
+
+def probe_variant(co: str, probe: int):
+    """The manifest variant whose object is `co` (a FUSED one) assembled again with
+    FUSED_PROBE = probe (asm/mxfp8_moe_gemm.s header) into a build directory of its own,
+    never the manifest's; the built variant (its co_path the probe's object)."""
+    from gfxasm.manifest import default_manifest
+    manifest = default_manifest()
+    variant = next(v for k in manifest.kernels.values() for v in k.variants.values() if str(v.co_path) == co)
+    aside = dataclasses.replace(manifest, build_dir=Path(tempfile.gettempdir()) / "gfxasm_moe_probes")
+    probed = dataclasses.replace(variant, name=f"{variant.name}_probe{probe}",
+                                 kernel=dataclasses.replace(variant.kernel, manifest=aside),
+                                 defines=dict(variant.defines, FUSED_PROBE=probe))
+    build.build_variant(probed, build.ensure_toolchain())
+    return probed
+
+
+def probe_phases(whole, sum_only, sum_group_us: float) -> dict:
+    """The one launch's phases timed by the timing model itself rather than placed by the
+    flagwait rule's instruction share (module docstring): the producers' end, from the whole
+    grid with the sum role stopped where it would poll (FUSED_PROBE 2: the HBM its pre-wait
+    loads take is charged), and the sum role's time after its wait, its time alone less its
+    time up to its acquire (FUSED_PROBE 1: prologue, first weight loads landed, one poll)."""
+    from gfxasm.perf import estimate
+
+    def group_us(c, co) -> float:
+        est = estimate(co, c.grid, c.block, c.kernarg, c.buffers, c.kernel)
+        return (est.seconds - est.launch_overhead_s) / est.rounds * 1e6
+
+    to_wait = group_us(sum_only, str(probe_variant(sum_only.co, 1).co_path))
+    return dict(producers_us=group_us(whole, str(probe_variant(whole.co, 2).co_path)), sum_to_wait_us=to_wait,
+                after_wait_us=sum_group_us - to_wait)
 
 
 def critical_path(timeline, timing, seconds: dict, producers: int) -> dict:
@@ -220,6 +269,13 @@ def fused_table(rows: list[dict]) -> str:
                      f"last producer ends {p['producers_end_us']:.2f} us; workgroup {p['last_group']} ends last at "
                      f"{p['end_us']:.2f} us, having stood {p['last_waited_us']:.2f} us at its acquire and run "
                      f"{p['last_after_wait_us']:.2f} us after it")
+    for r in rows:
+        p = r["phases"]
+        lines.append(f"T={r['T']} phases timed by the model (probe objects): producers end {p['producers_us']:.2f} us "
+                     f"(whole grid, the sum role's pre-wait loads charged), sum role {p['sum_to_wait_us']:.2f} us to "
+                     f"its acquire and {p['after_wait_us']:.2f} us after it; overhead + producers + flag latency + "
+                     "after: " + " / ".join(f"{us:.2f}" for us in r["phases_us_by_flag_latency_us"].values())
+                     + f" us at flag {' / '.join(lats)} us")
     lines.append("modelled: one launch (one overhead); per-role workgroup times from gfxasm.perf.estimate, combined by "
                  "gfxasm.perf.flagwait over the emulator's concurrent run; flag latency ASSUMED (bracket 0.5-4 us)")
     return "\n".join(lines)

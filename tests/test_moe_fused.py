@@ -198,3 +198,34 @@ def test_workgroup_ids_too_large_for_the_magic_division_are_refused():
     moe_layer.check_id_division(2**16, 2**16)                           # ids up to 2^16 - 1: below 2^32
     with pytest.raises(ValueError, match="2\\^32"):
         moe_layer.check_id_division(2**16, 2**16 + 1)
+
+
+@pytest.mark.parametrize("probe", [1, 2])
+def test_the_phase_probes_stop_the_sum_role_where_they_say(built, probe):
+    """bench/moe.py --one-launch times the phases on two objects assembled aside with
+    FUSED_PROBE (asm/mxfp8_moe_gemm.s header): under the concurrent schedule the producers'
+    q and scale are the two launches' in both, the sum role writes nothing, and it waits for
+    the producers with probe 1 (ends at its acquire) and not at all with probe 2 (ends where
+    it would poll). The shipped object is not touched (the probes build elsewhere)."""
+    from bench.moe import probe_variant
+    T, top_k, E, H, I = 2, 3, 16, 64, 64
+    o = decode_operands(T, top_k, E, H, I, False)
+    (q2, s2, out2), _ = poisoned(T, top_k, H, I)
+    two_launches(o, q2, s2, out2, E)
+    (q1, s1, out1), bases = poisoned(T, top_k, H, I)
+    poison = [b.clone() for b in bases]
+    flag = torch.zeros(1, dtype=torch.uint32)
+    kernel, variant, args = moe_layer.fused_launch_args(o["x"], o["xs"], o["w1"], o["w1s"], o["w2"], o["w2s"],
+                                                        o["tw"], o["ids"], None, E, q1, s1, flag, out1,
+                                                        ALPHA, BETA, LIMIT)
+    shipped = default_manifest().kernel(kernel).variant(variant)
+    probed = probe_variant(str(shipped.co_path), probe)
+    assert probed.co_path != shipped.co_path and probed.defines["FUSED_PROBE"] == probe
+    result = launch_direct(probed, args, schedule="concurrent")
+    assert int(flag[0]) == args["producers"]
+    for a, b in ((q1, q2), (s1, s2)):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+    assert torch.equal(bases[2], poison[2])                              # out: not a byte written
+    waited = sorted(g for g, line in result.timeline.groups.items() if line.waits)
+    producers = args["producers"]
+    assert waited == (list(range(producers, producers + args["down_tiles"] * T)) if probe == 1 else [])
