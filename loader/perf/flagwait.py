@@ -22,6 +22,12 @@ caller's. The rule:
 Uncertainty: FLAG_LATENCY_S is ASSUMED (FLAG_LATENCY_BRACKET gives the range to quote); the
 proportional split can misplace a release by up to the workgroup's whole time; the spin's
 own cost on the CU (the polls compete for issue slots and memory) is not charged.
+Measured against the model's own phase times on the one-launch MoE (bench/moe.py
+--one-launch, docs/performance.md): the rule gave 19.72 us where the phases give 20.69,
+optimistic on both counts: a waiting workgroup whose instructions mostly come before its
+wait while its memory traffic comes after it is placed too early, and memory traffic a
+waiting workgroup issues before its wait is charged to no one. So a change that moves
+instructions or loads ahead of a wait can look like a gain under this rule and be none.
 """
 from __future__ import annotations
 
