@@ -47,6 +47,17 @@ class Op:
     tensors: tuple[tuple[int, str], ...]    # (position, argument name) where the schema takes Tensor or Tensor?
     mutated: tuple[int, ...] = ()            # the positions of the arguments it writes (an `_out` op's outputs)
 
+    def __post_init__(self):
+        # direct()'s two tests over the schema's tensor positions, each written out as one
+        # expression (a loop over the positions cost ~1 us a call more): every argument there
+        # None, a plain non-meta tensor or no tensor at all (the implementation names it);
+        # and whether a plain one requires grad
+        plain = " and ".join(f"((t := a[{i}]) is None or (type(t) is T and not t.is_meta) or not isinstance(t, T))"
+                             for i, _ in self.tensors) or "True"
+        grad = " or ".join(f"(type(t := a[{i}]) is T and t.requires_grad)" for i, _ in self.tensors) or "False"
+        for name, text in (("_plain", plain), ("_any_grad", grad)):
+            object.__setattr__(self, name, eval(f"lambda a: {text}", {"T": torch.Tensor}))   # noqa: S307 (our text)
+
     def __call__(self, *args):
         return self.run_direct(args) if self.direct(args) else self.op(*args)
 
@@ -57,22 +68,10 @@ class Op:
         or meta tensor at the schema's tensor positions. Anything else there goes straight to
         the implementation, which names the argument in its error. When so, an input that
         requires grad has been refused as the kernel refuses it."""
-        if _in_mode():
+        if _in_mode() or not self._plain(args):
             return False
-        grad, refused = torch.is_grad_enabled(), None
-        for i, arg_name in self.tensors:          # (one pass: the dispatcher test, then the grad refusal's)
-            a = args[i]
-            if a is None:
-                continue
-            if type(a) is torch.Tensor:
-                if a.is_meta:
-                    return False
-                if grad and refused is None and a.requires_grad:
-                    refused = arg_name
-            elif isinstance(a, torch.Tensor):
-                return False
-        if refused is not None:
-            refuse_grad(self.name, refused)
+        if torch.is_grad_enabled() and self._any_grad(args):
+            refuse_grad_inputs(self.name, self.tensors, args)
         return True
 
     def run_direct(self, args: tuple):
