@@ -81,6 +81,7 @@ CPU tensors reruns the checks of their contents.
 from __future__ import annotations
 
 import math
+import operator
 import struct
 from dataclasses import dataclass
 
@@ -590,7 +591,7 @@ def max_seq_q(qo_indptr: torch.Tensor) -> int:
         return 0
     if qo_indptr.device.type == "cpu":
         indptr = qo_indptr.tolist()
-        return max(b - a for a, b in zip(indptr, indptr[1:]))
+        return max(map(operator.sub, indptr[1:], indptr))
     return int((qo_indptr[1:] - qo_indptr[:-1]).max())
 
 

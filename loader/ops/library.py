@@ -51,10 +51,10 @@ class Op:
         # direct()'s two tests over the schema's tensor positions, each written out as one
         # expression (a loop over the positions cost ~1 us a call more): every argument there
         # None, a plain non-meta tensor or no tensor at all (the implementation names it);
-        # and whether a plain one requires grad
+        # and whether one requires grad
         plain = " and ".join(f"((t := a[{i}]) is None or (type(t) is T and not t.is_meta) or not isinstance(t, T))"
                              for i, _ in self.tensors) or "True"
-        grad = " or ".join(f"(type(t := a[{i}]) is T and t.requires_grad)" for i, _ in self.tensors) or "False"
+        grad = " or ".join(f"(isinstance(t := a[{i}], T) and t.requires_grad)" for i, _ in self.tensors) or "False"
         for name, text in (("_plain", plain), ("_any_grad", grad)):
             object.__setattr__(self, name, eval(f"lambda a: {text}", {"T": torch.Tensor}))   # noqa: S307 (our text)
 
@@ -90,16 +90,18 @@ def define(name: str, impl: Callable, fake: Callable, schema: str, mutates_args:
     arguments = op._schema.arguments
     tensors = tuple((i, a.name) for i, a in enumerate(arguments) if _is_tensor(a.type))
     mutated = tuple(i for i, a in enumerate(arguments) if a.name in mutates_args)
+    registered = Op(name, op, impl, tensors, mutated)
 
     def kernel(*args):
-        refuse_grad_inputs(name, tensors, args)
+        if torch.is_grad_enabled() and registered._any_grad(args):
+            refuse_grad_inputs(name, tensors, args)
         result = impl(*args)
         bump_versions(mutated, args)
         return result
 
     _LIBRARY.impl(name, kernel, "CompositeExplicitAutograd")
     torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_LIBRARY)
-    return Op(name, op, impl, tensors, mutated)
+    return registered
 
 
 def bump_versions(mutated: tuple[int, ...], args: tuple) -> None:
