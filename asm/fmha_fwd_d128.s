@@ -657,7 +657,7 @@ L_prep_back_\tag:
         s_cbranch_scc1 L_mask_\tag          ; tail keys or causal diagonal in this tile: out of line
         .if WINDOW
             s_cmp_lt_i32 s[s_j], s[s_masklo]
-            s_cbranch_scc1 L_mask_\tag      ; keys below some row's window
+            s_cbranch_scc1 L_mask_lo_\tag   ; keys below some row's window (and none past a lim)
         .endif
 L_mask_back_\tag:
         .if BLK
@@ -837,9 +837,9 @@ L_sinks:
 ; --- rare paths (placed after s_endpgm) ---
 
 ; mask S(j) (-inf where the key is not visible): element e = key block e/16, register e%16
-.macro mask_cmp e, pair
+.macro mask_cmp e, pair, form=0
 .if WINDOW
-    window_mask_cmp \e, \pair
+    window_mask_cmp \e, \pair, \form
 .else
     v_cmp_lt_i32_e64 s[\pair:\pair+1], 32*((\e)/16) + 8*(((\e)%16)/4) + (\e)%4, v[v_mask_t]
 .endif
@@ -847,19 +847,13 @@ L_sinks:
 .macro mask_sel e, pair
     v_cndmask_b32_e64 v[_sj + (\e)], v[v_neginf], v[_sj + (\e)], s[\pair:\pair+1]
 .endm
-.macro rare_mask tag, parity
-L_mask_\tag:
-    .set _sj, v_s0 + 32*(\parity)
-.if WINDOW
-    window_mask_prep                                      ; (and key >= lo': fmha_window.inc)
-.else
-    v_sub_u32 v[v_mask_t], v[v_lim4], s[s_tile_start]     ; key (in tile) < v_mask_t (4(l/32) folded in) is visible
-.endif
-    ; compares rotate over 3 SGPR pairs so each v_cndmask reads its mask >= 2 wait states
-    ; after the v_cmp wrote it (VALU SGPR write -> VALU read)
-    mask_cmp 0, s_cmp0
-    mask_cmp 1, s_cmp1
-    mask_cmp 2, s_cmp2
+; the 32 elements of S(j): compares (mask_cmp's form) rotate over 3 SGPR pairs so each
+; v_cndmask reads its mask >= 2 wait states after the v_cmp wrote it (VALU SGPR write ->
+; VALU read)
+.macro mask_elements form=0
+    mask_cmp 0, s_cmp0, \form
+    mask_cmp 1, s_cmp1, \form
+    mask_cmp 2, s_cmp2, \form
     .set _e, 0
     .rept 32
         .if _e % 3 == 0
@@ -871,16 +865,32 @@ L_mask_\tag:
         .endif
         .if _e + 3 < 32
             .if _e % 3 == 0
-                mask_cmp (_e + 3), s_cmp0
+                mask_cmp (_e + 3), s_cmp0, \form
             .elseif _e % 3 == 1
-                mask_cmp (_e + 3), s_cmp1
+                mask_cmp (_e + 3), s_cmp1, \form
             .else
-                mask_cmp (_e + 3), s_cmp2
+                mask_cmp (_e + 3), s_cmp2, \form
             .endif
         .endif
         .set _e, _e + 1
     .endr
+.endm
+.macro rare_mask tag, parity
+L_mask_\tag:
+    .set _sj, v_s0 + 32*(\parity)
+.if WINDOW
+    window_mask_both_test \tag                            ; (keys past a lim here; below a lo too: both bounds)
+.endif
+    v_sub_u32 v[v_mask_t], v[v_lim4], s[s_tile_start]     ; key (in tile) < v_mask_t (4(l/32) folded in) is visible
+.if WINDOW
+    mask_elements WINDOW_MASK_LIM
+.else
+    mask_elements
+.endif
     s_branch L_mask_back_\tag
+.if WINDOW
+    window_mask_forms \tag                                ; the lo-only and two-sided forms (fmha_window.inc)
+.endif
 .endm
 
 ; lazy rescale, at the test: delta = max(row max of S - m, 0) (rows whose max did not grow

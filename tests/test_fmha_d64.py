@@ -20,7 +20,7 @@ import torch
 import gfxasm
 from gfxasm import build
 from gfxasm.emu import adversarial
-from tests.test_prefill_features import FULL_WINDOWS, run_fmha, run_prefill
+from tests.test_prefill_features import FULL_WINDOWS, WINDOW_MASK_CASES, run_fmha, run_prefill, window_mask_forms
 
 D = 64
 
@@ -59,6 +59,13 @@ def test_d64_window_sinks_softcap(batch, seq_q, seq_k, heads, dtype, causal, win
         blind = seq_q - seq_k - window[1]
         assert (out[:, :blind] == 0).all()
         assert torch.equal(lse[:, :, :blind], sink[None, :, None].expand(batch, -1, blind))
+
+
+@pytest.mark.parametrize("batch, seq_q, seq_k, heads, dtype, causal, window, forms", WINDOW_MASK_CASES)
+def test_d64_window_mask_forms(batch, seq_q, seq_k, heads, dtype, causal, window, forms):
+    """Each form of the window mask (lo only, lim only, both; test_prefill_features)."""
+    assert window_mask_forms(seq_q, seq_k, window) == forms      # (the case holds what it claims)
+    run_fmha(batch, seq_q, seq_k, *heads, dtype, causal, seed=seq_k + window[0], window=window, head_dim=D)
 
 
 @pytest.mark.parametrize("page_size, causal, heads, dtype, window, softcap, sinks", [

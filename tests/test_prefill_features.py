@@ -173,6 +173,48 @@ def test_fmha_window(batch, seq_q, seq_k, heads, dtype, causal, window):
         assert (out[:, :blind] == 0).all() and (lse[:, :, :blind] == float("-inf")).all()
 
 
+def window_mask_forms(seq_q, seq_k, window):
+    """The forms of the masked tiles (asm/include/fmha_window.inc: "lo" only, "lim" only, or
+    "both" bounds) the dense window kernels meet at this shape, from the kernel's tile
+    arithmetic: 256-row Q tiles from t_lo = lo(q0) // 64, 32-row waves computing tiles
+    ws .. w-1, a tile masked below masklo (lo) and from maskfrom (lim)."""
+    left, right = (x if x >= 0 else 2**30 for x in window)
+
+    def lo(i):
+        return max(0, i + seq_k - seq_q - left)
+
+    def lim(i):
+        return min(seq_k, i + seq_k - seq_q + right + 1)
+    forms = set()
+    for q0 in range(0, seq_q, 256):
+        t_lo = lo(q0) // 64 * 64
+        for first in range(q0, min(q0 + 256, seq_q), 32):
+            last = min(first + 31, seq_q - 1)
+            masklo, maskfrom = -(-(lo(last) - t_lo) // 64), (lim(first) - t_lo) // 64
+            for j in range((lo(first) - t_lo) // 64, -(-(lim(last) - t_lo) // 64)):
+                below, past = j < masklo, j >= maskfrom
+                if below or past:
+                    forms.add("both" if below and past else "lo" if below else "lim")
+    return forms
+
+
+# Each form of the window mask, with sinks: gpt-oss's window (wider than a wave's rows: one-
+# sided tiles only), rows whose window holds no key in lim-only tiles, and all three forms
+WINDOW_MASK_CASES = [
+    (1, 290, 300, (4, 1), torch.bfloat16, True, (128, 0), {"lo", "lim"}),
+    (1, 300, 100, (2, 1), torch.float16, False, (150, 3), {"lim"}),
+    (1, 300, 130, (2, 2), torch.bfloat16, True, (60, 0), {"lo", "lim", "both"}),
+]
+
+
+@pytest.mark.parametrize("batch, seq_q, seq_k, heads, dtype, causal, window, forms", WINDOW_MASK_CASES)
+def test_fmha_window_mask_forms(batch, seq_q, seq_k, heads, dtype, causal, window, forms):
+    assert window_mask_forms(seq_q, seq_k, window) == forms      # (the case holds what it claims)
+    out, lse, sink = run_fmha(batch, seq_q, seq_k, *heads, dtype, causal, seed=seq_q + window[0], window=window)
+    blind = max(0, seq_q - seq_k - window[1])                   # rows whose window holds no key: O = 0, LSE = sink
+    assert (out[:, :blind] == 0).all() and (lse[:, :, :blind] == sink.view(1, -1, 1)).all()
+
+
 def test_fmha_window_skips_tiles_outside():
     """Keys before the first row's window and after the last row's are NaN: the kernel must
     not read them (one Q tile, so the workgroup's first tile is past them: skipped, not masked)."""
