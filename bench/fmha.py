@@ -38,8 +38,10 @@ FLOP counts are the problem's: 4 B Hq Sq Sk D, causal counting only visible (q, 
 
 --d64: head dim 64 (fmha_fwd_d64), modelled under each params.CORNERS entry: bf16 causal
 B1 Hq64/Hkv8 S8192 (TFLOP/s of visible pairs), and the gpt-oss-shaped prefill there (window
-128, causal, sinks): its time against its visible-pair FLOPs at the causal d64 rate
-(bench/out/fmha_d64.json).
+128, causal, sinks): its time against its visible-pair FLOPs at the causal d64 rate, two
+floors of that ratio (32 x 32 MFMA tiles computed at the causal rate; the HBM traffic at
+the model's sustainable rate) and one middle workgroup's cycles up to barrier 0, in the KV
+loop and after it (bench/out/fmha_d64.json; docs/fmha_fwd_d128.md reads them).
 """
 from __future__ import annotations
 
@@ -218,6 +220,7 @@ VALIDATION_LAUNCHES = {"dense-bf16": launches.DENSE_BF16, "paged-fp8": launches.
 
 # ------------------------------------------------------------------ head dim 64 (--d64)
 
+Q_TILE_ROWS = launches.Q_TILE           # rows of Q per workgroup
 D64_SHAPE = (1, 64, 8, 8192)            # B, Hq, Hk, S: the issue's d64 target shape
 GPT_OSS_WINDOW = (128, 0)               # gpt-oss's sliding layers (causal, with sinks)
 
@@ -227,6 +230,56 @@ def visible_pairs(S: int, left: int) -> int:
     if left < 0:
         return S * (S + 1) // 2
     return sum(min(i, left) + 1 for i in range(S))
+
+
+def block_tiling_pairs(S: int, left: int, block: int = 32) -> int:
+    """(q, k) pairs computed by the least tiling of a causal Sq = Sk = S problem with window
+    (left, 0) into block x block MFMA tiles (rows and keys aligned to `block`): every tile that
+    holds a visible pair, and nothing else."""
+    pairs = 0
+    for first in range(0, S, block):
+        last = min(first + block, S) - 1
+        lo = max(0, first - left) // block * block          # the first row's first visible key
+        pairs += (last - first + 1) * (min(last // block * block + block, S) - lo)
+    return pairs
+
+
+def gpt_oss_floors(prm) -> dict:
+    """Two lower bounds of the gpt-oss-shaped prefill's time, in seconds: its visible pairs
+    computed in 32 x 32 MFMA tiles at the causal rate (the tile granularity), and its HBM
+    traffic (q, k, v read once, o and lse written once) at the model's sustainable rate
+    (params.HBM_BYTES_PER_S x hbm_efficiency)."""
+    B, Hq, Hk, S = D64_SHAPE
+    left = GPT_OSS_WINDOW[0]
+    hbm = (2 * B * S * (Hq + Hk) * 64 * 2 + B * Hq * S * 4) / (P.HBM_BYTES_PER_S * prm.hbm_efficiency)
+    return dict(tiling_over_visible=block_tiling_pairs(S, left) / visible_pairs(S, left), hbm_s=hbm)
+
+
+def window_phases(launch, B, Hq, Hk, S, q_tile: int, params=None) -> dict:
+    """Where one causal workgroup's modelled time goes (Q tile q_tile of the launch): cycles up to
+    barrier 0's release (kernarg, addresses, Q and the first K tiles loaded), from there to the
+    last barrier's release (the KV loop), and after it (epilogue, stores draining), with the
+    matrix pipes' busy share; barrier releases are the last wave's arrival (gfxasm.perf.model's
+    issue times, recorded in the sustained-clock pass)."""
+    from gfxasm.perf import model
+    arrivals, issue = {}, model.Cu.issue
+
+    def record(cu, wave, t):
+        if cu.st[wave.head].klass == "barrier":
+            arrivals.setdefault(cu, {}).setdefault(wave, []).append(t)
+        return issue(cu, wave, t)
+    model.Cu.issue = record
+    try:
+        T = -(-S // Q_TILE_ROWS)
+        e = causal_model.estimate(launch, B, Hq, Hk, S, S, True, workgroup=(T - 1 - q_tile, 0, 0), class_search=False,
+                                  params=params)
+    finally:
+        model.Cu.issue = issue
+    waves = list(list(arrivals.values())[-1].values())          # the last CU pass: the sustained clock
+    releases = [max(w[b] for w in waves) for b in range(min(len(w) for w in waves))]
+    total = e.cycles_per_round
+    return dict(cycles=total, clock_hz=e.clock_hz, prologue=releases[0], loop=releases[-1] - releases[0],
+                tail=total - releases[-1], barriers=len(releases), mfma_busy=e.mfma_utilization)
 
 
 def d64_figures(cap: int | None) -> list[dict]:
@@ -242,11 +295,21 @@ def d64_figures(cap: int | None) -> list[dict]:
         rate = 4.0 * B * Hq * visible_pairs(S, -1) * 64 / causal_s
         oss_s, _ = causal_model.modelled_seconds(oss, B, Hq, Hk, S, True, cap, params=prm)
         oss_flops = 4.0 * B * Hq * visible_pairs(S, GPT_OSS_WINDOW[0]) * 64
+        floors = gpt_oss_floors(prm)
+        visible_s = oss_flops / rate
         rows.append(dict(corner=corner, causal_s=causal_s, causal_tflops=rate / 1e12, gpt_oss_s=oss_s,
-                         gpt_oss_tflops=oss_flops / oss_s / 1e12, gpt_oss_over_visible=oss_s / (oss_flops / rate)))
+                         gpt_oss_tflops=oss_flops / oss_s / 1e12, gpt_oss_over_visible=oss_s / visible_s,
+                         tiling_floor_over_visible=floors["tiling_over_visible"],
+                         hbm_floor_over_visible=floors["hbm_s"] / visible_s,
+                         gpt_oss_phases=window_phases(oss, B, Hq, Hk, S, S // Q_TILE_ROWS // 2, params=prm)))
         print(f"{corner:12} causal {causal_s * 1e6:8.1f} us {rate / 1e12:6.0f} TFLOP/s   gpt-oss (window 128 + sinks) "
               f"{oss_s * 1e6:7.1f} us {oss_flops / oss_s / 1e12:5.0f} TFLOP/s = {rows[-1]['gpt_oss_over_visible']:.2f}x "
               f"its visible FLOPs at the causal rate", flush=True)
+        ph = rows[-1]["gpt_oss_phases"]
+        print(f"{'':12} floors over that visible time: 32 x 32 MFMA tiles {floors['tiling_over_visible']:.3f}x, "
+              f"HBM traffic {rows[-1]['hbm_floor_over_visible']:.3f}x; one middle workgroup {ph['cycles']:.0f} cycles: "
+              f"to barrier 0 {ph['prologue']:.0f}, KV loop {ph['loop']:.0f} ({ph['barriers'] - 1} barriers), after it "
+              f"{ph['tail']:.0f}; MFMA busy {100 * ph['mfma_busy']:.1f}%", flush=True)
     return rows
 
 
