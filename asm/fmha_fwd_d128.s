@@ -844,8 +844,12 @@ L_sinks:
     v_cmp_lt_i32_e64 s[\pair:\pair+1], 32*((\e)/16) + 8*(((\e)%16)/4) + (\e)%4, v[v_mask_t]
 .endif
 .endm
-.macro mask_sel e, pair
+.macro mask_sel e, pair, form=0
+.if WINDOW
+    window_mask_sel \e, \pair, \form
+.else
     v_cndmask_b32_e64 v[_sj + (\e)], v[v_neginf], v[_sj + (\e)], s[\pair:\pair+1]
+.endif
 .endm
 ; the 32 elements of S(j): compares (mask_cmp's form) rotate over 3 SGPR pairs so each
 ; v_cndmask reads its mask >= 2 wait states after the v_cmp wrote it (VALU SGPR write ->
@@ -857,11 +861,11 @@ L_sinks:
     .set _e, 0
     .rept 32
         .if _e % 3 == 0
-            mask_sel _e, s_cmp0
+            mask_sel _e, s_cmp0, \form
         .elseif _e % 3 == 1
-            mask_sel _e, s_cmp1
+            mask_sel _e, s_cmp1, \form
         .else
-            mask_sel _e, s_cmp2
+            mask_sel _e, s_cmp2, \form
         .endif
         .if _e + 3 < 32
             .if _e % 3 == 0
