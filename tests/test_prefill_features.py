@@ -451,8 +451,13 @@ def test_prefill_features_full(dtype, page_size, causal, window, softcap):
 def as_layout(k_cache, v_cache, layout):
     """K and V of one pool in `layout`, as [pages, page, Hkv, D] views holding the same values:
     'sglang' [pages, 2, page, Hkv, D], 'vllm' [2, pages, page, Hkv, D], 'hnd' separate
-    [pages, Hkv, page, D] permuted, 'hnd_pool' [pages, 2, Hkv, page, D]."""
+    [pages, Hkv, page, D] permuted, 'hnd_pool' [pages, 2, Hkv, page, D], 'v_wide_rows' K as it
+    is and V in rows of Hkv + 1 heads (another row stride than K's, the same page ratio)."""
     pages, page, hk, _ = k_cache.shape
+    if layout == "v_wide_rows":
+        wide = torch.full((pages, page, hk + 1, k_cache.shape[3]), float("nan")).to(v_cache.dtype)
+        wide[:, :, :hk] = v_cache
+        return k_cache, wide[:, :, :hk]
     if layout == "sglang":
         pool = torch.stack([k_cache, v_cache], dim=1)
         return pool[:, 0], pool[:, 1]
@@ -471,6 +476,8 @@ def as_layout(k_cache, v_cache, layout):
     ("hnd", 16, torch.bfloat16, (4, 4)),
     ("hnd_pool", 64, FP8, (4, 2)),
     ("sglang", 4, FP8, (2, 1)),
+    ("v_wide_rows", 1, FP8, (2, 1)),       # FP8 forms V's addresses from K's row offsets only when the strides agree
+    ("v_wide_rows", 16, FP8, (4, 2)),
 ])
 def test_prefill_cache_views(layout, page_size, dtype, heads):
     """The same values through each layout's views give every output bit of the plain pool's
@@ -479,7 +486,8 @@ def test_prefill_cache_views(layout, page_size, dtype, heads):
     scales = dict(q_descale=torch.tensor([0.5]), k_descale=torch.tensor([1.5])) if dtype == FP8 else {}
     k_view, v_view = as_layout(k_cache, v_cache, layout)
     assert torch.equal(k_view.view(torch.uint8), k_cache.view(torch.uint8)) and not k_view.is_contiguous() \
-        or layout == "vllm"
+        or layout == "vllm" or layout == "v_wide_rows" and v_view.stride(1) != k_view.stride(1)
+    assert torch.equal(v_view.view(torch.uint8), v_cache.view(torch.uint8))
     for table in (sglang, vllm):
         plain = gfxasm.batch_prefill(q, k_cache, v_cache, qo, **table, causal=True, return_lse=True, **scales)
         viewed = gfxasm.batch_prefill(q, k_view, v_view, qo, **table, causal=True, return_lse=True, **scales)
