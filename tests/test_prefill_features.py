@@ -317,13 +317,16 @@ def run_prefill(seq_q, seq_k, page_size, heads, dtype, causal, seed, block_scale
             continue
         kb = sequence_kv(k_cache, pages, seq_k[b]).double() * descales[1]
         vb = sequence_kv(v_cache, pages, seq_k[b]).double() * descales[2]
+        v_ratio = None
         if kv_block is not None:
             per_key = kv_block[pages[torch.arange(seq_k[b]) // page_size].long()].double()       # [Sk, Hkv, 2]
             kb, vb = kb * per_key[..., :1], vb * per_key[..., 1:]
+            if page_size < bp.BLOCK_SCALE_MIN_PAGE:     # v scales vary inside a tile: P v / U is rounded
+                v_ratio = bp.tile_v_ratio(per_key[..., 1]).repeat_interleave(heads_q // heads_k, 1)
         qb = q[q0:q1].double() * descales[0]
         o_ref, lse_ref = attention(qb, kb, vb, scale=scale, causal=causal, window=window, sinks=sinks, softcap=softcap)
         if fp8:
-            o_tol, lse_slack = fp8_bound(qb, kb, vb, o_ref, scale, causal, sinks, window)
+            o_tol, lse_slack = fp8_bound(qb, kb, vb, o_ref, scale, causal, sinks, window, v_ratio)
         else:
             o_tol, lse_slack = bound(q[q0:q1], kb, vb, o_ref, scale, dtype, softcap)
         assert_close(o[q0:q1], lse[:, q0:q1], o_ref, lse_ref, o_tol, lse_slack)
@@ -332,9 +335,10 @@ def run_prefill(seq_q, seq_k, page_size, heads, dtype, causal, seed, block_scale
     assert torch.equal(o2.view(torch.int16), o.view(torch.int16)), "vLLM and SGLang tables differ"
 
 
-def fp8_bound(q, k, v, o_ref, scale, causal, sinks, window):
+def fp8_bound(q, k, v, o_ref, scale, causal, sinks, window, v_ratio=None):
     """FP8 (module docstring): fp8_p_bound on the probabilities with the sink in the
-    denominator, O's rounding to bf16, f32 noise; LSE 2^-14 (1 + |LSE|) of f32 scores."""
+    denominator (block scales below page 64: with each key's U / v, `v_ratio` [Sk, Hq]), O's
+    rounding to bf16, f32 noise; LSE 2^-14 (1 + |LSE|) of f32 scores."""
     sq, sk = q.shape[0], k.shape[0]
     hq = q.shape[1]
     kk = k.repeat_interleave(hq // k.shape[1], 1)
@@ -354,7 +358,7 @@ def fp8_bound(q, k, v, o_ref, scale, causal, sinks, window):
     every = torch.cat([s, sink], dim=-1)
     p = torch.softmax(every, dim=-1)[..., :sk].nan_to_num(0.0)          # (rows without key or sink: 0)
     v_max = v.abs().max().item() if v.numel() else 0.0
-    o_tol = bp.fp8_p_bound(p, s, vv) + 2.0**-8 * o_ref.abs() + 2.0**-16 * v_max
+    o_tol = bp.fp8_p_bound(p, s, vv, v_ratio) + 2.0**-8 * o_ref.abs() + 2.0**-16 * v_max
     lse = torch.logsumexp(every, dim=-1)
     return o_tol, 2.0**-14 * (1 + lse.nan_to_num(0.0, posinf=0.0, neginf=0.0).abs().max().item())
 
