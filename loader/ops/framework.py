@@ -328,13 +328,7 @@ class Op:
         if out is None:
             if self.functional.direct(params):        # plain eager tensors: no dispatcher, no placeholders
                 wanted = self._wanted(raw)
-                if len(params) == len(self._param_names):
-                    made = self._run_cached_fresh(params, wanted)
-                    if made is not None:
-                        return self._returned(made, wanted)
-                values = dict(zip(self._param_names, params))
-                self._run_fresh(params, values, wanted)
-                return self._returned(values, wanted)
+                return self._returned(self._fresh(params, wanted), wanted)
             results = self.functional(*params, *raw)
             if not self.optional:
                 return results
@@ -348,10 +342,8 @@ class Op:
         if not wanted:
             args = (*params[:at], *given, *self._no_optional, *params[at:])
             if len(params) == len(self._param_names) and self.out_op.direct(args):
-                if self._run_cached(args, self._out_key(args, None)):
-                    library.bump_versions(self.out_op.mutated, args)
-                else:
-                    self.out_op.run_direct(args)
+                self._out_keyed(args, self._out_key(args, None))     # (the _out op's work, no dispatcher)
+                library.bump_versions(self.out_op.mutated, args)
             else:
                 self.out_op(*args)
             return given[0] if len(given) == 1 else tuple(given)
@@ -400,12 +392,7 @@ class Op:
 
     def _functional(self, *args):
         count = len(self._param_names)
-        params, wanted = args[:count], self._wanted(args[count:])
-        made = self._run_cached_fresh(params, wanted)
-        if made is None:
-            made = dict(zip(self._param_names, params))
-            self._run_fresh(params, made, wanted)
-        return self._results(made)
+        return self._results(self._fresh(args[:count], self._wanted(args[count:])))
 
     def _functional_fake(self, *args):
         values, wanted = self._split(args)
@@ -414,13 +401,19 @@ class Op:
         return self._results({name: outs.get(name) for name in self._output_names})
 
     def _out(self, *args) -> None:
+        self._out_keyed(args, self._out_key(args, None))
+
+    def _out_keyed(self, args: tuple, key: tuple | None) -> None:
+        """The out form's call on `args` of cache `key`: positionally where its layout allows
+        (`_run_cached`; a cached layout had every required output given), else checked and
+        run the general way (`_run`)."""
+        if self._run_cached(args, key):
+            return
         values = dict(zip(self._out_order, args))
         for o in self.required:
             if values[o.name] is None:
                 arguments.fail(self.name, TypeError, f"'{o.name}' must be a torch.Tensor, got NoneType")
-        key = self._out_key(args, None)
-        if not self._run_cached(args, key):
-            self._run(Call(self.name, values, True), key)
+        self._run(Call(self.name, values, True), key)
 
     def _out_fake(self, *args) -> None:
         self._check_new(Call(self.name, dict(zip(self._out_order, args)), False))
@@ -514,13 +507,24 @@ class Op:
             self._store(cached.by_data, data, planned)
         return planned
 
-    def _run_fresh(self, params: tuple, values: dict, wanted: frozenset) -> None:
+    def _fresh(self, params: tuple, wanted: frozenset) -> dict:
+        """The functional form's call on `params` (`wanted`: the optional outputs asked for),
+        its cache key read once: positionally where its layout allows (`_run_cached_fresh`),
+        else the general way (`_run_fresh`). Returns its outputs by name (an output not
+        asked for None or absent)."""
+        key = self._fresh_key(params, wanted)
+        made = self._run_cached_fresh(params, key)
+        if made is None:
+            made = dict(zip(self._param_names, params))
+            self._run_fresh(params, made, wanted, key)
+        return made
+
+    def _run_fresh(self, params: tuple, values: dict, wanted: frozenset, key: tuple | None) -> None:
         """The functional form: allocate the required outputs and the optional ones in
         `wanted` into `values` (the parameters `params` by name; None for the other outputs),
-        check (or find the plan of) the call and launch it. A layout seen before allocates its
-        outputs as its first call did."""
+        check (or find the plan of) the call of cache `key` and launch it. A layout seen
+        before allocates its outputs as its first call did."""
         call = Call(self.name, values, True)
-        key = self._fresh_key(params, wanted)
         cached = self._lookup(key)
         if cached is None:
             outs = self.spec.allocate(call, self._required_names | wanted)
@@ -540,13 +544,13 @@ class Op:
         self._launch(call, cached, planned, fresh=True)
         self._remember_direct(cached, planned)
 
-    def _run_cached_fresh(self, params: tuple, wanted: frozenset) -> dict | None:
-        """The functional form's call on `params` (on the eager shortcut, the optional
-        outputs `wanted`) where its layout was launched before with a positional plan: its
-        outputs allocated as `_run_fresh` allocates them, then `_launch_direct`. Returns the
-        outputs it made by name (the required ones and those in `wanted`), or None, having
-        done nothing, for any other call (it goes the general way)."""
-        cached = self._direct(self._fresh_key(params, wanted))
+    def _run_cached_fresh(self, params: tuple, key: tuple | None) -> dict | None:
+        """The functional form's call on `params` (cache `key`) where its layout was
+        launched before with a positional plan: its outputs allocated as `_run_fresh`
+        allocates them, then `_launch_direct`. Returns the outputs it made by name (the
+        required ones and the optional ones the key asked for), or None, having done
+        nothing, for any other call (it goes the general way)."""
+        cached = self._direct(key)
         if cached is None:
             return None
         made = {name: torch.empty_strided(shape, strides, dtype=dtype, device=device)
