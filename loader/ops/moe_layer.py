@@ -112,11 +112,11 @@ DIRECT_MAX_TOKENS = 8
 # The decode form in one launch (asm/mxfp8_moe_gemm.s FUSED) up to here, two launches above.
 # bench/moe.py --one-launch (modelled, the issue's shape, its phases timed by the model): T = 1
 # in 20.69 us at the ASSUMED 1.5 us flag latency (19.69 at 0.5 us, 23.19 at 4 us) against 21.58
-# for the two launches: it pays across the bracket but its slow end. T = 4 / 8: 60.03 / 114.37 us (60.08 / 114.37 at
-# 4 us) against 58.74 / 110.70 in two launches: their 1,248 / 2,496 workgroups wait for slots
-# (512 resident), not for the flag, and 32-column down workgroups are twice as many as
-# 64-column ones (59.00 / 114.78 us with those, before the producers' release lost a round
-# trip). So one launch at T = 1 only.
+# for the two launches: it pays across the bracket but its slow end. T = 4 / 8: 60.03 / 114.37
+# us (60.08 / 114.37 at 4 us) against 58.74 / 110.70 in two launches: their 1,248 / 2,496
+# workgroups wait for slots (512 resident), not for the flag, and 32-column down workgroups
+# are twice as many as 64-column ones (59.00 / 114.78 us with those, before the producers'
+# release lost a round trip). So one launch at T = 1 only.
 FUSED_MAX_TOKENS = 1
 FUSED_KERNEL = "mxfp8_moe_gemm_fused_direct"
 FUSED_NT = 2                       # its down role's 32 columns per workgroup (asm/mxfp8_moe_gemm.s SUM_STRIPS)
