@@ -55,9 +55,16 @@ class PreparedLaunch:
     pointers: tuple[tuple[str, int, bool], ...]   # (name, kernarg offset, untouched: numel 0)
     device: torch.device
     schedule: str = "serial"             # the manifest kernel's: "concurrent" when workgroups wait on each other
+    # Per pointer, in manifest order: (byte offset, byte count) where the tensor passed for
+    # it is an allocation several buffers are carved from (an op's per-call scratch: one
+    # allocation instead of one per buffer), else None; () for none. The kernarg gets the
+    # tensor's address plus the offset; the emulator can address only those bytes.
+    spans: tuple[tuple[int, int] | None, ...] = ()
 
     def __post_init__(self):
-        object.__setattr__(self, "_segment", _segment_function(self.template, self.pointers))
+        offsets = [span and span[0] for span in self.spans] or [None] * len(self.pointers)
+        object.__setattr__(self, "_segment", _segment_function(self.template, self.pointers, offsets))
+        object.__setattr__(self, "_buffers", _buffers_function(self.spans))
 
     def __call__(self, *tensors: torch.Tensor | None):
         """Launch on the pointer arguments, in manifest order. None stands for a buffer the
@@ -71,7 +78,7 @@ class PreparedLaunch:
             raise
         if self.backend == "emu":
             return emu_backend.launch(self.co_path, self.symbol, self.grid, self.block, segment,
-                                      [t for t in tensors if t is not None], self.schedule)
+                                      self._buffers(tensors), self.schedule)
         hip_backend.launch(self.co_path, self.symbol, self.grid, self.block, segment, self.device.index or 0,
                            current_stream(self.device))
         return None
@@ -84,12 +91,13 @@ class PreparedLaunch:
                 raise ValueError(f"{self.variant}: argument '{name}' is None, but the kernel touches it")
 
 
-def _segment_function(template: bytes, pointers: tuple) -> Callable[[tuple], bytes]:
+def _segment_function(template: bytes, pointers: tuple, carved: list) -> Callable[[tuple], bytes]:
     """The kernarg segment of a launch from its pointer arguments `t` (manifest order): the
-    template's bytes with each one's address at its offset (`t[i].data_ptr()`; 0 for a None
-    where the kernel does not touch the buffer, an AttributeError for a None elsewhere).
-    Written out as one struct pack of the template's pieces and the addresses: a bytearray
-    with a pack per run of pointers and a copy to bytes cost ~1 us a launch more."""
+    template's bytes with each one's address at its offset (`t[i].data_ptr()`, plus
+    `carved[i]` where that is not None: a buffer carved from the tensor at that byte offset;
+    0 for a None where the kernel does not touch the buffer, an AttributeError for a None
+    elsewhere). Written out as one struct pack of the template's pieces and the addresses:
+    a bytearray with a pack per run of pointers and a copy to bytes cost ~1 us a launch more."""
     fmt, parts, pieces, at = ["<"], [], [], 0
     for offset, i, untouched in sorted((offset, i, untouched) for i, (_, offset, untouched) in enumerate(pointers)):
         if offset > at:
@@ -97,7 +105,8 @@ def _segment_function(template: bytes, pointers: tuple) -> Callable[[tuple], byt
             parts.append(f"c[{len(pieces)}]")
             pieces.append(template[at:offset])
         fmt.append("Q")
-        parts.append(f"(0 if t[{i}] is None else t[{i}].data_ptr())" if untouched else f"t[{i}].data_ptr()")
+        address = f"t[{i}].data_ptr()" if carved[i] is None else f"(t[{i}].data_ptr() + {carved[i]})"
+        parts.append(f"(0 if t[{i}] is None else {address})" if untouched else address)
         at = offset + 8
     if at < len(template):
         fmt.append(f"{len(template) - at}s")
@@ -105,6 +114,18 @@ def _segment_function(template: bytes, pointers: tuple) -> Callable[[tuple], byt
         pieces.append(template[at:])
     namespace = {"pack": struct.Struct("".join(fmt)).pack, "c": tuple(pieces)}
     return eval(f"lambda t: pack({', '.join(parts)})", namespace)   # noqa: S307 (our own text)
+
+
+def _buffers_function(spans: tuple) -> Callable[[tuple], list]:
+    """The emulator's buffers from a launch's pointer arguments `t`: each tensor but the
+    None ones, and for a carved buffer (`spans`) its bytes alone, (tensor, offset, count),
+    so an access past them is out of bounds as it would be past a buffer of its own. A
+    carved buffer of no bytes is not touched and not registered."""
+    if not any(spans):
+        return lambda t: [x for x in t if x is not None]
+    parts = [f"(t[{i}], {span[0]}, {span[1]})" if span else f"t[{i}]" for i, span in enumerate(spans)
+             if span is None or span[1]]
+    return eval(f"lambda t: [x for x in ({''.join(p + ', ' for p in parts)}) if x is not None]")   # noqa: S307
 
 
 def launch(kernel: str | Kernel, /, variant: str | None = None, **args: Any):

@@ -61,3 +61,21 @@ def test_a_missing_wait_is_caught_in_strict_mode(tmp_path, gen, fixture_manifest
     case = RUN_CASES["axpb"](broken.kernel("axpb").variant(), gen, n=300)
     with pytest.raises(emu.HazardError):
         gfxasm.launch(broken.kernel("axpb"), **case.args)
+
+
+@pytest.mark.parametrize("n", [1, 257])
+def test_a_carved_buffer_is_addressable_only_within_its_span(fixture_manifest, gen, n):
+    # An op's scratch buffers are carved from one allocation (PreparedLaunch.spans): the
+    # kernarg gets the allocation's address plus the span's offset, and the emulator can
+    # address only the span's bytes, as it could only a buffer of the buffer's own
+    from dataclasses import replace
+    from gfxasm.launcher import prepare
+    a, b = torch.randn(n, generator=gen), torch.randn(n, generator=gen)
+    args = dict(a=a, b=b, out=torch.empty(n), alpha=0.5, n=n)
+    launch = prepare(fixture_manifest.kernel("axpb").variant("axpb"), args)
+    block = torch.full((1024 + 4 * n + 512,), 0x7F, dtype=torch.uint8)       # poison around the span
+    replace(launch, spans=(None, None, (1024, 4 * n)))(a, b, block)
+    torch.testing.assert_close(block[1024:1024 + 4 * n].view(torch.float32), a * 0.5 + b)
+    assert (block[:1024] == 0x7F).all() and (block[1024 + 4 * n:] == 0x7F).all()
+    with pytest.raises(emu.MemoryFault):                                       # the last store lands past the span
+        replace(launch, spans=(None, None, (1024, 4 * n - 4)))(a, b, block)

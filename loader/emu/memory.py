@@ -1,8 +1,10 @@
 """Global memory as seen by the emulator: only registered buffers are addressable.
 
-A buffer is a CPU torch tensor or a contiguous numpy array; the emulator reads and
-writes its storage in place at its real host address, so the kernarg can hold
-`tensor.data_ptr()` values exactly as the HIP backend would pass device pointers.
+A buffer is a CPU torch tensor, a contiguous numpy array, or a span of a tensor's bytes
+(tensor, byte offset, byte count): several buffers carved from one allocation, each
+addressable only within its own bytes. The emulator reads and writes the storage in place at
+its real host address, so the kernarg can hold `tensor.data_ptr()` values (plus a span's
+offset) exactly as the HIP backend would pass device pointers.
 """
 from __future__ import annotations
 
@@ -18,11 +20,13 @@ class OutOfBounds(Exception):
 
 
 def _storage_bytes(buf) -> tuple[int, np.ndarray, str]:
-    """(base address, uint8 view of the whole storage, description) of a buffer."""
+    """(base address, uint8 view of the whole storage, or of a span's bytes, description) of a buffer."""
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is a dependency
         torch = None
+    if isinstance(buf, tuple):
+        return _span_bytes(*buf)
     if torch is not None and isinstance(buf, torch.Tensor):
         if buf.device.type != "cpu":
             raise TypeError(f"emulator buffers must be CPU tensors, got one on {buf.device}")
@@ -35,6 +39,15 @@ def _storage_bytes(buf) -> tuple[int, np.ndarray, str]:
         view = buf.reshape(-1).view(np.uint8)
         return buf.__array_interface__["data"][0], view, f"ndarray{buf.shape} {buf.dtype}"
     raise TypeError(f"emulator buffers must be torch tensors or numpy arrays, got {type(buf).__name__}")
+
+
+def _span_bytes(tensor, offset: int, nbytes: int) -> tuple[int, np.ndarray, str]:
+    """A span of `nbytes` bytes at byte `offset` from a CPU tensor's data pointer, within its storage."""
+    start, view, desc = _storage_bytes(tensor)
+    first = tensor.data_ptr() - start + offset
+    if offset < 0 or nbytes < 0 or first + nbytes > view.size:
+        raise ValueError(f"span of {nbytes} bytes at offset {offset} lies outside {desc}'s storage")
+    return start + first, view[first:first + nbytes], f"{desc} bytes {offset}..{offset + nbytes}"
 
 
 class Memory:
