@@ -598,8 +598,12 @@ def test_repeated_moe_layer_runs_positionally_with_fresh_intermediates(monkeypat
     flags = []
 
     def launch(co_path, symbol, grid, block, kernarg, buffers, schedule):
-        flag, = [t for t in buffers if t.dtype == torch.uint32]
-        flags.append((flag, int(flag)))
+        # the scratch buffers come as spans (allocation, byte offset, byte count) of one
+        # allocation, in the layout's order (q, scale, flag): the counter is the last
+        scratch, at, size = max((b for b in buffers if isinstance(b, tuple)), key=lambda b: b[1])
+        assert size == 4
+        flag = scratch[at:at + 4].view(torch.uint32)
+        flags.append((scratch, int(flag)))
         flag.fill_(7)                     # as the kernel leaves it
     monkeypatch.setattr(launcher.emu_backend, "launch", launch)
     for _ in range(2):

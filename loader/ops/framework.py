@@ -53,9 +53,11 @@ Errors are raised before anything is launched and read "<op>: '<argument>' ...".
 """
 from __future__ import annotations
 
+import functools
+import math
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
@@ -99,11 +101,13 @@ class Plan:
     by kernel-argument name. Without `bind`: the call's argument or output of that name
     (`rename`: kernel argument -> the call's name where they differ), where the call has
     none or passed None the plan's own tensor in `fixed` (placeholders, tables), and for a
-    name in `scratch` (kernel argument -> (shape, dtype)) a fresh tensor every call,
-    uninitialised, or zero for a name in `zeroed` (concurrent calls of a layout must not
-    share one). This form is read positionally from a cached call's arguments, without a
-    dict per call. `bind(call)`: the op's own mapping instead (by name, over `fixed`), for
-    tensors a call derives from its arguments.
+    name in `scratch` (kernel argument -> (shape, dtype)) fresh memory every call
+    (concurrent calls of a layout must not share it): the plan's scratch buffers are carved
+    from one allocation a call (`_Planned.launch`), uninitialised, or all zero when a name
+    is in `zeroed` (so keep a plan with `zeroed` to small scratch). This form is read
+    positionally from a cached call's arguments, without a dict per call. `bind(call)`:
+    the op's own mapping instead (by name, over `fixed`), for tensors a call derives from
+    its arguments.
     `recheck(call)` repeats the data checks a cached call still needs; `empty` is what a
     call with nothing to launch does to its outputs (e.g. O = 0, LSE = -inf)."""
     launches: tuple[PreparedLaunch, ...] = ()
@@ -158,10 +162,27 @@ class Spec:
     data_key: tuple[str, Callable[[torch.Tensor], Any]] | None = None
 
 
+# Where each scratch buffer starts in a call's one scratch allocation: as aligned as an
+# allocation of its own on the GPU (torch's caching allocator rounds blocks to 512 bytes).
+SCRATCH_ALIGN = 512
+
+
+def _scratch_spans(scratch: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> tuple[dict[str, tuple[int, int]], int]:
+    """Each scratch buffer's (byte offset, byte count) in one allocation, in declaration
+    order, and the allocation's size in bytes."""
+    spans, at = {}, 0
+    for name, (shape, dtype) in scratch.items():
+        nbytes = math.prod(shape) * dtype.itemsize
+        spans[name] = (at, nbytes)
+        at += -(-nbytes // SCRATCH_ALIGN) * SCRATCH_ALIGN
+    return spans, at
+
+
 class _Planned:
     """A plan and each of its launches' pointer arguments: by name for a plan with `bind`,
     else a function of the call's arguments (the `_out` form's order, `Op._out_order`) and
-    its scratch buffers giving them (`_pointer_function`)."""
+    its scratch allocation giving them (`_pointer_function`; the launches carve the scratch
+    buffers from it, `PreparedLaunch.spans`)."""
     __slots__ = ("plan", "launches", "scratch", "device")
 
     def __init__(self, plan: Plan, at: dict[str, int]):
@@ -170,32 +191,40 @@ class _Planned:
         if plan.bind is not None:
             self.launches = tuple((launch, tuple(name for name, _, _ in launch.pointers)) for launch in plan.launches)
             return
-        self.scratch = tuple((torch.zeros if name in plan.zeroed else torch.empty, shape, dtype)
-                             for name, (shape, dtype) in plan.scratch.items())
-        index = {name: i for i, name in enumerate(plan.scratch)}
-        self.launches = tuple((launch, _pointer_function(tuple((at.get(plan.rename.get(name, name)),
-                                                                plan.fixed.get(name), index.get(name))
-                                                               for name, _, _ in launch.pointers)))
+        spans, nbytes = _scratch_spans(plan.scratch)
+        # one allocation a call (an allocation costs ~2-4 us of host time; the scratch
+        # tensors took one each before), or None without scratch
+        self.scratch = None
+        if spans:
+            # (the cheapest forms, timeit: torch.zeros parses an int size faster than a tuple)
+            bytes_on = dict(dtype=torch.uint8, device=self.device)
+            self.scratch = (functools.partial(torch.zeros, nbytes, **bytes_on) if plan.zeroed
+                            else functools.partial(torch.empty_strided, (nbytes,), (1,), **bytes_on))
+        self.launches = tuple((replace(launch, spans=tuple(spans.get(name) for name, _, _ in launch.pointers))
+                               if spans.keys() & {name for name, _, _ in launch.pointers} else launch,
+                               _pointer_function(tuple((at.get(plan.rename.get(name, name)), plan.fixed.get(name),
+                                                        name in spans) for name, _, _ in launch.pointers)))
                               for launch in plan.launches)
 
     def launch(self, args) -> None:
         """Run the launches of a plan without `bind` on a call's arguments `args` (the
-        `_out` form's order), with this call's own scratch buffers (shared by its launches)."""
-        scratch = [make(shape, dtype=dtype, device=self.device) for make, shape, dtype in self.scratch]
+        `_out` form's order), with this call's own scratch allocation (shared by its launches)."""
+        scratch = None if self.scratch is None else self.scratch()
         for launch, pointers in self.launches:
             launch(*pointers(args, scratch))
 
 
-def _pointer_function(sources: tuple) -> Callable[[tuple, list], tuple]:
-    """A launch's pointer arguments from a call's arguments `a` and scratch buffers `s`, per
-    source (the position of the call's argument or None, the plan's tensor where that
-    argument is None or absent, the index of the scratch buffer or None): the scratch
-    buffer, else the call's argument, else the plan's tensor. Written out as one expression
-    (as `_key_function`): the general loop over the sources cost ~1-2 us a launch more."""
+def _pointer_function(sources: tuple) -> Callable[[tuple, torch.Tensor | None], tuple]:
+    """A launch's pointer arguments from a call's arguments `a` and its scratch allocation
+    `s`, per source (the position of the call's argument or None, the plan's tensor where
+    that argument is None or absent, whether it is a scratch buffer): the scratch allocation
+    (the launch carves the buffer from it), else the call's argument, else the plan's
+    tensor. Written out as one expression (as `_key_function`): the general loop over the
+    sources cost ~1-2 us a launch more."""
     fixed, parts = [], []
-    for at, tensor, i in sources:
-        if i is not None:
-            parts.append(f"s[{i}]")
+    for at, tensor, carved in sources:
+        if carved:
+            parts.append("s")
         elif at is None or tensor is not None:
             fixed.append(tensor)
             f = f"f[{len(fixed) - 1}]"
@@ -425,7 +454,8 @@ class Op:
             return values[self._output_names[0]]
         device = values[self.required[0].name].device
         return tuple([values[name] if values.get(name) is not None
-                      else torch.empty(0, dtype=torch.float32, device=device) for name in self._output_names])
+                      else torch.empty_strided((0,), (1,), dtype=torch.float32, device=device)
+                      for name in self._output_names])
 
     # ---------------------------------------------------------------- checks and launch
 
@@ -583,7 +613,7 @@ class Op:
 
     def _direct(self, key: tuple | None) -> _Cached | None:
         """The cached layout of `key` where its calls launch positionally, else None."""
-        cached = self._lookup(key)
+        cached = _get(self._cache, key)
         return cached if cached is not None and cached.direct is not None else None
 
     def _run_cached(self, args: tuple, key: tuple | None) -> bool:
@@ -699,13 +729,14 @@ def _key_function(params: tuple[Param, ...]) -> Callable[[tuple, Any], tuple | N
     type), or None where a value is not what the schema says (a Tensor that is not a tensor:
     such a call is checked, and refused, without the cache). Written out once per op and
     form as one expression: a loop over the parameters cost about twice as much per call
-    (~4.5-7 us for fmha's 11, timeit), and this is on every call's path."""
+    (~4.5-7 us for fmha's 11, timeit), and this is on every call's path; each value is
+    indexed once (`t := v[i]`), not once per attribute."""
     parts = []
     for i, p in enumerate(params):
-        v = f"v[{i}]"
-        layout = f"{v}.shape, {v}.stride(), {v}.dtype, {v}.device"
-        parts.append(layout if p.type == "Tensor" else f"None if {v} is None else ({layout})" if p.is_tensor
-                     else f"type({v}), {v}")
+        rest = "t.stride(), t.dtype, t.device"
+        parts.append(f"(t := v[{i}]).shape, {rest}" if p.type == "Tensor"
+                     else f"None if (t := v[{i}]) is None else (t.shape, {rest})" if p.is_tensor
+                     else f"type(t := v[{i}]), t")
     key = eval(f"lambda v, extra, backend: (extra, backend(), {', '.join(parts)})")   # noqa: S307 (our own text)
 
     def key_or_none(values: tuple, extra) -> tuple | None:
@@ -717,16 +748,14 @@ def _key_function(params: tuple[Param, ...]) -> Callable[[tuple, Any], tuple | N
 
 
 _ENVIRON_BYTES = getattr(os.environ, "_data", None)      # CPython's os.environ store (bytes keys on POSIX)
-_BACKEND_KEY = BACKEND_ENV.encode()
 
-
-def _backend_setting():
-    """GFXASM_BACKEND as it is now (it enters every cache key: setting it re-plans).
-    os.environ.get encodes the key and decodes the value, ~1.5 us a call; reading
-    os.environ's own store is what it does underneath, without that."""
-    if isinstance(_ENVIRON_BYTES, dict) and os.name == "posix":
-        return _ENVIRON_BYTES.get(_BACKEND_KEY)
-    return os.environ.get(BACKEND_ENV)
+# GFXASM_BACKEND as it is now (it enters every cache key: setting it re-plans).
+# os.environ.get encodes the key and decodes the value, ~1.5 us a call; reading os.environ's
+# own store is what it does underneath, without that (the choice made once, here).
+if isinstance(_ENVIRON_BYTES, dict) and os.name == "posix":
+    _backend_setting = functools.partial(_ENVIRON_BYTES.get, BACKEND_ENV.encode())
+else:
+    _backend_setting = functools.partial(os.environ.get, BACKEND_ENV)
 
 
 def define(spec: Spec) -> Op:

@@ -52,10 +52,13 @@ class Op:
         # expression (a loop over the positions cost ~1 us a call more): every argument there
         # None, a plain non-meta tensor or no tensor at all (the implementation names it);
         # and whether one requires grad
-        plain = " and ".join(f"((t := a[{i}]) is None or (type(t) is T and not t.is_meta) or not isinstance(t, T))"
-                             for i, _ in self.tensors) or "True"
+        # (and the first with "not requiring grad" in it, so a call in grad mode whose
+        # tensors require none passes in one test)
+        plain, plain_no_grad = (" and ".join(f"((t := a[{i}]) is None or (type(t) is T and not t.is_meta{extra}) or "
+                                             f"not isinstance(t, T))" for i, _ in self.tensors) or "True"
+                                for extra in ("", " and not t.requires_grad"))
         grad = " or ".join(f"(isinstance(t := a[{i}], T) and t.requires_grad)" for i, _ in self.tensors) or "False"
-        for name, text in (("_plain", plain), ("_any_grad", grad)):
+        for name, text in (("_plain", plain), ("_plain_no_grad", plain_no_grad), ("_any_grad", grad)):
             object.__setattr__(self, name, eval(f"lambda a: {text}", {"T": torch.Tensor}))   # noqa: S307 (our text)
 
     def __call__(self, *args):
@@ -68,10 +71,15 @@ class Op:
         or meta tensor at the schema's tensor positions. Anything else there goes straight to
         the implementation, which names the argument in its error. When so, an input that
         requires grad has been refused as the kernel refuses it."""
-        if _in_mode() or not self._plain(args):
+        if _in_mode():
             return False
-        if torch.is_grad_enabled() and self._any_grad(args):
-            refuse_grad_inputs(self.name, self.tensors, args)
+        if not torch.is_grad_enabled():
+            return self._plain(args)
+        if self._plain_no_grad(args):
+            return True
+        if not self._plain(args):
+            return False
+        refuse_grad_inputs(self.name, self.tensors, args)      # (one requires grad: refused)
         return True
 
     def run_direct(self, args: tuple):
