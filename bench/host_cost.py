@@ -12,6 +12,8 @@ moe_align_block_size, which has no `_out` form):
     torch.ops.gfxasm.<op>           the registered op through the dispatcher
     torch.ops.gfxasm.<op>_out       its `_out` form through the dispatcher
 
+quant_q_fp8 (batch_prefill's pre-pass for bf16 q over an FP8 cache) has no function in the
+`gfxasm` namespace: its declared op (`fp8_query.QUANT_Q_FP8`) is called instead.
 The torch.ops calls take exactly the positional arguments the Python function hands its
 op (recorded from one call), so they track the schemas as they change. Each figure is the
 best of R repeats of N back-to-back calls; by default it is the calling thread's CPU time
@@ -43,7 +45,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # noqa: E402  (run from anywhere)
 import gfxasm                                                        # noqa: E402
 from gfxasm import launcher                                          # noqa: E402
-from gfxasm.ops import batch_prefill, decode_attention, library     # noqa: E402
+from gfxasm.ops import batch_prefill, decode_attention, fp8_query, library     # noqa: E402
 from gfxasm.ops import mxfp8_gemm as mx                              # noqa: E402
 
 TARGET_US = 20.0                     # issue 21: <= 20 us of host time per call, launch stubbed
@@ -134,6 +136,7 @@ def op_calls(gen: torch.Generator) -> dict[str, tuple]:
     gate_up = torch.empty(T * top_k, 2 * I, dtype=bf16)
     out_moe = torch.empty(T, H, dtype=bf16)
     moe = (hx, hs, w1, w1s, w2, w2s, weights, ids)
+    q8, q_descale = torch.empty(qp.shape, dtype=torch.float8_e4m3fn), torch.empty(1)
     return {
         "fmha_fwd (B1 Sq1 Sk512 Hq8 Hk1)":
             (lambda: gfxasm.fmha_fwd(q, k, v), lambda: gfxasm.fmha_fwd(q, k, v, out=o)),
@@ -155,6 +158,8 @@ def op_calls(gen: torch.Generator) -> dict[str, tuple]:
              lambda: gfxasm.mxfp8_moe_gemm(hx, hs, w1, w1s, *routing, a_div=top_k, out=gate_up)),
         "mxfp8_moe (layer, T1 top4 E16 H512 I256)":
             (lambda: gfxasm.mxfp8_moe(*moe), lambda: gfxasm.mxfp8_moe(*moe, out=out_moe)),
+        "quant_q_fp8 (batch_prefill's pre-pass, 1 token Hq8)":
+            (lambda: fp8_query.QUANT_Q_FP8(qp), lambda: fp8_query.QUANT_Q_FP8(qp, out=(q8, q_descale))),
     }
 
 
