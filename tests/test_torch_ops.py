@@ -609,6 +609,10 @@ def test_repeated_moe_layer_runs_positionally_with_fresh_intermediates(monkeypat
     for _ in range(2):
         gfxasm.mxfp8_moe(**one_args, out=torch.empty(1, 64, dtype=torch.bfloat16))
     assert [value for _, value in flags] == [0, 0] and flags[0][0] is not flags[1][0]
+    # only the one-launch form's scratch is zeroed (the sorted form's y alone can be GBs)
+    zeroing = {cached.direct.plan.launches[-1].variant: cached.direct.scratch.func is torch.zeros
+               for cached in moe_layer.MXFP8_MOE._cache.values()}
+    assert zeroing == {moe_layer.FUSED_KERNEL + "_bf16": True, "moe_sum": False}, zeroing
     x = args["x"]
     base = torch.empty(x.numel() + 16, dtype=x.dtype)
     with pytest.raises(ValueError, match="'x' data must be 16-byte aligned"):

@@ -198,7 +198,7 @@ class _Planned:
         if spans:
             # (the cheapest forms, timeit: torch.zeros parses an int size faster than a tuple)
             bytes_on = dict(dtype=torch.uint8, device=self.device)
-            self.scratch = (functools.partial(torch.zeros, nbytes, **bytes_on) if plan.zeroed
+            self.scratch = (functools.partial(torch.zeros, nbytes, **bytes_on) if plan.zeroed & spans.keys()
                             else functools.partial(torch.empty_strided, (nbytes,), (1,), **bytes_on))
         self.launches = tuple((replace(launch, spans=tuple(spans.get(name) for name, _, _ in launch.pointers))
                                if spans.keys() & {name for name, _, _ in launch.pointers} else launch,

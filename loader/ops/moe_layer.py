@@ -228,8 +228,10 @@ def _intermediate_layouts(sizes: dict, form: str) -> dict:
 
 
 def _intermediates(sizes: dict, device: torch.device, form: str) -> dict:
-    """Fresh tensors between the steps (`_intermediate_layouts`), the flag zeroed."""
-    return {name: (torch.zeros if name == FLAG else torch.empty)(shape, dtype=dtype, device=device)
+    """Stand-ins of the tensors between the steps (`_intermediate_layouts`), for the checks
+    and the plan's launches, which read their layouts only: a call's own come from the
+    plan's scratch (the flag zeroed there)."""
+    return {name: torch.empty(shape, dtype=dtype, device=device)
             for name, (shape, dtype) in _intermediate_layouts(sizes, form).items()}
 
 
@@ -333,7 +335,8 @@ def _plan(sizes: dict, call) -> framework.Plan:
         return framework.Plan()
     form = sizes["form"]
     launches = _LAUNCHES[form](sizes, call, _intermediates(sizes, call.x.device, form))
-    return framework.Plan(launches, scratch=_intermediate_layouts(sizes, form), zeroed=frozenset({FLAG}))
+    scratch = _intermediate_layouts(sizes, form)
+    return framework.Plan(launches, scratch=scratch, zeroed=frozenset({FLAG} & scratch.keys()))
 
 
 def _check(call) -> dict:
