@@ -261,6 +261,18 @@ def test_lazy_rescale(dtype):
     check([40, 1, 130], [300, 260, 90], 16, 2, 1, dtype, False, seed=41, ramp=1 / 32)
 
 
+@pytest.mark.parametrize("seq_q, reads", [([100, 156], 0), ([257, 3], 1)])
+def test_query_tiles_read_from_qo_indptr_only_past_one_tile(monkeypatch, seq_q, reads):
+    # The grid's x is cdiv(max seqlen_q, 256). Up to 256 queries in all it is 1 from q's
+    # shape alone (no read: on a GPU no synchronisation); past that max seqlen_q is read, and
+    # a sequence longer than one tile gets every row computed
+    real, counted = bp.max_seq_q, []
+    monkeypatch.setattr(bp, "max_seq_q", lambda qo_indptr: counted.append(1) or real(qo_indptr))
+    bp.BATCH_PREFILL.clear_cache()
+    check(seq_q, [70, 130], 16, 2, 1, torch.bfloat16, True, seed=3, both_tables=False)
+    assert len(counted) == reads
+
+
 def test_causal_more_queries_than_keys():
     # seqlen_q > seqlen_k: the first queries see no key (O = 0, LSE = -inf); 256 exactly one Q tile
     check([256, 20], [100, 7], 16, 2, 1, torch.bfloat16, True, seed=5, both_tables=False)
@@ -606,8 +618,9 @@ def counting(monkeypatch, module, names) -> collections.Counter:
 @pytest.mark.parametrize("kind", ["sglang", "vllm"])
 def test_metadata_checked_once_per_layout_contents_every_call(kind, monkeypatch):
     # Host cost (issue 21 item 5): a layout's metadata checks (q and the caches, the page
-    # table's tensors) run on its first call only, once; the table's contents and max
-    # seqlen_q are read on every call, once each (the launch stubbed: the host path alone).
+    # table's tensors) run on its first call only, once; the table's contents are read on
+    # every call, once (the launch stubbed: the host path alone), and max seqlen_q not at
+    # all at these few queries (test_query_tiles_read_from_qo_indptr_only_past_one_tile)
     monkeypatch.setattr(launcher.emu_backend, "launch", lambda *args: None)
     counts = counting(monkeypatch, bp, ("_check_attention", "_check_table", "_table_contents", "max_seq_q"))
     bp.BATCH_PREFILL.clear_cache()
@@ -615,7 +628,7 @@ def test_metadata_checked_once_per_layout_contents_every_call(kind, monkeypatch)
     out = torch.empty_like(q)
     for _ in range(3):
         gfxasm.batch_prefill(q, k, v, qo, **(sglang if kind == "sglang" else vllm), out=out)
-    assert counts == {"_check_attention": 1, "_check_table": 1, "_table_contents": 3, "max_seq_q": 3}
+    assert counts == {"_check_attention": 1, "_check_table": 1, "_table_contents": 3}
 
 
 def test_one_query_into_an_out_with_a_zero_stride_token_dim():

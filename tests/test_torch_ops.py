@@ -535,7 +535,7 @@ def prefill_out_args(q, k, v, qo, vllm, out, lse):
 
 
 def test_repeated_batch_prefill_runs_positionally_with_every_check(monkeypatch):
-    # batch_prefill's plans are kept per layout and max seqlen_q (its data_key); a vLLM
+    # batch_prefill's plans are kept per layout and query tiles (its data_key); a vLLM
     # table's layout binds positionally: a repeated call, eager or through torch.ops, goes
     # from its arguments to the checks and the launch, reading this call's table and data
     from tests.test_batch_prefill import check_sequences, make_problem
@@ -552,7 +552,7 @@ def test_repeated_batch_prefill_runs_positionally_with_every_check(monkeypatch):
     gfxasm.batch_prefill(q, k, v, qo, **vllm, causal=True, out=nan_like(q.shape, q.dtype))
     torch.ops.gfxasm.batch_prefill_out(*prefill_out_args(q, k, v, qo, vllm, nan_like(q.shape, q.dtype), lse))
     refuse_general_way(monkeypatch)
-    for seq_q, seq_k, seed in (([3, 2], [33, 20], 12), ([1, 4], [40, 17], 13)):    # max seqlen_q 3, then 4
+    for seq_q, seq_k, seed in (([3, 2], [33, 20], 12), ([1, 4], [40, 17], 13)):    # max seqlen_q 3, then 4: one tile
         q, k, v, qo, vllm, table = problem(seq_q, seq_k, seed)
         o, lse = gfxasm.batch_prefill(q, k, v, qo, **vllm, causal=True, return_lse=True)
         o_ref, lse_ref = bp.reference(q, k, v, qo, *table, causal=True)

@@ -68,7 +68,10 @@ for index tensors on the CPU, qo_indptr / kv_indptr monotonic and consistent wit
 and the page list, kv_last_page_len in range, seqlens_k within the table, and every page
 id the sequences use within the pool. For index tensors on a GPU only their shapes and
 dtypes are checked (reading them would synchronise); out-of-range page ids there are
-undefined behaviour. The grid needs max seqlen_q, which is read from qo_indptr (a
+undefined behaviour, as is a qo_indptr there that does not end at total_q. The grid's x is
+cdiv(max seqlen_q, 256): with at most 256 queries in all it is 1 (qo_indptr ends at total_q,
+so no sequence has more), known from q's shape without a read, so such calls (decode steps,
+small chunks) never synchronise; past that max seqlen_q is read from qo_indptr (a
 synchronisation when qo_indptr lives on a GPU).
 
 torch ops (declared on loader/ops/framework.py): gfxasm::batch_prefill (functional,
@@ -444,6 +447,7 @@ class _Checked:
     k_seq_stride: int
     v_seq_stride: int
     page_ratio_log2: int           # log2 (page stride / (page_size * row stride)), K's and V's
+    total_q: int                   # q's rows
 
 
 def _check_attention(call) -> tuple[int, int, int, int]:
@@ -524,7 +528,7 @@ def _check(call) -> _Checked:
         call.fail(ValueError, f"'softcap' applies to bfloat16/float16 inputs only; q is {q.dtype}")
     chosen = variant(q.dtype, call.causal, block_scales, k_cache.shape[1], fmha.windowed(call.causal, window),
                      softcap > 0, head_dim)
-    return _Checked(chosen, scale, window, softcap, k_seq_stride, v_seq_stride, page_ratio_log2)
+    return _Checked(chosen, scale, window, softcap, k_seq_stride, v_seq_stride, page_ratio_log2, q.shape[0])
 
 
 def _readable(call) -> bool:
@@ -595,9 +599,13 @@ def max_seq_q(qo_indptr: torch.Tensor) -> int:
     return int((qo_indptr[1:] - qo_indptr[:-1]).max())
 
 
-def _data_key(qo_indptr: torch.Tensor) -> int:
-    """The Spec's data_key: a plan per max seqlen_q (`max_seq_q`, looked up per call)."""
-    return max_seq_q(qo_indptr)
+def _q_tiles(qo_indptr: torch.Tensor, checked: _Checked) -> int:
+    """The Spec's data_key: the grid's x, cdiv(max seqlen_q, Q_TILE), a plan per value. Up to
+    Q_TILE queries in all it is 1 (0 with none) from the layout alone, qo_indptr ending at
+    total_q; past that max seqlen_q is read (`max_seq_q`, a synchronisation on a GPU)."""
+    if checked.total_q <= Q_TILE:
+        return int(checked.total_q > 0)
+    return -(-max_seq_q(qo_indptr) // Q_TILE)
 
 
 def _descales(call, one: torch.Tensor) -> torch.Tensor:
@@ -622,10 +630,10 @@ _ROWS = ((0, "seq"), (1, "head"))          # q and out [total_q, heads_q, head_d
 
 
 def kernel_args(checked: _Checked, call, seq_q: int) -> dict:
-    """The manifest arguments of batch_prefill_d128 for a checked call whose max seqlen_q
-    (`max_seq_q`, a synchronisation on a GPU) is `seq_q`: the page table normalised, the caches'
-    byte strides (their pages: `_row_stride`) and those of q's and out's size-1 dims (the
-    launcher fills q's, out's and lse's others: kernels.yaml `strides:`)."""
+    """The manifest arguments of batch_prefill_d128 for a checked call whose max seqlen_q is
+    at most `seq_q` (the grid: cdiv(seq_q, Q_TILE) tiles a sequence): the page table
+    normalised, the caches' byte strides (their pages: `_row_stride`) and those of q's and
+    out's size-1 dims (the launcher fills q's, out's and lse's others: kernels.yaml `strides:`)."""
     q, k_cache, v_cache, out, lse, qo_indptr = call.q, call.k_cache, call.v_cache, call.out, call.lse, call.qo_indptr
     e = q.element_size()
     ratio = q.shape[1] // k_cache.shape[2]
@@ -643,15 +651,15 @@ def kernel_args(checked: _Checked, call, seq_q: int) -> dict:
                 **fmha.sinks_args(call.sinks, q.device), **fmha.window_args(checked.window))
 
 
-def _plan(checked: _Checked, call, seq_q: int) -> framework.Plan:
-    """The launch for a layout and max seqlen_q `seq_q` (the framework keeps one per pair:
-    the Spec's data_key). Where the kernel's table and scale arguments are the call's own
+def _plan(checked: _Checked, call, tiles: int) -> framework.Plan:
+    """The launch for a layout and `tiles` query tiles per sequence (the framework keeps one
+    per pair: the Spec's data_key, `_q_tiles`). Where the kernel's table and scale arguments are the call's own
     tensors (`_positional`), the plan names them (the framework binds them by position);
     otherwise each call binds what its tensor contents give (`_contents`). Either way the
     plan keeps only placeholders the kernel never reads and the layout's constants."""
-    if not call.q.numel() or not seq_q:         # (seq_q 0: no sequence has a query)
+    if not call.q.numel() or not tiles:         # (tiles 0: no sequence has a query)
         return framework.Plan()
-    args = kernel_args(checked, call, seq_q)
+    args = kernel_args(checked, call, tiles * Q_TILE)       # (the kernel reads no max_seq_q: the grid's)
     launch = prepare(checked.variant, args)
     recheck = (lambda c: (_check_contents(c, checked.scale), fmha.sink_values(c))) if _readable(call) else None
     # the kernel never touches lse without store_lse, nor sinks without has_sinks
@@ -707,8 +715,8 @@ def _allocate(call, names: frozenset) -> dict:
     return outs
 
 
-# The launch depends on tensor data: the grid's max seqlen_q (the data_key: a plan per layout
-# and value) and the page table, descales and block scales (bound on every call).
+# The launch depends on tensor data: the grid's query tiles per sequence (the data_key: a plan
+# per layout and value) and the page table, descales and block scales (bound on every call).
 _ALIGNED = dict(align=16)
 BATCH_PREFILL = framework.define(framework.Spec(
     NAME,
@@ -719,7 +727,7 @@ BATCH_PREFILL = framework.define(framework.Spec(
             *fmha.WINDOW_SINKS_SOFTCAP,
             *(framework.Param(n, "Tensor?") for n in _DESCALES + ("kv_block_descale",))),
     outputs=(framework.Output("out", **_ALIGNED), framework.Output("lse", optional=True)),
-    check=_check, allocate=_allocate, plan=_plan, out_after="seqlens_k", data_key=("qo_indptr", _data_key)))
+    check=_check, allocate=_allocate, plan=_plan, out_after="seqlens_k", data_key=("qo_indptr", _q_tiles)))
 
 
 def batch_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, qo_indptr: torch.Tensor, *,

@@ -149,8 +149,9 @@ class Spec:
     in the `_out` schema (None: after the last); `out_form`: whether there is an `_out` op;
     `data_key` (parameter, read): where the launches depend on tensor data beyond what
     `check` reads (a grid read from an index tensor), the parameter holding it and the
-    function reading the value from its tensor, read on every call after the plan's
-    `recheck`: a layout's plans are kept per value of it."""
+    function giving the value, `read(tensor, checked)` (`checked`: what `check` returned for
+    the call's layout, so a value the layout's metadata settles needs no read), called on
+    every call after the plan's `recheck`: a layout's plans are kept per value of it."""
     name: str
     params: tuple[Param, ...]
     outputs: tuple[Output, ...]
@@ -159,7 +160,7 @@ class Spec:
     plan: Callable[[Any, Call], Plan]
     out_after: str | None = None
     out_form: bool = True
-    data_key: tuple[str, Callable[[torch.Tensor], Any]] | None = None
+    data_key: tuple[str, Callable[[torch.Tensor, Any], Any]] | None = None
 
 
 # Where each scratch buffer starts in a call's one scratch allocation: as aligned as an
@@ -527,7 +528,7 @@ class Op:
                 cached.planned = _Planned(self.spec.plan(cached.checked, call), self._out_position)
             return cached.planned
         name, read = self.spec.data_key
-        return self._planned_for(cached, call, read(call.values[name]))
+        return self._planned_for(cached, call, read(call.values[name], cached.checked))
 
     def _planned_for(self, cached: _Cached, call: Call, data) -> _Planned:
         """The plan of a checked call of an op with a data_key whose data is `data`."""
@@ -638,7 +639,7 @@ class Op:
             cached.recheck(call)
         planned = cached.direct
         if self._data_at is not None:
-            data = self.spec.data_key[1](args[self._data_at])
+            data = self.spec.data_key[1](args[self._data_at], cached.checked)
             planned = planned.get(data)
             if planned is None or planned.plan.bind is not None or not planned.plan.launches:
                 call = call or Call(self.name, dict(zip(self._out_order, args)), True)
