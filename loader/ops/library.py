@@ -48,16 +48,16 @@ class Op:
     mutated: tuple[int, ...] = ()            # the positions of the arguments it writes (an `_out` op's outputs)
 
     def __post_init__(self):
-        # direct()'s two tests over the schema's tensor positions, each written out as one
-        # expression (a loop over the positions cost ~1 us a call more): every argument there
-        # None, a plain non-meta tensor or no tensor at all (the implementation names it);
-        # and whether one requires grad
-        # (and the first with "not requiring grad" in it, so a call in grad mode whose
-        # tensors require none passes in one test)
+        # Tests over the schema's tensor positions, each written out as one expression (a
+        # loop over the positions cost ~1 us a call more). direct()'s: every argument there
+        # None, a plain non-meta tensor or no tensor at all (the implementation names it),
+        # and the same with no tensor requiring grad (one pass for a call in grad mode).
+        # The dispatched kernel's: whether one requires grad, where the dispatcher has
+        # already held each argument there to a Tensor or None.
         plain, plain_no_grad = (" and ".join(f"((t := a[{i}]) is None or (type(t) is T and not t.is_meta{extra}) or "
                                              f"not isinstance(t, T))" for i, _ in self.tensors) or "True"
                                 for extra in ("", " and not t.requires_grad"))
-        grad = " or ".join(f"(isinstance(t := a[{i}], T) and t.requires_grad)" for i, _ in self.tensors) or "False"
+        grad = " or ".join(f"((t := a[{i}]) is not None and t.requires_grad)" for i, _ in self.tensors) or "False"
         for name, text in (("_plain", plain), ("_plain_no_grad", plain_no_grad), ("_any_grad", grad)):
             object.__setattr__(self, name, eval(f"lambda a: {text}", {"T": torch.Tensor}))   # noqa: S307 (our text)
 
@@ -104,7 +104,8 @@ def define(name: str, impl: Callable, fake: Callable, schema: str, mutates_args:
         if torch.is_grad_enabled() and registered._any_grad(args):
             refuse_grad_inputs(name, tensors, args)
         result = impl(*args)
-        bump_versions(mutated, args)
+        if mutated:
+            bump_versions(mutated, args)
         return result
 
     _LIBRARY.impl(name, kernel, "CompositeExplicitAutograd")
