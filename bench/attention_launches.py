@@ -48,9 +48,10 @@ def _packed(variant, args: dict, grid) -> tuple:
     return variant, grid, raw, [args[a.name] for a in variant.args if a.type.is_pointer]
 
 
-def dense_parts(B, Hq, Hk, Sq, Sk, causal, head_dim=D, window=(-1, -1), sinks=False) -> tuple:
+def dense_parts(B, Hq, Hk, Sq, Sk, causal, head_dim=D, window=(-1, -1), sinks=False, softcap=0.0) -> tuple:
     """fmha_fwd_d128 (head_dim 64: fmha_fwd_d64), bf16, on torch.empty buffers (untouched
-    pages read as zeros); window (left, right) as the op passes it (causal: right 0), sinks zeros."""
+    pages read as zeros); window (left, right) as the op passes it (causal: right 0), sinks zeros,
+    softcap > 0: the soft-capped variant."""
     q = torch.empty(B, Sq, Hq, head_dim, dtype=torch.bfloat16)
     k = torch.empty(B, Sk, Hk, head_dim, dtype=torch.bfloat16)
     v = torch.empty(B, Sk, Hk, head_dim, dtype=torch.bfloat16)
@@ -59,8 +60,8 @@ def dense_parts(B, Hq, Hk, Sq, Sk, causal, head_dim=D, window=(-1, -1), sinks=Fa
     if causal:
         window = (window[0], 0)                        # (causal means right = 0, as the op passes it)
     args = fmha.kernel_args(q, k, v, o, lse, 1.0 / math.sqrt(head_dim), torch.zeros(Hq) if sinks else None,
-                            window)
-    variant = fmha.variant(torch.bfloat16, causal, fmha.windowed(causal, window), head_dim=head_dim)
+                            window, softcap)
+    variant = fmha.variant(torch.bfloat16, causal, fmha.windowed(causal, window), softcap > 0, head_dim=head_dim)
     return _packed(variant, args, (math.ceil(Sq / Q_TILE), Hq, B))
 
 

@@ -3,6 +3,7 @@
     python3 bench/fmha.py [--static-only] [--only TEXT] [--no-versus] [--probe-cap-keys N] [--out FILE]
     python3 bench/fmha.py --validate-cap S,S,... [--caps K,K,...] [--variants V,V,...] [--class-search]
     python3 bench/fmha.py --d64 [--out FILE]
+    python3 bench/fmha.py --features [--out FILE]
 
 Configurations (bf16, head dim 128, Sq = Sk, causal and not): B4 Hq64/Hk8 with
 S in {1k, 4k, 8k, 16k}, and B16 H64 (MHA) with S 8192.
@@ -42,6 +43,15 @@ B1 Hq64/Hkv8 S8192 (TFLOP/s of visible pairs), and the gpt-oss-shaped prefill th
 floors of that ratio (32 x 32 MFMA tiles computed at the causal rate; the HBM traffic at
 the model's sustainable rate) and one middle workgroup's cycles up to barrier 0, in the KV
 loop and after it (bench/out/fmha_d64.json; docs/fmha_fwd_d128.md reads them).
+
+--features: issue 22's feature cost, bf16 d128 B4 Hq64/Hkv8 S8192, non-causal and causal,
+with no option, with sinks and with softcap 30, modelled under each params.CORNERS entry:
+times, each feature's time over the plain kernel's (default corner, and the range over the
+corners), and the least time per KV tile any schedule of each object's steady tile could
+reach on that corner's ruler (vector_floor: the SIMD's two waves' VALU, transcendental and
+MFMA-hold cycles against its matrix pipe, at the clock law's clock), as a ratio to the
+plain kernel's
+(bench/out/fmha_features.json; docs/fmha_fwd_d128.md's soft-capping section reads them).
 """
 from __future__ import annotations
 
@@ -98,13 +108,17 @@ def _issue_cycles(inst, klass: str, prm: P.Params) -> int:
     return prm.issue_quantum
 
 
-def steady_tile(co_path: Path, mask: bool = False, rescale: bool = False, group: int = 1) -> dict:
+def steady_tile(co_path: Path, mask: bool = False, rescale: bool = False, group: int = 1,
+                params: P.Params | None = None) -> dict:
     """Instruction mix and cycles of one wave's main-loop iteration (one KV tile): walk from
     L<group>_iter back to it through the full body of an even tile (both DMAs issued), with
-    the mask and lazy-rescale branches taken as asked."""
+    the mask and lazy-rescale branches taken as asked. Issue cycles and the MFMAs' operand-read
+    holds (mfma_hold_cycles: the cycles after each MFMA issue no VALU may issue, its own slot
+    included) under `params` (default params.DEFAULT)."""
     import gfxasm.emu as emu
+    from gfxasm.perf.model import mfma_holds
     from gfxasm.perf.stats import classify, mfma_flops, mfma_passes
-    prm = P.DEFAULT
+    prm = params or P.DEFAULT
     labels = _symbols(co_path)
     names = {pc: name for name, pc in labels.items()}
     kern = emu.load(co_path).kernel()
@@ -113,7 +127,7 @@ def steady_tile(co_path: Path, mask: bool = False, rescale: bool = False, group:
     start = labels[f"L{group}_iter"]
     n = by_pc[start]
     counts, cycles = Counter(), Counter()
-    mfma = dict(count=0, cycles=0, flops=0)
+    mfma = dict(count=0, cycles=0, flops=0, hold=0)
     steps = 0
     while True:
         inst = insts[n]
@@ -125,6 +139,7 @@ def steady_tile(co_path: Path, mask: bool = False, rescale: bool = False, group:
             mfma["count"] += 1
             mfma["cycles"] += 4 * mfma_passes(inst)
             mfma["flops"] += mfma_flops(inst)
+            mfma["hold"] += mfma_holds(inst, mfma_passes(inst), prm)[0]
         else:
             counts[klass] += 1
             cycles[klass] += _issue_cycles(inst, klass, prm)
@@ -146,7 +161,7 @@ def steady_tile(co_path: Path, mask: bool = False, rescale: bool = False, group:
                 continue
         n += 1
     other = sum(cycles.values())
-    return dict(mfma=mfma["count"], mfma_cycles=mfma["cycles"], mfma_flops=mfma["flops"],
+    return dict(mfma=mfma["count"], mfma_cycles=mfma["cycles"], mfma_flops=mfma["flops"], mfma_hold_cycles=mfma["hold"],
                 other_instructions=dict(counts), other_cycles_by_class=dict(cycles), other_cycles=other,
                 mfma_share=mfma["cycles"] / (mfma["cycles"] + other))
 
@@ -313,6 +328,74 @@ def d64_figures(cap: int | None) -> list[dict]:
     return rows
 
 
+# ------------------------------------------------------------------ features (--features)
+
+FEATURES_SHAPE = (4, 64, 8, 8192)       # B, Hq, Hk, S: issue 22's "sinks or softcap cost <= 5%" shape
+SOFTCAP = 30.0
+FEATURES = {"none": {}, "sinks": dict(sinks=True), f"softcap {SOFTCAP:g}": dict(softcap=SOFTCAP)}
+
+
+def vector_floor(co_path: Path, prm: P.Params) -> dict:
+    """Least time per KV tile of the SIMD's two waves (waves w and w + 4, both running the
+    steady tile of `co_path`) on `prm`'s ruler, whatever the schedule: in cycles, the larger
+    of the matrix pipe's MFMA cycles and the vector ALU's VALU and transcendental cycles plus
+    the cycles each MFMA keeps it from issuing (its issue slot and, with the hold on the whole
+    SIMD, the operand-read hold); in seconds, those cycles at the clock the model's DVFS law
+    (params.sustained_clock) gives at that steady state's busy shares. gfxasm.perf's pipes and
+    rules only: no memory wait, no barrier, packed FP32 counted as plain VALU (its 44-clk
+    distance from the last MFMA assumed filled with other VALU work)."""
+    tile = steady_tile(co_path, params=prm)
+    alu = 2 * (tile["other_cycles_by_class"].get("valu", 0) + tile["other_cycles_by_class"].get("trans", 0))
+    blocked = tile["mfma_hold_cycles"] if prm.mfma_hold_scope == "simd" else tile["mfma"] * prm.issue_quantum
+    mfma_pipe, vector_side = 2 * tile["mfma_cycles"], alu + 2 * blocked
+    cycles = max(mfma_pipe, vector_side)
+    clock = prm.sustained_clock(mfma_pipe / cycles, alu / cycles)
+    return dict(mfma_pipe=mfma_pipe, vector_side=vector_side, cycles=cycles, clock_hz=clock, seconds=cycles / clock,
+                valu=tile["other_instructions"].get("valu", 0), trans=tile["other_instructions"].get("trans", 0))
+
+
+def features_figures(cap: int | None) -> list[dict]:
+    """Per causal/non-causal and params.CORNERS entry: FEATURES_SHAPE bf16 d128 with each of
+    FEATURES, modelled (causal_model.modelled_seconds), each feature's time over the plain
+    kernel's, and vector_floor's least steady-state time per tile for the same objects over
+    the plain kernel's (the least cost any schedule of that instruction mix could reach on
+    the ruler, to first order: prologue, epilogue and causal tails left out)."""
+    B, Hq, Hk, S = FEATURES_SHAPE
+    rows = []
+    for causal in (False, True):
+        for corner, changes in P.CORNERS.items():
+            prm = dataclasses.replace(P.DEFAULT, **changes)
+            times, floors = {}, {}
+            for name, options in FEATURES.items():
+                launch = launches.Launch(functools.partial(launches.dense_parts, **options))
+                times[name], _ = causal_model.modelled_seconds(launch, B, Hq, Hk, S, causal, cap, params=prm)
+                floors[name] = vector_floor(launch.parts(1, 1, 1, 64, 64, causal)[0].co_path, prm)
+            flops = launches.flops(B, Hq, S, causal)
+            row = dict(causal=causal, corner=corner, features={
+                name: dict(seconds=t, tflops=flops / t / 1e12, time_over_plain=t / times["none"],
+                           floor=floors[name], floor_over_plain=floors[name]["seconds"] / floors["none"]["seconds"])
+                for name, t in times.items()})
+            rows.append(row)
+            print(f"{'causal' if causal else 'non-causal':10} {corner:11} " + "   ".join(
+                f"{name} {f['seconds'] * 1e6:7.0f} us {f['tflops']:5.0f} TFLOP/s x{f['time_over_plain']:.3f} "
+                f"(floor x{f['floor_over_plain']:.3f})" for name, f in row["features"].items()), flush=True)
+    return rows
+
+
+def _features_ranges(rows: list[dict]) -> None:
+    """Each feature's time over the plain kernel's at the default corner, and its range over
+    the corners, per causal/non-causal."""
+    for causal in (False, True):
+        mine = [r for r in rows if r["causal"] == causal]
+        for name in FEATURES:
+            ratios = [r["features"][name]["time_over_plain"] for r in mine]
+            floors = [r["features"][name]["floor_over_plain"] for r in mine]
+            default = next(r for r in mine if r["corner"] == "default")["features"][name]
+            print(f"{'causal' if causal else 'non-causal':10} {name:12} time x{default['time_over_plain']:.3f} "
+                  f"({min(ratios):.3f}-{max(ratios):.3f} over the corners), {default['tflops']:.0f} TFLOP/s; "
+                  f"least time per tile x{default['floor_over_plain']:.3f} ({min(floors):.3f}-{max(floors):.3f})")
+
+
 # ------------------------------------------------------------------ main
 
 def _static_table(facts: list[dict]) -> str:
@@ -346,6 +429,7 @@ def main(argv=None) -> int:
     ap.add_argument("--variants", default="paged-fp8,paged-bf16",
                     help="--validate-cap: of dense-bf16, paged-fp8, paged-fp8-blk, paged-bf16")
     ap.add_argument("--d64", action="store_true", help="head dim 64 figures (module docstring)")
+    ap.add_argument("--features", action="store_true", help="sinks and softcap against the plain kernel (docstring)")
     ap.add_argument("--class-search", action="store_true",
                     help="--validate-cap: the five-probe reference with gfxasm.perf.grid's class search (today's default)")
     args = ap.parse_args(argv)
@@ -358,6 +442,16 @@ def main(argv=None) -> int:
         out = Path(args.out or REPO / "bench" / "out" / "fmha_d64.json")
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(dict(shape=D64_SHAPE, gpt_oss_window=GPT_OSS_WINDOW, corners=rows), indent=1))
+        print(f"wrote {out}")
+        return 0
+    if args.features:
+        print(f"fmha_fwd_d128 bf16 B{FEATURES_SHAPE[0]} Hq{FEATURES_SHAPE[1]}/Hk{FEATURES_SHAPE[2]} S{FEATURES_SHAPE[3]}, "
+              f"gfxasm.perf (modelled, no gfx950 here), per params.CORNERS entry:")
+        rows = features_figures(cap)
+        _features_ranges(rows)
+        out = Path(args.out or REPO / "bench" / "out" / "fmha_features.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(dict(shape=FEATURES_SHAPE, softcap=SOFTCAP, rows=rows), indent=1, default=str))
         print(f"wrote {out}")
         return 0
     if args.validate_cap:
