@@ -71,6 +71,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from gfxasm.build import build_manifest                       # noqa: E402
+from gfxasm.gridexpr import cdiv                              # noqa: E402
 from gfxasm.manifest import default_manifest                  # noqa: E402
 from gfxasm.ops import batch_prefill as bp                    # noqa: E402
 from gfxasm.ops import fmha                                   # noqa: E402
@@ -235,7 +236,6 @@ VALIDATION_LAUNCHES = {"dense-bf16": launches.DENSE_BF16, "paged-fp8": launches.
 
 # ------------------------------------------------------------------ head dim 64 (--d64)
 
-Q_TILE_ROWS = launches.Q_TILE           # rows of Q per workgroup
 D64_SHAPE = (1, 64, 8, 8192)            # B, Hq, Hk, S: the issue's d64 target shape
 GPT_OSS_WINDOW = (128, 0)               # gpt-oss's sliding layers (causal, with sinks)
 
@@ -285,7 +285,7 @@ def window_phases(launch, B, Hq, Hk, S, q_tile: int, params=None) -> dict:
         return issue(cu, wave, t)
     model.Cu.issue = record
     try:
-        T = -(-S // Q_TILE_ROWS)
+        T = cdiv(S, launches.Q_TILE)
         e = causal_model.estimate(launch, B, Hq, Hk, S, S, True, workgroup=(T - 1 - q_tile, 0, 0), class_search=False,
                                   params=params)
     finally:
@@ -316,7 +316,7 @@ def d64_figures(cap: int | None) -> list[dict]:
                          gpt_oss_tflops=oss_flops / oss_s / 1e12, gpt_oss_over_visible=oss_s / visible_s,
                          tiling_floor_over_visible=floors["tiling_over_visible"],
                          hbm_floor_over_visible=floors["hbm_s"] / visible_s,
-                         gpt_oss_phases=window_phases(oss, B, Hq, Hk, S, S // Q_TILE_ROWS // 2, params=prm)))
+                         gpt_oss_phases=window_phases(oss, B, Hq, Hk, S, S // launches.Q_TILE // 2, params=prm)))
         print(f"{corner:12} causal {causal_s * 1e6:8.1f} us {rate / 1e12:6.0f} TFLOP/s   gpt-oss (window 128 + sinks) "
               f"{oss_s * 1e6:7.1f} us {oss_flops / oss_s / 1e12:5.0f} TFLOP/s = {rows[-1]['gpt_oss_over_visible']:.2f}x "
               f"its visible FLOPs at the causal rate", flush=True)

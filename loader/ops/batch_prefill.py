@@ -90,7 +90,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..gridexpr import magic_u32
+from ..gridexpr import cdiv, magic_u32
 from ..launcher import prepare
 from ..manifest import Variant, default_manifest
 from . import fmha, fp8_query, framework
@@ -605,7 +605,7 @@ def _q_tiles(qo_indptr: torch.Tensor, checked: _Checked) -> int:
     total_q; past that max seqlen_q is read (`max_seq_q`, a synchronisation on a GPU)."""
     if checked.total_q <= Q_TILE:
         return int(checked.total_q > 0)
-    return -(-max_seq_q(qo_indptr) // Q_TILE)
+    return cdiv(max_seq_q(qo_indptr), Q_TILE)
 
 
 def _descales(call, one: torch.Tensor) -> torch.Tensor:

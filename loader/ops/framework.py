@@ -62,6 +62,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..gridexpr import cdiv
 from ..launcher import BACKEND_ENV, PreparedLaunch
 from . import arguments, library
 from .aliasing import extent, refuse_internal_overlap, refuse_overlap
@@ -175,7 +176,7 @@ def _scratch_spans(scratch: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> t
     for name, (shape, dtype) in scratch.items():
         nbytes = math.prod(shape) * dtype.itemsize
         spans[name] = (at, nbytes)
-        at += -(-nbytes // SCRATCH_ALIGN) * SCRATCH_ALIGN
+        at += cdiv(nbytes, SCRATCH_ALIGN) * SCRATCH_ALIGN
     return spans, at
 
 
