@@ -837,11 +837,16 @@ L_sinks:
 ; --- rare paths (placed after s_endpgm) ---
 
 ; mask S(j) (-inf where the key is not visible): element e = key block e/16, register e%16
+; _key: the key (0..63 in the tile) that element e of S(j) holds
+.macro mask_key e
+    .set _key, 32*((\e)/16) + 8*(((\e)%16)/4) + (\e)%4
+.endm
 .macro mask_cmp e, pair, form=0
+    mask_key \e
 .if WINDOW
-    window_mask_cmp \e, \pair, \form
+    window_mask_cmp \pair, \form
 .else
-    v_cmp_lt_i32_e64 s[\pair:\pair+1], 32*((\e)/16) + 8*(((\e)%16)/4) + (\e)%4, v[v_mask_t]
+    v_cmp_lt_i32_e64 s[\pair:\pair+1], _key, v[v_mask_t]
 .endif
 .endm
 .macro mask_sel e, pair, form=0
