@@ -540,17 +540,17 @@ def test_out_overlapping_input_refused():
 def test_torch_op_functional_equals_out():
     q, k, v, qo, sglang, _ = _base()
     tables = (sglang["kv_indptr"], sglang["kv_page_indices"], sglang["kv_last_page_len"], None, None)
-    o, lse = torch.ops.gfxasm.batch_prefill(q, k, v, qo, *tables, True, None, *NO_FEATURES, None, None, None, None,
-                                            True)
+    o, lse = torch.ops.gfxasm.batch_prefill_with_lse(q, k, v, qo, *tables, True, None, *NO_FEATURES, None, None, None,
+                                                     None)
     out = torch.full_like(q, float("nan"))
     lse2 = torch.full_like(lse, float("nan"))
     torch.ops.gfxasm.batch_prefill_out(q, k, v, qo, *tables, out, lse2, True, None, *NO_FEATURES, None, None, None,
                                        None)
     assert torch.equal(o.view(torch.int16), out.view(torch.int16)) and torch.equal(lse, lse2)
     with torch.device("meta"):
-        mo, ml = torch.ops.gfxasm.batch_prefill(q.to("meta"), k.to("meta"), v.to("meta"), qo.to("meta"),
-                                                *(t.to("meta") if t is not None else None for t in tables),
-                                                True, None, *NO_FEATURES, None, None, None, None, True)
+        mo, ml = torch.ops.gfxasm.batch_prefill_with_lse(q.to("meta"), k.to("meta"), v.to("meta"), qo.to("meta"),
+                                                         *(t.to("meta") if t is not None else None for t in tables),
+                                                         True, None, *NO_FEATURES, None, None, None, None)
     assert mo.shape == q.shape and ml.shape == (q.shape[1], q.shape[0])
 
 

@@ -52,8 +52,8 @@ def nan_like(shape, dtype):
 
 def test_opcheck_fmha():
     q, k, v = qkv()
-    torch.library.opcheck(torch.ops.gfxasm.fmha_fwd.default, (q, k, v, True, None, *NO_FEATURES, True))
-    torch.library.opcheck(torch.ops.gfxasm.fmha_fwd.default, (q, k, v, False, 0.3, *NO_FEATURES, False))
+    torch.library.opcheck(torch.ops.gfxasm.fmha_fwd_with_lse.default, (q, k, v, True, None, *NO_FEATURES))
+    torch.library.opcheck(torch.ops.gfxasm.fmha_fwd.default, (q, k, v, False, 0.3, *NO_FEATURES))
     torch.library.opcheck(torch.ops.gfxasm.fmha_fwd_out.default,
                           (q, k, v, nan_like(q.shape, q.dtype), nan_like((1, 2, 3), torch.float32), True, None,
                            *NO_FEATURES))
@@ -82,9 +82,9 @@ def test_compile_fullgraph_equals_eager():
     a, sa, b, sb = mx_operands(seed=2)
 
     def f(q, k, v, a, sa, b, sb, out):
-        o, lse = gfxasm.fmha_fwd(q, k, v, causal=True, return_lse=True)
+        o, lse = gfxasm.fmha_fwd(q, k, v, causal=True, return_lse=True)       # fmha_fwd_with_lse
         gfxasm.mxfp8_gemm(a, sa, b, sb, out=out)
-        return o, lse, gfxasm.mxfp8_gemm(a, sa, b, sb, out_dtype=torch.float16)
+        return o, lse, gfxasm.fmha_fwd(q, k, v), gfxasm.mxfp8_gemm(a, sa, b, sb, out_dtype=torch.float16)
 
     compiled = torch.compile(f, fullgraph=True)
     out_c, out_e = nan_like((2, 19), torch.bfloat16), nan_like((2, 19), torch.bfloat16)
@@ -94,6 +94,22 @@ def test_compile_fullgraph_equals_eager():
     assert torch.equal(out_c, out_e) and not torch.isnan(out_c).any()
     o_ref, _ = fmha.reference(q, k, v, causal=True)          # eager itself is right, independently
     assert fmha.max_error(want[0].float(), o_ref) < 0.05
+
+
+def test_functional_op_and_its_with_lse_form():
+    """Through the dispatcher the functional op returns out alone and its `_with_lse` op
+    (out, lse), each what the eager call returns and out within the reference's bound; an
+    op without an optional output has no `_with_` form."""
+    q, k, v = qkv(seed=5)
+    o_eager, lse_eager = gfxasm.fmha_fwd(q, k, v, causal=True, return_lse=True)
+    o = torch.ops.gfxasm.fmha_fwd(q, k, v, True, None, *NO_FEATURES)
+    o2, lse = torch.ops.gfxasm.fmha_fwd_with_lse(q, k, v, True, None, *NO_FEATURES)
+    assert isinstance(o, torch.Tensor) and torch.equal(o, o_eager) and torch.equal(o2, o_eager)
+    assert torch.equal(lse, lse_eager)
+    o_ref, lse_ref = fmha.reference(q, k, v, causal=True)
+    o_tol, lse_tol = fmha.tolerances(q, k, v, o_ref, lse_ref, causal=True)
+    assert fmha.max_error(o.float(), o_ref) <= o_tol and (lse - lse_ref).abs().max() <= lse_tol
+    assert not hasattr(torch.ops.gfxasm, "mxfp8_gemm_with_lse")
 
 
 def test_meta_tensors_give_shapes():
@@ -114,7 +130,7 @@ def test_requires_grad_refused():
     with pytest.raises(RuntimeError, match="fmha_fwd: 'q' requires grad, but gfxasm ops have no backward"):
         gfxasm.fmha_fwd(q, k, v)
     with pytest.raises(RuntimeError, match="'q' requires grad"):
-        torch.ops.gfxasm.fmha_fwd(q, k, v, False, None, *NO_FEATURES, False)        # the op itself, too
+        torch.ops.gfxasm.fmha_fwd(q, k, v, False, None, *NO_FEATURES)        # the op itself, too
     with pytest.raises(RuntimeError, match="fmha_fwd_out: 'q' requires grad"):
         gfxasm.fmha_fwd(q, k, v, out=torch.empty(q.shape, dtype=q.dtype))
     with torch.no_grad():
@@ -225,8 +241,8 @@ def decode_args(q, k, v, seqlens, table, k_descale=None, v_descale=None, pairs=(
 def test_opcheck_decode_attention():
     q, k, v, seqlens, table = decode_inputs()
     sinks = torch.randn(4, generator=torch.Generator().manual_seed(1))
-    torch.library.opcheck(torch.ops.gfxasm.decode_attention.default,
-                          decode_args(q, k, v, seqlens, table, sinks=sinks, num_splits=2) + (True,))
+    torch.library.opcheck(torch.ops.gfxasm.decode_attention_with_lse.default,
+                          decode_args(q, k, v, seqlens, table, sinks=sinks, num_splits=2))
     g = torch.Generator().manual_seed(2)
     k_flat, v_flat = (torch.randn(2, 40, 2, 64, generator=g).bfloat16() for _ in range(2))     # contiguous cache
     torch.library.opcheck(torch.ops.gfxasm.decode_attention_out.default,
@@ -236,7 +252,7 @@ def test_opcheck_decode_attention():
     fp8 = torch.randn(k.shape, generator=g).to(torch.float8_e4m3fn)
     pairs = (da.random_pairs(k.shape, g), da.random_pairs(k.shape, g))
     torch.library.opcheck(torch.ops.gfxasm.decode_attention.default,
-                          decode_args(q, fp8, fp8, seqlens, table, pairs=pairs) + (False,), test_utils=NO_SCHEMA)
+                          decode_args(q, fp8, fp8, seqlens, table, pairs=pairs), test_utils=NO_SCHEMA)
 
 
 def test_decode_fp8_inputs_untouched():
@@ -305,7 +321,7 @@ def test_decode_requires_grad_refused():
     with pytest.raises(RuntimeError, match="decode_attention: 'q' requires grad, but gfxasm ops have no backward"):
         gfxasm.decode_attention(q, k, v, seqlens, block_table=table)
     with pytest.raises(RuntimeError, match="'q' requires grad"):
-        torch.ops.gfxasm.decode_attention(*decode_args(q, k, v, seqlens, table), False)   # the op itself, too
+        torch.ops.gfxasm.decode_attention(*decode_args(q, k, v, seqlens, table))   # the op itself, too
     with pytest.raises(RuntimeError, match="decode_attention_out: 'q' requires grad"):
         gfxasm.decode_attention(q, k, v, seqlens, block_table=table, out=torch.empty(q.shape, dtype=q.dtype))
     sinks = torch.zeros(4, requires_grad=True)
@@ -424,15 +440,14 @@ def prefill_inputs(seed=0, dtype=torch.bfloat16, page=16, seq_q=(3, 0, 5), seq_k
 def test_opcheck_batch_prefill():
     q, k, v, qo, sglang, vllm = prefill_inputs()
     no_scales = (None, None, None, None)
-    torch.library.opcheck(torch.ops.gfxasm.batch_prefill.default, (q, k, v, qo, *sglang, True, None, *NO_FEATURES, *no_scales,
-                                                                           True))
+    torch.library.opcheck(torch.ops.gfxasm.batch_prefill_with_lse.default,
+                          (q, k, v, qo, *sglang, True, None, *NO_FEATURES, *no_scales))
     torch.library.opcheck(torch.ops.gfxasm.batch_prefill_out.default,
                           (q, k, v, qo, *vllm, nan_like(q.shape, q.dtype), nan_like((2, 8), torch.float32), False,
                            0.3, *NO_FEATURES, *no_scales))
     q8, k8, v8, qo, sglang, _ = prefill_inputs(seed=1, dtype=torch.float8_e4m3fn)
     scales = (torch.tensor([0.5]), torch.tensor([1.5]), torch.tensor([0.75]), None)
-    torch.library.opcheck(torch.ops.gfxasm.batch_prefill.default, (q8, k8, v8, qo, *sglang, True, None, *NO_FEATURES, *scales,
-                                                                       False),
+    torch.library.opcheck(torch.ops.gfxasm.batch_prefill.default, (q8, k8, v8, qo, *sglang, True, None, *NO_FEATURES, *scales),
                           test_utils=NO_SCHEMA)
 
 

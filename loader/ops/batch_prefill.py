@@ -75,8 +75,8 @@ small chunks) never synchronise; past that max seqlen_q is read from qo_indptr (
 synchronisation when qo_indptr lives on a GPU).
 
 torch ops (declared on loader/ops/framework.py): gfxasm::batch_prefill (functional,
-returns (out, lse), lse empty unless return_lse) and gfxasm::batch_prefill_out (out, lse
-mutated). Their fake kernels run every check but the data ones (meta tensors,
+returns out), gfxasm::batch_prefill_with_lse (returns (out, lse)) and
+gfxasm::batch_prefill_out (out, lse mutated). Their fake kernels run every check but the data ones (meta tensors,
 torch.compile). The launch is planned once per tensor layout and max seqlen_q (the grid
 depends on it); every call reads its own page table, descales and block scales, and on
 CPU tensors reruns the checks of their contents.
@@ -739,8 +739,8 @@ def batch_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                   v_descale: torch.Tensor | None = None, kv_block_descale: torch.Tensor | None = None,
                   out: torch.Tensor | None = None, return_lse: bool = False):
     """Varlen attention of q over a paged KV cache; returns out, or (out, lse) with
-    return_lse. See the module docstring; runs torch.ops.gfxasm.batch_prefill (or
-    batch_prefill_out when `out` is given). bf16 q over an FP8 cache first runs the
+    return_lse. See the module docstring; runs torch.ops.gfxasm.batch_prefill (batch_prefill_with_lse
+    with return_lse, batch_prefill_out when `out` is given). bf16 q over an FP8 cache first runs the
     pre-pass that quantises q on the device (loader/ops/fp8_query.py)."""
     args = (q, k_cache, v_cache, qo_indptr, kv_indptr, kv_page_indices, kv_last_page_len, block_table, seqlens_k,
             causal, softmax_scale, *fmha.window_pair(NAME, window_size), sinks, softcap, q_descale, k_descale,

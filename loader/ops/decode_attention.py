@@ -66,10 +66,10 @@ data is not read (that would synchronise), and such inputs are the caller's to a
 
 torch ops (declared on loader/ops/framework.py): gfxasm::decode_attention(q, k_cache,
 v_cache, cache_seqlens, block_table, cache_leftpad, k_descale, v_descale, k_scale_shift,
-v_scale_shift, softmax_scale, causal, window_left, window_right, sinks, softcap, num_splits,
-return_lse) (the Python call's window_size is (window_left, window_right)) -> (out, lse), lse
-empty unless return_lse; gfxasm::decode_attention_out(the same but return_lse, out!,
-lse!?). Their fake kernels check what metadata tells (meta tensors throughout give the
+v_scale_shift, softmax_scale, causal, window_left, window_right, sinks, softcap, num_splits)
+(the Python call's window_size is (window_left, window_right)) -> out;
+gfxasm::decode_attention_with_lse(the same) -> (out, lse); gfxasm::decode_attention_out(the
+same, out!, lse!?). Their fake kernels check what metadata tells (meta tensors throughout give the
 output shapes; torch.compile traces them). The checked, prepared launches are cached per
 tensor layout and scalars, so a repeated call checks only what its data can change
 (pointers, and on the CPU the data checks above), allocates and launches.
@@ -607,7 +607,8 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, *, block_table=None, ca
                      window_size=(-1, -1), sinks=None, softcap=0.0, num_splits=None, out=None, return_lse=False):
     """Attention of q's new tokens over the KV cache; returns out, or (out, lse) with
     return_lse. See the module docstring for conventions and limits; runs
-    torch.ops.gfxasm.decode_attention (or decode_attention_out when `out` is given)."""
+    torch.ops.gfxasm.decode_attention (decode_attention_with_lse with return_lse,
+    decode_attention_out when `out` is given)."""
     return DECODE_ATTENTION(q, k_cache, v_cache, cache_seqlens, block_table, cache_leftpad, k_descale, v_descale,
                             k_scale_shift, v_scale_shift, softmax_scale, causal, *fmha.window_pair(NAME, window_size),
                             sinks, softcap, num_splits, out=out, return_lse=return_lse)

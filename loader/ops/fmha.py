@@ -38,8 +38,8 @@ here, before launching; a violation is a ValueError/TypeError naming the argumen
 was expected and what was given.
 
 torch ops (declared on loader/ops/framework.py): gfxasm::fmha_fwd(q, k, v, causal,
-softmax_scale, window_left, window_right, sinks, softcap, return_lse) -> (out, lse), lse
-empty unless return_lse; gfxasm::fmha_fwd_out(q, k, v, out!, lse!?, causal, softmax_scale,
+softmax_scale, window_left, window_right, sinks, softcap) -> out; gfxasm::fmha_fwd_with_lse
+(the same) -> (out, lse); gfxasm::fmha_fwd_out(q, k, v, out!, lse!?, causal, softmax_scale,
 window_left, window_right, sinks, softcap). (The window travels as two ints: a list
 argument would make every call's plan-cache key unhashable.) Both have fake kernels
 (meta tensors, torch.compile). The validated launch is cached per tensor layout (shapes,
@@ -389,7 +389,7 @@ def fmha_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool 
              return_lse: bool = False):
     """Attention forward (flash-attention conventions); returns out, or (out, lse) with
     return_lse. See the module docstring for the layout rules; runs torch.ops.gfxasm.fmha_fwd
-    (or fmha_fwd_out when `out` is given)."""
+    (fmha_fwd_with_lse with return_lse, fmha_fwd_out when `out` is given)."""
     return FMHA_FWD(q, k, v, causal, softmax_scale, *window_pair("fmha_fwd", window_size), sinks, softcap,
                     out=out, return_lse=return_lse)
 

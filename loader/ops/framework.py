@@ -18,9 +18,12 @@ outputs, and three functions of its own —
 
 From that the framework builds, once, for every op:
 
-    gfxasm::<name>         functional: allocates and returns its outputs (an optional
-                           output is returned only when `return_<output>` is True, an
-                           empty float32 tensor otherwise)
+    gfxasm::<name>         functional: allocates and returns its required outputs
+    gfxasm::<name>_with_<output>
+                           the same returning the optional output too (an op declares
+                           at most one): two ops instead of a `return_<output>` flag, so
+                           no call allocates a placeholder for an output not asked for
+                           and the dispatcher boxes one argument and one result fewer
     gfxasm::<name>_out     writes the caller's outputs (declared mutated), returns nothing
     their fake kernels     `check` on metadata, then `allocate`: a traced call is
                            validated exactly like an eager one
@@ -42,8 +45,7 @@ From that the framework builds, once, for every op:
                            (Op._run_cached, _run_cached_fresh)
     the eager shortcut     a plain eager call (no mode, plain tensors) runs the op without
                            torch's dispatcher (library.Op.direct), `out=` calls too, and
-                           without the functional schema's empty placeholders for outputs
-                           not asked for
+                           and without a Call or dict where its layout was seen before
     device, alignment and  every tensor of a call (index tensors and outputs included) on
     overlap refusals       one device; declared pointer alignments; an output may not
                            overlap an input or another output, nor itself, except the one
@@ -87,7 +89,8 @@ class Param:
 
 @dataclass(frozen=True)
 class Output:
-    """One output. `optional`: produced only on request (`return_<name>`); `may_alias`: the
+    """One output. `optional`: produced only on request (`return_<name>`; at most one per op:
+    the functional torch op `<op>_with_<name>` returns it); `may_alias`: the
     input it may be exactly (same address, shape, strides, dtype) because the kernel reads
     that input's element before writing the output's; `align` as for Param."""
     name: str
@@ -290,6 +293,8 @@ class Op:
         optional = [o.optional for o in spec.outputs]
         if optional != sorted(optional):            # False < True
             raise ValueError(f"{spec.name}: the required outputs come before the optional ones")
+        if sum(optional) > 1:
+            raise ValueError(f"{spec.name}: at most one optional output (one `_with_` functional op serves it)")
         self.spec = spec
         self.name = spec.name
         self.required = tuple(o for o in spec.outputs if not o.optional)
@@ -299,7 +304,6 @@ class Op:
         self._required_names = frozenset(o.name for o in self.required)
         self._flag_names = tuple(f"return_{o.name}" for o in self.optional)
         self._flag_set = frozenset(self._flag_names)
-        self._no_flags = (False,) * len(self.optional)
         tensors = [p.name for p in spec.params if p.is_tensor]
         self._aligned = tuple((p.name, p.align) for p in (*spec.params, *spec.outputs) if p.align > 1)
         self._aligned_params = tuple((p.name, p.align) for p in spec.params if p.align > 1)
@@ -314,7 +318,13 @@ class Op:
         self._metadata_checked: dict[tuple, bool] = {}  # check_metadata's layouts, likewise
         self._lock = threading.Lock()
         self.functional = library.define(spec.name, self._functional, self._functional_fake,
-                                         self._schema(functional=True))
+                                         self._functional_schema(self.required))
+        # the functional op that also returns the optional output, and what it is asked for
+        self.functional_with = None
+        self._all_optional = frozenset(o.name for o in self.optional)
+        if self.optional:
+            self.functional_with = library.define(f"{spec.name}_with_{self.optional[0].name}", self._functional_with,
+                                                  self._functional_with_fake, self._functional_schema(spec.outputs))
         self._out_order = tuple(p.name for p in self._out_params())
         self._out_position = {name: i for i, name in enumerate(self._out_order)}
         self._out_at = self._out_order.index(self._output_names[0])     # where the outputs sit in it
@@ -323,12 +333,9 @@ class Op:
         self.out_op = None
         if spec.out_form:
             self.out_op = library.define(f"{spec.name}_out", self._out, self._out_fake,
-                                         self._schema(functional=False), mutates_args=self._output_names)
+                                         self._out_schema(), mutates_args=self._output_names)
 
     # ---------------------------------------------------------------- schemas
-
-    def _flags_params(self) -> list[Param]:
-        return list(self.spec.params) + [Param(f"return_{o.name}", "bool") for o in self.optional]
 
     def _out_params(self) -> list[Param]:
         outs = [Param(o.name, "Tensor", o.align) for o in self.spec.outputs]
@@ -337,12 +344,11 @@ class Op:
             [p.name for p in params].index(self.spec.out_after) + 1
         return params[:at] + outs + params[at:]
 
-    def _schema(self, functional: bool) -> str:
-        if functional:
-            args = [f"{p.type} {p.name}" for p in self._flags_params()]
-            results = ", ".join("Tensor" for _ in self.spec.outputs)
-            return f"({', '.join(args)}) -> ({results})" if len(self.spec.outputs) > 1 else \
-                f"({', '.join(args)}) -> Tensor"
+    def _functional_schema(self, outputs: tuple[Output, ...]) -> str:
+        args = ", ".join(f"{p.type} {p.name}" for p in self.spec.params)
+        return f"({args}) -> ({', '.join('Tensor' for _ in outputs)})" if len(outputs) > 1 else f"({args}) -> Tensor"
+
+    def _out_schema(self) -> str:
         aliases = {o.name: f"Tensor({chr(ord('a') + i)}!){'?' if o.optional else ''}"
                    for i, o in enumerate(self.spec.outputs)}
         args = [f"{aliases.get(p.name, p.type)} {p.name}" for p in self._out_params()]
@@ -355,19 +361,13 @@ class Op:
         tensor when the op has one, a tuple otherwise); `return_<name>` asks for an optional
         output. Returns the one required output alone, else the tuple of required outputs,
         followed by each optional output asked for."""
-        raw = self._flag_values(flags) if flags else self._no_flags
+        wanted = self._wanted(self._flag_values(flags)) if flags else _NONE
         if out is None:
-            if self.functional.direct(params):        # plain eager tensors: no dispatcher, no placeholders
-                wanted = self._wanted(raw)
+            if self.functional.direct(params):        # plain eager tensors: no dispatcher
                 return self._returned(self._fresh(params, wanted), wanted)
-            results = self.functional(*params, *raw)
-            if not self.optional:
-                return results
-            picked = [*results[:len(self.required)], *[r for r, f in zip(results[len(self.required):], raw) if f]]
-            return picked[0] if len(picked) == 1 else tuple(picked)
+            return self.functional_with(*params) if wanted else self.functional(*params)
         if self.out_op is None:
             raise TypeError(f"{self.name}: takes no 'out' argument")
-        wanted = self._wanted(raw)
         given = (out,) if len(self.required) == 1 else self._given_outputs(out)
         at = self._out_at
         if not wanted:
@@ -383,8 +383,9 @@ class Op:
         return (*given, *[fresh[o.name] for o in self.optional if o.name in wanted])
 
     def _returned(self, outputs: dict, wanted: frozenset):
-        """What an eager functional call returns, from its outputs by name: the required
-        ones, then each optional one asked for (`wanted`); a single one alone."""
+        """What a functional call returns (the Python call's and the functional torch ops'),
+        from its outputs by name: the required ones, then each optional one asked for
+        (`wanted`); a single one alone."""
         picked = [outputs[o.name] for o in self.required] + [outputs[o.name] for o in self.optional
                                                              if o.name in wanted]
         return picked[0] if len(picked) == 1 else tuple(picked)
@@ -417,19 +418,24 @@ class Op:
 
     # ---------------------------------------------------------------- the torch ops
 
-    def _split(self, args: tuple) -> tuple[dict, frozenset]:
-        """(values by name, wanted optional outputs) from the functional op's arguments."""
-        return dict(zip(self._param_names, args)), self._wanted(args[len(self._param_names):])
-
     def _functional(self, *args):
-        count = len(self._param_names)
-        return self._results(self._fresh(args[:count], self._wanted(args[count:])))
+        return self._returned(self._fresh(args, _NONE), _NONE)
+
+    def _functional_with(self, *args):
+        return self._returned(self._fresh(args, self._all_optional), self._all_optional)
 
     def _functional_fake(self, *args):
-        values, wanted = self._split(args)
+        return self._fake(args, _NONE)
+
+    def _functional_with_fake(self, *args):
+        return self._fake(args, self._all_optional)
+
+    def _fake(self, args: tuple, wanted: frozenset):
+        """A functional op's fake on its arguments `args`, returning the required outputs
+        and the optional ones in `wanted`: the metadata checks, then `allocate`."""
+        values = dict(zip(self._param_names, args))
         self._check_new(Call(self.name, {**values, **dict.fromkeys(self._output_names)}, False))
-        outs = self.spec.allocate(Call(self.name, values, False), self._required_names | wanted)
-        return self._results({name: outs.get(name) for name in self._output_names})
+        return self._returned(self.spec.allocate(Call(self.name, values, False), self._required_names | wanted), wanted)
 
     def _out(self, *args) -> None:
         self._out_keyed(args, self._out_key(args, None))
@@ -448,16 +454,6 @@ class Op:
 
     def _out_fake(self, *args) -> None:
         self._check_new(Call(self.name, dict(zip(self._out_order, args)), False))
-
-    def _results(self, values: dict):
-        """The functional op's results from the call's outputs by name: an output not asked
-        for (None or absent) is an empty float32 tensor."""
-        if len(self._output_names) == 1:
-            return values[self._output_names[0]]
-        device = values[self.required[0].name].device
-        return tuple([values[name] if values.get(name) is not None
-                      else torch.empty_strided((0,), (1,), dtype=torch.float32, device=device)
-                      for name in self._output_names])
 
     # ---------------------------------------------------------------- checks and launch
 

@@ -3,7 +3,8 @@ friendly Python function on top.
 
 Each op is two custom ops on one implementation:
 
-    gfxasm::<name>       functional: allocates and returns its outputs
+    gfxasm::<name>       functional: allocates and returns its outputs (and for an op with
+                         an optional output, gfxasm::<name>_with_<output> returning it too)
     gfxasm::<name>_out   writes the caller's `out` (declared mutated), returns nothing
 
 (a custom op may not return one of its inputs, so `out=` cannot be the functional op).
