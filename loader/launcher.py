@@ -63,7 +63,8 @@ class PreparedLaunch:
 
     def __post_init__(self):
         offsets = [span and span[0] for span in self.spans] or [None] * len(self.pointers)
-        object.__setattr__(self, "_segment", _segment_function(self.template, self.pointers, offsets))
+        object.__setattr__(self, "_segment", _segment_function(self.template, self.pointers, offsets, "t[{}].data_ptr()"))
+        object.__setattr__(self, "_segment_at", _segment_function(self.template, self.pointers, offsets, "t[{}]"))
         object.__setattr__(self, "_buffers", _buffers_function(self.spans))
 
     def __call__(self, *tensors: torch.Tensor | None):
@@ -76,6 +77,24 @@ class PreparedLaunch:
         except AttributeError:                  # (None.data_ptr: a None where the kernel touches the buffer)
             self._refuse_none_touched(tensors)
             raise
+        return self._run(segment, tensors)
+
+    def launch_at(self, tensors: tuple, addresses: tuple):
+        """`self(*tensors)` where the caller has read the tensors' addresses already
+        (`addresses`, in the same order: each one's data_ptr(), None for a None), as a caller
+        whose launches share tensors does once for all of them."""
+        if self.backend is None:
+            return None
+        try:
+            segment = self._segment_at(addresses)
+        except struct.error:                    # (a None address where the kernel touches the buffer)
+            self._refuse_none_touched(tensors)
+            raise
+        return self._run(segment, tensors)
+
+    def _run(self, segment: bytes, tensors: tuple):
+        """The launch on its kernarg `segment` (`tensors`: the pointer arguments, whose
+        memory the emulator maps)."""
         if self.backend == "emu":
             return emu_backend.launch(self.co_path, self.symbol, self.grid, self.block, segment,
                                       self._buffers(tensors), self.schedule)
@@ -91,13 +110,15 @@ class PreparedLaunch:
                 raise ValueError(f"{self.variant}: argument '{name}' is None, but the kernel touches it")
 
 
-def _segment_function(template: bytes, pointers: tuple, carved: list) -> Callable[[tuple], bytes]:
+def _segment_function(template: bytes, pointers: tuple, carved: list, address: str) -> Callable[[tuple], bytes]:
     """The kernarg segment of a launch from its pointer arguments `t` (manifest order): the
-    template's bytes with each one's address at its offset (`t[i].data_ptr()`, plus
-    `carved[i]` where that is not None: a buffer carved from the tensor at that byte offset;
-    0 for a None where the kernel does not touch the buffer, an AttributeError for a None
-    elsewhere). Written out as one struct pack of the template's pieces and the addresses:
-    a bytearray with a pack per run of pointers and a copy to bytes cost ~1 us a launch more."""
+    template's bytes with each one's address at its offset (`address` formatted with the
+    argument's index: `t[{}].data_ptr()` for tensors, `t[{}]` for addresses read already),
+    plus `carved[i]` where that is not None: a buffer carved from the tensor at that byte
+    offset; 0 for a None where the kernel does not touch the buffer, an AttributeError
+    (tensors) or struct.error (addresses) for a None elsewhere. Written out as one struct
+    pack of the template's pieces and the addresses: a bytearray with a pack per run of
+    pointers and a copy to bytes cost ~1 us a launch more."""
     fmt, parts, pieces, at = ["<"], [], [], 0
     for offset, i, untouched in sorted((offset, i, untouched) for i, (_, offset, untouched) in enumerate(pointers)):
         if offset > at:
@@ -105,8 +126,8 @@ def _segment_function(template: bytes, pointers: tuple, carved: list) -> Callabl
             parts.append(f"c[{len(pieces)}]")
             pieces.append(template[at:offset])
         fmt.append("Q")
-        address = f"t[{i}].data_ptr()" if carved[i] is None else f"(t[{i}].data_ptr() + {carved[i]})"
-        parts.append(f"(0 if t[{i}] is None else {address})" if untouched else address)
+        at_i = address.format(i) if carved[i] is None else f"({address.format(i)} + {carved[i]})"
+        parts.append(f"(0 if t[{i}] is None else {at_i})" if untouched else at_i)
         at = offset + 8
     if at < len(template):
         fmt.append(f"{len(template) - at}s")

@@ -210,6 +210,16 @@ def test_an_untouched_buffer_may_be_a_null_pointer(emu_calls):
     assert struct.unpack_from("<Q", kernarg, variant.arg("ws").offset)[0] == 0 and len(tensors) == 5
     with pytest.raises(ValueError, match="argument 'out' is None, but the kernel touches it"):
         prepared(a, sa, b, sb, None, None)
+    # the same launch from addresses its caller read (the op framework's form): the same
+    # segment, and the same refusal
+    emu_calls.clear()
+    tensors = (a, sa, b, sb, out, None)
+    prepared.launch_at(tensors, tuple(None if t is None else t.data_ptr() for t in tensors))
+    [(_, _, _, _, kernarg_at, tensors_at, _)] = emu_calls
+    assert kernarg_at == kernarg and len(tensors_at) == 5
+    with pytest.raises(ValueError, match="argument 'out' is None, but the kernel touches it"):
+        prepared.launch_at((a, sa, b, sb, None, None), (a.data_ptr(), sa.data_ptr(), b.data_ptr(), sb.data_ptr(), None,
+                                                        None))
 
 
 def test_a_prepared_launch_writes_each_address_at_its_offset(emu_calls):

@@ -187,7 +187,9 @@ class _Planned:
     """A plan and each of its launches' pointer arguments: by name for a plan with `bind`,
     else a function of the call's arguments (the `_out` form's order, `Op._out_order`) and
     its scratch allocation giving them (`_pointer_function`; the launches carve the scratch
-    buffers from it, `PreparedLaunch.spans`)."""
+    buffers from it, `PreparedLaunch.spans`), and one giving their addresses from the
+    call's addresses and the scratch's (`_address_function`): a tensor several launches or
+    kernel arguments share has its data_ptr read once a call."""
     __slots__ = ("plan", "launches", "scratch", "device")
 
     def __init__(self, plan: Plan, at: dict[str, int]):
@@ -205,18 +207,22 @@ class _Planned:
             bytes_on = dict(dtype=torch.uint8, device=self.device)
             self.scratch = (functools.partial(torch.zeros, nbytes, **bytes_on) if plan.zeroed & spans.keys()
                             else functools.partial(torch.empty_strided, (nbytes,), (1,), **bytes_on))
-        self.launches = tuple((replace(launch, spans=tuple(spans.get(name) for name, _, _ in launch.pointers))
-                               if spans.keys() & {name for name, _, _ in launch.pointers} else launch,
-                               _pointer_function(tuple((at.get(plan.rename.get(name, name)), plan.fixed.get(name),
-                                                        name in spans) for name, _, _ in launch.pointers)))
-                              for launch in plan.launches)
+        self.launches = []
+        for launch in plan.launches:
+            sources = tuple((at.get(plan.rename.get(name, name)), plan.fixed.get(name), name in spans)
+                            for name, _, _ in launch.pointers)
+            if spans.keys() & {name for name, _, _ in launch.pointers}:
+                launch = replace(launch, spans=tuple(spans.get(name) for name, _, _ in launch.pointers))
+            self.launches.append((launch, _pointer_function(sources), _address_function(sources)))
 
-    def launch(self, args) -> None:
+    def launch(self, args, addresses: tuple) -> None:
         """Run the launches of a plan without `bind` on a call's arguments `args` (the
-        `_out` form's order), with this call's own scratch allocation (shared by its launches)."""
+        `_out` form's order; `addresses` theirs, `Op._addresses`), with this call's own
+        scratch allocation (shared by its launches)."""
         scratch = None if self.scratch is None else self.scratch()
-        for launch, pointers in self.launches:
-            launch(*pointers(args, scratch))
+        at = None if scratch is None else scratch.data_ptr()
+        for launch, pointers, pointer_addresses in self.launches:
+            launch.launch_at(pointers(args, scratch), pointer_addresses(addresses, at))
 
 
 def _pointer_function(sources: tuple) -> Callable[[tuple, torch.Tensor | None], tuple]:
@@ -237,6 +243,27 @@ def _pointer_function(sources: tuple) -> Callable[[tuple, torch.Tensor | None], 
         else:
             parts.append(f"a[{at}]")                  # (None where the call passes None: a null pointer)
     return eval(f"lambda a, s: ({''.join(f'({p}), ' for p in parts)})", {"f": tuple(fixed)})   # noqa: S307 (our text)
+
+
+def _address_function(sources: tuple) -> Callable[[tuple, int | None], tuple]:
+    """What `_pointer_function(sources)` gives, as addresses: from the call's arguments'
+    addresses `a` (`Op._addresses`: None for a None) and the scratch allocation's `s`. A
+    plan's own tensor is the plan's for its life, so its address is read once, here."""
+    parts = []
+    for at, tensor, carved in sources:
+        fixed = None if tensor is None else tensor.data_ptr()
+        parts.append("s" if carved else repr(fixed) if at is None else
+                     f"a[{at}]" if fixed is None else f"{fixed} if a[{at}] is None else a[{at}]")
+    return eval(f"lambda a, s: ({''.join(f'({p}), ' for p in parts)})")   # noqa: S307 (our text)
+
+
+def _address_reader(tensors: tuple[bool, ...]) -> Callable[[tuple], tuple]:
+    """A call's addresses from its arguments `a` (the `_out` form's order; `tensors`: which
+    positions the schema holds a tensor at): each tensor's data_ptr(), None for a None or a
+    non-tensor argument. One expression, as `_key_function`."""
+    parts = [f"None if (t := a[{i}]) is None else t.data_ptr()" if is_tensor else "None"
+             for i, is_tensor in enumerate(tensors)]
+    return eval(f"lambda a: ({''.join(f'({p}), ' for p in parts)})")   # noqa: S307 (our text)
 
 
 class _Cached:
@@ -263,8 +290,10 @@ class _PointerChecks:
     tensors whose address a check needs, in the order the other two index them; `aligned`:
     (index, name, alignment); `pairs`: (output's index, its extent, the index of an input or
     earlier output, that one's extent, whether the two may be one tensor when their
-    addresses are equal, the output's name, the other's). `passes(args)`: whether a call
-    passes them all, written out as one expression (as `_key_function`; a loop over them
+    addresses are equal, the output's name, the other's). `passes(addresses)`: whether a
+    call of those addresses (`Op._addresses`, each tensor's read once a call for these
+    checks and the launches) passes them all, written out as one expression (as
+    `_key_function`; a loop over them
     cost ~1-2 us a call more): a call that fails goes through them in order for the error
     (`Op._check_pointers`)."""
     __slots__ = ("read", "aligned", "pairs", "passes")
@@ -279,7 +308,7 @@ class _PointerChecks:
         tests = [f"p{i} % {align} == 0" for i, _, align in self.aligned]
         tests += [f"not (p{i} < p{j} + {size} and p{j} < p{i} + {out_size}{f' and p{j} != p{i}' if may_alias else ''})"
                   for i, out_size, j, size, may_alias, _, _ in self.pairs]
-        reads = "".join(f"(p{k} := a[{at}].data_ptr()), " for k, at in enumerate(self.read))
+        reads = "".join(f"(p{k} := a[{at}]), " for k, at in enumerate(self.read))
         self.passes = eval(f"lambda a: ({reads}) and {' and '.join(tests)}" if tests else "lambda a: True")  # noqa: S307
 
 
@@ -327,6 +356,7 @@ class Op:
                                                   self._functional_with_fake, self._functional_schema(spec.outputs))
         self._out_order = tuple(p.name for p in self._out_params())
         self._out_position = {name: i for i, name in enumerate(self._out_order)}
+        self._addresses = _address_reader(tuple(p.is_tensor for p in self._out_params()))
         self._out_at = self._out_order.index(self._output_names[0])     # where the outputs sit in it
         self._data_at = None if spec.data_key is None else self._out_position[spec.data_key[0]]
         self._no_optional = (None,) * len(self.optional)
@@ -644,8 +674,9 @@ class Op:
                 self._launch(call, cached, planned, fresh)
                 self._remember_direct(cached, planned)
                 return
-        self._check_pointers(args, cached.pointers)
-        planned.launch(args)
+        addresses = self._addresses(args)
+        self._check_pointers(addresses, cached.pointers)
+        planned.launch(args, addresses)
 
     def _launch(self, call: Call, cached: _Cached, planned: _Planned, fresh: bool) -> None:
         """Launch a call's plan (`planned`). `fresh`: the outputs are the framework's own new
@@ -659,9 +690,10 @@ class Op:
         if cached.pointers is None:
             cached.pointers = self._pointer_checks(values, cached.extents, fresh)
         args = [values[name] for name in self._out_order]
-        self._check_pointers(args, cached.pointers)
+        addresses = self._addresses(args)
+        self._check_pointers(addresses, cached.pointers)
         if plan.bind is None:
-            planned.launch(args)
+            planned.launch(args, addresses)
             return
         given = plan.bind(call)
         if plan.fixed:
@@ -669,13 +701,12 @@ class Op:
         for launch, names in planned.launches:
             launch(*[given[name] for name in names])
 
-    def _check_pointers(self, args, checks: _PointerChecks) -> None:
+    def _check_pointers(self, addresses: tuple, checks: _PointerChecks) -> None:
         """Alignment of declared pointers, and outputs that meet an input or each other
-        (`args`: the call's tensors in the `_out` form's order)."""
-        if checks.passes(args):
+        (`addresses`: the call's, `Op._addresses`)."""
+        if checks.passes(addresses):
             return
-        # each address read once (data_ptr costs ~0.1 us a read)
-        address = [args[i].data_ptr() for i in checks.read]
+        address = [addresses[i] for i in checks.read]
         for i, name, align in checks.aligned:
             if address[i] % align:
                 self._refuse_misaligned(name, align, address[i])
