@@ -439,29 +439,20 @@ def main(argv=None) -> int:
         print(f"fmha_fwd_d64 bf16, B{D64_SHAPE[0]} Hq{D64_SHAPE[1]}/Hk{D64_SHAPE[2]} S{D64_SHAPE[3]}, gfxasm.perf "
               f"(modelled, no gfx950 here), per params.CORNERS entry:")
         rows = d64_figures(cap)
-        out = Path(args.out or REPO / "bench" / "out" / "fmha_d64.json")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(dict(shape=D64_SHAPE, gpt_oss_window=GPT_OSS_WINDOW, corners=rows), indent=1))
-        print(f"wrote {out}")
+        _write_json(args.out, "fmha_d64.json", dict(shape=D64_SHAPE, gpt_oss_window=GPT_OSS_WINDOW, corners=rows))
         return 0
     if args.features:
         print(f"fmha_fwd_d128 bf16 B{FEATURES_SHAPE[0]} Hq{FEATURES_SHAPE[1]}/Hk{FEATURES_SHAPE[2]} S{FEATURES_SHAPE[3]}, "
               f"gfxasm.perf (modelled, no gfx950 here), per params.CORNERS entry:")
         rows = features_figures(cap)
         _features_ranges(rows)
-        out = Path(args.out or REPO / "bench" / "out" / "fmha_features.json")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(dict(shape=FEATURES_SHAPE, softcap=SOFTCAP, rows=rows), indent=1, default=str))
-        print(f"wrote {out}")
+        _write_json(args.out, "fmha_features.json", dict(shape=FEATURES_SHAPE, softcap=SOFTCAP, rows=rows))
         return 0
     if args.validate_cap:
         rows = causal_model.validate_cap({name: VALIDATION_LAUNCHES[name] for name in args.variants.split(",")},
                                          [int(v) for v in args.validate_cap.split(",")],
                                          [int(v) for v in args.caps.split(",")], class_search=args.class_search)
-        out = Path(args.out or REPO / "bench" / "out" / "fmha_probe_cap.json")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(dict(probe_cap_validation=rows), indent=1))
-        print(f"wrote {out}")
+        _write_json(args.out, "fmha_probe_cap.json", dict(probe_cap_validation=rows))
         return 0
 
     facts = [static_facts(fmha.variant(torch.bfloat16, c)) for c in (False, True)]
@@ -510,12 +501,16 @@ def main(argv=None) -> int:
                 print(f"{label:24} {min(ours):7.0f}-{max(ours):<8.0f} {min(theirs):7.0f}-{max(theirs):<8.0f} "
                       f"{v['speedup_min']:6.2f}-{v['speedup_max']:<6.2f}", flush=True)
                 versus.append(dict(label=label, **v))
-    out = Path(args.out or REPO / "bench" / "out" / "fmha.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(static=facts, probe_cap_keys=cap, runs=rows, versus_aiter=versus), indent=1,
-                              default=str))
-    print(f"wrote {out}")
+    _write_json(args.out, "fmha.json", dict(static=facts, probe_cap_keys=cap, runs=rows, versus_aiter=versus))
     return 0
+
+
+def _write_json(path: str | None, default_name: str, payload: dict) -> None:
+    """A mode's results as JSON at `path` (--out), else bench/out/`default_name`."""
+    out = Path(path or REPO / "bench" / "out" / default_name)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=1, default=str))
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

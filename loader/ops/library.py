@@ -87,7 +87,8 @@ class Op:
         """The implementation on `args` after `direct(args)` said so: the kernel's work less
         the grad refusal `direct` made."""
         result = self.impl(*args)
-        bump_versions(self.mutated, args)
+        if self.mutated:
+            bump_versions(self.mutated, args)
         return result
 
 
@@ -116,9 +117,8 @@ def define(name: str, impl: Callable, fake: Callable, schema: str, mutates_args:
 
 def bump_versions(mutated: tuple[int, ...], args: tuple) -> None:
     """An in-place torch op's version-counter bump of the written arguments (positions
-    `mutated` of `args`)."""
-    if mutated:
-        torch._C._increment_version([args[i] for i in mutated if args[i] is not None])
+    `mutated` of `args`; not empty: an `_out` op always writes, and the other callers test)."""
+    torch._C._increment_version([args[i] for i in mutated if args[i] is not None])
 
 
 def _is_tensor(schema_type) -> bool:
