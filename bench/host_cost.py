@@ -4,13 +4,18 @@
 
 What a call costs on the host before the GPU sees anything: argument checks, the plan,
 kernarg packing, output allocation. Every op is measured four ways (three for
-moe_align_block_size, which has no `_out` form):
+moe_align_block_size, which has no `_out` form), the attention ops six:
 
     gfxasm.<op>(...)                the Python function (a plain eager call on plain
                                     tensors skips torch's dispatcher)
     gfxasm.<op>(..., out=...)       the same writing the caller's outputs
     torch.ops.gfxasm.<op>           the registered op through the dispatcher
     torch.ops.gfxasm.<op>_out       its `_out` form through the dispatcher
+    gfxasm.<op>(..., return_lse=True), torch.ops.gfxasm.<op>_with_lse
+                                    the attention ops' call returning LSE too, and its op
+
+so every op registered under torch.ops.gfxasm is measured (tests/test_host_cost.py holds
+the bench to that).
 
 quant_q_fp8 (batch_prefill's pre-pass for bf16 q over an FP8 cache) has no function in the
 `gfxasm` namespace: its declared op (`fp8_query.QUANT_Q_FP8`) is called instead.
@@ -98,7 +103,11 @@ def through_dispatcher(fn):
             library.Op.direct = plain_direct
     (op, args), = recorded
     overload = op.op
-    return lambda: overload(*args)
+
+    def replay():
+        return overload(*args)
+    replay.op = overload                            # (which op it measures: tests/test_host_cost.py)
+    return replay
 
 
 def e4m3(gen, *shape):
@@ -111,7 +120,8 @@ def e8m0(gen, *shape):
 
 
 def op_calls(gen: torch.Generator) -> dict[str, tuple]:
-    """Per op: (a call of the Python function, the same with out=, or None)."""
+    """Per op: (a call of the Python function, the same with out= or None, the same with
+    return_lse=True or None)."""
     bf16 = torch.bfloat16
     q = torch.randn(1, 1, 8, 128, generator=gen).to(bf16)
     k, v = (torch.randn(1, 512, 1, 128, generator=gen).to(bf16) for _ in range(2))
@@ -139,39 +149,46 @@ def op_calls(gen: torch.Generator) -> dict[str, tuple]:
     q8, q_descale = torch.empty(qp.shape, dtype=torch.float8_e4m3fn), torch.empty(1)
     return {
         "fmha_fwd (B1 Sq1 Sk512 Hq8 Hk1)":
-            (lambda: gfxasm.fmha_fwd(q, k, v), lambda: gfxasm.fmha_fwd(q, k, v, out=o)),
+            (lambda: gfxasm.fmha_fwd(q, k, v), lambda: gfxasm.fmha_fwd(q, k, v, out=o),
+             lambda: gfxasm.fmha_fwd(q, k, v, return_lse=True)),
         "batch_prefill (1 token over 500 paged keys)":
             (lambda: gfxasm.batch_prefill(qp, k_pages, v_pages, qo_indptr, block_table=table, seqlens_k=seqlens),
              lambda: gfxasm.batch_prefill(qp, k_pages, v_pages, qo_indptr, block_table=table, seqlens_k=seqlens,
-                                          out=op_)),
+                                          out=op_),
+             lambda: gfxasm.batch_prefill(qp, k_pages, v_pages, qo_indptr, block_table=table, seqlens_k=seqlens,
+                                          return_lse=True)),
         "decode_attention (Hq8 Hkv1, 500 paged keys)":
             (lambda: gfxasm.decode_attention(q, k_pages, v_pages, seqlens, block_table=table),
-             lambda: gfxasm.decode_attention(q, k_pages, v_pages, seqlens, block_table=table, out=o)),
+             lambda: gfxasm.decode_attention(q, k_pages, v_pages, seqlens, block_table=table, out=o),
+             lambda: gfxasm.decode_attention(q, k_pages, v_pages, seqlens, block_table=table, return_lse=True)),
         "mxfp8_gemm (M1 N4096 K4096)":
-            (lambda: gfxasm.mxfp8_gemm(a, sa, b, sb), lambda: gfxasm.mxfp8_gemm(a, sa, b, sb, out=out_mx)),
+            (lambda: gfxasm.mxfp8_gemm(a, sa, b, sb), lambda: gfxasm.mxfp8_gemm(a, sa, b, sb, out=out_mx), None),
         "swiglu_mxfp8_quant (4 x 512)":
-            (lambda: gfxasm.swiglu_mxfp8_quant(x), lambda: gfxasm.swiglu_mxfp8_quant(x, out=(xq, xs))),
+            (lambda: gfxasm.swiglu_mxfp8_quant(x), lambda: gfxasm.swiglu_mxfp8_quant(x, out=(xq, xs)), None),
         "moe_align_block_size (T1 top4 E16)":
-            (lambda: gfxasm.moe_align_block_size(ids, 16, E), None),
+            (lambda: gfxasm.moe_align_block_size(ids, 16, E), None, None),
         "mxfp8_moe_gemm (gate_up, T1 top4)":
             (lambda: gfxasm.mxfp8_moe_gemm(hx, hs, w1, w1s, *routing, a_div=top_k),
-             lambda: gfxasm.mxfp8_moe_gemm(hx, hs, w1, w1s, *routing, a_div=top_k, out=gate_up)),
+             lambda: gfxasm.mxfp8_moe_gemm(hx, hs, w1, w1s, *routing, a_div=top_k, out=gate_up), None),
         "mxfp8_moe (layer, T1 top4 E16 H512 I256)":
-            (lambda: gfxasm.mxfp8_moe(*moe), lambda: gfxasm.mxfp8_moe(*moe, out=out_moe)),
+            (lambda: gfxasm.mxfp8_moe(*moe), lambda: gfxasm.mxfp8_moe(*moe, out=out_moe), None),
         "quant_q_fp8 (batch_prefill's pre-pass, 1 token Hq8)":
-            (lambda: fp8_query.QUANT_Q_FP8(qp), lambda: fp8_query.QUANT_Q_FP8(qp, out=(q8, q_descale))),
+            (lambda: fp8_query.QUANT_Q_FP8(qp), lambda: fp8_query.QUANT_Q_FP8(qp, out=(q8, q_descale)), None),
     }
 
 
 def cases(gen: torch.Generator | None = None) -> dict[str, object]:
     """Every measured call by label."""
     measured = {}
-    for op, (plain, with_out) in op_calls(gen or torch.Generator().manual_seed(0)).items():
+    for op, (plain, with_out, with_lse) in op_calls(gen or torch.Generator().manual_seed(0)).items():
         measured[f"{op}: gfxasm"] = plain
         measured[f"{op}: torch.ops"] = through_dispatcher(plain)
         if with_out is not None:
             measured[f"{op}: gfxasm, out="] = with_out
             measured[f"{op}: torch.ops _out"] = through_dispatcher(with_out)
+        if with_lse is not None:
+            measured[f"{op}: gfxasm, return_lse"] = with_lse
+            measured[f"{op}: torch.ops _with_lse"] = through_dispatcher(with_lse)
     return measured
 
 
