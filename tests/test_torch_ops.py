@@ -112,6 +112,19 @@ def test_functional_op_and_its_with_lse_form():
     assert not hasattr(torch.ops.gfxasm, "mxfp8_gemm_with_lse")
 
 
+def test_an_op_with_two_optional_outputs_is_refused_before_it_registers():
+    """One `_with_<output>` functional op serves an optional output, so a Spec with two is
+    refused (nothing registered)."""
+    from gfxasm.ops import framework
+    spec = framework.Spec("two_optional_outputs", params=(framework.Param("x", "Tensor"),),
+                          outputs=(framework.Output("y"), framework.Output("a", optional=True),
+                                   framework.Output("b", optional=True)),
+                          check=lambda call: None, allocate=lambda call, names: {}, plan=lambda checked, call: None)
+    with pytest.raises(ValueError, match="at most one optional output"):
+        framework.define(spec)
+    assert not hasattr(torch.ops.gfxasm, "two_optional_outputs")
+
+
 def test_meta_tensors_give_shapes():
     q, k, v = (t.to("meta") for t in qkv(batch=2, seq_q=7, heads_q=4, heads_k=2))
     o, lse = gfxasm.fmha_fwd(q, k, v, return_lse=True)
