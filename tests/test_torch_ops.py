@@ -110,6 +110,10 @@ def test_functional_op_and_its_with_lse_form():
     o_tol, lse_tol = fmha.tolerances(q, k, v, o_ref, lse_ref, causal=True)
     assert fmha.max_error(o.float(), o_ref) <= o_tol and (lse - lse_ref).abs().max() <= lse_tol
     assert not hasattr(torch.ops.gfxasm, "mxfp8_gemm_with_lse")
+    with pytest.raises(TypeError, match="fmha_fwd: unexpected keyword argument 'return_out'"):
+        fmha.FMHA_FWD(q, k, v, True, None, *NO_FEATURES, return_out=True)
+    with pytest.raises(TypeError, match="'return_lse' must be a bool, got int"):
+        fmha.FMHA_FWD(q, k, v, True, None, *NO_FEATURES, return_lse=1)
 
 
 def test_an_op_with_two_optional_outputs_is_refused_before_it_registers():

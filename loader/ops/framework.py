@@ -331,8 +331,7 @@ class Op:
         self._param_names = tuple(p.name for p in spec.params)
         self._output_names = tuple(o.name for o in spec.outputs)
         self._required_names = frozenset(o.name for o in self.required)
-        self._flag_names = tuple(f"return_{o.name}" for o in self.optional)
-        self._flag_set = frozenset(self._flag_names)
+        self._flag_name = f"return_{self.optional[0].name}" if self.optional else None
         tensors = [p.name for p in spec.params if p.is_tensor]
         self._aligned = tuple((p.name, p.align) for p in (*spec.params, *spec.outputs) if p.align > 1)
         self._aligned_params = tuple((p.name, p.align) for p in spec.params if p.align > 1)
@@ -391,7 +390,7 @@ class Op:
         tensor when the op has one, a tuple otherwise); `return_<name>` asks for an optional
         output. Returns the one required output alone, else the tuple of required outputs,
         followed by each optional output asked for."""
-        wanted = self._wanted(self._flag_values(flags)) if flags else _NONE
+        wanted = self._wanted(flags) if flags else _NONE
         if out is None:
             if self.functional.direct(params):        # plain eager tensors: no dispatcher
                 return self._returned(self._fresh(params, wanted), wanted)
@@ -420,25 +419,17 @@ class Op:
                                                              if o.name in wanted]
         return picked[0] if len(picked) == 1 else tuple(picked)
 
-    def _flag_values(self, flags: dict) -> tuple:
-        """The `return_<name>` keywords as the functional op's trailing arguments."""
-        if not flags.keys() <= self._flag_set:
-            unexpected = next(name for name in flags if name not in self._flag_set)
-            raise TypeError(f"{self.name}: unexpected keyword argument '{unexpected}'")
-        return tuple([flags.get(name, False) for name in self._flag_names])
-
-    def _wanted(self, raw: tuple) -> frozenset:
-        """The optional outputs asked for by the return flags `raw` (each must be a bool)."""
-        wanted = _NONE
-        for o, flag in zip(self.optional, raw):
-            if flag is not False:
-                self._check_flag(f"return_{o.name}", flag)
-                wanted = wanted | {o.name}
-        return wanted
-
-    def _check_flag(self, name: str, value) -> None:
-        if not isinstance(value, bool):
-            arguments.fail(self.name, TypeError, f"'{name}' must be a bool, got {type(value).__name__}")
+    def _wanted(self, flags: dict) -> frozenset:
+        """The optional output asked for by the Python call's keywords `flags` (its own dict):
+        `return_<name>`, a bool, the only keyword it takes besides `out`."""
+        flag = flags.pop(self._flag_name, False)
+        if flags:
+            raise TypeError(f"{self.name}: unexpected keyword argument '{next(iter(flags))}'")
+        if flag is False:
+            return _NONE
+        if flag is not True:
+            arguments.fail(self.name, TypeError, f"'{self._flag_name}' must be a bool, got {type(flag).__name__}")
+        return self._all_optional
 
     def _given_outputs(self, out) -> tuple:
         names = ", ".join(o.name for o in self.required)
