@@ -50,15 +50,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # noqa: E402  (run from anywhere)
 import gfxasm                                                        # noqa: E402
 from gfxasm import launcher                                          # noqa: E402
-from gfxasm.ops import batch_prefill, decode_attention, fp8_query, library     # noqa: E402
+from gfxasm.ops import fmha, fp8_query, library                     # noqa: E402
 from gfxasm.ops import mxfp8_gemm as mx                              # noqa: E402
 
 TARGET_US = 20.0                     # issue 21: <= 20 us of host time per call, launch stubbed
 
 # What only a call on CPU tensors runs, and what a GPU call does instead: (module, name, stand-in)
 CPU_ONLY_DATA_READS = (
-    (batch_prefill, "_readable", lambda call: False),                 # the table, indptr, descale reads
-    (decode_attention, "_check_data", lambda call, checked: None),    # cache_seqlens and descale reads
+    (fmha, "readable", lambda call: False),     # the attention ops' reads: tables, indptr, seqlens, descales, sinks
     (mx, "_gemv_reads_data", lambda call, M: False),                  # the GEMV's scaled-overflow check
 )
 

@@ -515,7 +515,7 @@ def _check(call) -> _Checked:
         _check_score_sign(call, scale)
         if not _score_factors(call):        # (c is known without reading a tensor)
             _check_score_scale(call, scale, 1.0)
-    if _readable(call):
+    if fmha.readable(call):
         _check_contents(call, scale)
     window = fmha.check_window(call)
     softcap = fmha.check_softcap(call)
@@ -529,12 +529,6 @@ def _check(call) -> _Checked:
     chosen = variant(q.dtype, call.causal, block_scales, k_cache.shape[1], fmha.windowed(call.causal, window),
                      softcap > 0, head_dim)
     return _Checked(chosen, scale, window, softcap, k_seq_stride, v_seq_stride, page_ratio_log2, q.shape[0])
-
-
-def _readable(call) -> bool:
-    """Whether the call's tensor contents may be read: real CPU tensors (on a GPU a read
-    would synchronise)."""
-    return call.data and call.q.device.type == "cpu"
 
 
 def _check_contents(call, scale: float) -> None:
@@ -661,7 +655,7 @@ def _plan(checked: _Checked, call, tiles: int) -> framework.Plan:
         return framework.Plan()
     args = kernel_args(checked, call, tiles * Q_TILE)       # (the kernel reads no max_seq_q: the grid's)
     launch = prepare(checked.variant, args)
-    recheck = (lambda c: (_check_contents(c, checked.scale), fmha.sink_values(c))) if _readable(call) else None
+    recheck = (lambda c: (_check_contents(c, checked.scale), fmha.sink_values(c))) if fmha.readable(call) else None
     # the kernel never touches lse without store_lse, nor sinks without has_sinks
     fixed = {name: args[name] for name in ("lse", "sinks")}
     rename = _positional(call)

@@ -394,7 +394,7 @@ def _check(call) -> _Checked:
     scale, left, right, softcap = _check_options(call, heads_q, dim)
     _check_outputs(call, q)
     checked = _Checked(fp8, scale, left, right, softcap, capacity)
-    if call.data and q.device.type == "cpu":
+    if fmha.readable(call):
         _check_data(call, checked)
     return checked
 
@@ -575,7 +575,7 @@ def _plan(checked: _Checked, call) -> framework.Plan:
     workspaces = {name: ((made[name].numel(),), torch.float32) for name in ("ws_o", "ws_lse")} \
         if len(runs) > 1 else {}
     fixed = {name: t for name, t in made.items() if name not in passed and name not in workspaces}
-    recheck = (lambda c: _check_data(c, checked)) if call.q.device.type == "cpu" else None
+    recheck = (lambda c: _check_data(c, checked)) if fmha.readable(call) else None
     return framework.Plan(tuple(prepare(variant, args) for variant, args in runs), fixed=fixed,
                           rename=_KERNEL_ARG, scratch=workspaces, recheck=recheck)
 

@@ -205,11 +205,18 @@ def check_sinks(call, heads_q: int) -> None:
     sink_values(call)
 
 
+def readable(call) -> bool:
+    """Whether an attention call's tensor contents may be read on the host: a real call (not
+    a fake) on CPU tensors (the framework holds a call's tensors to one device; on a GPU a
+    read would synchronise). The attention ops' data checks run only where this holds."""
+    return call.data and call.q.device.type == "cpu"
+
+
 def sink_values(call) -> None:
-    """The sinks finite, where they are given and readable (a real call on CPU tensors)
-    and their metadata passed `check_sinks`: what a repeated call still checks."""
+    """The sinks finite, where they are given and readable and their metadata passed
+    `check_sinks`: what a repeated call still checks."""
     t = call.sinks
-    if t is not None and call.data and t.device.type == "cpu":
+    if t is not None and readable(call):
         bad = (~torch.isfinite(t)).nonzero()
         if len(bad):
             head = int(bad[0, 0])
@@ -353,7 +360,7 @@ def _plan(checked: tuple[float, tuple[int, int], float], call) -> framework.Plan
         return framework.Plan(empty=no_keys)
     args = kernel_args(q, k, call.v, out, lse, scale, call.sinks, window, softcap)
     placeholders = {name: args[name] for name in ("lse", "sinks")}   # never touched without store_lse, has_sinks
-    recheck = sink_values if call.sinks is not None and call.sinks.device.type == "cpu" else None
+    recheck = sink_values if call.sinks is not None and readable(call) else None
     launch = prepare(variant(q.dtype, call.causal, windowed(call.causal, window), softcap > 0, q.shape[3]), args)
     return framework.Plan((launch,), fixed=placeholders, rename={"o": "out"}, recheck=recheck)
 
