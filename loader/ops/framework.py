@@ -42,7 +42,8 @@ From that the framework builds, once, for every op:
                            (eager or through torch.ops, `out=` or not) whose plan has no
                            `bind` goes from its positional arguments straight to the
                            checks and the launch, without a dict or a Call
-                           (Op._run_cached, _run_cached_fresh)
+                           (Op._run_cached; the functional form's call written out per
+                           layout, Op._fresh_function)
     the eager shortcut     a plain eager call (no mode, plain tensors) runs the op without
                            torch's dispatcher (library.Op.direct), `out=` calls too, and
                            and without a Call or dict where its layout was seen before
@@ -274,12 +275,15 @@ class _Cached:
     for an op with a `data_key` its plans by that key (`by_data`), its pointer checks
     (`pointers`, made by the first launch) and, for a layout whose plans bind positionally,
     what `Op._launch_direct` launches from the arguments (`direct`: the layout's one plan,
-    or for an op with a data_key `by_data`, whose plans it picks by the call's data)."""
-    __slots__ = ("checked", "extents", "fresh", "recheck", "planned", "by_data", "pointers", "direct")
+    or for an op with a data_key `by_data`, whose plans it picks by the call's data), and
+    for a functional layout among those its call written out (`run_fresh`,
+    `Op._fresh_function`)."""
+    __slots__ = ("checked", "extents", "fresh", "recheck", "planned", "by_data", "pointers", "direct", "run_fresh")
 
     def __init__(self, checked, extents: dict[str, int], fresh: tuple):
         self.checked, self.extents, self.fresh = checked, extents, fresh
         self.recheck, self.planned, self.by_data, self.pointers, self.direct = None, None, {}, None, None
+        self.run_fresh = None
 
 
 class _PointerChecks:
@@ -393,7 +397,7 @@ class Op:
         wanted = self._wanted(flags) if flags else _NONE
         if out is None:
             if self.functional.direct(params):        # plain eager tensors: no dispatcher
-                return self._returned(self._fresh(params, wanted), wanted)
+                return self._fresh(params, wanted)
             return self.functional_with(*params) if wanted else self.functional(*params)
         if self.out_op is None:
             raise TypeError(f"{self.name}: takes no 'out' argument")
@@ -440,10 +444,10 @@ class Op:
     # ---------------------------------------------------------------- the torch ops
 
     def _functional(self, *args):
-        return self._returned(self._fresh(args, _NONE), _NONE)
+        return self._fresh(args, _NONE)
 
     def _functional_with(self, *args):
-        return self._returned(self._fresh(args, self._all_optional), self._all_optional)
+        return self._fresh(args, self._all_optional)
 
     def _functional_fake(self, *args):
         return self._fake(args, _NONE)
@@ -556,17 +560,18 @@ class Op:
             self._store(cached.by_data, data, planned)
         return planned
 
-    def _fresh(self, params: tuple, wanted: frozenset) -> dict:
+    def _fresh(self, params: tuple, wanted: frozenset):
         """The functional form's call on `params` (`wanted`: the optional outputs asked for),
-        its cache key read once: positionally where its layout allows (`_run_cached_fresh`),
-        else the general way (`_run_fresh`). Returns its outputs by name (an output not
-        asked for None or absent)."""
+        its cache key read once; returns what `_returned` gives. A layout launched before
+        with a positional plan runs its own written-out call (`_Cached.run_fresh`), any
+        other call the general way (`_run_fresh`)."""
         key = self._fresh_key(params, wanted)
-        made = self._run_cached_fresh(params, key)
-        if made is None:
-            made = dict(zip(self._param_names, params))
-            self._run_fresh(params, made, wanted, key)
-        return made
+        cached = self._direct(key)
+        if cached is not None:
+            return cached.run_fresh(params)
+        made = dict(zip(self._param_names, params))
+        self._run_fresh(params, made, wanted, key)
+        return self._returned(made, wanted)
 
     def _run_fresh(self, params: tuple, values: dict, wanted: frozenset, key: tuple | None) -> None:
         """The functional form: allocate the required outputs and the optional ones in
@@ -593,22 +598,6 @@ class Op:
         self._launch(call, cached, planned, fresh=True)
         self._remember_direct(cached, planned)
 
-    def _run_cached_fresh(self, params: tuple, key: tuple | None) -> dict | None:
-        """The functional form's call on `params` (cache `key`) where its layout was
-        launched before with a positional plan: its outputs allocated as `_run_fresh`
-        allocates them, then `_launch_direct`. Returns the outputs it made by name (the
-        required ones and the optional ones the key asked for), or None, having done
-        nothing, for any other call (it goes the general way)."""
-        cached = self._direct(key)
-        if cached is None:
-            return None
-        made = {name: torch.empty_strided(shape, strides, dtype=dtype, device=device)
-                for name, shape, strides, dtype, device in cached.fresh}
-        outs = [made.get(name) for name in self._output_names]
-        at = self._out_at
-        self._launch_direct(cached, (*params[:at], *outs, *params[at:]), fresh=True)
-        return made
-
     def _run(self, call: Call, key: tuple | None) -> None:
         """The out form: check (or find the plan of) a call writing the caller's outputs (its
         cache `key`) and launch it."""
@@ -629,6 +618,29 @@ class Op:
         data_key the layout's plans by data (a layout fixes how they bind)."""
         if planned.plan.launches and planned.plan.bind is None:
             cached.direct = planned if self._data_at is None else cached.by_data
+            if cached.fresh and cached.run_fresh is None:
+                cached.run_fresh = self._fresh_function(cached)
+
+    def _fresh_function(self, cached: _Cached) -> Callable[[tuple], Any]:
+        """A functional layout's call on its parameters `p` once its plans launch
+        positionally: its outputs allocated as its first call made them (`_Cached.fresh`),
+        `_launch_direct` on the `_out` form's arguments, and the outputs `_returned` gives
+        (the key fixes which were asked for). Written out once per layout (as `_key_function`):
+        the general form's dict of outputs and its picking cost ~3 us a call more (timeit)."""
+        env = {"E": torch.empty_strided, "launch": self._launch_direct, "cached": cached}
+        lines, made = ["def run(p):"], {}
+        for i, (name, shape, strides, dtype, device) in enumerate(cached.fresh):
+            made[name] = f"o{i}"
+            env[f"d{i}"], env[f"v{i}"] = dtype, device
+            lines.append(f"    o{i} = E({tuple(shape)!r}, {tuple(strides)!r}, dtype=d{i}, device=v{i})")
+        at, count = self._out_at, len(self._param_names)
+        args = [*(f"p[{i}]" for i in range(at)), *(made.get(name, "None") for name in self._output_names),
+                *(f"p[{i}]" for i in range(at, count))]
+        lines.append(f"    launch(cached, ({', '.join(args)},), True)")
+        returned = [made[o.name] for o in (*self.required, *self.optional) if o.name in made]
+        lines.append(f"    return {returned[0]}" if len(returned) == 1 else f"    return ({', '.join(returned)})")
+        exec("\n".join(lines), env)   # noqa: S102 (our own text)
+        return env["run"]
 
     def _direct(self, key: tuple | None) -> _Cached | None:
         """The cached layout of `key` where its calls launch positionally, else None."""
