@@ -47,6 +47,8 @@
 ; query l%32 and, in register r of key block kb, key 32kb + 8(r/4) + 4(l/32) + r%4, so the
 ; row max and sum are in-lane plus one v_permlane32_swap. P = exp2(S - m) with a lazy
 ; rescale (O, l, m change only when some row's max grows by more than 8: P <= 2^8).
+; (FP8 and BLK without a window, POSTHOC: no row max first; P against the running m, and a
+; tile whose row sums exceed 2^8 in some lane is formed again out of line: fmha_fp8.inc.)
 ; GEMM1: O^T += V^T P^T, P's registers as they lie are the B operand, V^T comes by
 ; ds_read_b64_tr_b16 in the same key order. End: O /= max(l, 1), LSE = (m + log2 l) * ln 2:
 ; m starts at -FLT_MAX (at or below every finite score), so the key that sets m weighs
@@ -60,8 +62,8 @@
 ;   O^T 64, S double buffer 2 x 32, P 16, MFMA operand ring 32, -m 16, the rest addresses
 ;   and softmax state (map below). SGPRs 86 (BLK, BLKS: 97). HEAD_DIM 64: the same map, Q
 ;   and O^T use their first halves (240 VGPRs allocated).
-; LDS 80 KiB: V tiles in 2 buffers, K tiles in 3, 16 KiB each (64 rows x 256 bytes,
-;   chunks XOR-swizzled; FP8 rows are 128 bytes); BLKS adds 3 scale tables of 512 bytes.
+; LDS 80 KiB: V tiles in 2 buffers, K tiles in 3 (POSTHOC: 4), 16 KiB each (64 rows x 256
+;   bytes, chunks XOR-swizzled; FP8 rows are 128 bytes); BLKS adds 3 scale tables of 512 bytes.
 ;   HEAD_DIM 64: 40 KiB (rows of 128 bytes, 8 chunks: K's swizzle (row/2) % 8, V's
 ;   4((row/2) % 2) | 2((row/4) % 2)).
 ; Head dim 256 does not fit this pipeline: Q 64 + O^T 128 VGPRs beside the 160 the rest
@@ -75,7 +77,7 @@
 ; Operands of both GEMMs stream through one ring of VGPRs, PF operands ahead. Waves 0-3
 ; (group 1) and 4-7 (group 2) run half an iteration apart, so the two waves of a SIMD run
 ; opposite phases; after each barrier every wave issues its LDS DMA lines of K(j+2) (K
-; triple-buffered) and V(j) (double-buffered). Barrier accounting: before `main_loop`.
+; triple-buffered; POSTHOC quadruple) and V(j) (double-buffered). Barrier accounting: before `main_loop`.
 
 ; --- Defines of the batch-prefill variants (0: the dense kernel) ------------------------
 .ifndef PAGED
@@ -117,6 +119,10 @@
 .if HEAD_DIM == 64 && FP8
     .error "fmha_fwd_d128: HEAD_DIM 64 is a 16-bit variant (no FP8)"
 .endif
+.if FP8 && !BLKS && !WINDOW
+    .set POSTHOC, 1                    ; (defined only here) FP8, BLK: the lazy test after the exp2s, on the tile's row sums (fmha_fp8.inc)
+    .set K_BUFS, 4                     ; K tiles in LDS: K(j) stays until barrier j+2's DMA, for rare_redo
+.endif
 .if BLK || SOFTCAP
     .set NEGM_SRCC, 0                  ; GEMM0 starts from 0 (v_negm stays 0): S - m is formed per element
 .else
@@ -156,6 +162,9 @@
 .set LDS_V0, 0                         ; V[0..1] at LDS_V0 + buf * TILE_BYTES (DS offsets: 16 bits)
 .set LDS_K0, 2 * TILE_BYTES            ; K[0..2] at LDS_K0 + buf * TILE_BYTES (buffer part in v_kaddr)
 .set LDS_NEEDED, 5 * TILE_BYTES
+.ifdef POSTHOC
+.set LDS_NEEDED, (2 + K_BUFS) * TILE_BYTES
+.endif
 .set LAZY_THRESHOLD, 0x41000000        ; 8.0f: rescale only when the max grows by more (log2 units)
 .set M_INIT, 0xff7fffff                ; -FLT_MAX: finite floor of m, at or below every finite score
 .set NEG_INF, 0xff800000
@@ -442,6 +451,9 @@
 ; Phase B softmax op i of S(j) (in _sj): even i = 2p: l += (P[2p], P[2p+1]); odd: P pair p
 ; to bf16/fp16 (register pairs of S^T are already GEMM1's B operand layout)
 .macro smB_op i
+.ifdef POSTHOC
+    smB_op_posthoc \i                  ; fmha_fp8.inc: the tile's own sums (for the lazy test), P to e4m3
+.else
     .if (\i) % 2 == 0                  ; (two plain adds, not v_pk_add_f32: packed FP32 never issues in an MFMA's shadow)
         v_add_f32 v[v_l], v[v_l], v[_sj + (\i)]
         v_add_f32 v[v_l + 1], v[v_l + 1], v[_sj + (\i) + 1]
@@ -450,6 +462,7 @@
     .else
         cvt_pk_f32 v[v_p + (\i)/2], v[_sj + (\i) - 1], v[_sj + (\i)]
     .endif
+.endif
 .endm
 
 ; Row max of S(j) - m over the 32 in-lane keys: the chain to key 30, then row_max_op 0..6
@@ -597,6 +610,9 @@ L_prep_back_\tag:
     .set _n, MFMAS*((\gemm1) + (\gemm0))    ; MFMA slots of the stream, GEMM1's MFMAS first (FP8: one MFMA per 4 slots)
     .set _sj, v_s0 + 32*(\parity)           ; first VGPR of S(j), the tile the softmax works on
     .set _lt, 7 * ((\softmax) && !(\first)) ; row-max tail ops (row_max_op 0..6) riding on phase A (tile 0: in lead_first)
+.ifdef POSTHOC
+    .set _lt, 0                             ; (no row max before the exp2s)
+.endif
     .set _ex, (\softmax)                    ; 1: S(j)'s exp2s ride on both phases (key block 0 on A, 1 on B)
     .set _dm, 0                             ; 1: the DMA's DMA_OPS ops ride on phase A (group 1)
     .set _dmb, 0                            ; 1: they ride on phase B (group 2)
@@ -634,6 +650,11 @@ L_prep_back_\tag:
     ; Cluster 4: GEMM0(j+1) S(j+1) = K Q^T - m  ||  exp2 of key block 1, row sums, P(j) to bf16/fp16
     ;            loads: the rest of K(j+1); group 2: DMA K(j+3), V(j+1)
     cluster_b \parity, \gemm1, \gemm0
+.ifdef POSTHOC
+    .if \softmax
+        posthoc_test \tag, \first         ; fmha_fp8.inc: the tile's row sums decide; l += them
+    .endif
+.endif
     s_setprio 0                             ; barriers and loop control at priority 0
 .endm
 
@@ -666,7 +687,9 @@ L_mask_back_\tag:
         .if \first
             lead_first
         .else
+.ifndef POSTHOC                             ; (POSTHOC: no row max, posthoc_test)
             row_max_head                    ; while the first operands load
+.endif
         .endif
         .if BLKS
             blks_vref \gemm1                ; fmha_block_scale.inc: U(j), the tile's v scale
@@ -712,8 +735,10 @@ L_mask_back_\tag:
         s_cbranch_scc1 L_orescale_\tag      ; the v scale changes (a new page): O *= v_scale(j-1) / v_scale(j)
     .endif
     .if (\gemm1) && (\softmax)
+.ifndef POSTHOC                             ; (POSTHOC: rare_redo rescales O itself)
         s_cmp_lg_u32 s[s_resc], 0
         s_cbranch_scc1 L_orescale_\tag      ; rare: O *= corr now that GEMM1(j-1) is in
+.endif
 L_orescale_back_\tag:
     .endif
     .if (\group) == 2
@@ -1395,11 +1420,19 @@ L\g\()_next:
     .if BLKS
         blks_next_table                 ; scale tables rotate mod 3
     .endif
-    s_add_u32 s[s_kb_next], s[s_kb_next], TILE_BYTES    ; K buffers rotate mod 3
+    s_add_u32 s[s_kb_next], s[s_kb_next], TILE_BYTES    ; K buffers rotate mod 3 (POSTHOC: mod K_BUFS)
+.ifdef POSTHOC
+    s_cmp_ge_u32 s[s_kb_next], K_BUFS * TILE_BYTES
+.else
     s_cmp_ge_u32 s[s_kb_next], 3 * TILE_BYTES
+.endif
     s_cselect_b32 s[s_kb_next], 0, s[s_kb_next]
     s_add_u32 s[s_kd_off], s[s_kd_off], TILE_BYTES
+.ifdef POSTHOC
+    s_cmp_ge_u32 s[s_kd_off], K_BUFS * TILE_BYTES
+.else
     s_cmp_ge_u32 s[s_kd_off], 3 * TILE_BYTES
+.endif
     s_cselect_b32 s[s_kd_off], 0, s[s_kd_off]
     s_cmp_le_u32 s[s_j], s[s_ntiles]
     s_cbranch_scc1 L\g\()_iter
@@ -1538,7 +1571,11 @@ L_group2:
         dma_op _i, 0                            ; K(2) -> K[2], V(0) -> V[0]
         .set _i, _i + 1
     .endr
+.ifdef POSTHOC
+    s_mov_b32 s[s_kd_off], 3 * TILE_BYTES       ; group 2's iteration j fills K[(j+3) % 4] (barrier j+1)
+.else
     s_mov_b32 s[s_kd_off], 0                    ; group 2's iteration j fills K[j % 3] (barrier j+1)
+.endif
     main_loop 2
 
 ; ============================================================================ epilogue
@@ -1636,6 +1673,17 @@ L_end:
     rare_mask g\g\()_full_1, 1
     rare_mask g\g\()_last_0, 0
     rare_mask g\g\()_last_1, 1
+.ifdef POSTHOC
+    rare_redo g\g\()_full_0, 0, 1     ; fmha_fp8.inc
+    rare_redo g\g\()_full_1, 1, 1
+    rare_redo g\g\()_last_0, 0, 0
+    rare_redo g\g\()_last_1, 1, 0
+    .if BLK                             ; (the O rescale of a new v scale)
+        .irp t, full_0, full_1, last_0, last_1
+            rare_orescale g\g\()_\t
+        .endr
+    .endif
+.else
     rare_prep g\g\()_full_0, 0
     rare_prep g\g\()_full_1, 1
     rare_prep g\g\()_last_0, 0
@@ -1644,6 +1692,7 @@ L_end:
     rare_orescale g\g\()_full_1
     rare_orescale g\g\()_last_0
     rare_orescale g\g\()_last_1
+.endif
 .if WINDOW
     rare_mask g\g\()_first_1, 1
     rare_mask g\g\()_first_only_1, 1
