@@ -28,7 +28,7 @@ Q_TILE = fmha.Q_TILE
 class Launch:
     """One attention kernel as bench/causal_model.py models it. parts(B, Hq, Hk, Sq, Sk, causal)
     gives (manifest variant, grid, kernarg bytes, pointer buffers); skip_mfma is passed to
-    gfxasm.perf.trace.record (True, its default: MFMAs are stubbed in the timing run)."""
+    gfxasm.perf.estimate (True, its default: MFMAs are stubbed in the timing runs)."""
     parts: Callable[[int, int, int, int, int, bool], tuple]
     skip_mfma: bool = True
 
@@ -99,8 +99,10 @@ DENSE_BF16 = Launch(dense_parts)
 
 
 def paged(dtype, block_scales=False, page=None) -> Launch:
-    """paged_parts at these settings. FP8 executes the MFMAs in the timing run instead of
+    """paged_parts at these settings. FP8 executes the MFMAs in the timing runs instead of
     stubbing them, so the scores are real: a stub leaves stale registers, whose NaN the
-    emulator's e4m3 conversion of P refuses (its NaN byte is unverified). Timing is unaffected."""
+    emulator's e4m3 conversion of P refuses (its NaN byte is unverified), and whose values
+    would steer the post-hoc lazy test (a tile formed again whenever its sums are not
+    finite) where a real run would not."""
     return Launch(functools.partial(paged_parts, dtype=dtype, block_scales=block_scales, page=page),
                   skip_mfma=dtype != bp.FP8)

@@ -26,7 +26,6 @@ and ran 3.2x faster.
 from __future__ import annotations
 
 import contextlib
-import functools
 import heapq
 import math
 import time
@@ -43,22 +42,19 @@ PROBE_CAP_KEYS = 16384
 
 
 @contextlib.contextmanager
-def _estimator_choices(workgroup, class_search: bool, skip_mfma: bool):
+def _estimator_choices(workgroup, class_search: bool):
     """gfxasm.perf.estimate takes no argument for these, so they are set on its module for one
     call and restored: `workgroup` (x, y, z) sampled instead of the ones compute unit 0 would
-    run, gfxasm.perf.grid's class search skipped (as if it found none: the sample scaling),
-    and gfxasm.perf.trace.record's skip_mfma."""
-    chooser, finder, record = estimator.representative_workgroups, estimator.grid_mod.find_classes, estimator.record
+    run, and gfxasm.perf.grid's class search skipped (as if it found none: the sample scaling)."""
+    chooser, finder = estimator.representative_workgroups, estimator.grid_mod.find_classes
     if workgroup is not None:
         estimator.representative_workgroups = lambda grid, per_cu, rounds: [tuple(workgroup)]
     if not class_search:
-        estimator.grid_mod.find_classes = lambda *args: None
-    if not skip_mfma:
-        estimator.record = functools.partial(record, skip_mfma=False)
+        estimator.grid_mod.find_classes = lambda *args, **kwargs: None
     try:
         yield
     finally:
-        estimator.representative_workgroups, estimator.grid_mod.find_classes, estimator.record = chooser, finder, record
+        estimator.representative_workgroups, estimator.grid_mod.find_classes = chooser, finder
 
 
 def estimate(launch: Launch, B, Hq, Hk, Sq, Sk, causal, workgroup=None, class_search=True, params=None):
@@ -67,9 +63,9 @@ def estimate(launch: Launch, B, Hq, Hk, Sq, Sk, causal, workgroup=None, class_se
     class_search=False: gfxasm.perf.grid's probing for workgroup classes is skipped.
     params: the model's parameters (default params.DEFAULT; a corner: params.CORNERS)."""
     variant, grid, raw, buffers = launch.parts(B, Hq, Hk, Sq, Sk, causal)
-    with _estimator_choices(workgroup, class_search, launch.skip_mfma):
+    with _estimator_choices(workgroup, class_search):
         return estimator.estimate(str(variant.co_path), grid, BLOCK, raw, buffers, variant.kernel.symbol,
-                                  params=params)
+                                  params=params, skip_mfma=launch.skip_mfma)
 
 
 def probe_tiles(tiles: int, cap_tiles: int | None = None) -> list[int]:

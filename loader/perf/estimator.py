@@ -162,8 +162,11 @@ def _buffer_bytes(buf) -> int:
 
 def estimate(co, grid, block, kernarg: bytes = b"", buffers=(), kernel: str | None = None, *,
              params: P.Params | None = None, sample_rounds: int = 1,
-             workgroups_per_cu: int | None = None) -> Estimate:
-    """Model one launch on an MI355X (see the module docstring)."""
+             workgroups_per_cu: int | None = None, skip_mfma: bool = True) -> Estimate:
+    """Model one launch on an MI355X (see the module docstring). skip_mfma=False computes
+    the MFMAs in every timing run (the sample's and the class search's), for a kernel whose
+    control flow depends on their results: a stubbed MFMA leaves its destination as it was,
+    which a later workgroup on the same registers sees as stale scores."""
     from .. import emu
     prm = params or P.DEFAULT
     grid, block = _dims(grid), _dims(block)
@@ -178,12 +181,13 @@ def estimate(co, grid, block, kernarg: bytes = b"", buffers=(), kernel: str | No
     sample = max(1, min(sample_rounds, rounds))
     chosen = representative_workgroups(grid, per_cu, sample)
     key = (k.module.code_object.data, k.name, grid, block, bytes(kernarg),
-           tuple(_ptr(b) for b in buffers), tuple(chosen))
+           tuple(_ptr(b) for b in buffers), tuple(chosen), skip_mfma)
     tr, classes = _TRACES.get(key, (None, None))
     if tr is None:
-        tr = record(k, grid, block, kernarg, buffers, chosen)
+        tr = record(k, grid, block, kernarg, buffers, chosen, skip_mfma=skip_mfma)
         ids = [grid_mod.linear_id(g, grid) for g in chosen]
-        classes = grid_mod.find_classes(k, grid, block, kernarg, buffers, tr, ids) if sample == 1 else None
+        classes = grid_mod.find_classes(k, grid, block, kernarg, buffers, tr, ids,
+                                        skip_mfma=skip_mfma) if sample == 1 else None
         _TRACES[key] = tr, classes
         while len(_TRACES) > TRACE_CACHE_SIZE:
             _TRACES.pop(next(iter(_TRACES)))

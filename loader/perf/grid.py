@@ -156,8 +156,10 @@ def _per_group(tr) -> dict:
     return {g: (n, sorted(waves, key=lambda x: x[0])) for g, (n, waves) in out.items()}
 
 
-def find_classes(kernel, grid, block, kernarg, buffers, sample_trace, sample_ids: list) -> GridClasses | None:
-    """The grid's workgroup classes (module docstring, 1); None where the sample scaling stays."""
+def find_classes(kernel, grid, block, kernarg, buffers, sample_trace, sample_ids: list, *,
+                 skip_mfma: bool = True) -> GridClasses | None:
+    """The grid's workgroup classes (module docstring, 1); None where the sample scaling stays.
+    skip_mfma: as the sample's timing run took it (the probes run the same way)."""
     total = grid[0] * grid[1] * grid[2]
     classes: list = []
     label: dict = {}
@@ -183,7 +185,8 @@ def find_classes(kernel, grid, block, kernarg, buffers, sample_trace, sample_ids
         ids = sorted(set(ids) - label.keys())
         if not ids:
             return
-        tr = record(kernel, grid, block, kernarg, buffers, [workgroup_id(n, grid) for n in ids], detail=False)
+        tr = record(kernel, grid, block, kernarg, buffers, [workgroup_id(n, grid) for n in ids], detail=False,
+                    skip_mfma=skip_mfma)
         probed, runs = probed + len(ids), runs + 1
         for g, (count, waves) in _per_group(tr).items():
             add(linear_id(g, grid), count, waves, sampled=False)

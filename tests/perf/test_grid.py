@@ -181,3 +181,25 @@ def test_aiter_fmoe_padded_grid_boundary_is_num_valid_ids():
     assert [c["workgroups"] for c in whole.workgroup_classes] == [gx * used_blocks, gx * (blocks - used_blocks)]
     assert whole.seconds == pytest.approx(used.seconds, abs=1e-6)
     assert whole.dram_bytes == pytest.approx(used.dram_bytes, rel=0.01)
+
+
+def test_skip_mfma_reaches_every_timing_run(monkeypatch):
+    # estimate(skip_mfma=False) runs the sample and the class search's probes with the MFMAs
+    # computed (a kernel branching on their results, FP8 prefill's post-hoc lazy test, must
+    # not see stale registers in the probes); the choice is part of the trace cache's key
+    from gfxasm.perf import estimator
+    seen = []
+
+    def recording(real):
+        def wrapped(*args, skip_mfma=True, **kwargs):
+            seen.append(skip_mfma)
+            return real(*args, skip_mfma=skip_mfma, **kwargs)
+        return wrapped
+    monkeypatch.setattr(estimator, "record", recording(estimator.record))
+    monkeypatch.setattr(G, "record", recording(G.record))
+    kw = launch(300, 300, 1000)
+    perf.estimate(**kw, workgroups_per_cu=1, skip_mfma=False)
+    assert len(seen) >= 2 and not any(seen)                  # the sample and at least one probe
+    seen.clear()
+    perf.estimate(**kw, workgroups_per_cu=1)                   # not the cached trace of the other choice
+    assert seen and all(seen)
