@@ -214,7 +214,7 @@ def test_repeated_out_call_runs_from_the_cache_with_every_per_call_check(monkeyp
 
 
 def test_repeated_functional_call_runs_from_the_cache_with_every_per_call_check(monkeypatch):
-    # the same for a repeated functional layout (framework.Op._run_cached_fresh): fresh
+    # the same for a repeated functional layout (framework.Op._fresh_function's written-out call): fresh
     # outputs per call, this call's data and alignment checked
     from gfxasm.ops import framework
     q, k, v = qkv(seed=6, seq_q=3, seq_k=9, heads_q=4, heads_k=2)
