@@ -927,16 +927,12 @@ L_mask_\tag:
 .endif
 .endm
 
-; lazy rescale, at the test: delta = max(row max of S - m, 0) (rows whose max did not grow
-; keep their m; a fresh row with a score: its max); S -= delta, m += delta, -m -= delta,
-; l *= 2^-max(row max of S - m, 0); O waits for GEMM1(j-1)
-; (FP8: v_diff holds the lane half's max; the row's comes from both halves first)
-.macro rare_prep tag, parity
-L_prep_\tag:
+; The lazy rescale's new m, from the row max of S(j) - m in v_diff: delta = max(it, 0) into
+; v_t2 (rows whose max did not grow keep their m; a fresh row with a score: its max), corr =
+; 2^(-c delta) (2^-delta where scores are in log2 units), m += delta, S(j) -= delta, -m -=
+; delta. l and O are the callers' (rare_prep, FP8's rare_redo)
+.macro lazy_new_m parity
     .set _sj, v_s0 + 32*(\parity)
-.if FP8
-    row_max_halves8                     ; (FP8: v_diff held this lane half's max)
-.endif
     v_max_f32 v[v_t2], 0, v[v_diff]
 .if FP8 && !BLK
     v_mul_f32 v[v_corr], s[s_negc], v[v_t2]
@@ -958,9 +954,28 @@ L_prep_\tag:
         v_pk_add_f32 v[v_negm + _r : v_negm + _r + 1], v[v_negm + _r : v_negm + _r + 1], v[v_t2:v_t2+1] op_sel_hi:[1,0] neg_lo:[0,1] neg_hi:[0,1]
         .set _r, _r + 2
     .endr
+.endm
+
+; lazy rescale, at the test: lazy_new_m, l *= corr; O waits for GEMM1(j-1)
+; (FP8: v_diff holds the lane half's max; the row's comes from both halves first)
+.macro rare_prep tag, parity
+L_prep_\tag:
+.if FP8
+    row_max_halves8                     ; (FP8: v_diff held this lane half's max)
+.endif
+    lazy_new_m \parity
     v_pk_mul_f32 v[v_l:v_l+1], v[v_l:v_l+1], v[v_corr:v_corr+1] op_sel_hi:[1,0]
     s_mov_b32 s[s_resc], 1
     s_branch L_prep_back_\tag
+.endm
+
+; O *= v[f] (f's value in every lane's rows)
+.macro o_scale f
+    .set _r, 0
+    .rept HEAD_DIM / 4
+        v_pk_mul_f32 v[v_o + _r : v_o + _r + 1], v[v_o + _r : v_o + _r + 1], v[\f:\f+1] op_sel_hi:[1,0]
+        .set _r, _r + 2
+    .endr
 .endm
 
 ; lazy rescale, end of phase A: O *= corr
@@ -976,11 +991,7 @@ L_orescale_\tag:
 .else
     .set _f, v_corr
 .endif
-    .set _r, 0
-    .rept HEAD_DIM / 4
-        v_pk_mul_f32 v[v_o + _r : v_o + _r + 1], v[v_o + _r : v_o + _r + 1], v[_f:_f+1] op_sel_hi:[1,0]
-        .set _r, _r + 2
-    .endr
+    o_scale _f
     s_mov_b32 s[s_resc], 0
     s_branch L_orescale_back_\tag
 .endm
@@ -1619,11 +1630,7 @@ L_sinks_back:
 .if BLK
     v_mul_f32 v[v_corr], s[s_vd_cur], v[v_corr]         ; ... * v_scale of the last tile (O_acc is in its units)
 .endif
-    .set _r, 0
-    .rept HEAD_DIM / 4
-        v_pk_mul_f32 v[v_o + _r : v_o + _r + 1], v[v_o + _r : v_o + _r + 1], v[v_corr:v_corr+1] op_sel_hi:[1,0]
-        .set _r, _r + 2
-    .endr
+    o_scale v_corr
     ; O^T block db, register 4g + e holds d = 32db + 8g + 4(l/32) + e (4 consecutive d, 8
     ; bytes). Pair q = 2db + p of groups g0 = 2p, g1 = 2p+1: X = lane's 8 bytes of g0,
     ; Y = of g1; one v_permlane32_swap per VGPR trades the low half's Y for the high half's
