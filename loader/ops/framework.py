@@ -46,7 +46,7 @@ From that the framework builds, once, for every op:
                            layout, Op._fresh_function)
     the eager shortcut     a plain eager call (no mode, plain tensors) runs the op without
                            torch's dispatcher (library.Op.direct), `out=` calls too, and
-                           and without a Call or dict where its layout was seen before
+                           without a Call or dict where its layout was seen before
     device, alignment and  every tensor of a call (index tensors and outputs included) on
     overlap refusals       one device; declared pointer alignments; an output may not
                            overlap an input or another output, nor itself, except the one
@@ -637,8 +637,8 @@ class Op:
         args = [*(f"p[{i}]" for i in range(at)), *(made.get(name, "None") for name in self._output_names),
                 *(f"p[{i}]" for i in range(at, count))]
         lines.append(f"    launch(cached, ({', '.join(args)},), True)")
-        returned = [made[o.name] for o in (*self.required, *self.optional) if o.name in made]
-        lines.append(f"    return {returned[0]}" if len(returned) == 1 else f"    return ({', '.join(returned)})")
+        returned = self._returned(made, frozenset(made))         # (the outputs' variable names)
+        lines.append(f"    return {returned if isinstance(returned, str) else '(' + ', '.join(returned) + ')'}")
         exec("\n".join(lines), env)   # noqa: S102 (our own text)
         return env["run"]
 

@@ -1,7 +1,7 @@
 """How an op joins torch.library: `gfxasm::<name>` custom ops with fake kernels, and the
 friendly Python function on top.
 
-Each op is two custom ops on one implementation:
+Each op is two or three custom ops on one implementation:
 
     gfxasm::<name>       functional: allocates and returns its outputs (and for an op with
                          an optional output, gfxasm::<name>_with_<output> returning it too)
